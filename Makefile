@@ -1,0 +1,32 @@
+# distsketch — developer entry points. `make demo` and `make test` work on a fresh clone.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test test-fast demo bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Full test suite (real-data tests skip cleanly when ../shared/data is absent).
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+## Skip the slow real-data tests.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow"
+
+## Benchmarks write their figures to benchmarks/results/.
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_rss.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,286 @@
+"""The streaming pass: one map over row blocks, zarr writes, a fixed-order tree reduction.
+
+For each row block ``I`` (DESIGN §2)::
+
+    C_I = k_X(X_I, X_J) R_Xmixᵀ          written to pass/C[I]
+    D_I = k_Y(Y_I, Y_JY) R_Ymixᵀ         written to pass/D[I]      (structured outputs)
+    G += C_Iᵀ C_I     B += R_X[:, I] C_I
+    M += D_Iᵀ C_I     E += R_Y[:, I] D_I
+    b += C_Iᵀ Y_I                                                    (vector targets)
+
+Partial sums are float64 whatever the block dtype, and are computed from the blocks
+*as stored* (after any rounding to the block dtype), so a block read back from the store
+on resume contributes exactly what it contributed the first time. They are combined in a
+tree whose shape depends only on the number of blocks (``split_every`` at a time, in
+block order), so the sums do not depend on the scheduler or the number of workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import dask
+import numpy as np
+import scipy.sparse as sp
+from dask.delayed import Delayed, delayed
+
+from .rows import RowSource, check_finite_block
+from .sketches import RealizedSketch, gram_dot
+
+__all__ = ["Side", "PassPlan", "run_pass", "tree_reduce", "distributed_client"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Side:
+    """One kernelised side of the pass.
+
+    Attributes
+    ----------
+    kernel : callable
+    landmarks : ndarray or sparse of shape (s', d)
+        Rows ``J`` of the data (the sketch support).
+    sketch : RealizedSketch
+    """
+
+    kernel: Any
+    landmarks: Any
+    sketch: RealizedSketch
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """Everything a block task needs, shipped to workers once.
+
+    Attributes
+    ----------
+    n, block_rows : int
+    x : Side
+        Input side (``C``).
+    y : Side or None
+        Output side (``D``) for structured outputs.
+    targets : bool
+        Whether the second input is a matrix of vector targets (``b = CᵀY``).
+    unique_outputs : bool
+        Whether to collect the unique output rows (default decoding candidates).
+    C, D, done : zarr.Array
+        Store arrays written by the tasks.
+    dtype : numpy dtype
+        Dtype of the stored blocks.
+    chunk : int
+        Landmark columns per kernel block.
+    check_x, check_y : bool
+        Check blocks for NaN/inf (lazy inputs, not checked up front).
+    """
+
+    n: int
+    block_rows: int
+    x: Side
+    y: Side | None
+    targets: bool
+    unique_outputs: bool
+    C: Any
+    D: Any
+    done: Any
+    dtype: Any
+    chunk: int
+    check_x: bool
+    check_y: bool
+
+    @property
+    def n_blocks(self) -> int:
+        return -(-self.n // self.block_rows)
+
+    def rows(self, i: int) -> tuple[int, int]:
+        s = i * self.block_rows
+        return s, min(s + self.block_rows, self.n)
+
+
+# --------------------------------------------------------------------------- block tasks
+
+
+def _dense(block) -> np.ndarray:
+    return block.toarray() if sp.issparse(block) else np.asarray(block)
+
+
+def _unique_rows(Y: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:
+    """Unique rows of a block and the global index of their first occurrence."""
+    rows, first = np.unique(Y, axis=0, return_index=True)
+    return rows, first.astype(np.int64) + start
+
+
+def _block_sums(plan: PassPlan, i: int, C, D, yb) -> dict:
+    s, e = plan.rows(i)
+    C = np.asarray(C, dtype=np.float64)
+    out = {"G": C.T @ C, "B": plan.x.sketch.left_columns(C, s, e)}
+    if D is not None:
+        D = np.asarray(D, dtype=np.float64)
+        out["M"] = D.T @ C
+        out["E"] = plan.y.sketch.left_columns(D, s, e)
+    if plan.targets:
+        out["b"] = C.T @ _dense(yb).astype(np.float64, copy=False)
+    if plan.unique_outputs:
+        out["U"] = _unique_rows(_dense(yb), s)
+    return out
+
+
+def _pass_block(plan: PassPlan, i: int, xb, yb) -> dict:
+    """Compute, store and reduce one row block (the map task of the pass)."""
+    s, e = plan.rows(i)
+    if plan.check_x:
+        check_finite_block(xb, argument="X", start=s)
+    if plan.check_y and yb is not None:
+        check_finite_block(yb, argument="Y", start=s)
+    x = plan.x
+    C = gram_dot(x.kernel, xb, x.landmarks, x.sketch, chunk=plan.chunk).astype(plan.dtype, copy=False)
+    plan.C[s:e] = C
+    D = None
+    if plan.y is not None:
+        y = plan.y
+        D = gram_dot(y.kernel, yb, y.landmarks, y.sketch, chunk=plan.chunk).astype(plan.dtype, copy=False)
+        plan.D[s:e] = D
+    plan.done[i] = True  # only after both blocks are fully written
+    return _block_sums(plan, i, C, D, yb)
+
+
+def _stored_block(plan: PassPlan, i: int, yb) -> dict:
+    """Partial sums of a block completed by an earlier run, read back from the store."""
+    s, e = plan.rows(i)
+    C = plan.C[s:e]
+    D = plan.D[s:e] if plan.y is not None else None
+    return _block_sums(plan, i, C, D, yb)
+
+
+def _merge_unique(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    rows = np.concatenate([p[0] for p in parts])
+    first = np.concatenate([p[1] for p in parts])
+    # parts arrive in block order, so np.unique's first occurrence is the earliest row
+    uniq, pos = np.unique(rows, axis=0, return_index=True)
+    return uniq, first[pos]
+
+
+def _combine(*parts: dict) -> dict:
+    """Sum partial-sum dicts in the given order (one node of the reduction tree)."""
+    out = {}
+    for key in parts[0]:
+        if key == "U":
+            out[key] = _merge_unique([p[key] for p in parts])
+            continue
+        acc = parts[0][key].copy()
+        for p in parts[1:]:
+            acc += p[key]
+        out[key] = acc
+    return out
+
+
+def tree_reduce(items: list, *, split_every: int, token: str) -> Delayed:
+    """Reduce delayed items with :func:`_combine`, ``split_every`` at a time, in order."""
+    if split_every < 2:
+        raise ValueError(f"split_every must be >= 2, got {split_every}")
+    level = 0
+    while len(items) > 1:
+        items = [
+            delayed(_combine, pure=True)(
+                *items[j : j + split_every], dask_key_name=f"pass-combine-{token}-{level}-{j}"
+            )
+            for j in range(0, len(items), split_every)
+        ]
+        level += 1
+    if not isinstance(items[0], Delayed):  # a single block: still run it as a task
+        return delayed(_combine)(items[0], dask_key_name=f"pass-combine-{token}")
+    return items[0]
+
+
+# --------------------------------------------------------------------------- orchestration
+
+
+def distributed_client():
+    """The ``distributed.Client`` that dask would use right now, or None."""
+    try:
+        from distributed import default_client
+    except ImportError:  # pragma: no cover - distributed is a dependency
+        return None
+    try:
+        client = default_client()
+    except ValueError:
+        return None
+    scheduler = dask.base.get_scheduler()
+    return client if scheduler == client.get else None
+
+
+def _share(obj: Any, *, name: str, client) -> Any:
+    """Make ``obj`` one graph dependency: scattered to workers once, or a single key."""
+    if client is not None:
+        return client.scatter(obj, broadcast=True, hash=False)
+    return delayed(obj, name=name, traverse=False)
+
+
+def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: int,
+             progress: bool = False) -> dict:
+    """Run (or resume) the pass over all row blocks and return the reduced sums.
+
+    Blocks flagged done in the store are read back instead of recomputed; their input
+    rows are not read (only the output / target rows when a sum needs them).
+
+    Returns
+    -------
+    dict
+        ``G, B`` and, as configured, ``M, E, b`` (float64) and ``U`` (unique output rows,
+        first-occurrence indices).
+    """
+    token = uuid.uuid4().hex[:8]
+    client = distributed_client()
+    done = np.asarray(plan.done[:], dtype=bool)
+    need_y_for_stored = plan.targets or plan.unique_outputs
+    x_blocks = x.blocks(plan.block_rows)
+    y_blocks = y.blocks(plan.block_rows) if y is not None else [None] * plan.n_blocks
+    if client is not None:
+        # in-memory blocks reach workers by scatter, not inside the graph
+        x_blocks = _scatter_blocks(client, x_blocks)
+        y_blocks = _scatter_blocks(client, y_blocks)
+    plan_ref = _share(plan, name=f"pass-plan-{token}", client=client)
+    parts = []
+    for i in range(plan.n_blocks):
+        if done[i]:
+            yb = y_blocks[i] if need_y_for_stored else None
+            parts.append(delayed(_stored_block)(plan_ref, i, yb,
+                                                dask_key_name=f"pass-stored-{token}-{i}"))
+        else:
+            parts.append(delayed(_pass_block)(plan_ref, i, x_blocks[i], y_blocks[i],
+                                              dask_key_name=f"pass-block-{token}-{i}"))
+    total = tree_reduce(parts, split_every=split_every, token=token)
+    logger.info("pass: %d blocks (%d already in the store), %d rows per block",
+                plan.n_blocks, int(done.sum()), plan.block_rows)
+    with _progress(progress, client):
+        if client is not None:
+            future = client.compute(total)
+            if progress:
+                from distributed import progress as dprogress
+                dprogress(future)
+            result = future.result()
+        else:
+            (result,) = dask.compute(total)
+    return result
+
+
+def _scatter_blocks(client, blocks: list) -> list:
+    local = [j for j, b in enumerate(blocks) if b is not None and not isinstance(b, Delayed)]
+    if not local:
+        return blocks
+    futures = client.scatter([blocks[j] for j in local], hash=False)
+    out = list(blocks)
+    for j, f in zip(local, futures):
+        out[j] = f
+    return out
+
+
+def _progress(enabled: bool, client):
+    if enabled and client is None:
+        from dask.diagnostics import ProgressBar
+        return ProgressBar()
+    return nullcontext()

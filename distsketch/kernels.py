@@ -1,0 +1,591 @@
+"""Kernel functions evaluated on row blocks: ``kernel(A, B) -> K`` with ``K[i, j] = k(a_i, b_j)``.
+
+Glossary
+--------
+A, B       row blocks, shapes (n_a, d) and (n_b, d): dense ndarrays or scipy.sparse
+           matrices/arrays (CSR is used internally)
+x, x'      one row of A, one row of B
+⟨x, x'⟩    inner product; ‖x‖ Euclidean norm; ‖x‖₁ L1 norm
+T(x, x')   Tanimoto similarity (below)
+γ, c, p    ``gamma``, ``coef0``, ``degree``; ν, ℓ Matérn ``nu`` and ``length_scale``
+
+Formulas (the conventions of scikit-learn's ``pairwise`` kernels and of
+``sklearn.gaussian_process.kernels.Matern``)
+-------------------------------------------------------------------------
+====================  ==============================================================
+Gaussian (``rbf``)    exp(−γ ‖x − x'‖²)
+Laplacian             exp(−γ ‖x − x'‖₁)
+Linear                ⟨x, x'⟩
+Polynomial            (γ ⟨x, x'⟩ + c)^p
+Matern                r = ‖x − x'‖ / ℓ;  ν = ½: exp(−r);  ν = 3/2: (1 + √3 r) exp(−√3 r);
+                      ν = 5/2: (1 + √5 r + 5r²/3) exp(−√5 r)
+Tanimoto              T(x, x') = ⟨x, x'⟩ / (‖x‖² + ‖x'‖² − ⟨x, x'⟩), and T = 1 when the
+                      denominator is 0, which for real vectors happens only when x = x' = 0
+GaussianTanimoto      exp(−γ (2 − 2 T(x, x')))
+====================  ==============================================================
+
+On binary fingerprints T is the Jaccard index |x ∩ x'| / |x ∪ x'|. Setting T(0, 0) = 1
+keeps k(x, x) = 1 for every row (so ``diag`` is all ones) and keeps the Gram matrix
+positive semi-definite: all-zero rows form a block of ones, orthogonal to the other rows.
+2 − 2T is the squared feature-space distance of the Tanimoto kernel, so GaussianTanimoto
+is a Gaussian kernel on that feature space.
+
+Numerics
+--------
+Every kernel except Laplacian is computed from one product ``A @ B.T`` plus squared row
+norms, so sparse operands are never densified; squared distances use
+‖x‖² + ‖x'‖² − 2⟨x, x'⟩, clipped at 0. When ``A is B`` the diagonal of the distance matrix
+is set to 0 exactly (scikit-learn's ``euclidean_distances`` does the same). Otherwise the
+expansion leaves an absolute error of about 1e-16·‖x‖² on the squared distance of
+coincident points, which Matern with ν = ½ turns into an error of about 1e-8·‖x‖/ℓ on
+k(x, x); the other kernels are second order in that error. Laplacian densifies sparse
+blocks (the caller bounds their size) and uses ``scipy.spatial.distance.cdist``, which
+needs no (n_a, n_b, d) temporary.
+
+Inputs are computed in float64 (float32 and integer blocks are upcast); outputs are
+C-contiguous float64 arrays of shape (n_a, n_b). Every exponential goes through
+:func:`_exp_inplace`, the single place to swap in a multi-threaded ``exp``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Union
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.spatial.distance import cdist
+
+from ._base import ParamsMixin
+
+__all__ = [
+    "KERNELS",
+    "CallableKernel",
+    "Gaussian",
+    "GaussianTanimoto",
+    "Kernel",
+    "Laplacian",
+    "Linear",
+    "Matern",
+    "Polynomial",
+    "Tanimoto",
+    "check_kernel",
+    "kernel_from_config",
+]
+
+Block = Union[np.ndarray, sp.spmatrix, sp.sparray]
+
+_DIAG_ROWS = 256  # rows per sub-block when CallableKernel.diag evaluates the user function
+
+
+def _exp_inplace(a: np.ndarray) -> np.ndarray:
+    """``exp`` of a float64 array, in place; the one hook for a faster implementation."""
+    return np.exp(a, out=a)
+
+
+# ---------------------------------------------------------------------------- block math
+
+
+def _as_block(X: Any) -> Block:
+    """``X`` as a 2-D float64 ndarray or CSR matrix/array (no copy when already one)."""
+    if sp.issparse(X):
+        X = X.tocsr().astype(np.float64, copy=False)
+    else:
+        X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2:
+        raise ValueError(f"expected a 2-D block of rows, got an array of shape {X.shape}")
+    return X
+
+
+def _dot(A: Block, B: Block) -> np.ndarray:
+    """Dense ``A @ B.T`` of shape (n_a, n_b), a new array."""
+    out = A @ B.T
+    return out.toarray() if sp.issparse(out) else np.asarray(out)
+
+
+def _sq_norms(A: Block) -> np.ndarray:
+    """Squared Euclidean row norms, shape (n_a,)."""
+    if sp.issparse(A):
+        return np.asarray(A.multiply(A).sum(axis=1)).ravel()
+    return np.einsum("ij,ij->i", A, A)
+
+
+def _sq_dists(A: Block, B: Block) -> np.ndarray:
+    """‖a_i − b_j‖² = ‖a_i‖² + ‖b_j‖² − 2⟨a_i, b_j⟩ clipped at 0, shape (n_a, n_b)."""
+    na = _sq_norms(A)
+    nb = na if A is B else _sq_norms(B)
+    D = _dot(A, B)
+    D *= -2.0
+    D += na[:, None]
+    D += nb[None, :]
+    np.maximum(D, 0.0, out=D)
+    if A is B:
+        np.fill_diagonal(D, 0.0)
+    return D
+
+
+def _tanimoto(A: Block, B: Block) -> np.ndarray:
+    """T(a_i, b_j), with T = 1 where both rows are all-zero, shape (n_a, n_b)."""
+    na = _sq_norms(A)
+    nb = na if A is B else _sq_norms(B)
+    G = _dot(A, B)
+    den = na[:, None] + nb[None, :]
+    den -= G
+    both_zero = den == 0.0
+    G[both_zero] = 1.0
+    den[both_zero] = 1.0
+    G /= den
+    return G
+
+
+def _dense(X: Block) -> np.ndarray:
+    return X.toarray() if sp.issparse(X) else X
+
+
+# ---------------------------------------------------------------------------- validation
+
+
+def _is_real(value: Any) -> bool:
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    )
+
+
+def _check_positive(owner: str, name: str, value: Any) -> None:
+    if not (_is_real(value) and value > 0):
+        raise ValueError(f"{owner}: {name} must be a positive float, got {value!r}")
+
+
+def _plain(value: numbers.Real) -> int | float:
+    """A JSON-serialisable Python number (numpy scalars are not all serialisable)."""
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
+
+
+# ---------------------------------------------------------------------------- kernels
+
+
+class Kernel(ParamsMixin):
+    """Base class: a picklable value object ``kernel(A, B) -> (n_a, n_b)`` float64 array.
+
+    Unlike estimators, kernels validate their parameters in ``__init__`` (and in
+    ``set_params``): they have no ``fit`` where validation could wait, and a bad kernel
+    should fail where it is written, not inside a task on a worker.
+
+    Subclasses set ``_name`` (the :data:`KERNELS` registry name) and implement
+    ``_validate``, ``_compute(A, B)`` and ``_diag(A)`` on float64 blocks.
+    """
+
+    _name: ClassVar[str]
+
+    def __init__(self) -> None:
+        """Parameter-free kernels take no arguments; subclasses with parameters override."""
+
+    def __call__(self, A: Block, B: Block) -> np.ndarray:
+        """Kernel block ``K[i, j] = k(A[i], B[j])``.
+
+        Parameters
+        ----------
+        A : ndarray or scipy.sparse matrix/array, shape (n_a, d)
+        B : ndarray or scipy.sparse matrix/array, shape (n_b, d)
+
+        Returns
+        -------
+        K : ndarray, shape (n_a, n_b), float64, C-contiguous
+        """
+        same = A is B
+        A = _as_block(A)
+        B = A if same else _as_block(B)
+        if A.shape[1] != B.shape[1]:
+            raise ValueError(
+                f"{type(self).__name__}: A and B must have the same number of columns, "
+                f"got {A.shape[1]} and {B.shape[1]}"
+            )
+        return np.ascontiguousarray(self._compute(A, B), dtype=np.float64)
+
+    def diag(self, A: Block) -> np.ndarray:
+        """``k(A[i], A[i])`` for every row, without forming the Gram matrix.
+
+        Parameters
+        ----------
+        A : ndarray or scipy.sparse matrix/array, shape (n_a, d)
+
+        Returns
+        -------
+        ndarray, shape (n_a,), float64
+        """
+        return self._diag(_as_block(A))
+
+    def to_config(self) -> dict[str, Any]:
+        """JSON-serialisable ``{"name": <registry name>, **params}``; inverse of
+        :func:`kernel_from_config`."""
+        params = {k: _plain(v) for k, v in self.get_params(deep=False).items()}
+        return {"name": self._name, **params}
+
+    def set_params(self, **params: Any) -> Kernel:
+        """Set parameters and validate them again; returns self."""
+        super().set_params(**params)
+        self._validate()
+        return self
+
+    def _key(self) -> tuple:
+        return (type(self), tuple(self.get_params(deep=False).items()))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Kernel):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def _validate(self) -> None:
+        """Raise ``ValueError`` naming the first invalid parameter (none by default)."""
+
+    def _compute(self, A: Block, B: Block) -> np.ndarray:
+        raise NotImplementedError
+
+    def _diag(self, A: Block) -> np.ndarray:
+        return np.ones(A.shape[0])
+
+
+class Gaussian(Kernel):
+    """Gaussian (RBF) kernel ``k(x, x') = exp(−gamma ‖x − x'‖²)``.
+
+    Parameters
+    ----------
+    gamma : float > 0
+        Inverse squared length scale, scikit-learn's ``rbf_kernel`` convention
+        (``gamma = 1 / (2σ²)``).
+    """
+
+    _name = "gaussian"
+
+    def __init__(self, gamma: float = 1.0):
+        self.gamma = gamma
+        self._validate()
+
+    def _validate(self) -> None:
+        _check_positive("Gaussian", "gamma", self.gamma)
+
+    def _compute(self, A: Block, B: Block) -> np.ndarray:
+        D = _sq_dists(A, B)
+        D *= -self.gamma
+        return _exp_inplace(D)
+
+
+class Laplacian(Kernel):
+    """Laplacian kernel ``k(x, x') = exp(−gamma ‖x − x'‖₁)`` (L1 distance).
+
+    scikit-learn's ``laplacian_kernel`` convention. Sparse blocks are densified.
+
+    Parameters
+    ----------
+    gamma : float > 0
+    """
+
+    _name = "laplacian"
+
+    def __init__(self, gamma: float = 1.0):
+        self.gamma = gamma
+        self._validate()
+
+    def _validate(self) -> None:
+        _check_positive("Laplacian", "gamma", self.gamma)
+
+    def _compute(self, A: Block, B: Block) -> np.ndarray:
+        # cdist loops in C without an (n_a, n_b, d) temporary, so no sub-blocking is needed.
+        D = cdist(_dense(A), _dense(B), "cityblock")
+        D *= -self.gamma
+        return _exp_inplace(D)
+
+
+class Linear(Kernel):
+    """Linear kernel ``k(x, x') = ⟨x, x'⟩``; ``diag`` is the squared row norms."""
+
+    _name = "linear"
+
+    def _compute(self, A: Block, B: Block) -> np.ndarray:
+        return _dot(A, B)
+
+    def _diag(self, A: Block) -> np.ndarray:
+        return _sq_norms(A)
+
+
+class Polynomial(Kernel):
+    """Polynomial kernel ``k(x, x') = (gamma ⟨x, x'⟩ + coef0) ** degree``.
+
+    Positive semi-definite for ``coef0 >= 0``.
+
+    Parameters
+    ----------
+    degree : int >= 1
+    gamma : float > 0
+    coef0 : float
+    """
+
+    _name = "polynomial"
+
+    def __init__(self, degree: int = 3, gamma: float = 1.0, coef0: float = 1.0):
+        self.degree = degree
+        self.gamma = gamma
+        self.coef0 = coef0
+        self._validate()
+
+    def _validate(self) -> None:
+        d = self.degree
+        if not (isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 1):
+            raise ValueError(f"Polynomial: degree must be a positive int, got {d!r}")
+        _check_positive("Polynomial", "gamma", self.gamma)
+        if not _is_real(self.coef0):
+            raise ValueError(f"Polynomial: coef0 must be a finite float, got {self.coef0!r}")
+
+    def _compute(self, A: Block, B: Block) -> np.ndarray:
+        return self._transform(_dot(A, B))
+
+    def _diag(self, A: Block) -> np.ndarray:
+        return self._transform(_sq_norms(A))
+
+    def _transform(self, G: np.ndarray) -> np.ndarray:
+        G *= self.gamma
+        G += self.coef0
+        return np.power(G, int(self.degree), out=G)
+
+
+class Matern(Kernel):
+    """Matérn kernel with ``nu`` in {0.5, 1.5, 2.5}, scikit-learn's ``Matern`` convention.
+
+    With ``r = ‖x − x'‖ / length_scale``::
+
+        nu = 0.5:  exp(−r)
+        nu = 1.5:  (1 + √3 r) exp(−√3 r)
+        nu = 2.5:  (1 + √5 r + 5 r² / 3) exp(−√5 r)
+
+    Parameters
+    ----------
+    nu : {0.5, 1.5, 2.5}
+        Smoothness; other values would need Bessel functions and are not supported.
+    length_scale : float > 0
+
+    Notes
+    -----
+    Distances come from the expansion ‖x‖² + ‖x'‖² − 2⟨x, x'⟩; for ``nu = 0.5`` a
+    coincident pair in two different blocks gets k ≈ 1 − 1e-8·‖x‖/ℓ rather than 1
+    (see the module notes). ``kernel(A, A)`` with the same object has an exact diagonal.
+    """
+
+    _name = "matern"
+
+    def __init__(self, nu: float = 1.5, length_scale: float = 1.0):
+        self.nu = nu
+        self.length_scale = length_scale
+        self._validate()
+
+    def _validate(self) -> None:
+        if not (_is_real(self.nu) and self.nu in (0.5, 1.5, 2.5)):
+            raise ValueError(f"Matern: nu must be one of 0.5, 1.5, 2.5, got {self.nu!r}")
+        _check_positive("Matern", "length_scale", self.length_scale)
+
+    def _compute(self, A: Block, B: Block) -> np.ndarray:
+        s = _sq_dists(A, B)
+        s *= 2.0 * self.nu / self.length_scale**2
+        np.sqrt(s, out=s)  # s = √(2ν) r: r, √3 r or √5 r
+        if self.nu == 0.5:
+            s *= -1.0
+            return _exp_inplace(s)
+        e = _exp_inplace(-s)
+        if self.nu == 1.5:
+            poly = s + 1.0  # 1 + √3 r
+        else:
+            poly = s * s
+            poly /= 3.0
+            poly += s
+            poly += 1.0  # 1 + √5 r + 5r²/3 = 1 + s + s²/3
+        poly *= e
+        return poly
+
+
+class Tanimoto(Kernel):
+    """Tanimoto kernel ``T(x, x') = ⟨x, x'⟩ / (‖x‖² + ‖x'‖² − ⟨x, x'⟩)``.
+
+    On binary fingerprints this is the Jaccard index. Convention: ``T = 1`` when the
+    denominator is 0, i.e. when both rows are all-zero, so ``k(x, x) = 1`` for every row.
+    """
+
+    _name = "tanimoto"
+
+    def _compute(self, A: Block, B: Block) -> np.ndarray:
+        return _tanimoto(A, B)
+
+
+class GaussianTanimoto(Kernel):
+    """Gaussian kernel on the Tanimoto feature space: ``exp(−gamma (2 − 2 T(x, x')))``.
+
+    ``T`` is the :class:`Tanimoto` kernel, with its convention ``T(0, 0) = 1``.
+
+    Parameters
+    ----------
+    gamma : float > 0
+    """
+
+    _name = "gaussian_tanimoto"
+
+    def __init__(self, gamma: float = 1.0):
+        self.gamma = gamma
+        self._validate()
+
+    def _validate(self) -> None:
+        _check_positive("GaussianTanimoto", "gamma", self.gamma)
+
+    def _compute(self, A: Block, B: Block) -> np.ndarray:
+        T = _tanimoto(A, B)
+        T -= 1.0
+        T *= 2.0 * self.gamma  # −γ(2 − 2T) = 2γ(T − 1)
+        return _exp_inplace(T)
+
+
+class CallableKernel(Kernel):
+    """Wraps a user function ``func(A, B) -> (n_a, n_b)`` array as a :class:`Kernel`.
+
+    ``func`` receives float64 blocks (ndarray or CSR) and may return a dense array, a
+    sparse matrix (densified) or anything ``np.asarray`` accepts; the shape is checked on
+    every call. It cannot be written to a config file (``to_config`` raises ``TypeError``)
+    and is pickled by reference, so it must be importable on the workers.
+
+    Parameters
+    ----------
+    func : callable
+    """
+
+    def __init__(self, func: Callable[[Block, Block], Any]):
+        self.func = func
+        self._validate()
+
+    def _validate(self) -> None:
+        if not callable(self.func):
+            raise ValueError(f"CallableKernel: func must be callable, got {self.func!r}")
+
+    def _label(self) -> str:
+        return f"CallableKernel({getattr(self.func, '__name__', repr(self.func))})"
+
+    def to_config(self) -> dict[str, Any]:
+        """Always raises: a user callable cannot be written to a config file."""
+        raise TypeError(
+            f"{self._label()}: a user callable cannot be written to a config file; "
+            f"use a registered kernel {sorted(KERNELS)} to save a config"
+        )
+
+    def _compute(self, A: Block, B: Block) -> np.ndarray:
+        out = self.func(A, B)
+        if sp.issparse(out):
+            out = out.toarray()
+        out = np.asarray(out, dtype=np.float64)
+        expected = (A.shape[0], B.shape[0])
+        if out.shape != expected:
+            raise ValueError(
+                f"{self._label()}: func returned an array of shape {out.shape}, "
+                f"expected (len(A), len(B)) = {expected}"
+            )
+        return out
+
+    def _diag(self, A: Block) -> np.ndarray:
+        out = np.empty(A.shape[0])
+        for start in range(0, A.shape[0], _DIAG_ROWS):
+            rows = A[start : start + _DIAG_ROWS]
+            out[start : start + _DIAG_ROWS] = np.diag(self(rows, rows))
+        return out
+
+
+# ---------------------------------------------------------------------------- registry
+
+KERNELS: dict[str, type[Kernel]] = {
+    "gaussian": Gaussian,
+    "rbf": Gaussian,
+    "laplacian": Laplacian,
+    "linear": Linear,
+    "polynomial": Polynomial,
+    "matern": Matern,
+    "tanimoto": Tanimoto,
+    "gaussian_tanimoto": GaussianTanimoto,
+}
+
+
+def kernel_from_config(cfg: Mapping[str, Any]) -> Kernel:
+    """Build a kernel from ``{"name": <registry name>, **params}``; inverse of ``to_config``.
+
+    Parameters
+    ----------
+    cfg : mapping
+        ``name`` is a key of :data:`KERNELS`; the other keys are constructor parameters
+        (missing ones take their defaults).
+
+    Returns
+    -------
+    Kernel
+
+    Raises
+    ------
+    ValueError
+        If the name is missing or unknown, or a parameter is unknown or invalid.
+    """
+    params = dict(cfg)
+    name = params.pop("name", None)
+    if name not in KERNELS:
+        raise ValueError(
+            f"kernel_from_config: unknown kernel name {name!r}; valid names are {sorted(KERNELS)}"
+        )
+    cls = KERNELS[name]
+    valid = cls._param_names()
+    for key in params:
+        if key not in valid:
+            raise ValueError(
+                f"kernel_from_config: unknown parameter {key!r} for kernel {name!r}; "
+                f"valid parameters are {valid}"
+            )
+    return cls(**params)
+
+
+def check_kernel(kernel: Any, *, name: str) -> Kernel:
+    """Resolve a user's kernel argument to a :class:`Kernel`.
+
+    Parameters
+    ----------
+    kernel : Kernel, str, mapping or callable
+        A kernel object (returned as is), a :data:`KERNELS` name (default parameters), a
+        config dict (see :func:`kernel_from_config`), or a callable
+        ``kernel(A, B) -> (len(A), len(B))`` array (wrapped in :class:`CallableKernel`).
+    name : str
+        The argument's name, which starts every error message.
+
+    Returns
+    -------
+    Kernel
+
+    Raises
+    ------
+    ValueError
+        For an unknown name, a bad config or anything else.
+    """
+    choices = (
+        f"use one of {sorted(KERNELS)}, a config dict, a distsketch.kernels object, "
+        "or a callable kernel(A, B) -> (len(A), len(B)) array"
+    )
+    if isinstance(kernel, Kernel):
+        return kernel
+    if isinstance(kernel, str):
+        if kernel not in KERNELS:
+            raise ValueError(f"{name}: unknown kernel {kernel!r}; {choices}")
+        return KERNELS[kernel]()
+    if isinstance(kernel, Mapping):
+        try:
+            return kernel_from_config(kernel)
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+    if callable(kernel) and not isinstance(kernel, type):
+        return CallableKernel(kernel)
+    raise ValueError(
+        f"{name}: cannot use {kernel!r} (type {type(kernel).__name__}) as a kernel; {choices}"
+    )

@@ -1,0 +1,507 @@
+"""Estimators: one sketched pipeline, interchangeable sketches.
+
+- :class:`SISOKR` — input and output kernel, each exact (``None``) or sketched: IOKR,
+  SIOKR, ISOKR and SISOKR are the same class with different sketches.
+- :class:`SketchedKRR` — sketched kernel ridge regression for scalar or multi-output
+  targets (exact KRR with ``sketch=None``).
+
+Both minimise ``(1/n) Σ_i ‖h(x_i) − y_i‖² + λ ‖h‖²`` over the sketched hypothesis space
+(see :mod:`distsketch.solve` for the closed forms), fit with one streaming pass
+(:mod:`distsketch.accumulate`) and solve every λ from one eigendecomposition.
+The estimators only validate, call the module-level functions and keep the small
+(``m × m``-sized) fitted state as numpy arrays.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import scipy.sparse as sp
+
+from ._base import ParamsMixin
+from .accumulate import PassPlan, Side, run_pass
+from .kernels import Linear, check_kernel
+from .options import EngineOptions, block_dtype, check_options
+from .rows import RowSource, as_row_source, fingerprint
+from .sketches import RealizedSketch, check_sketch, gram_dot
+from .solve import krr_coef, sisokr_coef, sisokr_operator, solve_input, whitening
+from .store import open_fit_store
+
+__all__ = ["SISOKR", "SketchedKRR"]
+
+logger = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def check_lam(lam: Any) -> tuple[float, ...]:
+    """λ (a positive float) or a sequence of them; returns the path as a tuple."""
+    values = lam if isinstance(lam, (Sequence, np.ndarray)) and not isinstance(lam, str) else [lam]
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v) or v <= 0:
+            raise ValueError(f"lam: the ridge parameter must be a positive finite number "
+                             f"(or a sequence of them), got {lam!r}")
+        out.append(float(v))
+    if not out:
+        raise ValueError("lam: empty sequence; give at least one positive value")
+    return tuple(out)
+
+
+def check_random_state(random_state: Any) -> np.random.Generator:
+    """One generator per fit; ``None`` draws fresh entropy (never the global RNG)."""
+    if random_state is None:
+        return np.random.default_rng()
+    if isinstance(random_state, np.random.Generator):
+        return random_state
+    if isinstance(random_state, np.random.RandomState):
+        return np.random.default_rng(random_state.randint(0, 2**31 - 1))
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        if random_state < 0:
+            raise ValueError(f"random_state: must be a non-negative integer, got {random_state}")
+        return np.random.default_rng(int(random_state))
+    raise ValueError(f"random_state: expected None, an int or a numpy Generator, got {random_state!r}")
+
+
+def _kernel_config(kernel) -> dict:
+    try:
+        return kernel.to_config()
+    except TypeError:
+        f = getattr(kernel, "func", kernel)
+        return {"callable": f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', repr(f))}"}
+
+
+def _jsonable(obj: Any) -> Any:
+    import json
+    return json.loads(json.dumps(obj, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
+
+
+# --------------------------------------------------------------------------- the fit
+
+
+@dataclass
+class PassResult:
+    """What a pass returns to an estimator: realised sketches, landmarks and the sums."""
+
+    n: int
+    x_sketch: RealizedSketch
+    x_landmarks: Any
+    y_sketch: RealizedSketch | None
+    y_landmarks: Any
+    sums: dict
+    store: str | None
+
+
+def _choose_block_rows(options: EngineOptions, n: int, width: int, native: int | None) -> int:
+    if options.block_rows is not None:
+        return min(int(options.block_rows), n)
+    itemsize = np.dtype(options.block_dtype).itemsize
+    per_row = 8 * (options.gram_chunk + width) + itemsize * width
+    b = max(64, options.block_memory // per_row)
+    if native:
+        b = max(native, (b // native) * native)
+    return int(min(b, n))
+
+
+def fit_pass(
+    X: RowSource,
+    Y: RowSource,
+    *,
+    x_kernel,
+    x_sketch,
+    y_kernel=None,
+    y_sketch=None,
+    unique_outputs: bool = False,
+    rng: np.random.Generator,
+    store: Any,
+    options: EngineOptions,
+    model: str,
+) -> PassResult:
+    """Draw the sketches, gather landmarks and run (or resume) the streaming pass.
+
+    ``y_kernel=None`` treats ``Y`` as vector targets (sketched KRR, sum ``b``);
+    otherwise ``Y`` goes through the output kernel (sums ``M, E``).
+    """
+    n = X.n
+    seeds = [int(s) for s in rng.integers(0, 2**63 - 1, size=2)]
+    xs = x_sketch.realize(n, seed=seeds[0])
+    ys = y_sketch.realize(n, seed=seeds[1]) if y_kernel is not None else None
+    x_land = X.take(xs.support)
+    y_land = Y.take(ys.support) if ys is not None else None
+    width = xs.m + (ys.m if ys is not None else Y.shape[1]) + X.shape[1] + Y.shape[1]
+    b = _choose_block_rows(options, n, width, X.native_rows or Y.native_rows)
+    config = _jsonable({
+        "model": model,
+        "n": n,
+        "block_rows": b,
+        "block_dtype": options.block_dtype,
+        "gram_chunk": options.gram_chunk,
+        "m_x": xs.m,
+        "m_y": ys.m if ys is not None else None,
+        "input": {"kernel": _kernel_config(x_kernel), "sketch": xs.to_config(),
+                  "shape": X.shape, "landmarks": fingerprint(x_land)},
+        "output": ({"kernel": _kernel_config(y_kernel), "sketch": ys.to_config(),
+                    "shape": Y.shape, "landmarks": fingerprint(y_land)}
+                   if ys is not None else {"targets": Y.shape}),
+        "unique_outputs": bool(unique_outputs),
+    })
+    fs = open_fit_store(store)
+    try:
+        fs.prepare_pass(config, overwrite=options.overwrite)
+        if fs.status in ("pass-complete", "solved"):
+            logger.info("store %s: pass already complete, reusing its sums", fs.location)
+            sums = fs.read_sums()
+        else:
+            C, D, done = fs.pass_arrays()
+            plan = PassPlan(
+                n=n, block_rows=b,
+                x=Side(x_kernel, x_land, xs),
+                y=Side(y_kernel, y_land, ys) if ys is not None else None,
+                targets=ys is None, unique_outputs=unique_outputs,
+                C=C, D=D, done=done, dtype=block_dtype(options), chunk=options.gram_chunk,
+                check_x=X.lazy, check_y=Y.lazy,
+            )
+            sums = run_pass(plan, X, Y, split_every=options.split_every, progress=options.progress)
+            fs.write_sums(sums)
+        return PassResult(n=n, x_sketch=xs, x_landmarks=x_land, y_sketch=ys, y_landmarks=y_land,
+                          sums=sums, store=None if fs.temporary else fs.location)
+    finally:
+        fs.discard()
+
+
+def _check_xy(X, Y, *, y_name: str = "Y") -> tuple[RowSource, RowSource]:
+    Xs = as_row_source(X, argument="X")
+    Ys = as_row_source(Y, argument=y_name)
+    if Ys.n != Xs.n:
+        raise ValueError(f"{y_name}: has {Ys.n} rows but X has {Xs.n}; "
+                         f"X and {y_name} must hold the same samples")
+    if Xs.n < 2:
+        raise ValueError(f"X: at least 2 samples are needed to fit, got {Xs.n}")
+    Xs.check_finite()
+    Ys.check_finite()
+    return Xs, Ys
+
+
+def features(kernel, landmarks, P: np.ndarray, X, *, options: EngineOptions):
+    """``k(X, L) P`` row block by row block: ``φ(x) = Pᵀ k(L, x)`` for new points.
+
+    Dask input gives a dask array (lazy); numpy / sparse input gives an ndarray.
+    """
+    if isinstance(X, da.Array):
+        X = X.rechunk({1: -1})
+        return X.map_blocks(_features_block, kernel, landmarks, P, options.gram_chunk,
+                            dtype=np.float64, chunks=(X.chunks[0], (P.shape[1],)))
+    src = as_row_source(X, argument="X")
+    if src.lazy:
+        return np.asarray(features(kernel, landmarks, P, da.from_zarr(X), options=options))
+    src.check_finite()
+    b = max(1, options.block_memory // (8 * (options.gram_chunk + P.shape[1])))
+    out = np.empty((src.n, P.shape[1]))
+    for s in range(0, src.n, b):
+        out[s : s + b] = _features_block(src.data[s : s + b], kernel, landmarks, P, options.gram_chunk)
+    return out
+
+
+def _features_block(block, kernel, landmarks, P, chunk):
+    return gram_dot(kernel, block, landmarks, right=P, chunk=chunk)
+
+
+# --------------------------------------------------------------------------- estimators
+
+
+class _SketchedBase(ParamsMixin):
+    """Shared λ handling of the fitted estimators."""
+
+    def set_lam(self, lam: float):
+        """Switch the active λ without touching the data (O(r²)); returns self.
+
+        Any positive λ is allowed, not only those of the fitted ``lam`` sequence: the
+        eigendecomposition of the fit serves every λ.
+        """
+        self._check_fitted()
+        (value,) = check_lam(lam)
+        self.lam_ = value
+        self._update_coef()
+        return self
+
+    def _check_fitted(self):
+        if not hasattr(self, "input_solution_"):
+            raise ValueError(f"{type(self).__name__} is not fitted yet; call fit(X, Y) first")
+
+    def _options(self) -> EngineOptions:
+        return check_options(self.options)
+
+
+class SISOKR(_SketchedBase):
+    """Sketch-In-Sketch-Out kernel regression for structured outputs (IOKR family).
+
+    Learns ``ĥ(x) = Σ`` over the sketched input space of the projection of the outputs'
+    feature maps ``ψ(y)`` onto the sketched output space, and predicts by decoding
+    ``argmin_y k_Y(y, y) − 2⟨ĥ(x), ψ(y)⟩`` over candidates (Prop. 1 of El Ahmad et al.,
+    AISTATS 2024). ``input_sketch=None`` / ``output_sketch=None`` keep that side exact:
+
+    ======== ================ ================
+    model    input_sketch     output_sketch
+    ======== ================ ================
+    IOKR     None             None
+    SIOKR    a sketch         None
+    ISOKR    None             a sketch
+    SISOKR   a sketch         a sketch
+    ======== ================ ================
+
+    Parameters
+    ----------
+    input_kernel, output_kernel : kernel, str or callable
+        See :mod:`distsketch.kernels`. A :class:`~distsketch.kernels.Linear` output kernel
+        makes ``predict`` return vectors (multi-output regression, no decoding).
+    input_sketch, output_sketch : Sketch or None
+    lam : float or sequence of float
+        Ridge parameter λ > 0 of ``(1/n) Σ ‖h(x_i) − ψ(y_i)‖² + λ‖h‖²``. A sequence is
+        solved from the same eigendecomposition; the first value is active after ``fit``
+        and :meth:`set_lam` switches.
+    random_state : None, int or numpy.random.Generator
+        Seeds the sketches (one generator per fit).
+    store : None, path or zarr.Group
+        Where the pass is written. ``None``: a temporary directory removed after ``fit``.
+        A path is kept, and a fit interrupted there resumes when fitted again with the
+        same data, ``random_state`` and options.
+    options : EngineOptions or None
+        Engine knobs (block rows, dtype, thresholds); they do not change the model.
+
+    Attributes
+    ----------
+    input_sketch_, output_sketch_ : RealizedSketch
+    input_landmarks_ : array of shape (s'_X, d_X)
+    output_landmarks_ : array of shape (s'_Y, d_Y)
+    input_solution_ : InputSolution
+    output_whitening_ : ndarray of shape (m_Y, r_Y)
+    lam_ : float
+        Active λ.
+    lams_ : tuple of float
+    coef_ : ndarray of shape (r_Y, r_X)
+        ``W(λ)`` for the active λ.
+    candidates_ : ndarray of shape (n_candidates, d_Y)
+        Unique training outputs in order of first appearance (default candidates).
+    candidate_index_ : ndarray of int
+        Training row of each default candidate's first appearance.
+    n_features_in_ : int
+    store_ : str or None
+        Path of the kept store.
+    """
+
+    def __init__(self, input_kernel="gaussian", output_kernel="gaussian", *, input_sketch=None,
+                 output_sketch=None, lam=1e-6, random_state=None, store=None, options=None):
+        self.input_kernel = input_kernel
+        self.output_kernel = output_kernel
+        self.input_sketch = input_sketch
+        self.output_sketch = output_sketch
+        self.lam = lam
+        self.random_state = random_state
+        self.store = store
+        self.options = options
+
+    def fit(self, X, Y):
+        """Fit on inputs ``X`` (n, d_X) and outputs ``Y`` (n, d_Y); returns self.
+
+        ``X``, ``Y``: numpy, scipy.sparse, dask or zarr arrays with the same rows.
+        """
+        lams = check_lam(self.lam)
+        kx = check_kernel(self.input_kernel, name="input_kernel")
+        ky = check_kernel(self.output_kernel, name="output_kernel")
+        sx = check_sketch(self.input_sketch, argument="input_sketch")
+        sy = check_sketch(self.output_sketch, argument="output_sketch")
+        options = self._options()
+        rng = check_random_state(self.random_state)
+        Xs, Ys = _check_xy(X, Y)
+        sx.check(Xs.n, argument="input_sketch")
+        sy.check(Xs.n, argument="output_sketch")
+        linear = isinstance(ky, Linear)
+        res = fit_pass(Xs, Ys, x_kernel=kx, x_sketch=sx, y_kernel=ky, y_sketch=sy,
+                       unique_outputs=not linear, rng=rng, store=self.store, options=options,
+                       model="SISOKR")
+        S = res.sums
+        rtol = options.eig_rtol
+        self.input_kernel_, self.output_kernel_ = kx, ky
+        self.input_sketch_, self.output_sketch_ = res.x_sketch, res.y_sketch
+        self.input_landmarks_, self.output_landmarks_ = res.x_landmarks, res.y_landmarks
+        self.input_solution_ = solve_input(S["G"], S["B"], n=res.n, rtol=rtol)
+        self.output_whitening_ = whitening(S["E"], rtol=rtol, argument="output_kernel")
+        self.operator_ = sisokr_operator(self.input_solution_, self.output_whitening_, S["M"])
+        self.input_projection_ = res.x_sketch.transpose_dot(self.input_solution_.T)
+        self.output_projection_ = res.y_sketch.transpose_dot(self.output_whitening_)
+        if linear:
+            self.candidates_ = self.candidate_index_ = None
+            self.output_map_ = self.output_projection_.T @ _as_dense(res.y_landmarks)
+        else:
+            rows, first = S["U"]
+            order = np.argsort(first, kind="stable")
+            self.candidates_, self.candidate_index_ = rows[order], first[order]
+        self.lams_ = lams
+        self.lam_ = lams[0]
+        self.n_features_in_ = Xs.shape[1]
+        self.n_outputs_ = Ys.shape[1]
+        self.store_ = res.store
+        self._update_coef()
+        return self
+
+    def _update_coef(self):
+        self.coef_ = sisokr_coef(self.input_solution_, self.operator_, self.lam_)
+
+    # -- features ----------------------------------------------------------------
+    def input_features(self, X):
+        """``φ_X(x) = T_Xᵀ R_X k_X(X_train, x)`` for each row: shape (n_queries, r_X)."""
+        self._check_fitted()
+        return features(self.input_kernel_, self.input_landmarks_, self.input_projection_, X,
+                        options=self._options())
+
+    def output_features(self, Y):
+        """``φ_Y(y) = T_Yᵀ R_Y k_Y(Y_train, y)`` for each row: shape (n_candidates, r_Y)."""
+        self._check_fitted()
+        Y = _check_width(Y, self.n_outputs_, "candidates")
+        return features(self.output_kernel_, self.output_landmarks_, self.output_projection_, Y,
+                        options=self._options())
+
+    def surrogate(self, X) -> np.ndarray:
+        """``W(λ) φ_X(x)``: coordinates of ``ĥ(x)`` in the output features, (n_queries, r_Y)."""
+        return np.asarray(self.input_features(X)) @ self.coef_.T
+
+    # -- decoding ---------------------------------------------------------------
+    def score_candidates(self, X, candidates) -> np.ndarray:
+        """Decoding criterion ``k_Y(y, y) − 2⟨ĥ(x), ψ(y)⟩``; smaller is better.
+
+        Parameters
+        ----------
+        X : array of shape (n_queries, d_X)
+        candidates : array of shape (n_candidates, d_Y)
+
+        Returns
+        -------
+        ndarray of shape (n_queries, n_candidates)
+        """
+        self._check_fitted()
+        cand = _check_width(candidates, self.n_outputs_, "candidates")
+        if cand.shape[0] == 0:
+            raise ValueError("candidates: empty candidate set")
+        g = self.surrogate(X)
+        phi = np.asarray(self.output_features(cand))
+        kyy = self.output_kernel_.diag(cand)
+        return kyy[None, :] - 2.0 * (g @ phi.T)
+
+    def predict(self, X, candidates=None):
+        """Best candidate row per query; vectors ``ĥ(x)`` for a linear output kernel.
+
+        Parameters
+        ----------
+        X : array of shape (n_queries, d_X)
+        candidates : array of shape (n_candidates, d_Y), optional
+            Default: the unique training outputs (``candidates_``).
+
+        Returns
+        -------
+        ndarray of shape (n_queries, d_Y)
+        """
+        self._check_fitted()
+        if candidates is None:
+            if self.candidates_ is None:  # linear output kernel: h(x) itself
+                return self.surrogate(X) @ self.output_map_
+            candidates = self.candidates_
+        cand = _as_dense(_check_width(candidates, self.n_outputs_, "candidates"))
+        scores = self.score_candidates(X, cand)
+        return cand[np.argmin(scores, axis=1)]
+
+
+class SketchedKRR(_SketchedBase):
+    """Sketched kernel ridge regression, scalar or multi-output (exact with ``sketch=None``).
+
+    ``f(x) = (R k(X, x))ᵀ β(λ)`` with ``β(λ) = (R K² Rᵀ + nλ R K Rᵀ)^† R K Y`` (eq. 3 of
+    Chen & Yang, JMLR 2021; El Ahmad et al., TMLR 2023), minimising
+    ``(1/n) Σ ‖f(x_i) − y_i‖² + λ‖f‖²``.
+
+    Parameters
+    ----------
+    kernel : kernel, str or callable
+    sketch : Sketch or None
+    lam, random_state, store, options
+        As for :class:`SISOKR`.
+
+    Attributes
+    ----------
+    sketch_ : RealizedSketch
+    landmarks_ : array of shape (s', d)
+    input_solution_ : InputSolution
+    dual_coef_ : ndarray of shape (s', n_targets)
+        ``R_mixᵀ β(λ)``: ``f(x) = k(x, landmarks_) @ dual_coef_``.
+    lam_, lams_, n_features_in_, store_
+        As for :class:`SISOKR`.
+    """
+
+    def __init__(self, kernel="gaussian", *, sketch=None, lam=1e-6, random_state=None, store=None,
+                 options=None):
+        self.kernel = kernel
+        self.sketch = sketch
+        self.lam = lam
+        self.random_state = random_state
+        self.store = store
+        self.options = options
+
+    def fit(self, X, y):
+        """Fit on ``X`` (n, d) and targets ``y`` (n,) or (n, n_targets); returns self."""
+        lams = check_lam(self.lam)
+        k = check_kernel(self.kernel, name="kernel")
+        s = check_sketch(self.sketch, argument="sketch")
+        options = self._options()
+        rng = check_random_state(self.random_state)
+        Xs, Ys = _check_xy(X, y, y_name="y")
+        s.check(Xs.n, argument="sketch")
+        res = fit_pass(Xs, Ys, x_kernel=k, x_sketch=s, rng=rng, store=self.store, options=options,
+                       model="SketchedKRR")
+        self.kernel_ = k
+        self.sketch_ = res.x_sketch
+        self.landmarks_ = res.x_landmarks
+        self.input_solution_ = solve_input(res.sums["G"], res.sums["B"], n=res.n,
+                                           rtol=options.eig_rtol)
+        self._b = res.sums["b"]
+        self._y_1d = getattr(y, "ndim", 2) == 1
+        self.lams_ = lams
+        self.lam_ = lams[0]
+        self.n_features_in_ = Xs.shape[1]
+        self.store_ = res.store
+        self._update_coef()
+        return self
+
+    def _update_coef(self):
+        beta = krr_coef(self.input_solution_, self._b, self.lam_)
+        self.dual_coef_ = self.sketch_.transpose_dot(beta)
+
+    def predict(self, X):
+        """``f(x) = k(x, landmarks_) @ dual_coef_``: shape (n,) or (n, n_targets).
+
+        A dask array input gives a lazy dask array.
+        """
+        self._check_fitted()
+        out = features(self.kernel_, self.landmarks_, self.dual_coef_, X, options=self._options())
+        return out[:, 0] if self._y_1d else out
+
+
+def _as_dense(a):
+    return a.toarray() if sp.issparse(a) else np.asarray(a)
+
+
+def _check_width(Y, width: int, argument: str):
+    if isinstance(Y, (list, tuple)):
+        Y = np.asarray(Y)
+    if getattr(Y, "ndim", None) == 1:
+        Y = Y.reshape(-1, 1) if width == 1 else Y.reshape(1, -1)
+    if getattr(Y, "ndim", None) != 2:
+        raise ValueError(f"{argument}: expected a 2-D array of output rows")
+    if Y.shape[1] != width:
+        raise ValueError(f"{argument}: rows have {Y.shape[1]} columns but the model was fitted "
+                         f"on outputs with {width}")
+    return Y

@@ -1,0 +1,88 @@
+"""Engine knobs: how a fit runs, never what it computes (up to float64 rounding).
+
+Model-defining choices (kernels, sketches, λ, seeds) are estimator arguments;
+deployment (workers, memory limits, BLAS threads) lives in ``cluster/`` configuration.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+__all__ = ["EngineOptions", "check_options"]
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Execution options of a fit, passed as ``options=EngineOptions(...)``.
+
+    Parameters
+    ----------
+    block_rows : int or None
+        Training rows per task of the streaming pass. ``None`` derives it from
+        ``block_memory`` (and aligns it with the row chunks of a dask / zarr input).
+    block_memory : int
+        Bytes targeted for the arrays one task holds (kernel block, sketched blocks).
+    gram_chunk : int
+        Landmark columns per kernel block: a task never holds more than
+        ``block_rows × gram_chunk`` kernel values at once.
+    block_dtype : {"float64", "float32"}
+        Dtype of the sketched blocks ``C, D`` written to the store. Sums are float64.
+    rtol : float or None
+        Relative eigenvalue threshold of the whitening of ``R K Rᵀ``. ``None``:
+        1e-10 for float64 blocks, 1e-5 for float32 blocks.
+    split_every : int
+        Fan-in of the tree reduction of the partial sums.
+    overwrite : bool
+        Allow a fit to replace a *different* fit found in its store path (a store with
+        the same configuration is resumed, never overwritten).
+    progress : bool
+        Show dask's progress bar (local schedulers) or distributed's progress.
+    """
+
+    block_rows: int | None = None
+    block_memory: int = 128 * 2**20
+    gram_chunk: int = 2048
+    block_dtype: str = "float64"
+    rtol: float | None = None
+    split_every: int = 8
+    overwrite: bool = False
+    progress: bool = False
+
+    @property
+    def eig_rtol(self) -> float:
+        if self.rtol is not None:
+            return float(self.rtol)
+        return 1e-10 if self.block_dtype == "float64" else 1e-5
+
+
+def _bad(field: str, msg: str) -> ValueError:
+    return ValueError(f"options.{field}: {msg}")
+
+
+def check_options(options: EngineOptions | None) -> EngineOptions:
+    """Validate ``options`` (``None`` gives the defaults); errors name the field."""
+    if options is None:
+        return EngineOptions()
+    if not isinstance(options, EngineOptions):
+        raise ValueError(f"options: expected a distsketch.EngineOptions, got {options!r}")
+    for f in fields(options):
+        v = getattr(options, f.name)
+        if f.name in ("block_rows",) and v is None:
+            continue
+        if f.name in ("block_rows", "block_memory", "gram_chunk", "split_every"):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+                raise _bad(f.name, f"must be a positive integer, got {v!r}")
+    if options.split_every < 2:
+        raise _bad("split_every", f"must be at least 2, got {options.split_every}")
+    if options.block_dtype not in ("float64", "float32"):
+        raise _bad("block_dtype", f"must be 'float64' or 'float32', got {options.block_dtype!r}")
+    if options.rtol is not None and not (0.0 < float(options.rtol) < 1.0):
+        raise _bad("rtol", f"must be in (0, 1), got {options.rtol!r}")
+    return options
+
+
+def block_dtype(options: EngineOptions) -> np.dtype:
+    return np.dtype(options.block_dtype)

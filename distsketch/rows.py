@@ -1,0 +1,163 @@
+"""Row-block access to training and test inputs: numpy, scipy.sparse, dask and zarr arrays.
+
+The streaming pass needs two things from an input: its row blocks, each read once, and a
+gather of the few rows of the sketch support (the landmarks). :class:`RowSource` gives
+both without ever loading a lazy (dask / zarr) input whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["RowSource", "as_row_source", "check_finite_block", "fingerprint"]
+
+
+def _is_zarr_array(x: Any) -> bool:
+    mod = type(x).__module__
+    return mod.startswith("zarr") and hasattr(x, "shape") and hasattr(x, "chunks")
+
+
+class RowSource:
+    """A 2-D input seen as row blocks.
+
+    Parameters
+    ----------
+    data : ndarray, scipy.sparse matrix/array, dask.array.Array or zarr.Array
+        Shape (n, d); a 1-D input is read as one column.
+    argument : str
+        Name of the argument, used in error messages (``"X"``, ``"Y"``).
+
+    Attributes
+    ----------
+    kind : {"numpy", "sparse", "dask", "zarr"}
+    shape : tuple (n, d)
+    native_rows : int or None
+        Row chunk of a lazy input, so blocks can be aligned with stored chunks.
+    """
+
+    def __init__(self, data: Any, *, argument: str):
+        self.argument = argument
+        if isinstance(data, da.Array):
+            kind = "dask"
+        elif _is_zarr_array(data):
+            kind = "zarr"
+        elif sp.issparse(data):
+            kind = "sparse"
+            data = sp.csr_array(data)
+        else:
+            kind = "numpy"
+            try:
+                data = np.asarray(data)
+            except Exception as exc:  # ragged lists and the like
+                raise ValueError(f"{argument}: cannot be read as an array ({exc})") from None
+            if data.dtype == object or not (
+                np.issubdtype(data.dtype, np.number) or data.dtype == bool
+            ):
+                raise ValueError(
+                    f"{argument}: expected a numeric array, got dtype {data.dtype}"
+                )
+        if data.ndim == 1:
+            data = data.reshape(-1, 1) if kind != "zarr" else da.from_zarr(data)[:, None]
+            kind = "dask" if kind == "zarr" else kind
+        if data.ndim != 2:
+            raise ValueError(
+                f"{argument}: expected a 2-D array (n_samples, n_features), got {data.ndim}-D"
+            )
+        if data.shape[0] < 1 or data.shape[1] < 1:
+            raise ValueError(f"{argument}: empty array of shape {tuple(data.shape)}")
+        self.data = data
+        self.kind = kind
+        self.shape = (int(data.shape[0]), int(data.shape[1]))
+        if kind == "dask":
+            self.native_rows = int(max(data.chunks[0]))
+        elif kind == "zarr":
+            self.native_rows = int(data.chunks[0])
+        else:
+            self.native_rows = None
+
+    @property
+    def n(self) -> int:
+        return self.shape[0]
+
+    @property
+    def lazy(self) -> bool:
+        """True when the data are not in memory (values are checked inside the pass)."""
+        return self.kind in ("dask", "zarr")
+
+    def check_finite(self) -> None:
+        """Eager NaN/inf check for in-memory inputs (lazy ones are checked per block)."""
+        if self.lazy:
+            return
+        values = self.data.data if self.kind == "sparse" else self.data
+        if np.issubdtype(values.dtype, np.floating) and not np.isfinite(values).all():
+            bad = _first_bad_row(self.data)
+            raise ValueError(
+                f"{self.argument}: contains NaN or infinity (first at row {bad}); "
+                f"impute or drop those rows before fitting"
+            )
+
+    def blocks(self, block_rows: int) -> list:
+        """One entry per row block ``[i·b, (i+1)·b)``: arrays, or dask Delayed for lazy inputs."""
+        n, b = self.n, int(block_rows)
+        if self.kind in ("numpy", "sparse"):
+            return [self.data[s : min(s + b, n)] for s in range(0, n, b)]
+        arr = self.data if self.kind == "dask" else da.from_zarr(self.data)
+        arr = arr.rechunk({0: b, 1: -1})
+        return list(arr.to_delayed().ravel())
+
+    def take(self, rows: np.ndarray):
+        """Rows ``rows`` (sorted int array) as an in-memory array (landmark gather)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.kind in ("numpy", "sparse"):
+            return self.data[rows]
+        if self.kind == "zarr":
+            return np.asarray(self.data.get_orthogonal_selection((rows, slice(None))))
+        (out,) = dask.compute(self.data[rows])
+        return np.asarray(out)
+
+
+def as_row_source(data: Any, *, argument: str) -> RowSource:
+    return data if isinstance(data, RowSource) else RowSource(data, argument=argument)
+
+
+def _first_bad_row(x) -> int:
+    if sp.issparse(x):
+        x = sp.csr_array(x)
+        bad = np.flatnonzero(~np.isfinite(x.data))[0]
+        return int(np.searchsorted(x.indptr, bad, side="right") - 1)
+    return int(np.flatnonzero(~np.isfinite(x).all(axis=1))[0])
+
+
+def check_finite_block(block, *, argument: str, start: int) -> None:
+    """Raise ``ValueError`` naming ``argument`` if a row block holds NaN or infinity."""
+    values = block.data if sp.issparse(block) else np.asarray(block)
+    if np.issubdtype(values.dtype, np.floating) and not np.isfinite(values).all():
+        raise ValueError(
+            f"{argument}: contains NaN or infinity (first at row {start + _first_bad_row(block)}); "
+            f"impute or drop those rows before fitting"
+        )
+
+
+def fingerprint(*arrays) -> str:
+    """Short content hash of in-memory arrays (landmarks), recorded with a pass."""
+    h = hashlib.sha256()
+    for a in arrays:
+        if a is None:
+            h.update(b"none")
+            continue
+        if sp.issparse(a):
+            a = sp.csr_array(a)
+            parts = (a.data, a.indices, a.indptr)
+        else:
+            parts = (np.ascontiguousarray(a),)
+        h.update(repr(tuple(a.shape)).encode())
+        for p in parts:
+            h.update(str(p.dtype).encode())
+            h.update(memoryview(np.ascontiguousarray(p)).cast("B"))
+    return h.hexdigest()[:16]

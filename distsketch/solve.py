@@ -1,0 +1,116 @@
+"""Driver solve: the small ``m × m`` systems of the SISOKR family and sketched KRR.
+
+Glossary (DESIGN §2)
+--------------------
+C = K_X R_Xᵀ  (n × m_X)        D = K_Y R_Yᵀ  (n × m_Y)
+G = CᵀC      = R_X K_X² R_Xᵀ    B = R_X C     = R_X K_X R_Xᵀ
+M = DᵀC      = R_Y K_Y K_X R_Xᵀ E = R_Y D     = R_Y K_Y R_Yᵀ
+b = Cᵀ Y     (vector targets)
+T_X           whitening of B:  B = U diag(s) Uᵀ, T_X = U_r diag(s_r^{-1/2}), s_r > rtol·max(s)
+H = T_Xᵀ G T_X = V diag(Λ) Vᵀ   (one eigendecomposition serves every λ)
+
+Objective normalisation, written once: every model minimises
+``(1/n) Σ_i ‖h(x_i) − ψ(y_i)‖² + λ ‖h‖²``, hence the ``n λ`` below.
+
+- SISOKR (Prop. 1 of El Ahmad et al., AISTATS 2024)::
+
+      W(λ) = (T_Yᵀ M T_X) V (Λ + nλ)^{-1} Vᵀ          (r_Y × r_X)
+      ⟨ĥ(x), ψ(y)⟩ = φ_Y(y)ᵀ W(λ) φ_X(x),  φ_X(x) = T_Xᵀ R_X k_X(X, x)
+
+  which equals the dense closed form
+  ``k_Y(y,Y) R_Yᵀ (R_Y K_Y R_Yᵀ)^† R_Y K_Y K_X R_Xᵀ (R_X K_X² R_Xᵀ + nλ R_X K_X R_Xᵀ)^† R_X k_X(X,x)``.
+- Sketched KRR (eq. 3 of Chen & Yang, JMLR 2021)::
+
+      β(λ) = T_X V (Λ + nλ)^{-1} Vᵀ T_Xᵀ b,   f(x) = (R_X k_X(X, x))ᵀ β(λ)
+
+No explicit inverse is ever formed: symmetrise, eigen-decompose once, threshold relatively.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "whitening", "InputSolution", "solve_input", "sisokr_operator", "sisokr_coef", "krr_coef",
+]
+
+
+def _sym(A: np.ndarray) -> np.ndarray:
+    A = np.asarray(A, dtype=np.float64)
+    return 0.5 * (A + A.T)
+
+
+def whitening(B: np.ndarray, *, rtol: float, argument: str = "kernel") -> np.ndarray:
+    """``T = U_r diag(s_r^{-1/2})`` for ``B = U diag(s) Uᵀ`` keeping ``s > rtol · max(s)``.
+
+    Then ``T Tᵀ = B^†`` restricted to the retained eigenspace and ``Tᵀ B T = I_r``.
+
+    Parameters
+    ----------
+    B : ndarray of shape (m, m)
+        Symmetric positive semi-definite (``R K Rᵀ``).
+    rtol : float
+        Relative eigenvalue threshold.
+
+    Returns
+    -------
+    ndarray of shape (m, r)
+    """
+    s, U = np.linalg.eigh(_sym(B))
+    top = s[-1] if s.size else 0.0
+    if not np.isfinite(top) or top <= 0.0:
+        raise ValueError(
+            f"{argument}: the sketched Gram matrix R K Rᵀ has no positive eigenvalue; "
+            f"check the kernel (is it positive definite?) and that the sketch is not empty"
+        )
+    keep = s > rtol * top
+    return U[:, keep] / np.sqrt(s[keep])
+
+
+@dataclass(frozen=True)
+class InputSolution:
+    """λ-independent input-side factors: ``T_X``, ``V``, ``Λ`` and ``n``.
+
+    Attributes
+    ----------
+    T : ndarray of shape (m_X, r_X)
+    V : ndarray of shape (r_X, r_X)
+    evals : ndarray of shape (r_X,)
+        ``Λ``, eigenvalues of ``H = T_Xᵀ G T_X`` (clipped at 0).
+    n : int
+    """
+
+    T: np.ndarray
+    V: np.ndarray
+    evals: np.ndarray
+    n: int
+
+    def shrinkage(self, lam: float) -> np.ndarray:
+        """``(Λ + nλ)^{-1}`` of shape (r_X,)."""
+        return 1.0 / (self.evals + self.n * float(lam))
+
+
+def solve_input(G: np.ndarray, B: np.ndarray, *, n: int, rtol: float) -> InputSolution:
+    """Whiten ``B`` and eigen-decompose ``H = T_Xᵀ G T_X`` once for the whole λ path."""
+    T = whitening(B, rtol=rtol, argument="input_kernel")
+    H = _sym(T.T @ _sym(G) @ T)
+    evals, V = np.linalg.eigh(H)
+    return InputSolution(T=T, V=V, evals=np.clip(evals, 0.0, None), n=int(n))
+
+
+def sisokr_operator(sol: InputSolution, T_Y: np.ndarray, M: np.ndarray) -> np.ndarray:
+    """``A = T_Yᵀ M T_X V`` (r_Y × r_X); then ``W(λ) = A diag((Λ+nλ)^{-1}) Vᵀ``."""
+    return T_Y.T @ np.asarray(M, dtype=np.float64) @ sol.T @ sol.V
+
+
+def sisokr_coef(sol: InputSolution, A: np.ndarray, lam: float) -> np.ndarray:
+    """``W(λ) = A diag((Λ + nλ)^{-1}) Vᵀ`` of shape (r_Y, r_X)."""
+    return (A * sol.shrinkage(lam)) @ sol.V.T
+
+
+def krr_coef(sol: InputSolution, b: np.ndarray, lam: float) -> np.ndarray:
+    """``β(λ) = T_X V (Λ + nλ)^{-1} Vᵀ T_Xᵀ b`` of shape (m_X, t) (Chen & Yang eq. 3)."""
+    Vb = sol.V.T @ (sol.T.T @ np.asarray(b, dtype=np.float64))
+    return sol.T @ (sol.V @ (sol.shrinkage(lam)[:, None] * Vb))

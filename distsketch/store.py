@@ -1,0 +1,171 @@
+"""The zarr store of one fit: sketched blocks, reduced sums, configuration, completeness.
+
+Layout (one zarr v3 group per fit)::
+
+    <store>/                      attrs["distsketch"] = {format_version, version, status, pass}
+        pass/C      (n, m_X)      K_X R_Xᵀ, chunks (block_rows, m_X)
+        pass/D      (n, m_Y)      K_Y R_Yᵀ (structured outputs only)
+        pass/done   (n_blocks,)   True once block i's C and D rows are written (chunk 1)
+        sums/G, sums/B, sums/M, sums/E, sums/b      tree-reduced partial sums (float64)
+        sums/U_rows, sums/U_index                   unique output rows, first training row
+
+``status`` moves ``"pass"`` → ``"pass-complete"`` (all blocks done, sums written)
+→ ``"solved"`` (the driver solve is stored). Anything else — a run killed or failed
+mid-way — is an incomplete store: it resumes when fitted again with the same
+configuration, and is never read as a finished pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from typing import Any
+
+import numpy as np
+import zarr
+
+from ._version import __version__
+
+__all__ = ["FORMAT_VERSION", "FitStore", "open_fit_store"]
+
+logger = logging.getLogger(__name__)
+
+#: Version of the on-disk layout; a store with another version is refused.
+FORMAT_VERSION = 1
+_ATTR = "distsketch"
+_SUMS = ("G", "B", "M", "E", "b")
+
+
+class FitStore:
+    """Handle on the zarr group of one fit.
+
+    Use :func:`open_fit_store` to create one.
+    """
+
+    def __init__(self, group: zarr.Group, *, location: str, temporary: bool):
+        self.group = group
+        self.location = location
+        self.temporary = temporary
+
+    # -- metadata -----------------------------------------------------------------
+    @property
+    def meta(self) -> dict:
+        return dict(self.group.attrs.get(_ATTR, {}))
+
+    def _set_meta(self, **updates: Any) -> None:
+        meta = self.meta
+        meta.update(updates)
+        self.group.attrs[_ATTR] = meta
+
+    @property
+    def status(self) -> str | None:
+        return self.meta.get("status")
+
+    # -- the pass -----------------------------------------------------------------
+    def prepare_pass(self, config: dict, *, overwrite: bool) -> bool:
+        """Create the pass arrays for ``config``, or keep them if they match (resume).
+
+        Returns True when an existing pass with the same configuration was found.
+        Raises ``ValueError`` if the store holds a different fit and ``overwrite`` is
+        False, before anything is written.
+        """
+        meta = self.meta
+        existing = meta.get("pass")
+        if existing is not None:
+            version = meta.get("format_version")
+            if version != FORMAT_VERSION:
+                raise ValueError(
+                    f"store {self.location!r} was written with store format {version}, this "
+                    f"is distsketch {__version__} (format {FORMAT_VERSION}); refit into a new store"
+                )
+            if existing == config:
+                logger.info("store %s: resuming the pass recorded there", self.location)
+                return True
+            if not overwrite:
+                changed = sorted(k for k in set(existing) | set(config)
+                                 if existing.get(k) != config.get(k))
+                raise ValueError(
+                    f"store: {self.location!r} already holds a fit with a different "
+                    f"configuration (differs in {changed}); to resume it fit with the same "
+                    f"data, random_state and options, otherwise use a new path or "
+                    f"EngineOptions(overwrite=True)"
+                )
+            logger.info("store %s: overwriting a different fit", self.location)
+        for name in list(self.group.keys()):
+            del self.group[name]
+        self.group.attrs[_ATTR] = {
+            "format_version": FORMAT_VERSION,
+            "version": __version__,
+            "status": "pass",
+            "pass": config,
+        }
+        n, b = config["n"], config["block_rows"]
+        n_blocks = -(-n // b)
+        grp = self.group.require_group("pass")
+        dtype = config["block_dtype"]
+        for name, m in (("C", config["m_x"]), ("D", config.get("m_y"))):
+            if m:
+                grp.create_array(name, shape=(n, m), chunks=(b, m), dtype=dtype,
+                                 fill_value=0.0, compressors=None)
+        grp.create_array("done", shape=(n_blocks,), chunks=(1,), dtype=bool, fill_value=False)
+        return False
+
+    def pass_arrays(self) -> tuple[zarr.Array, zarr.Array | None, zarr.Array]:
+        grp = self.group["pass"]
+        return grp["C"], (grp["D"] if "D" in grp else None), grp["done"]
+
+    def done_blocks(self) -> np.ndarray:
+        return np.asarray(self.group["pass/done"][:], dtype=bool)
+
+    def write_sums(self, sums: dict[str, np.ndarray]) -> None:
+        grp = self.group.require_group("sums")
+        for key in _SUMS:
+            if key in sums:
+                grp.create_array(key, data=np.asarray(sums[key], dtype=np.float64),
+                                 overwrite=True)
+        if "U" in sums:  # unique output rows and their first training row
+            rows, first = sums["U"]
+            grp.create_array("U_rows", data=np.asarray(rows), overwrite=True)
+            grp.create_array("U_index", data=np.asarray(first, dtype=np.int64), overwrite=True)
+        self._set_meta(status="pass-complete")
+
+    def read_sums(self) -> dict[str, np.ndarray]:
+        if self.status not in ("pass-complete", "solved"):
+            raise ValueError(f"store {self.location!r}: the pass is not complete")
+        grp = self.group["sums"]
+        out = {key: np.asarray(grp[key][...]) for key in _SUMS if key in grp}
+        if "U_rows" in grp:
+            out["U"] = (np.asarray(grp["U_rows"][...]), np.asarray(grp["U_index"][...]))
+        return out
+
+    def mark(self, status: str) -> None:
+        self._set_meta(status=status)
+
+    def discard(self) -> None:
+        """Delete a temporary store."""
+        if self.temporary:
+            shutil.rmtree(self.location, ignore_errors=True)
+
+
+def open_fit_store(store: Any) -> FitStore:
+    """Open (or create) the group of a fit.
+
+    Parameters
+    ----------
+    store : None, str, os.PathLike or zarr.Group
+        ``None`` makes a temporary directory, deleted by :meth:`FitStore.discard`;
+        a path (kept) is opened with zarr's local store.
+    """
+    if store is None:
+        path = tempfile.mkdtemp(prefix="distsketch-")
+        return FitStore(zarr.open_group(path, mode="a"), location=path, temporary=True)
+    if isinstance(store, zarr.Group):
+        return FitStore(store, location=str(store.store_path), temporary=False)
+    if isinstance(store, (str, os.PathLike)):
+        path = os.fspath(store)
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise ValueError(f"store: {path!r} exists and is not a directory")
+        return FitStore(zarr.open_group(path, mode="a"), location=path, temporary=False)
+    raise ValueError(f"store: expected None, a directory path or a zarr.Group, got {store!r}")

@@ -1,0 +1,45 @@
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import distsketch as ds
+
+#: Real data sets live next to the project (../shared/data); tests skip when absent.
+DATA = Path(os.environ.get("DISTSKETCH_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+
+
+def data_dir(name: str) -> Path:
+    path = DATA / name
+    if not path.is_dir():
+        pytest.skip(f"data set {name!r} not found under {DATA} (set DISTSKETCH_DATA)")
+    return path
+
+
+def all_sketches(n: int):
+    """One instance of every sketch type, sized for n rows (ids for parametrize)."""
+    m = max(2, (3 * n) // 8)
+    return {
+        "identity": ds.Identity(),
+        "subsampling": ds.SubSampling(m),
+        "subsampling_m_eq_n": ds.SubSampling(n),
+        "psparse_rademacher": ds.PSparsified(m, p=0.15, kind="rademacher"),
+        "psparse_gaussian": ds.PSparsified(m, p=0.15, kind="gaussian"),
+        "accumulation": ds.Accumulation(m, q=3),
+        "gaussian": ds.GaussianSketch(m),
+        "count": ds.CountSketch(m),
+    }
+
+
+@pytest.fixture
+def small_problem():
+    """Distinct inputs, distinct binary label vectors, new queries and candidates."""
+    rng = np.random.default_rng(12345)
+    n, d, L = 40, 3, 8
+    X = rng.normal(size=(n, d))
+    Y = np.unique((rng.random((3 * n, L)) < 0.4).astype(float), axis=0)[:n]
+    rng.shuffle(Y)
+    Xq = rng.normal(size=(7, d))
+    Yc = np.unique((rng.random((30, L)) < 0.4).astype(float), axis=0)[:11]
+    return X, Y, Xq, Yc

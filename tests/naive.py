@@ -1,0 +1,92 @@
+"""Naive dense formulas from the papers, the reference every numerical path is tested against.
+
+Everything here is written directly from the closed forms with full n × n Gram matrices and
+pseudo-inverses; none of it shares code with the library's pass or solve.
+"""
+
+import numpy as np
+
+PINV_RTOL = 1e-10
+
+
+def pinv(A):
+    """Pseudo-inverse of a symmetric PSD matrix (eigenvalues below PINV_RTOL·max dropped)."""
+    A = 0.5 * (A + A.T)
+    return np.linalg.pinv(A, rtol=PINV_RTOL, hermitian=True)
+
+
+def iokr_scores(kx, ky, X, Y, Xq, Yc, lam):
+    """IOKR: k(y,y) − 2 k_x(x, X)(K_X + nλI)^{-1} k_Y(Y, y)."""
+    n = X.shape[0]
+    Kx = kx(X, X)
+    alpha = np.linalg.solve(Kx + n * lam * np.eye(n), kx(X, Xq))  # (n, q)
+    return np.diag(ky(Yc, Yc))[None, :] - 2.0 * alpha.T @ ky(Y, Yc)
+
+
+def sisokr_inner(kx, ky, Rx, Ry, X, Y, Xq, lam):
+    """Prop. 1 of SISOKR: the matrix Q with ⟨ĥ(x_q), ψ(y)⟩ = k_Y(y, Y) Q[:, q].
+
+    Q = R_Yᵀ (R_Y K_Y R_Yᵀ)^† R_Y K_Y K_X R_Xᵀ (R_X K_X² R_Xᵀ + nλ R_X K_X R_Xᵀ)^† R_X k_X(X, Xq)
+    """
+    n = X.shape[0]
+    Kx, Ky = kx(X, X), ky(Y, Y)
+    Rx, Ry = _dense(Rx), _dense(Ry)
+    left = Ry.T @ pinv(Ry @ Ky @ Ry.T) @ Ry @ Ky
+    right = Kx @ Rx.T @ pinv(Rx @ Kx @ Kx @ Rx.T + n * lam * Rx @ Kx @ Rx.T) @ Rx @ kx(X, Xq)
+    return left @ right
+
+
+def sisokr_scores(kx, ky, Rx, Ry, X, Y, Xq, Yc, lam):
+    Q = sisokr_inner(kx, ky, Rx, Ry, X, Y, Xq, lam)
+    return np.diag(ky(Yc, Yc))[None, :] - 2.0 * (ky(Yc, Y) @ Q).T
+
+
+def sisokr_linear_predict(kx, Rx, Ry, X, Y, Xq, lam):
+    """Linear output kernel: ĥ(x) = Yᵀ Q[:, q] (vectors, no decoding)."""
+    from distsketch.kernels import Linear
+
+    return (Y.T @ sisokr_inner(kx, Linear(), Rx, Ry, X, Y, Xq, lam)).T
+
+
+def sketched_krr_predict(k, R, X, y, Xq, lam):
+    """Chen & Yang eq. 3: f(Xq) = k(Xq, X) Rᵀ (R K² Rᵀ + nλ R K Rᵀ)^† R K y."""
+    n = X.shape[0]
+    K = k(X, X)
+    R = _dense(R)
+    beta = pinv(R @ K @ K @ R.T + n * lam * R @ K @ R.T) @ R @ K @ y
+    return k(Xq, X) @ R.T @ beta
+
+
+def exact_krr_predict(k, X, y, Xq, lam):
+    n = X.shape[0]
+    return k(Xq, X) @ np.linalg.solve(k(X, X) + n * lam * np.eye(n), y)
+
+
+def pass_sums(kx, Rx, X, ky=None, Ry=None, Y=None, targets=None):
+    """The pass's sums from full matrices: G, B, M, E, b (DESIGN §2)."""
+    Rx = _dense(Rx)
+    C = kx(X, X) @ Rx.T
+    out = {"G": C.T @ C, "B": Rx @ C}
+    if ky is not None:
+        D = ky(Y, Y) @ _dense(Ry).T
+        out["M"] = D.T @ C
+        out["E"] = _dense(Ry) @ D
+    if targets is not None:
+        out["b"] = C.T @ targets
+    return out
+
+
+def rel_err(a, b):
+    """Max elementwise relative error |a − b| / |b|."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return float(np.max(np.abs(a - b) / np.abs(b)))
+
+
+def norm_rel_err(a, b):
+    """max|a − b| / max|b| (for sums whose entries may be near zero)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+def _dense(R):
+    return R.toarray() if hasattr(R, "toarray") else np.asarray(R)

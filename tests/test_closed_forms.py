@@ -1,0 +1,135 @@
+"""Every estimator path against the papers' dense closed forms (DESIGN §2 equivalences)."""
+
+import numpy as np
+import pytest
+
+import distsketch as ds
+from conftest import all_sketches
+from naive import (
+    exact_krr_predict,
+    iokr_scores,
+    rel_err,
+    sisokr_linear_predict,
+    sisokr_scores,
+    sketched_krr_predict,
+)
+
+KX = ds.Gaussian(gamma=1.0)
+KY = ds.Gaussian(gamma=0.5)
+LAM = 1e-3
+SKETCHES = all_sketches(40)
+
+
+def _fit(X, Y, sx, sy, *, seed=0, **kw):
+    return ds.SISOKR(KX, KY, input_sketch=sx, output_sketch=sy, lam=LAM, random_state=seed,
+                     **kw).fit(X, Y)
+
+
+@pytest.mark.parametrize("name", sorted(SKETCHES))
+@pytest.mark.parametrize("side", ["both", "input", "output"])
+def test_sisokr_equals_prop1(small_problem, name, side):
+    """score_candidates == k(y,y) − 2 k_Y(y,Y) R_Yᵀ(R_Y K_Y R_Yᵀ)^† R_Y K_Y K_X R_Xᵀ(…)^† R_X k_X(X,x)."""
+    X, Y, Xq, Yc = small_problem
+    sk = SKETCHES[name]
+    sx = sk if side in ("both", "input") else None
+    sy = sk if side in ("both", "output") else None
+    model = _fit(X, Y, sx, sy)
+    got = model.score_candidates(Xq, Yc)
+    want = sisokr_scores(KX, KY, model.input_sketch_.matrix(), model.output_sketch_.matrix(),
+                         X, Y, Xq, Yc, LAM)
+    assert got.shape == (len(Xq), len(Yc))
+    assert rel_err(got, want) <= 1e-8
+
+
+def test_identity_sketches_equal_iokr(small_problem):
+    X, Y, Xq, Yc = small_problem
+    got = _fit(X, Y, None, None).score_candidates(Xq, Yc)
+    assert rel_err(got, iokr_scores(KX, KY, X, Y, Xq, Yc, LAM)) <= 1e-8
+
+
+def test_subsampling_m_equals_n_is_iokr(small_problem):
+    X, Y, Xq, Yc = small_problem
+    n = len(X)
+    got = _fit(X, Y, ds.SubSampling(n), ds.SubSampling(n)).score_candidates(Xq, Yc)
+    assert rel_err(got, iokr_scores(KX, KY, X, Y, Xq, Yc, LAM)) <= 1e-8
+
+
+@pytest.mark.parametrize("name", sorted(SKETCHES))
+def test_sketched_krr_equals_eq3(small_problem, name):
+    X, _, Xq, _ = small_problem
+    rng = np.random.default_rng(1)
+    y = np.sin(X @ np.array([1.0, -2.0, 0.5])) + 0.1 * rng.normal(size=len(X))
+    model = ds.SketchedKRR(KX, sketch=SKETCHES[name], lam=LAM, random_state=3).fit(X, y)
+    got = model.predict(Xq)
+    want = sketched_krr_predict(KX, model.sketch_.matrix(), X, y, Xq, LAM)
+    assert got.shape == (len(Xq),)
+    assert rel_err(got, want) <= 1e-8
+
+
+def test_sketched_krr_multioutput_and_exact(small_problem):
+    X, Y, Xq, _ = small_problem
+    T = Y[:, :3] + 0.5 * X[:, :1]
+    model = ds.SketchedKRR(KX, lam=LAM).fit(X, T)
+    got = model.predict(Xq)
+    assert got.shape == (len(Xq), 3)
+    assert rel_err(got, exact_krr_predict(KX, X, T, Xq, LAM)) <= 1e-8
+
+
+@pytest.mark.parametrize("sy", [None, ds.GaussianSketch(15), ds.SubSampling(20)], ids=str)
+def test_linear_output_kernel_predicts_vectors(small_problem, sy):
+    X, Y, Xq, _ = small_problem
+    T = Y + 1.0 + 0.3 * X[:, :1]
+    model = ds.SISOKR(KX, ds.Linear(), input_sketch=ds.SubSampling(25), output_sketch=sy,
+                      lam=LAM, random_state=5).fit(X, T)
+    got = model.predict(Xq)
+    want = sisokr_linear_predict(KX, model.input_sketch_.matrix(), model.output_sketch_.matrix(),
+                                 X, T, Xq, LAM)
+    assert got.shape == (len(Xq), T.shape[1])
+    assert rel_err(got, want) <= 1e-8
+
+
+def test_linear_output_iokr_is_multioutput_krr(small_problem):
+    X, Y, Xq, _ = small_problem
+    T = Y + 1.0  # no all-zero column: elementwise relative error stays defined
+    model = ds.SISOKR(KX, ds.Linear(), lam=LAM).fit(X, T)
+    assert rel_err(model.predict(Xq), exact_krr_predict(KX, X, T, Xq, LAM)) <= 1e-8
+
+
+@pytest.mark.parametrize("lams", [(1e-1, 1e-3, 1e-5)])
+def test_set_lam_equals_fresh_fit(small_problem, lams):
+    X, Y, Xq, Yc = small_problem
+    path = _fit(X, Y, ds.SubSampling(25), ds.PSparsified(12, p=0.2), seed=7)
+    path.set_params(lam=list(lams))
+    path.fit(X, Y)
+    krr = ds.SketchedKRR(KX, sketch=ds.GaussianSketch(15), lam=list(lams), random_state=2).fit(X, Y[:, 0])
+    for lam in lams:
+        assert path.set_lam(lam) is path
+        fresh = ds.SISOKR(KX, KY, input_sketch=ds.SubSampling(25), output_sketch=ds.PSparsified(12, p=0.2),
+                          lam=lam, random_state=7).fit(X, Y)
+        np.testing.assert_allclose(path.score_candidates(Xq, Yc), fresh.score_candidates(Xq, Yc),
+                                   rtol=1e-10, atol=0)
+        np.testing.assert_array_equal(path.predict(Xq), fresh.predict(Xq))
+        krr.set_lam(lam)
+        fresh_krr = ds.SketchedKRR(KX, sketch=ds.GaussianSketch(15), lam=lam, random_state=2).fit(X, Y[:, 0])
+        np.testing.assert_allclose(krr.predict(Xq), fresh_krr.predict(Xq), rtol=1e-10, atol=0)
+
+
+def test_set_lam_changes_predictions(small_problem):
+    X, Y, Xq, Yc = small_problem
+    model = _fit(X, Y, ds.SubSampling(25), None)
+    a = model.set_lam(1e-1).score_candidates(Xq, Yc)
+    b = model.set_lam(1e-5).score_candidates(Xq, Yc)
+    assert model.lam_ == 1e-5
+    assert np.max(np.abs(a - b)) > 1e-3
+
+
+def test_predict_returns_best_candidate(small_problem):
+    X, Y, Xq, Yc = small_problem
+    model = _fit(X, Y, ds.SubSampling(25), ds.CountSketch(10))
+    scores = model.score_candidates(Xq, Yc)
+    np.testing.assert_array_equal(model.predict(Xq, candidates=Yc), Yc[np.argmin(scores, axis=1)])
+    # default candidates: unique training outputs in order of first appearance
+    _, first = np.unique(Y, axis=0, return_index=True)
+    np.testing.assert_array_equal(model.candidates_, Y[np.sort(first)])
+    np.testing.assert_array_equal(model.candidate_index_, np.sort(first))
+    np.testing.assert_array_equal(model.predict(Xq), model.predict(Xq, candidates=model.candidates_))

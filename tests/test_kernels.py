@@ -1,0 +1,507 @@
+"""Kernels against naive double-loop formulas, scikit-learn, and a shared contract."""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+import re
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from numpy.testing import assert_allclose
+
+from distsketch import kernels
+from distsketch.kernels import (
+    KERNELS,
+    CallableKernel,
+    Gaussian,
+    GaussianTanimoto,
+    Kernel,
+    Laplacian,
+    Linear,
+    Matern,
+    Polynomial,
+    Tanimoto,
+    check_kernel,
+    kernel_from_config,
+)
+
+# ---------------------------------------------------------------------------- naive formulas
+
+
+def naive_gaussian(x, y, gamma):
+    return math.exp(-gamma * sum((x - y) ** 2))
+
+
+def naive_laplacian(x, y, gamma):
+    return math.exp(-gamma * sum(abs(x - y)))
+
+
+def naive_linear(x, y):
+    return sum(x * y)
+
+
+def naive_polynomial(x, y, degree, gamma, coef0):
+    return (gamma * sum(x * y) + coef0) ** degree
+
+
+def naive_matern(x, y, nu, length_scale):
+    r = math.sqrt(sum((x - y) ** 2)) / length_scale
+    if nu == 0.5:
+        return math.exp(-r)
+    if nu == 1.5:
+        return (1 + math.sqrt(3) * r) * math.exp(-math.sqrt(3) * r)
+    return (1 + math.sqrt(5) * r + 5 * r**2 / 3) * math.exp(-math.sqrt(5) * r)
+
+
+def naive_tanimoto(x, y):
+    xy = sum(x * y)
+    den = sum(x * x) + sum(y * y) - xy
+    return 1.0 if den == 0 else xy / den
+
+
+def naive_gaussian_tanimoto(x, y, gamma):
+    return math.exp(-gamma * (2 - 2 * naive_tanimoto(x, y)))
+
+
+def naive_gram(f, A, B, **params):
+    return np.array([[f(a, b, **params) for b in B] for a in A])
+
+
+def dot_kernel(A, B):
+    """A user kernel for CallableKernel; returns a sparse matrix for sparse inputs."""
+    return A @ B.T
+
+
+# (kernel, naive formula, its parameters, rtol). Non-default parameters catch misuse of them.
+NAIVE_CASES = [
+    (Gaussian(gamma=0.7), naive_gaussian, {"gamma": 0.7}, 1e-12),
+    (Laplacian(gamma=0.3), naive_laplacian, {"gamma": 0.3}, 1e-13),
+    (Linear(), naive_linear, {}, 1e-13),
+    (Polynomial(2, 0.5, 0.25), naive_polynomial, {"degree": 2, "gamma": 0.5, "coef0": 0.25}, 1e-13),
+    (Polynomial(3, 0.8, -0.5), naive_polynomial, {"degree": 3, "gamma": 0.8, "coef0": -0.5}, 1e-12),
+    (Matern(0.5, 0.8), naive_matern, {"nu": 0.5, "length_scale": 0.8}, 1e-12),
+    (Matern(1.5, 0.8), naive_matern, {"nu": 1.5, "length_scale": 0.8}, 1e-12),
+    (Matern(2.5, 1.7), naive_matern, {"nu": 2.5, "length_scale": 1.7}, 1e-12),
+    (Tanimoto(), naive_tanimoto, {}, 1e-13),
+    (GaussianTanimoto(gamma=0.6), naive_gaussian_tanimoto, {"gamma": 0.6}, 1e-13),
+]
+
+# Default parameters: all positive semi-definite.
+ALL_KERNELS = [
+    Gaussian(),
+    Laplacian(),
+    Linear(),
+    Polynomial(),
+    Matern(nu=0.5),
+    Matern(),
+    Matern(nu=2.5),
+    Tanimoto(),
+    GaussianTanimoto(),
+    CallableKernel(dot_kernel),
+]
+REGISTERED = [k for k in ALL_KERNELS if not isinstance(k, CallableKernel)]
+
+
+def kernel_id(kernel):
+    """``repr`` without the memory address of a user function, so test ids are stable."""
+    return re.sub(r" at 0x[0-9a-f]+", "", repr(kernel))
+
+
+def _sparsify(X, threshold=0.4):
+    X = X.copy()
+    X[X < threshold] = 0.0
+    return X
+
+
+@pytest.fixture
+def A():
+    """Non-negative rows with zeros, one all-zero row (Tanimoto's special case)."""
+    X = _sparsify(np.random.default_rng(0).random((9, 5)))
+    X[4] = 0.0
+    return X
+
+
+@pytest.fixture
+def B():
+    X = _sparsify(np.random.default_rng(1).random((7, 5)))
+    X[2] = 0.0
+    return X
+
+
+# ---------------------------------------------------------------------------- formulas
+
+
+@pytest.mark.parametrize(
+    ("kernel", "f", "params", "rtol"), NAIVE_CASES, ids=[repr(c[0]) for c in NAIVE_CASES]
+)
+def test_matches_naive_formula(kernel, f, params, rtol, A, B):
+    assert_allclose(kernel(A, B), naive_gram(f, A, B, **params), rtol=rtol, atol=1e-15)
+    assert_allclose(kernel(A, A), naive_gram(f, A, A, **params), rtol=rtol, atol=1e-15)
+
+
+def _sklearn_cases():
+    pairwise = pytest.importorskip("sklearn.metrics.pairwise")
+    from sklearn.gaussian_process.kernels import Matern as SkMatern
+
+    return [
+        (Gaussian(gamma=0.7), lambda X, Y: pairwise.rbf_kernel(X, Y, gamma=0.7)),
+        (Laplacian(gamma=0.3), lambda X, Y: pairwise.laplacian_kernel(X, Y, gamma=0.3)),
+        (Linear(), pairwise.linear_kernel),
+        (
+            Polynomial(degree=2, gamma=0.5, coef0=0.25),
+            lambda X, Y: pairwise.polynomial_kernel(X, Y, degree=2, gamma=0.5, coef0=0.25),
+        ),
+        (Gaussian(gamma=0.2), lambda X, Y: pairwise.pairwise_kernels(X, Y, "rbf", gamma=0.2)),
+        *[(Matern(nu, 0.8), SkMatern(length_scale=0.8, nu=nu)) for nu in (0.5, 1.5, 2.5)],
+    ]
+
+
+def test_matches_sklearn(A, B):
+    for kernel, reference in _sklearn_cases():
+        assert_allclose(kernel(A, B), reference(A, B), rtol=1e-12, atol=1e-15, err_msg=repr(kernel))
+        assert_allclose(kernel(A, A), reference(A, A), rtol=1e-12, atol=1e-15, err_msg=repr(kernel))
+
+
+def test_tanimoto_on_binary_fingerprints():
+    rng = np.random.default_rng(2)
+    F = (rng.random((12, 40)) < 0.2).astype(np.int8)
+    F[[3, 7]] = 0  # two empty fingerprints
+    G = (rng.random((5, 40)) < 0.2).astype(np.int8)
+    G[0] = 0
+
+    def jaccard(x, y):
+        union = np.sum(x | y)
+        return 1.0 if union == 0 else np.sum(x & y) / union
+
+    J = naive_gram(jaccard, F, G)
+    assert J[3, 0] == J[7, 0] == 1.0 and J[3, 1] == 0.0  # the convention is exercised
+    for Fx, Gx in [(F, G), (sp.csr_matrix(F), sp.csr_matrix(G))]:
+        assert_allclose(Tanimoto()(Fx, Gx), J, rtol=1e-15, atol=0)
+        assert_allclose(GaussianTanimoto(gamma=0.4)(Fx, Gx), np.exp(-0.4 * (2 - 2 * J)), rtol=1e-15)
+    assert_allclose(Tanimoto().diag(F), 1.0)
+    assert_allclose(np.diag(Tanimoto()(F, F)), 1.0, rtol=1e-15)
+
+
+# ---------------------------------------------------------------------------- behaviour
+
+
+def test_float32_sparse_and_dense_give_float64(A, B):
+    A32, B32 = A.astype(np.float32), B.astype(np.float32)
+    for kernel in ALL_KERNELS:
+        expected = kernel(A32.astype(np.float64), B32.astype(np.float64))
+        for Ax, Bx in [(A32, B32), (sp.csr_matrix(A32), B32)]:
+            K = kernel(Ax, Bx)
+            assert K.dtype == np.float64, kernel
+            assert_allclose(K, expected, rtol=1e-13, atol=1e-15, err_msg=repr(kernel))
+
+
+def test_output_is_c_contiguous_for_fortran_and_sparse_inputs(A, B):
+    for kernel in ALL_KERNELS:
+        for Ax, Bx in [(np.asfortranarray(A), np.asfortranarray(B)), (A, sp.csr_matrix(B))]:
+            K = kernel(Ax, Bx)
+            assert K.flags.c_contiguous and K.shape == (len(A), len(B)), kernel
+
+
+def test_column_mismatch_raises(A):
+    with pytest.raises(ValueError, match="Gaussian: A and B must have the same number of columns"):
+        Gaussian()(A, A[:, :3])
+    with pytest.raises(ValueError, match="2-D"):
+        Gaussian()(A[0], A)
+
+
+class _NoDensify(sp.csr_matrix):
+    """A CSR matrix that refuses to become dense once ``guarded`` (new matrices derived
+    from it, such as the product ``A @ B.T``, are not guarded)."""
+
+    guarded = False
+
+    def toarray(self, *args, **kwargs):
+        if self.guarded:
+            raise AssertionError("sparse operand densified")
+        return super().toarray(*args, **kwargs)
+
+    def todense(self, *args, **kwargs):
+        return np.asmatrix(self.toarray(*args, **kwargs))
+
+
+def _no_densify(X):
+    M = _NoDensify(X)
+    M.guarded = True
+    return M
+
+
+PRODUCT_KERNELS = [k for k in REGISTERED if not isinstance(k, Laplacian)]
+
+
+@pytest.mark.parametrize("kernel", PRODUCT_KERNELS, ids=repr)
+def test_sparse_operands_are_never_densified(kernel, A, B):
+    expected = kernel(A, B)
+    assert_allclose(kernel(_no_densify(A), _no_densify(B)), expected, rtol=1e-13, atol=1e-15)
+    assert_allclose(kernel(A, _no_densify(B)), expected, rtol=1e-13, atol=1e-15)
+    assert_allclose(kernel.diag(_no_densify(A)), kernel.diag(A), rtol=1e-13)
+    with pytest.raises(AssertionError, match="densified"):  # the guard works: Laplacian trips it
+        Laplacian()(_no_densify(A), B)
+
+
+def test_every_exponential_goes_through_the_hook(monkeypatch, A, B):
+    calls = []
+
+    def counting_exp(a):
+        calls.append(a.shape)
+        return np.exp(a, out=a)
+
+    monkeypatch.setattr(kernels, "_exp_inplace", counting_exp)
+    exponential = [Gaussian(), Laplacian(), Matern(0.5), Matern(1.5), Matern(2.5)]
+    for kernel in [*exponential, GaussianTanimoto()]:
+        calls.clear()
+        kernel(A, B)
+        assert calls == [(len(A), len(B))], kernel
+
+
+def test_zero_distance_on_the_diagonal_when_a_is_b():
+    # Rows with large norms: the expansion alone would leave k(x, x) ≈ 1 − 1e-5 for ν = ½.
+    X = np.random.default_rng(3).normal(size=(6, 4)) * 100 + 1000
+    for Xs in [X, X.tolist(), sp.coo_matrix(X)]:  # the last two are converted on input
+        assert_allclose(np.diag(Matern(nu=0.5)(Xs, Xs)), 1.0, rtol=0, atol=0)
+        assert_allclose(np.diag(Gaussian()(Xs, Xs)), 1.0, rtol=0, atol=0)
+
+
+def test_coincident_rows_in_different_blocks_stay_finite():
+    # The expansion gives slightly negative squared distances for some of these pairs;
+    # without clipping at 0, Matern would take the square root of a negative number.
+    X = np.random.default_rng(6).normal(size=(50, 3)) * 100 + 1000
+    K = Matern(nu=0.5)(X, X.copy())
+    assert np.all(np.isfinite(K)) and np.all(K <= 1.0)
+    assert_allclose(np.diag(K), 1.0, atol=1e-4)
+    assert np.all(Gaussian()(X, X.copy()) <= 1.0)
+
+
+# ---------------------------------------------------------------------------- value objects
+
+
+def test_equality_and_hash():
+    assert Gaussian(0.5) == Gaussian(gamma=0.5) and hash(Gaussian(0.5)) == hash(Gaussian(gamma=0.5))
+    assert Gaussian(0.5) != Gaussian(0.6)
+    assert Gaussian(0.5) != Laplacian(0.5)
+    assert Gaussian() != "gaussian"
+    assert len({Matern(), Matern(1.5, 1.0), Matern(2.5)}) == 2
+    assert CallableKernel(dot_kernel) == CallableKernel(dot_kernel)
+    assert CallableKernel(dot_kernel) != CallableKernel(naive_linear)
+
+
+def test_repr():
+    assert repr(Gaussian()) == "Gaussian()"
+    assert repr(Gaussian(gamma=0.5)) == "Gaussian(gamma=0.5)"
+    assert repr(Polynomial(coef0=0.0, degree=2)) == "Polynomial(degree=2, coef0=0.0)"
+    assert repr(Matern(nu=2.5)) == "Matern(nu=2.5)"
+    assert repr(CallableKernel(dot_kernel)).startswith("CallableKernel(<function dot_kernel")
+    namespace = {cls.__name__: cls for cls in KERNELS.values()}
+    for kernel in REGISTERED + [Polynomial(2, 0.5, -1.0), GaussianTanimoto(3.0)]:
+        assert eval(repr(kernel), namespace) == kernel
+
+
+NUMPY_PARAMS = Polynomial(np.int64(2), np.float32(0.5))
+
+
+@pytest.mark.parametrize("kernel", [*REGISTERED, NUMPY_PARAMS], ids=repr)
+def test_config_round_trip(kernel, A, B):
+    cfg = json.loads(json.dumps(kernel.to_config()))
+    assert cfg["name"] in KERNELS and KERNELS[cfg["name"]] is type(kernel)
+    again = kernel_from_config(cfg)
+    assert again == kernel
+    assert_allclose(again(A, B), kernel(A, B), rtol=1e-7)  # float32 params are rounded in JSON
+
+
+def test_config_values():
+    cfg = Polynomial(2).to_config()
+    assert cfg == {"name": "polynomial", "coef0": 1.0, "degree": 2, "gamma": 1.0}
+    assert kernel_from_config({"name": "rbf", "gamma": 2.0}) == Gaussian(2.0)
+    assert kernel_from_config({"name": "matern"}) == Matern()
+
+
+def test_callable_kernel_has_no_config():
+    with pytest.raises(TypeError, match="user callable cannot be written to a config file"):
+        CallableKernel(dot_kernel).to_config()
+
+
+def test_kernel_from_config_errors():
+    names = r"unknown kernel name 'foo'; valid names are \[.*'gaussian_tanimoto'"
+    with pytest.raises(ValueError, match=names):
+        kernel_from_config({"name": "foo"})
+    with pytest.raises(ValueError, match="unknown kernel name None"):
+        kernel_from_config({"gamma": 1.0})
+    params = r"unknown parameter 'sigma' for kernel 'gaussian'; valid parameters are \['gamma'\]"
+    with pytest.raises(ValueError, match=params):
+        kernel_from_config({"name": "gaussian", "sigma": 1.0})
+    with pytest.raises(ValueError, match="Gaussian: gamma must be a positive float, got -2.0"):
+        kernel_from_config({"name": "gaussian", "gamma": -2.0})
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: Gaussian(gamma=-1.0), "Gaussian: gamma must be a positive float, got -1.0"),
+        (lambda: Gaussian(gamma=0), "Gaussian: gamma must be a positive float, got 0"),
+        (lambda: Gaussian(gamma="1"), "Gaussian: gamma must be a positive float, got '1'"),
+        (lambda: Gaussian(gamma=np.inf), "Gaussian: gamma must be a positive float, got inf"),
+        (lambda: Gaussian(gamma=True), "Gaussian: gamma must be a positive float, got True"),
+        (lambda: Laplacian(gamma=np.nan), "Laplacian: gamma must be a positive float, got nan"),
+        (lambda: Polynomial(degree=0), "Polynomial: degree must be a positive int, got 0"),
+        (lambda: Polynomial(degree=2.0), "Polynomial: degree must be a positive int, got 2.0"),
+        (lambda: Polynomial(gamma=-0.5), "Polynomial: gamma must be a positive float, got -0.5"),
+        (lambda: Polynomial(coef0=None), "Polynomial: coef0 must be a finite float, got None"),
+        (lambda: Polynomial(coef0=-np.inf), "Polynomial: coef0 must be a finite float, got -inf"),
+        (lambda: Matern(nu=1.0), "Matern: nu must be one of 0.5, 1.5, 2.5, got 1.0"),
+        (lambda: Matern(nu="1.5"), "Matern: nu must be one of 0.5, 1.5, 2.5, got '1.5'"),
+        (
+            lambda: Matern(length_scale=0.0),
+            "Matern: length_scale must be a positive float, got 0.0",
+        ),
+        (
+            lambda: GaussianTanimoto(gamma=-3),
+            "GaussianTanimoto: gamma must be a positive float, got -3",
+        ),
+        (lambda: CallableKernel(3), "CallableKernel: func must be callable, got 3"),
+        (
+            lambda: Gaussian().set_params(gamma=-1.0),
+            "Gaussian: gamma must be a positive float, got -1.0",
+        ),
+    ],
+)
+def test_invalid_parameters(make, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make()
+
+
+def test_set_params_revalidates_and_updates():
+    kernel = Matern().set_params(nu=0.5, length_scale=2.0)
+    assert kernel == Matern(0.5, 2.0)
+
+
+def test_check_kernel_accepts():
+    k = Laplacian(0.2)
+    assert check_kernel(k, name="input_kernel") is k
+    assert check_kernel("rbf", name="input_kernel") == Gaussian()
+    assert check_kernel("gaussian_tanimoto", name="input_kernel") == GaussianTanimoto()
+    assert check_kernel({"name": "matern", "nu": 0.5}, name="input_kernel") == Matern(0.5)
+    wrapped = check_kernel(dot_kernel, name="input_kernel")
+    assert isinstance(wrapped, CallableKernel) and wrapped.func is dot_kernel
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("foo", r"^input_kernel: unknown kernel 'foo'; use one of \['gaussian', 'gaussian_tan"),
+        ("Gaussian", r"^input_kernel: unknown kernel 'Gaussian'; .*a callable kernel\(A, B\)"),
+        (3, r"^input_kernel: cannot use 3 \(type int\) as a kernel; use one of"),
+        (None, r"^input_kernel: cannot use None"),
+        (Gaussian, r"^input_kernel: cannot use <class"),  # a class, not an instance
+        ({"name": "gaussian", "sigma": 1}, r"^input_kernel: kernel_from_config: unknown param"),
+        ({"name": "linear", "gamma": 1}, r"^input_kernel: .*unknown parameter 'gamma'"),
+    ],
+)
+def test_check_kernel_rejects(value, message):
+    with pytest.raises(ValueError, match=message):
+        check_kernel(value, name="input_kernel")
+
+
+def test_callable_kernel_output_handling(A, B):
+    seen = []
+
+    def spy(X, Y):
+        seen.append((type(X), X.dtype))
+        return [[1.0] * Y.shape[0]] * X.shape[0]  # a nested list
+
+    K = CallableKernel(spy)(A.astype(np.float32), sp.csr_matrix(B))
+    assert K.dtype == np.float64 and K.shape == (len(A), len(B)) and np.all(K == 1.0)
+    assert seen == [(np.ndarray, np.float64)]
+    K = CallableKernel(dot_kernel)(sp.csr_matrix(A), sp.csr_matrix(B))  # sparse result
+    assert_allclose(K, A @ B.T, rtol=1e-14)
+
+
+def test_callable_kernel_wrong_shape_raises(A, B):
+    bad = CallableKernel(lambda X, Y: (X @ Y.T).T)
+    message = (
+        "CallableKernel(<lambda>): func returned an array of shape (7, 9), "
+        "expected (len(A), len(B)) = (9, 7)"
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        bad(A, B)
+    with pytest.raises(ValueError, match="CallableKernel"):
+        CallableKernel(lambda X, Y: np.zeros(len(X)))(A, B)
+
+
+def test_callable_kernel_diag_in_sub_blocks(monkeypatch):
+    monkeypatch.setattr(kernels, "_DIAG_ROWS", 4)
+    X = np.random.default_rng(4).random((10, 3))
+    shapes = []
+
+    def spy(P, Q):
+        shapes.append((P.shape[0], Q.shape[0]))
+        return P @ Q.T
+
+    assert_allclose(CallableKernel(spy).diag(X), np.sum(X * X, axis=1), rtol=1e-14)
+    assert shapes == [(4, 4), (4, 4), (2, 2)]
+
+
+# ---------------------------------------------------------------------------- shared contract
+
+
+@pytest.fixture(params=ALL_KERNELS, ids=kernel_id)
+def kernel(request) -> Kernel:
+    return request.param
+
+
+class TestKernelContract:
+    """Properties every kernel must have (zarr's ``StoreTests`` habit)."""
+
+    def test_shape_dtype_layout(self, kernel, A, B):
+        K = kernel(A, B)
+        assert K.shape == (len(A), len(B))
+        assert K.dtype == np.float64 and K.flags.c_contiguous
+
+    def test_empty_blocks(self, kernel, A, B):
+        assert kernel(A[:0], B).shape == (0, len(B))
+        assert kernel(A, B[:0]).shape == (len(A), 0)
+        assert kernel.diag(A[:0]).shape == (0,)
+
+    @pytest.mark.parametrize("fmt", [sp.csr_matrix, sp.csr_array, sp.csc_matrix])
+    def test_sparse_and_dense_agree(self, kernel, A, B, fmt):
+        expected = kernel(A, B)
+        for Ax, Bx in [(fmt(A), fmt(B)), (fmt(A), B), (A, fmt(B))]:
+            K = kernel(Ax, Bx)
+            assert isinstance(K, np.ndarray) and K.flags.c_contiguous
+            assert_allclose(K, expected, rtol=1e-13, atol=1e-15)
+        assert_allclose(kernel.diag(fmt(A)), kernel.diag(A), rtol=1e-13)
+
+    def test_diag_matches_gram(self, kernel, A):
+        assert_allclose(kernel.diag(A), np.diag(kernel(A, A)), rtol=1e-13, atol=1e-15)
+        assert kernel.diag(A).shape == (len(A),)
+
+    def test_symmetric(self, kernel, A):
+        K = kernel(A, A)
+        assert_allclose(K, K.T, rtol=1e-13, atol=1e-15)
+
+    def test_positive_semi_definite(self, kernel):
+        X = _sparsify(np.random.default_rng(5).random((30, 4)), 0.2)
+        X[[3, 17]] = 0.0
+        eigenvalues = np.linalg.eigvalsh(kernel(X, X))
+        assert eigenvalues.min() >= -1e-12 * eigenvalues.max()
+
+    def test_block_consistency(self, kernel, A, B):
+        whole = kernel(A, B)
+        rows = np.vstack([kernel(A[i : i + 4], B) for i in range(0, len(A), 4)])
+        cols = np.hstack([kernel(A, B[j : j + 3]) for j in range(0, len(B), 3)])
+        assert_allclose(rows, whole, rtol=1e-13, atol=1e-15)
+        assert_allclose(cols, whole, rtol=1e-13, atol=1e-15)
+
+    def test_pickle_round_trip(self, kernel, A, B):
+        again = pickle.loads(pickle.dumps(kernel))
+        assert again == kernel and hash(again) == hash(kernel) and again is not kernel
+        np.testing.assert_array_equal(again(A, B), kernel(A, B))
+
+    def test_get_params_round_trip(self, kernel):
+        assert type(kernel)(**kernel.get_params()) == kernel
