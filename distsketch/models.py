@@ -33,12 +33,23 @@ from .sketches import RealizedSketch, check_sketch, gram_dot
 from .solve import krr_coef, sisokr_coef, sisokr_operator, solve_input, whitening
 from .store import open_fit_store
 
-__all__ = ["SISOKR", "SketchedKRR"]
+__all__ = ["SISOKR", "SketchedKRR", "NotFittedError"]
 
 logger = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- validation
+
+try:  # scikit-learn is optional; when present, our error is also its NotFittedError
+    from sklearn.exceptions import NotFittedError as _NotFittedBase
+except ImportError:  # pragma: no cover - exercised without scikit-learn
+    class _NotFittedBase(ValueError, AttributeError):
+        pass
+
+
+class NotFittedError(_NotFittedBase):
+    """Raised when a prediction method is called before ``fit`` (a ValueError)."""
+
 
 
 def check_lam(lam: Any) -> tuple[float, ...]:
@@ -176,29 +187,36 @@ def fit_pass(
         fs.discard()
 
 
-def _check_xy(X, Y, *, y_name: str = "Y") -> tuple[RowSource, RowSource]:
+def _check_xy(X, Y, *, y_name: str, model: str) -> tuple[RowSource, RowSource]:
+    if Y is None:
+        raise ValueError(f"{y_name}: {model} requires y to be passed, but the target y is None")
     Xs = as_row_source(X, argument="X")
-    Ys = as_row_source(Y, argument=y_name)
+    Ys = as_row_source(Y, argument=y_name, allow_1d=True)
     if Ys.n != Xs.n:
         raise ValueError(f"{y_name}: has {Ys.n} rows but X has {Xs.n}; "
                          f"X and {y_name} must hold the same samples")
     if Xs.n < 2:
-        raise ValueError(f"X: at least 2 samples are needed to fit, got {Xs.n}")
+        raise ValueError(f"X: at least 2 samples are needed to fit, got n_samples = {Xs.n}")
     Xs.check_finite()
     Ys.check_finite()
     return Xs, Ys
 
 
-def features(kernel, landmarks, P: np.ndarray, X, *, options: EngineOptions):
+def features(kernel, landmarks, P: np.ndarray, X, *, options: EngineOptions, argument: str = "X",
+             n_features: int | None = None, model: str = "the model"):
     """``k(X, L) P`` row block by row block: ``φ(x) = Pᵀ k(L, x)`` for new points.
 
     Dask input gives a dask array (lazy); numpy / sparse input gives an ndarray.
     """
+    src = as_row_source(X, argument=argument)
+    if n_features is not None and src.shape[1] != n_features:
+        raise ValueError(f"{argument} has {src.shape[1]} features, but {model} is expecting "
+                         f"{n_features} features as input")
+    X = src.data
     if isinstance(X, da.Array):
         X = X.rechunk({1: -1})
         return X.map_blocks(_features_block, kernel, landmarks, P, options.gram_chunk,
                             dtype=np.float64, chunks=(X.chunks[0], (P.shape[1],)))
-    src = as_row_source(X, argument="X")
     if src.lazy:
         return np.asarray(features(kernel, landmarks, P, da.from_zarr(X), options=options))
     src.check_finite()
@@ -233,10 +251,20 @@ class _SketchedBase(ParamsMixin):
 
     def _check_fitted(self):
         if not hasattr(self, "input_solution_"):
-            raise ValueError(f"{type(self).__name__} is not fitted yet; call fit(X, Y) first")
+            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; "
+                                 f"call fit(X, Y) first")
 
     def _options(self) -> EngineOptions:
         return check_options(self.options)
+
+    def __sklearn_tags__(self):
+        """scikit-learn's estimator tags (scikit-learn itself is optional)."""
+        from sklearn.utils import InputTags, RegressorTags, Tags, TargetTags
+
+        return Tags(estimator_type=self._estimator_type, target_tags=TargetTags(
+            required=True, multi_output=True, single_output=self._estimator_type == "regressor"),
+            regressor_tags=RegressorTags() if self._estimator_type == "regressor" else None,
+            input_tags=InputTags(sparse=True, allow_nan=False))
 
 
 class SISOKR(_SketchedBase):
@@ -296,6 +324,8 @@ class SISOKR(_SketchedBase):
         Path of the kept store.
     """
 
+    _estimator_type = None  # structured prediction: neither classifier nor regressor
+
     def __init__(self, input_kernel="gaussian", output_kernel="gaussian", *, input_sketch=None,
                  output_sketch=None, lam=1e-6, random_state=None, store=None, options=None):
         self.input_kernel = input_kernel
@@ -319,7 +349,7 @@ class SISOKR(_SketchedBase):
         sy = check_sketch(self.output_sketch, argument="output_sketch")
         options = self._options()
         rng = check_random_state(self.random_state)
-        Xs, Ys = _check_xy(X, Y)
+        Xs, Ys = _check_xy(X, Y, y_name="Y", model="SISOKR")
         sx.check(Xs.n, argument="input_sketch")
         sy.check(Xs.n, argument="output_sketch")
         linear = isinstance(ky, Linear)
@@ -359,14 +389,14 @@ class SISOKR(_SketchedBase):
         """``φ_X(x) = T_Xᵀ R_X k_X(X_train, x)`` for each row: shape (n_queries, r_X)."""
         self._check_fitted()
         return features(self.input_kernel_, self.input_landmarks_, self.input_projection_, X,
-                        options=self._options())
+                        options=self._options(), n_features=self.n_features_in_, model="SISOKR")
 
     def output_features(self, Y):
         """``φ_Y(y) = T_Yᵀ R_Y k_Y(Y_train, y)`` for each row: shape (n_candidates, r_Y)."""
         self._check_fitted()
         Y = _check_width(Y, self.n_outputs_, "candidates")
         return features(self.output_kernel_, self.output_landmarks_, self.output_projection_, Y,
-                        options=self._options())
+                        options=self._options(), argument="candidates")
 
     def surrogate(self, X) -> np.ndarray:
         """``W(λ) φ_X(x)``: coordinates of ``ĥ(x)`` in the output features, (n_queries, r_Y)."""
@@ -442,6 +472,8 @@ class SketchedKRR(_SketchedBase):
         As for :class:`SISOKR`.
     """
 
+    _estimator_type = "regressor"
+
     def __init__(self, kernel="gaussian", *, sketch=None, lam=1e-6, random_state=None, store=None,
                  options=None):
         self.kernel = kernel
@@ -458,7 +490,7 @@ class SketchedKRR(_SketchedBase):
         s = check_sketch(self.sketch, argument="sketch")
         options = self._options()
         rng = check_random_state(self.random_state)
-        Xs, Ys = _check_xy(X, y, y_name="y")
+        Xs, Ys = _check_xy(X, y, y_name="y", model="SketchedKRR")
         s.check(Xs.n, argument="sketch")
         res = fit_pass(Xs, Ys, x_kernel=k, x_sketch=s, rng=rng, store=self.store, options=options,
                        model="SketchedKRR")
@@ -468,7 +500,7 @@ class SketchedKRR(_SketchedBase):
         self.input_solution_ = solve_input(res.sums["G"], res.sums["B"], n=res.n,
                                            rtol=options.eig_rtol)
         self._b = res.sums["b"]
-        self._y_1d = getattr(y, "ndim", 2) == 1
+        self._y_1d = Ys.input_ndim == 1
         self.lams_ = lams
         self.lam_ = lams[0]
         self.n_features_in_ = Xs.shape[1]
@@ -486,8 +518,17 @@ class SketchedKRR(_SketchedBase):
         A dask array input gives a lazy dask array.
         """
         self._check_fitted()
-        out = features(self.kernel_, self.landmarks_, self.dual_coef_, X, options=self._options())
+        out = features(self.kernel_, self.landmarks_, self.dual_coef_, X, options=self._options(),
+                       n_features=self.n_features_in_, model="SketchedKRR")
         return out[:, 0] if self._y_1d else out
+
+    def score(self, X, y) -> float:
+        """Coefficient of determination R² of ``predict(X)`` (uniform average over targets)."""
+        y = np.asarray(y, dtype=np.float64)
+        pred = np.asarray(self.predict(X), dtype=np.float64).reshape(y.shape)
+        ss_res = ((y - pred) ** 2).sum(axis=0)
+        ss_tot = ((y - y.mean(axis=0)) ** 2).sum(axis=0)
+        return float(np.mean(1.0 - ss_res / ss_tot))
 
 
 def _as_dense(a):

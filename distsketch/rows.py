@@ -32,6 +32,8 @@ class RowSource:
         Shape (n, d); a 1-D input is read as one column.
     argument : str
         Name of the argument, used in error messages (``"X"``, ``"Y"``).
+    allow_1d : bool
+        Read a 1-D input as one column (targets); otherwise a 1-D input is an error.
 
     Attributes
     ----------
@@ -41,8 +43,9 @@ class RowSource:
         Row chunk of a lazy input, so blocks can be aligned with stored chunks.
     """
 
-    def __init__(self, data: Any, *, argument: str):
+    def __init__(self, data: Any, *, argument: str, allow_1d: bool = False):
         self.argument = argument
+        self.input_ndim = getattr(data, "ndim", None)
         if isinstance(data, da.Array):
             kind = "dask"
         elif _is_zarr_array(data):
@@ -54,14 +57,23 @@ class RowSource:
             kind = "numpy"
             try:
                 data = np.asarray(data)
-            except Exception as exc:  # ragged lists and the like
-                raise ValueError(f"{argument}: cannot be read as an array ({exc})") from None
-            if data.dtype == object or not (
-                np.issubdtype(data.dtype, np.number) or data.dtype == bool
-            ):
-                raise ValueError(
-                    f"{argument}: expected a numeric array, got dtype {data.dtype}"
-                )
+                if data.dtype == object:
+                    data = data.astype(np.float64)
+            except (TypeError, ValueError) as exc:  # ragged lists, strings, dicts: keep the type
+                raise type(exc)(f"{argument}: cannot be read as a numeric array ({exc})") from None
+        if np.issubdtype(data.dtype, np.complexfloating):
+            raise ValueError(f"{argument}: Complex data not supported; got dtype {data.dtype}")
+        if not (
+            np.issubdtype(data.dtype, np.number) or data.dtype == bool
+        ):
+            raise ValueError(f"{argument}: expected a real numeric array, got dtype {data.dtype}")
+        self.input_ndim = data.ndim
+        if data.ndim == 1 and not allow_1d:
+            raise ValueError(
+                f"{argument}: expected a 2-D array (n_samples, n_features), got 1-D; Reshape your "
+                f"data with {argument}.reshape(-1, 1) for one feature or {argument}.reshape(1, -1) "
+                f"for one sample"
+            )
         if data.ndim == 1:
             data = data.reshape(-1, 1) if kind != "zarr" else da.from_zarr(data)[:, None]
             kind = "dask" if kind == "zarr" else kind
@@ -69,8 +81,10 @@ class RowSource:
             raise ValueError(
                 f"{argument}: expected a 2-D array (n_samples, n_features), got {data.ndim}-D"
             )
-        if data.shape[0] < 1 or data.shape[1] < 1:
-            raise ValueError(f"{argument}: empty array of shape {tuple(data.shape)}")
+        for axis, what in ((0, "sample"), (1, "feature")):
+            if data.shape[axis] < 1:
+                raise ValueError(f"{argument}: found array with 0 {what}(s) (shape="
+                                 f"{tuple(data.shape)}) while a minimum of 1 is required.")
         self.data = data
         self.kind = kind
         self.shape = (int(data.shape[0]), int(data.shape[1]))
@@ -122,8 +136,10 @@ class RowSource:
         return np.asarray(out)
 
 
-def as_row_source(data: Any, *, argument: str) -> RowSource:
-    return data if isinstance(data, RowSource) else RowSource(data, argument=argument)
+def as_row_source(data: Any, *, argument: str, allow_1d: bool = False) -> RowSource:
+    if isinstance(data, RowSource):
+        return data
+    return RowSource(data, argument=argument, allow_1d=allow_1d)
 
 
 def _first_bad_row(x) -> int:

@@ -280,7 +280,10 @@ class SubSampling(Sketch):
         self.m = m
 
     def check(self, n: int, *, argument: str) -> None:
-        m = self._m()
+        try:
+            m = self._m()
+        except ValueError as exc:
+            raise ValueError(f"{argument}: {exc}") from None
         if m > n:
             raise ValueError(
                 f"{argument}: SubSampling(m={m}) needs m <= n_samples = {n}; "
@@ -554,8 +557,8 @@ def gram_dot(
         spans = sketch.support_spans(chunk)
     else:
         k = right.shape[1]
-        s = landmarks.shape[0]
-        spans = [(a, min(a + chunk, s)) for a in range(0, s, max(int(chunk), 1))]
+        s, step = landmarks.shape[0], max(int(chunk), 1)
+        spans = [(a, min(a + step, s)) for a in range(0, s, step)]
     diagonal = sketch is not None and sketch.scale is not None
     if out is None:
         # A diagonal R_mix writes every column once; otherwise blocks are summed.

@@ -84,8 +84,7 @@ class FitStore:
                 logger.info("store %s: resuming the pass recorded there", self.location)
                 return True
             if not overwrite:
-                changed = sorted(k for k in set(existing) | set(config)
-                                 if existing.get(k) != config.get(k))
+                changed = _differences(existing, config)
                 raise ValueError(
                     f"store: {self.location!r} already holds a fit with a different "
                     f"configuration (differs in {changed}); to resume it fit with the same "
@@ -147,6 +146,16 @@ class FitStore:
         """Delete a temporary store."""
         if self.temporary:
             shutil.rmtree(self.location, ignore_errors=True)
+
+
+def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """Dotted paths where two JSON-like configurations differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for key in sorted(set(a) | set(b)):
+            out += _differences(a.get(key), b.get(key), f"{prefix}{key}.")
+        return out
+    return [] if a == b else [prefix.rstrip(".")]
 
 
 def open_fit_store(store: Any) -> FitStore:

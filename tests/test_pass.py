@@ -1,0 +1,286 @@
+"""The streaming pass: sums vs dense formulas, invariance, read-once, resume, store states."""
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import zarr
+from zarr.storage import LocalStore, WrapperStore
+
+import distsketch as ds
+from conftest import all_sketches
+from distsketch.store import open_fit_store
+from naive import norm_rel_err, pass_sums
+from passhelpers import N, model, problem, slow_gaussian
+
+HERE = Path(__file__).resolve().parent
+
+
+def sums_of(path):
+    return open_fit_store(path).read_sums()
+
+
+def assert_same_sums(a, b, tol=1e-12):
+    assert set(a) == set(b)
+    for key in a:
+        if key == "U":
+            np.testing.assert_array_equal(a[key][0], b[key][0])
+            np.testing.assert_array_equal(a[key][1], b[key][1])
+        else:
+            assert norm_rel_err(a[key], b[key]) <= tol, key
+
+
+@pytest.mark.parametrize("name", sorted(all_sketches(N)))
+def test_sums_equal_dense_formulas(tmp_path, name):
+    X, Y = problem()
+    sk = all_sketches(N)[name]
+    kx, ky = ds.Gaussian(gamma=0.4), ds.Gaussian(gamma=0.5)
+    m = ds.SISOKR(kx, ky, input_sketch=sk, output_sketch=sk, random_state=3, store=tmp_path / "s",
+                  options=ds.EngineOptions(block_rows=17, gram_chunk=11)).fit(X, Y)
+    want = pass_sums(kx, m.input_sketch_.matrix(), X, ky, m.output_sketch_.matrix(), Y)
+    got = sums_of(tmp_path / "s")
+    for key in ("G", "B", "M", "E"):
+        assert norm_rel_err(got[key], want[key]) <= 1e-12, key
+    # the stored blocks are C = K_X R_Xᵀ and D = K_Y R_Yᵀ
+    C = zarr.open_array(str(tmp_path / "s"), path="pass/C", mode="r")[:]
+    assert norm_rel_err(C, kx(X, X) @ np.asarray(_dense(m.input_sketch_.matrix())).T) <= 1e-12
+
+
+def test_vector_target_sum_b(tmp_path):
+    X, Y = problem()
+    k = ds.Gaussian(gamma=0.4)
+    m = ds.SketchedKRR(k, sketch=ds.CountSketch(20), random_state=1, store=tmp_path / "k",
+                       options=ds.EngineOptions(block_rows=13)).fit(X, Y[:, :2])
+    want = pass_sums(k, m.sketch_.matrix(), X, targets=Y[:, :2])
+    got = sums_of(tmp_path / "k")
+    assert set(got) == {"G", "B", "b"}
+    for key in want:
+        assert norm_rel_err(got[key], want[key]) <= 1e-12, key
+
+
+def _dense(R):
+    return R.toarray() if sp.issparse(R) else R
+
+
+def _fit_sums(tmp_path, tag, X, Y, block_rows, **kw):
+    path = tmp_path / tag
+    model(store=path, block_rows=block_rows, **kw).fit(X, Y)
+    return sums_of(path)
+
+
+def test_sums_invariant_to_chunking_and_input_type(tmp_path):
+    X, Y = problem()
+    ref = _fit_sums(tmp_path, "ref", X, Y, N)  # one block
+    variants = {
+        "numpy-b7": (X, Y, 7),
+        "numpy-b16": (X, Y, 16),
+        "numpy-gram-chunk-5": (X, Y, 16, {"gram_chunk": 5}),
+        "dask-odd-chunks": (da.from_array(X, chunks=(23, 2)), da.from_array(Y, chunks=(31, 6)), 10),
+        "sparse": (sp.csr_array(X), sp.csr_matrix(Y), 9),
+        "zarr": (_to_zarr(tmp_path / "x.zarr", X, 10), _to_zarr(tmp_path / "y.zarr", Y, 20), 20),
+    }
+    for tag, spec in variants.items():
+        kw = spec[3] if len(spec) > 3 else {}
+        assert_same_sums(_fit_sums(tmp_path, tag, spec[0], spec[1], spec[2], **kw), ref)
+
+
+def _to_zarr(path, A, rows, store=None):
+    z = zarr.create_array(store or str(path), shape=A.shape, chunks=(rows, A.shape[1]), dtype=A.dtype)
+    z[:] = A
+    return z
+
+
+@pytest.mark.parametrize("scheduler", ["synchronous", "threads", "processes"])
+def test_sums_invariant_to_local_scheduler(tmp_path, scheduler):
+    X, Y = problem()
+    ref = _fit_sums(tmp_path, "ref", X, Y, 10)
+    with dask.config.set(scheduler=scheduler):
+        assert_same_sums(_fit_sums(tmp_path, scheduler, X, Y, 10), ref)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("n_workers", [1, 2])
+def test_sums_invariant_on_local_cluster(tmp_path, n_workers):
+    distributed = pytest.importorskip("distributed")
+    X, Y = problem()
+    ref = _fit_sums(tmp_path, "ref", X, Y, 10)
+    with distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster):
+        got = _fit_sums(tmp_path, f"w{n_workers}", X, Y, 10)
+        # also a lazy input read on the workers
+        got_lazy = _fit_sums(tmp_path, f"w{n_workers}-zarr", _to_zarr(tmp_path / "xz", X, 10), Y, 10)
+    assert_same_sums(got, ref)
+    assert_same_sums(got_lazy, ref)
+
+
+class CountingStore(WrapperStore):
+    """Counts reads per key (shared counter survives zarr's read-only copies)."""
+
+    def __init__(self, store, counter=None):
+        super().__init__(store)
+        self.gets = collections.Counter() if counter is None else counter
+
+    async def get(self, key, prototype, byte_range=None):
+        self.gets[key] += 1
+        return await self._store.get(key, prototype, byte_range)
+
+    def _with_store(self, store):
+        return type(self)(store, self.gets)
+
+
+def test_pass_reads_training_data_once(tmp_path):
+    X, Y = problem()
+    rows = 10
+    _to_zarr(tmp_path / "x.zarr", X, rows)
+    _to_zarr(tmp_path / "y.zarr", Y, rows)
+    cs_x = CountingStore(LocalStore(str(tmp_path / "x.zarr")))
+    cs_y = CountingStore(LocalStore(str(tmp_path / "y.zarr")))
+    Xz = zarr.open_array(cs_x, mode="r")
+    Yz = zarr.open_array(cs_y, mode="r")
+    m = model(store=tmp_path / "s", block_rows=2 * rows).fit(Xz, Yz)
+    n_chunks = N // rows
+    for counter, sketch in ((cs_x.gets, m.input_sketch_), (cs_y.gets, m.output_sketch_)):
+        chunk_reads = {k: v for k, v in counter.items() if "/c/" in k or k.startswith("c/")}
+        assert len(chunk_reads) == n_chunks  # every chunk read ...
+        # ... once by the pass, plus once more only if it holds a landmark row of the support
+        landmark_chunks = {int(j) // rows for j in sketch.support}
+        for key, count in chunk_reads.items():
+            chunk = int(key.rsplit("/", 2)[-2])
+            assert count == 1 + (chunk in landmark_chunks), key
+    # SubSampling(30) touches some chunks; the GaussianSketch support is every row
+    assert sum(cs_y.gets[k] for k in cs_y.gets if "c/" in k) == 2 * n_chunks
+
+
+class _CountingGaussian(ds.Gaussian):
+    """Gaussian(gamma) with the same configuration, that counts the training blocks it sees
+    and can raise on one of them (a simulated worker failure)."""
+
+    def __init__(self, gamma=1.0, calls=None, fail_after=None):
+        super().__init__(gamma)
+        self.calls = collections.Counter() if calls is None else calls
+        self.fail_after = fail_after
+
+    def get_params(self, deep=True):
+        return {"gamma": self.gamma}
+
+    def __call__(self, A, B):
+        if len(A) == 10:  # a training block (query calls have other sizes)
+            if self.fail_after is not None and self.calls["blocks"] == self.fail_after:
+                raise RuntimeError("simulated failure")
+            self.calls["blocks"] += 1
+        return super().__call__(A, B)
+
+
+def test_failed_pass_resumes_with_identical_sums(tmp_path):
+    X, Y = problem()
+    path = tmp_path / "s"
+    with dask.config.set(scheduler="synchronous"):
+        with pytest.raises(RuntimeError, match="simulated failure"):
+            model(kernel=_CountingGaussian(gamma=0.4, fail_after=5), store=path).fit(X, Y)
+    fs = open_fit_store(path)
+    assert fs.status == "pass"  # a failed run never looks complete
+    assert fs.done_blocks().sum() == 5
+    with pytest.raises(ValueError, match="not complete"):
+        fs.read_sums()
+    # resume with the same configuration: only the 7 missing blocks are computed
+    resumed = _CountingGaussian(gamma=0.4)
+    model(kernel=resumed, store=path).fit(X, Y)
+    assert resumed.calls["blocks"] == N // 10 - 5
+    uninterrupted = tmp_path / "u"
+    model(store=uninterrupted).fit(X, Y)
+    a, b = sums_of(path), sums_of(uninterrupted)
+    for key in ("G", "B", "M", "E"):
+        np.testing.assert_array_equal(a[key], b[key])
+
+
+@pytest.mark.slow
+def test_killed_pass_resumes_with_identical_sums(tmp_path):
+    """SIGKILL a fitting process half-way, resume in this process, compare sums."""
+    X, Y = problem()
+    xz = tmp_path / "x.zarr"
+    _to_zarr(xz, X, 10)
+    store = tmp_path / "killed"
+    env = dict(os.environ, PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, str(HERE / "passhelpers.py"), str(store), str(xz)],
+                            env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                done = open_fit_store(store).done_blocks()
+            except Exception:  # store not created yet
+                done = np.zeros(1, dtype=bool)
+            if 3 <= done.sum() < done.size - 2:
+                break
+            assert proc.poll() is None, "the fit finished before it could be killed"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    fs = open_fit_store(store)
+    assert fs.status == "pass"
+    n_done = int(fs.done_blocks().sum())
+    assert 3 <= n_done < N // 10
+    with dask.config.set(scheduler="synchronous"):
+        model(kernel=ds.kernels.CallableKernel(slow_gaussian), store=store).fit(
+            zarr.open_array(str(xz), mode="r"), Y)
+        model(kernel=ds.kernels.CallableKernel(slow_gaussian), store=tmp_path / "whole").fit(
+            zarr.open_array(str(xz), mode="r"), Y)
+    a, b = sums_of(store), sums_of(tmp_path / "whole")
+    for key in ("G", "B", "M", "E"):
+        np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_complete_store_is_reused_without_reading_inputs(tmp_path):
+    X, Y = problem()
+    path = tmp_path / "s"
+    first = model(store=path).fit(X, Y)
+    kernel = _CountingGaussian(gamma=0.4)
+    again = model(kernel=kernel, store=path).fit(X, Y)
+    assert kernel.calls["blocks"] == 0
+    np.testing.assert_array_equal(first.coef_, again.coef_)
+    np.testing.assert_array_equal(first.candidates_, again.candidates_)
+
+
+def test_store_with_other_fit_is_refused_unless_overwrite(tmp_path):
+    X, Y = problem()
+    path = tmp_path / "s"
+    model(store=path).fit(X, Y)
+    other = ds.SISOKR(ds.Gaussian(gamma=0.9), ds.Gaussian(gamma=0.5), input_sketch=ds.SubSampling(30),
+                      output_sketch=ds.GaussianSketch(12), random_state=11, store=path,
+                      options=ds.EngineOptions(block_rows=10))
+    with pytest.raises(ValueError, match=r"store: .* already holds a fit with a different configuration"):
+        other.fit(X, Y)
+    assert open_fit_store(path).status == "pass-complete"  # untouched
+    other.set_params(options=ds.EngineOptions(block_rows=10, overwrite=True)).fit(X, Y)
+    assert open_fit_store(path).meta["pass"]["input"]["kernel"]["gamma"] == 0.9
+
+
+def test_lazy_input_with_nan_fails_naming_argument(tmp_path):
+    X, Y = problem()
+    Xbad = X.copy()
+    Xbad[55, 1] = np.nan
+    with pytest.raises(ValueError, match=r"^X: contains NaN or infinity \(first at row 55\)"):
+        model(store=tmp_path / "s").fit(da.from_array(Xbad, chunks=(10, 4)), Y)
+    assert open_fit_store(tmp_path / "s").status == "pass"
+
+
+def test_temporary_store_is_removed(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    X, Y = problem()
+    m = model().fit(X, Y)
+    assert m.store_ is None
+    assert list(tmp_path.iterdir()) == []
