@@ -8,6 +8,12 @@ For each row block ``I`` (DESIGN §2)::
     M += D_Iᵀ C_I     E += R_Y[:, I] D_I
     b += C_Iᵀ Y_I                                                    (vector targets)
 
+An exact side (identity sketch) needs less. Exact input: ``B = K_X = C`` and
+``H = T_Xᵀ K_X² T_X = diag(s)`` analytically, so ``G`` is not needed. Exact output:
+``k_Y(y, Y) K_Y^† K_Y = k_Y(y, Y)`` for every ``y`` (``k_Y(Y, y)`` lies in the range of
+``K_Y``), so the model needs ``C`` itself instead of ``M``, and no ``D`` or ``E``. In both
+cases the pass returns the row blocks of ``C``, placed (not summed) by the reduction.
+
 Partial sums are float64 whatever the block dtype, and are computed from the blocks
 *as stored* (after any rounding to the block dtype), so a block read back from the store
 on resume contributes exactly what it contributed the first time. They are combined in a
@@ -93,6 +99,18 @@ class PassPlan:
     check_y: bool
 
     @property
+    def x_exact(self) -> bool:
+        return self.x.sketch.is_identity
+
+    @property
+    def y_exact(self) -> bool:
+        return self.y is not None and self.y.sketch.is_identity
+
+    @property
+    def stores_d(self) -> bool:
+        return self.y is not None and not self.y_exact
+
+    @property
     def n_blocks(self) -> int:
         return -(-self.n // self.block_rows)
 
@@ -114,10 +132,36 @@ def _unique_rows(Y: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:
     return rows, first.astype(np.int64) + start
 
 
+class RowStack:
+    """Disjoint row blocks of an ``n × k`` matrix; ``+=`` places blocks, never adds them."""
+
+    def __init__(self, blocks: list[tuple[int, np.ndarray]]):
+        self.blocks = blocks
+
+    def copy(self) -> "RowStack":
+        return RowStack(list(self.blocks))
+
+    def __iadd__(self, other: "RowStack") -> "RowStack":
+        self.blocks.extend(other.blocks)
+        return self
+
+    def assemble(self, n: int) -> np.ndarray:
+        k = self.blocks[0][1].shape[1]
+        out = np.empty((n, k))
+        for start, block in self.blocks:
+            out[start : start + len(block)] = block
+        return out
+
+
 def _block_sums(plan: PassPlan, i: int, C, D, yb) -> dict:
     s, e = plan.rows(i)
     C = np.asarray(C, dtype=np.float64)
-    out = {"G": C.T @ C, "B": plan.x.sketch.left_columns(C, s, e)}
+    out = {}
+    if plan.x_exact or plan.y_exact:
+        out["C"] = RowStack([(s, C)])
+    if not plan.x_exact:
+        out["G"] = C.T @ C
+        out["B"] = plan.x.sketch.left_columns(C, s, e)
     if D is not None:
         D = np.asarray(D, dtype=np.float64)
         out["M"] = D.T @ C
@@ -140,7 +184,7 @@ def _pass_block(plan: PassPlan, i: int, xb, yb) -> dict:
     C = gram_dot(x.kernel, xb, x.landmarks, x.sketch, chunk=plan.chunk).astype(plan.dtype, copy=False)
     plan.C[s:e] = C
     D = None
-    if plan.y is not None:
+    if plan.stores_d:
         y = plan.y
         D = gram_dot(y.kernel, yb, y.landmarks, y.sketch, chunk=plan.chunk).astype(plan.dtype, copy=False)
         plan.D[s:e] = D
@@ -152,7 +196,7 @@ def _stored_block(plan: PassPlan, i: int, yb) -> dict:
     """Partial sums of a block completed by an earlier run, read back from the store."""
     s, e = plan.rows(i)
     C = plan.C[s:e]
-    D = plan.D[s:e] if plan.y is not None else None
+    D = plan.D[s:e] if plan.stores_d else None
     return _block_sums(plan, i, C, D, yb)
 
 
@@ -230,8 +274,9 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
     Returns
     -------
     dict
-        ``G, B`` and, as configured, ``M, E, b`` (float64) and ``U`` (unique output rows,
-        first-occurrence indices).
+        As configured: ``G, B`` (sketched input), ``M, E`` (sketched output), ``b``
+        (vector targets), ``C`` (n × m_X, when a side is exact), all float64, and ``U``
+        (unique output rows, first-occurrence indices).
     """
     token = uuid.uuid4().hex[:8]
     client = distributed_client()
@@ -265,6 +310,8 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
             result = future.result()
         else:
             (result,) = dask.compute(total)
+    if "C" in result:
+        result["C"] = result["C"].assemble(plan.n)
     return result
 
 

@@ -27,10 +27,18 @@ import scipy.sparse as sp
 from ._base import ParamsMixin
 from .accumulate import PassPlan, Side, run_pass
 from .kernels import Linear, check_kernel
-from .options import EngineOptions, block_dtype, check_options
+from .options import EngineOptions, block_dtype, check_options, with_blas_limit
 from .rows import RowSource, as_row_source, fingerprint
 from .sketches import RealizedSketch, check_sketch, gram_dot
-from .solve import krr_coef, sisokr_coef, sisokr_operator, solve_input, whitening
+from .solve import (
+    InputSolution,
+    krr_coef,
+    sisokr_coef,
+    sisokr_operator,
+    solve_input,
+    solve_input_exact,
+    whitening,
+)
 from .store import open_fit_store
 
 __all__ = ["SISOKR", "SketchedKRR", "NotFittedError"]
@@ -155,7 +163,7 @@ def fit_pass(
         "block_dtype": options.block_dtype,
         "gram_chunk": options.gram_chunk,
         "m_x": xs.m,
-        "m_y": ys.m if ys is not None else None,
+        "m_y": ys.m if ys is not None and not ys.is_identity else None,  # D is stored
         "input": {"kernel": _kernel_config(x_kernel), "sketch": xs.to_config(),
                   "shape": X.shape, "landmarks": fingerprint(x_land)},
         "output": ({"kernel": _kernel_config(y_kernel), "sketch": ys.to_config(),
@@ -202,12 +210,20 @@ def _check_xy(X, Y, *, y_name: str, model: str) -> tuple[RowSource, RowSource]:
     return Xs, Ys
 
 
-def features(kernel, landmarks, P: np.ndarray, X, *, options: EngineOptions, argument: str = "X",
+def _solve_input_side(sums: dict, sketch: RealizedSketch, *, n: int, rtol: float) -> InputSolution:
+    if sketch.is_identity:
+        return solve_input_exact(sums["C"], n=n, rtol=rtol)
+    return solve_input(sums["G"], sums["B"], n=n, rtol=rtol)
+
+
+def features(kernel, landmarks, P: np.ndarray | None, X, *, options: EngineOptions, argument: str = "X",
              n_features: int | None = None, model: str = "the model"):
     """``k(X, L) P`` row block by row block: ``φ(x) = Pᵀ k(L, x)`` for new points.
 
-    Dask input gives a dask array (lazy); numpy / sparse input gives an ndarray.
+    ``P=None`` means the identity (raw kernel features of an exact side). Dask input gives
+    a dask array (lazy); numpy / sparse input gives an ndarray.
     """
+    width = landmarks.shape[0] if P is None else P.shape[1]
     src = as_row_source(X, argument=argument)
     if n_features is not None and src.shape[1] != n_features:
         raise ValueError(f"{argument} has {src.shape[1]} features, but {model} is expecting "
@@ -216,12 +232,12 @@ def features(kernel, landmarks, P: np.ndarray, X, *, options: EngineOptions, arg
     if isinstance(X, da.Array):
         X = X.rechunk({1: -1})
         return X.map_blocks(_features_block, kernel, landmarks, P, options.gram_chunk,
-                            dtype=np.float64, chunks=(X.chunks[0], (P.shape[1],)))
+                            dtype=np.float64, chunks=(X.chunks[0], (width,)))
     if src.lazy:
         return np.asarray(features(kernel, landmarks, P, da.from_zarr(X), options=options))
     src.check_finite()
-    b = max(1, options.block_memory // (8 * (options.gram_chunk + P.shape[1])))
-    out = np.empty((src.n, P.shape[1]))
+    b = max(1, options.block_memory // (8 * (options.gram_chunk + width)))
+    out = np.empty((src.n, width))
     for s in range(0, src.n, b):
         out[s : s + b] = _features_block(src.data[s : s + b], kernel, landmarks, P, options.gram_chunk)
     return out
@@ -237,6 +253,7 @@ def _features_block(block, kernel, landmarks, P, chunk):
 class _SketchedBase(ParamsMixin):
     """Shared λ handling of the fitted estimators."""
 
+    @with_blas_limit
     def set_lam(self, lam: float):
         """Switch the active λ without touching the data (O(r²)); returns self.
 
@@ -309,7 +326,8 @@ class SISOKR(_SketchedBase):
     input_landmarks_ : array of shape (s'_X, d_X)
     output_landmarks_ : array of shape (s'_Y, d_Y)
     input_solution_ : InputSolution
-    output_whitening_ : ndarray of shape (m_Y, r_Y)
+    output_whitening_ : ndarray of shape (m_Y, r_Y) or None
+        ``None`` for an exact output side (features are ``k_Y(Y, y)`` themselves).
     lam_ : float
         Active λ.
     lams_ : tuple of float
@@ -337,6 +355,7 @@ class SISOKR(_SketchedBase):
         self.store = store
         self.options = options
 
+    @with_blas_limit
     def fit(self, X, Y):
         """Fit on inputs ``X`` (n, d_X) and outputs ``Y`` (n, d_Y); returns self.
 
@@ -361,14 +380,19 @@ class SISOKR(_SketchedBase):
         self.input_kernel_, self.output_kernel_ = kx, ky
         self.input_sketch_, self.output_sketch_ = res.x_sketch, res.y_sketch
         self.input_landmarks_, self.output_landmarks_ = res.x_landmarks, res.y_landmarks
-        self.input_solution_ = solve_input(S["G"], S["B"], n=res.n, rtol=rtol)
-        self.output_whitening_ = whitening(S["E"], rtol=rtol, argument="output_kernel")
-        self.operator_ = sisokr_operator(self.input_solution_, self.output_whitening_, S["M"])
+        self.input_solution_ = _solve_input_side(S, res.x_sketch, n=res.n, rtol=rtol)
         self.input_projection_ = res.x_sketch.transpose_dot(self.input_solution_.T)
-        self.output_projection_ = res.y_sketch.transpose_dot(self.output_whitening_)
+        if res.y_sketch.is_identity:  # exact output: raw features k_Y(Y, y), see solve.py
+            self.output_whitening_ = self.output_projection_ = None
+            self.operator_ = sisokr_operator(self.input_solution_, None, S["C"])
+        else:
+            self.output_whitening_ = whitening(S["E"], rtol=rtol, argument="output_kernel")
+            self.operator_ = sisokr_operator(self.input_solution_, self.output_whitening_, S["M"])
+            self.output_projection_ = res.y_sketch.transpose_dot(self.output_whitening_)
         if linear:
             self.candidates_ = self.candidate_index_ = None
-            self.output_map_ = self.output_projection_.T @ _as_dense(res.y_landmarks)
+            L_Y = _as_dense(res.y_landmarks)
+            self.output_map_ = L_Y if self.output_projection_ is None else self.output_projection_.T @ L_Y
         else:
             rows, first = S["U"]
             order = np.argsort(first, kind="stable")
@@ -385,12 +409,14 @@ class SISOKR(_SketchedBase):
         self.coef_ = sisokr_coef(self.input_solution_, self.operator_, self.lam_)
 
     # -- features ----------------------------------------------------------------
+    @with_blas_limit
     def input_features(self, X):
         """``φ_X(x) = T_Xᵀ R_X k_X(X_train, x)`` for each row: shape (n_queries, r_X)."""
         self._check_fitted()
         return features(self.input_kernel_, self.input_landmarks_, self.input_projection_, X,
                         options=self._options(), n_features=self.n_features_in_, model="SISOKR")
 
+    @with_blas_limit
     def output_features(self, Y):
         """``φ_Y(y) = T_Yᵀ R_Y k_Y(Y_train, y)`` for each row: shape (n_candidates, r_Y)."""
         self._check_fitted()
@@ -403,6 +429,7 @@ class SISOKR(_SketchedBase):
         return np.asarray(self.input_features(X)) @ self.coef_.T
 
     # -- decoding ---------------------------------------------------------------
+    @with_blas_limit
     def score_candidates(self, X, candidates) -> np.ndarray:
         """Decoding criterion ``k_Y(y, y) − 2⟨ĥ(x), ψ(y)⟩``; smaller is better.
 
@@ -424,6 +451,7 @@ class SISOKR(_SketchedBase):
         kyy = self.output_kernel_.diag(cand)
         return kyy[None, :] - 2.0 * (g @ phi.T)
 
+    @with_blas_limit
     def predict(self, X, candidates=None):
         """Best candidate row per query; vectors ``ĥ(x)`` for a linear output kernel.
 
@@ -483,6 +511,7 @@ class SketchedKRR(_SketchedBase):
         self.store = store
         self.options = options
 
+    @with_blas_limit
     def fit(self, X, y):
         """Fit on ``X`` (n, d) and targets ``y`` (n,) or (n, n_targets); returns self."""
         lams = check_lam(self.lam)
@@ -497,8 +526,8 @@ class SketchedKRR(_SketchedBase):
         self.kernel_ = k
         self.sketch_ = res.x_sketch
         self.landmarks_ = res.x_landmarks
-        self.input_solution_ = solve_input(res.sums["G"], res.sums["B"], n=res.n,
-                                           rtol=options.eig_rtol)
+        self.input_solution_ = _solve_input_side(res.sums, res.x_sketch, n=res.n,
+                                                 rtol=options.eig_rtol)
         self._b = res.sums["b"]
         self._y_1d = Ys.input_ndim == 1
         self.lams_ = lams
@@ -512,6 +541,7 @@ class SketchedKRR(_SketchedBase):
         beta = krr_coef(self.input_solution_, self._b, self.lam_)
         self.dual_coef_ = self.sketch_.transpose_dot(beta)
 
+    @with_blas_limit
     def predict(self, X):
         """``f(x) = k(x, landmarks_) @ dual_coef_``: shape (n,) or (n, n_targets).
 

@@ -532,8 +532,8 @@ def gram_dot(
 
     With ``sketch`` the factor is ``F = R_mixᵀ`` and the result is the block
     ``k(A, X_J) R_mixᵀ`` of ``K Rᵀ`` (DESIGN §2, "streaming pass"); with ``right`` it is
-    ``k(A, L) F`` for a dense ``F`` (features of new points). The kernel block held at
-    any time is ``len(A) × chunk``.
+    ``k(A, L) F`` for a dense ``F`` (features of new points); with neither it is
+    ``k(A, L)`` itself. The kernel block held at any time is ``len(A) × chunk``.
 
     Parameters
     ----------
@@ -543,6 +543,7 @@ def gram_dot(
     landmarks : ndarray or sparse, shape (s', d)
     sketch : RealizedSketch, optional
     right : ndarray of shape (s', k), optional
+        With neither ``sketch`` nor ``right``, ``F`` is the identity.
     chunk : int
         Landmark columns per kernel block.
     out : ndarray of shape (b, k), optional
@@ -556,13 +557,14 @@ def gram_dot(
         k = sketch.m
         spans = sketch.support_spans(chunk)
     else:
-        k = right.shape[1]
         s, step = landmarks.shape[0], max(int(chunk), 1)
+        k = s if right is None else right.shape[1]
         spans = [(a, min(a + step, s)) for a in range(0, s, step)]
     diagonal = sketch is not None and sketch.scale is not None
+    placed = diagonal or (sketch is None and right is None)
     if out is None:
         # A diagonal R_mix writes every column once; otherwise blocks are summed.
-        out = np.empty((b, k)) if diagonal else np.zeros((b, k))
+        out = np.empty((b, k)) if placed else np.zeros((b, k))
     for a, c in spans:
         Kc = kernel(A, landmarks[a:c])
         if diagonal:
@@ -570,6 +572,8 @@ def gram_dot(
             out[:, a:c] = Kc * sketch.scale[a:c]
         elif sketch is not None:
             out += Kc @ sketch.mixing_t_block(a, c)
+        elif right is None:
+            out[:, a:c] = Kc
         else:
             out += Kc @ right[a:c]
     return out

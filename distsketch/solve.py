@@ -33,7 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
-    "whitening", "InputSolution", "solve_input", "sisokr_operator", "sisokr_coef", "krr_coef",
+    "whitening", "InputSolution", "solve_input", "solve_input_exact", "sisokr_operator",
+    "sisokr_coef", "krr_coef",
 ]
 
 
@@ -83,9 +84,17 @@ class InputSolution:
     """
 
     T: np.ndarray
-    V: np.ndarray
+    V: np.ndarray | None
     evals: np.ndarray
     n: int
+
+    def V_dot(self, X: np.ndarray) -> np.ndarray:
+        """``V X``."""
+        return X if self.V is None else self.V @ X
+
+    def TV(self) -> np.ndarray:
+        """``T_X V`` of shape (m_X, r_X)."""
+        return self.T if self.V is None else self.T @ self.V
 
     def shrinkage(self, lam: float) -> np.ndarray:
         """``(Λ + nλ)^{-1}`` of shape (r_X,)."""
@@ -100,17 +109,36 @@ def solve_input(G: np.ndarray, B: np.ndarray, *, n: int, rtol: float) -> InputSo
     return InputSolution(T=T, V=V, evals=np.clip(evals, 0.0, None), n=int(n))
 
 
-def sisokr_operator(sol: InputSolution, T_Y: np.ndarray, M: np.ndarray) -> np.ndarray:
-    """``A = T_Yᵀ M T_X V`` (r_Y × r_X); then ``W(λ) = A diag((Λ+nλ)^{-1}) Vᵀ``."""
-    return T_Y.T @ np.asarray(M, dtype=np.float64) @ sol.T @ sol.V
+def solve_input_exact(K: np.ndarray, *, n: int, rtol: float) -> InputSolution:
+    """Exact input side (``R_X = I``): ``K = U diag(s) Uᵀ`` gives ``T_X = U s^{-1/2}``
+    and ``H = T_Xᵀ K² T_X = diag(s)``, so ``V = I`` and ``Λ = s`` with one eigendecomposition.
+    """
+    s, U = np.linalg.eigh(_sym(K))
+    top = s[-1]
+    if not np.isfinite(top) or top <= 0.0:
+        raise ValueError("input_kernel: the Gram matrix has no positive eigenvalue")
+    keep = s > rtol * top
+    return InputSolution(T=U[:, keep] / np.sqrt(s[keep]), V=None, evals=s[keep], n=int(n))
+
+
+def sisokr_operator(sol: InputSolution, T_Y: np.ndarray | None, M: np.ndarray) -> np.ndarray:
+    """``A = T_Yᵀ M T_X V`` (r_Y × r_X); then ``W(λ) = A diag((Λ+nλ)^{-1}) Vᵀ``.
+
+    Exact output side (``T_Y=None``): pass ``M = C = K_X R_Xᵀ`` (n × m_X); then
+    ``A = C T_X V`` acts on the output features ``k_Y(Y, y)`` directly, because
+    ``k_Y(y, Y) K_Y^† K_Y = k_Y(y, Y)``.
+    """
+    MT = np.asarray(M, dtype=np.float64) @ sol.TV()
+    return MT if T_Y is None else T_Y.T @ MT
 
 
 def sisokr_coef(sol: InputSolution, A: np.ndarray, lam: float) -> np.ndarray:
     """``W(λ) = A diag((Λ + nλ)^{-1}) Vᵀ`` of shape (r_Y, r_X)."""
-    return (A * sol.shrinkage(lam)) @ sol.V.T
+    W = A * sol.shrinkage(lam)
+    return W if sol.V is None else W @ sol.V.T
 
 
 def krr_coef(sol: InputSolution, b: np.ndarray, lam: float) -> np.ndarray:
     """``β(λ) = T_X V (Λ + nλ)^{-1} Vᵀ T_Xᵀ b`` of shape (m_X, t) (Chen & Yang eq. 3)."""
-    Vb = sol.V.T @ (sol.T.T @ np.asarray(b, dtype=np.float64))
-    return sol.T @ (sol.V @ (sol.shrinkage(lam)[:, None] * Vb))
+    Vb = sol.TV().T @ np.asarray(b, dtype=np.float64)
+    return sol.TV() @ (sol.shrinkage(lam)[:, None] * Vb)

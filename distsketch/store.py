@@ -4,9 +4,10 @@ Layout (one zarr v3 group per fit)::
 
     <store>/                      attrs["distsketch"] = {format_version, version, status, pass}
         pass/C      (n, m_X)      K_X R_Xᵀ, chunks (block_rows, m_X)
-        pass/D      (n, m_Y)      K_Y R_Yᵀ (structured outputs only)
+        pass/D      (n, m_Y)      K_Y R_Yᵀ (sketched structured outputs only)
         pass/done   (n_blocks,)   True once block i's C and D rows are written (chunk 1)
         sums/G, sums/B, sums/M, sums/E, sums/b      tree-reduced partial sums (float64)
+        sums/C                                      C assembled (when a side is exact)
         sums/U_rows, sums/U_index                   unique output rows, first training row
 
 ``status`` moves ``"pass"`` → ``"pass-complete"`` (all blocks done, sums written)
@@ -35,7 +36,7 @@ logger = logging.getLogger(__name__)
 #: Version of the on-disk layout; a store with another version is refused.
 FORMAT_VERSION = 1
 _ATTR = "distsketch"
-_SUMS = ("G", "B", "M", "E", "b")
+_SUMS = ("G", "B", "M", "E", "b", "C")
 
 
 class FitStore:

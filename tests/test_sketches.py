@@ -437,6 +437,9 @@ def test_psparsified_mask_density_and_support_size(psparse_draws, kind):
     expected = n * np.array([*probs, 1 - probs.sum()])
     chi2 = float(((observed - expected) ** 2 / expected).sum())
     assert stats.chi2.sf(chi2, 3) > 1e-6, (observed, expected)
+    # tile 1's mask is not a copy of tile 0's
+    C = sp.csc_array(M)
+    assert (C[:, :300] != C[:, TILE : TILE + 300]).nnz > 0
 
 
 def test_psparsified_rademacher_entries_are_signs(psparse_draws):
@@ -522,6 +525,9 @@ def test_gaussian_sketch_entries_have_variance_one_over_m():
     # Tile 1 is not a copy of tile 0 and is uncorrelated with it (SE 1/sqrt(2460)).
     t0, t1 = M[:, :123].ravel(), M[:, TILE : TILE + 123].ravel()
     assert not np.array_equal(t0, t1)
+    # No normal of tile 1 reappears in tile 0: the tiles come from distinct streams
+    # (continuous draws never coincide; a reused or restarted stream shares values).
+    assert np.intersect1d(M[:, :TILE], M[:, TILE:]).size == 0
     assert abs(np.corrcoef(t0, t1)[0, 1]) <= 5 / math.sqrt(t0.size)
 
 
