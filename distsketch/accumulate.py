@@ -153,6 +153,40 @@ class RowStack:
         return out
 
 
+class RowSparse:
+    """An ``m × k`` partial sum with few non-zero rows (``R[:, I] C_I`` of a sparse sketch).
+
+    ``+=`` adds row by row over the union of rows; adding exact zeros never changes a float
+    sum, so the reduced result is bitwise the dense one, with a fraction of the memory.
+    """
+
+    def __init__(self, m: int, rows: np.ndarray, values: np.ndarray):
+        self.m, self.rows, self.values = m, rows, values
+
+    def copy(self) -> "RowSparse":
+        return RowSparse(self.m, self.rows.copy(), self.values.copy())
+
+    def __iadd__(self, other: "RowSparse") -> "RowSparse":
+        if np.array_equal(self.rows, other.rows):
+            self.values += other.values
+            return self
+        rows = np.union1d(self.rows, other.rows)
+        values = np.zeros((rows.size, self.values.shape[1]))
+        values[np.searchsorted(rows, self.rows)] = self.values
+        values[np.searchsorted(rows, other.rows)] += other.values
+        self.rows, self.values = rows, values
+        return self
+
+    def toarray(self) -> np.ndarray:
+        out = np.zeros((self.m, self.values.shape[1]))
+        out[self.rows] = self.values
+        return out
+
+
+def _left(sketch: RealizedSketch, block: np.ndarray, start: int, stop: int) -> RowSparse:
+    return RowSparse(sketch.m, *sketch.left_rows(block, start, stop))
+
+
 def _block_sums(plan: PassPlan, i: int, C, D, yb) -> dict:
     s, e = plan.rows(i)
     C = np.asarray(C, dtype=np.float64)
@@ -161,11 +195,11 @@ def _block_sums(plan: PassPlan, i: int, C, D, yb) -> dict:
         out["C"] = RowStack([(s, C)])
     if not plan.x_exact:
         out["G"] = C.T @ C
-        out["B"] = plan.x.sketch.left_columns(C, s, e)
+        out["B"] = _left(plan.x.sketch, C, s, e)
     if D is not None:
         D = np.asarray(D, dtype=np.float64)
         out["M"] = D.T @ C
-        out["E"] = plan.y.sketch.left_columns(D, s, e)
+        out["E"] = _left(plan.y.sketch, D, s, e)
     if plan.targets:
         out["b"] = C.T @ _dense(yb).astype(np.float64, copy=False)
     if plan.unique_outputs:
@@ -312,6 +346,9 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
             (result,) = dask.compute(total)
     if "C" in result:
         result["C"] = result["C"].assemble(plan.n)
+    for key in ("B", "E"):
+        if key in result:
+            result[key] = result[key].toarray()
     return result
 
 

@@ -124,8 +124,8 @@ def _choose_block_rows(options: EngineOptions, n: int, width: int, native: int |
     itemsize = np.dtype(options.block_dtype).itemsize
     per_row = 8 * (options.gram_chunk + width) + itemsize * width
     b = max(64, options.block_memory // per_row)
-    if native:
-        b = max(native, (b // native) * native)
+    if native and b >= native:  # whole stored chunks per block; smaller blocks split chunks
+        b = (b // native) * native
     return int(min(b, n))
 
 

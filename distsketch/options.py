@@ -79,7 +79,7 @@ class EngineOptions:
     gram_chunk: int = 2048
     block_dtype: str = "float64"
     rtol: float | None = None
-    split_every: int = 8
+    split_every: int = 4
     overwrite: bool = False
     progress: bool = False
 

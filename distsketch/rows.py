@@ -130,9 +130,10 @@ class RowSource:
         rows = np.asarray(rows, dtype=np.int64)
         if self.kind in ("numpy", "sparse"):
             return self.data[rows]
-        if self.kind == "zarr":
-            return np.asarray(self.data.get_orthogonal_selection((rows, slice(None))))
-        (out,) = dask.compute(self.data[rows])
+        # through dask, one stored chunk at a time (zarr's own orthogonal selection holds
+        # many decoded chunks at once: measured +50 MiB peak RSS at 1.6 M rows)
+        arr = self.data if self.kind == "dask" else da.from_zarr(self.data)
+        (out,) = dask.compute(arr[rows])
         return np.asarray(out)
 
 

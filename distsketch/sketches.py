@@ -88,7 +88,10 @@ def _positive_int(value: Any, *, owner: str, name: str) -> int:
 
 
 class RealizedSketch:
-    """A drawn sketch ``R`` (m × n), stored as its support and mixing matrix.
+    """A drawn sketch ``R`` (m × n), stored as its support ``J`` and mixing matrix ``R_mix``.
+
+    Only O(nnz + s') numbers are held: a sub-sampling sketch of a billion rows is its m
+    indices. The full ``R`` is built by :meth:`matrix` on request (for auditing).
 
     Parameters
     ----------
@@ -100,8 +103,10 @@ class RealizedSketch:
         The seed it was drawn from (with ``n``, it determines the sketch).
     m : int
         Number of rows of ``R``.
-    matrix : scipy.sparse.csc_array of shape (m, n) or None
-        ``R`` itself for sparse sketches; ``None`` for sketches generated per tile.
+    support : ndarray of int64, shape (s',), optional
+        Sorted non-null columns ``J``; omitted for sketches generated per tile (all n).
+    mixing : scipy.sparse matrix of shape (m, s'), optional
+        ``R_mix`` of a sparse sketch; omitted for sketches generated per tile.
     scale : ndarray of shape (m,) or None
         Set when ``R_mix`` is diagonal (identity, sub-sampling): ``R_mix = diag(scale)``.
 
@@ -111,21 +116,34 @@ class RealizedSketch:
         Sorted training rows ``J`` with a non-null column in ``R``.
     """
 
-    def __init__(self, spec: "Sketch", n: int, seed: int, m: int, *, matrix=None, scale=None):
+    def __init__(self, spec: "Sketch", n: int, seed: int, m: int, *, support=None, mixing=None,
+                 scale=None):
         self.spec = spec
         self.n = int(n)
         self.seed = int(seed)
         self.m = int(m)
-        self._csc = None if matrix is None else sp.csc_array(matrix)
         self.scale = scale
-        if self._csc is None:
+        if mixing is None:  # generated per tile, support = every row
             self.support = np.arange(self.n, dtype=np.int64)
-            self._mix_t = None
+            self._mix_csc = self._mix_t = None
         else:
-            nnz_cols = np.flatnonzero(np.diff(self._csc.indptr))
-            self.support = nnz_cols.astype(np.int64)
+            self.support = np.asarray(support, dtype=np.int64)
+            self._mix_csc = sp.csc_array(mixing)
             # R_mixᵀ (s' × m), CSR so that row slices over the support are cheap.
-            self._mix_t = sp.csr_array(self._csc[:, self.support].T)
+            self._mix_t = sp.csr_array(self._mix_csc.T)
+
+    @classmethod
+    def from_entries(cls, spec: "Sketch", n: int, seed: int, m: int, rows, cols, vals,
+                     **kw) -> "RealizedSketch":
+        """Build from the non-zeros ``R[rows, cols] += vals`` (duplicates add up)."""
+        support, local = np.unique(np.asarray(cols, dtype=np.int64), return_inverse=True)
+        R = sp.coo_array((vals, (rows, local)), shape=(m, support.size)).tocsc()
+        R.sum_duplicates()
+        R.eliminate_zeros()
+        keep = np.flatnonzero(np.diff(R.indptr))  # columns whose entries cancelled are dropped
+        if keep.size < support.size:
+            support, R = support[keep], R[:, keep]
+        return cls(spec, n, seed, m, support=support, mixing=R, **kw)
 
     # -- description ------------------------------------------------------------
     @property
@@ -160,21 +178,26 @@ class RealizedSketch:
     @property
     def mixing(self):
         """``R_mix`` of shape (m, s'); sparse CSR, or dense for generated sketches."""
-        if self._mix_t is not None:
-            return sp.csr_array(self._mix_t.T)
+        if self._mix_csc is not None:
+            return sp.csr_array(self._mix_csc)
         return self._dense_columns(0, self.n)
 
     def matrix(self):
         """``R`` of shape (m, n): scipy.sparse CSR, or an ndarray for generated sketches."""
-        if self._csc is not None:
-            return sp.csr_array(self._csc)
-        return self._dense_columns(0, self.n)
+        return self.columns(0, self.n)
+
+    def _support_span(self, start: int, stop: int) -> tuple[int, int]:
+        """Positions ``[a, b)`` of the support rows that fall in training rows ``[start, stop)``."""
+        return (int(np.searchsorted(self.support, start)), int(np.searchsorted(self.support, stop)))
 
     def columns(self, start: int, stop: int):
-        """``R[:, start:stop]`` for a block of training rows (sparse, or dense if generated)."""
-        if self._csc is not None:
-            return self._csc[:, start:stop]
-        return self._dense_columns(start, stop)
+        """``R[:, start:stop]`` for a block of training rows (sparse CSR, or dense if generated)."""
+        if self._mix_csc is None:
+            return self._dense_columns(start, stop)
+        a, b = self._support_span(start, stop)
+        part = self._mix_csc[:, a:b].tocoo()
+        cols = self.support[a:b][part.col] - start
+        return sp.csr_array((part.data, (part.row, cols)), shape=(self.m, stop - start))
 
     def _dense_columns(self, start: int, stop: int) -> np.ndarray:
         out = np.empty((self.m, stop - start))
@@ -193,23 +216,38 @@ class RealizedSketch:
         tile is drawn twice for one block.
         """
         s = self.support_size
-        if self._csc is None:
+        if self._mix_csc is None:
             step = max(TILE, (max(chunk, 1) // TILE) * TILE)
         else:
             step = max(int(chunk), 1)
         return [(a, min(a + step, s)) for a in range(0, s, step)]
+
+    def left_rows(self, block: np.ndarray, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """The non-zero rows of ``R[:, start:stop] @ block``: ``(rows, values)``.
+
+        ``rows`` (sorted int64) are the rows of ``R`` with a non-zero in training rows
+        ``start:stop``; ``values`` has shape (len(rows), k). For a sub-sampling sketch that is
+        the few landmarks inside the block, so a partial sum of ``B`` stays small.
+        """
+        if self._mix_csc is None:
+            return np.arange(self.m), self._dense_columns(start, stop) @ block
+        a, b = self._support_span(start, stop)
+        sub = sp.csr_array(self._mix_csc[:, a:b])
+        rows = np.flatnonzero(np.diff(sub.indptr))
+        # R[:, I] block = R_mix[:, J∩I] block[J∩I]: only the support rows of the block
+        values = np.asarray(sub[rows] @ block[self.support[a:b] - start]).reshape(rows.size,
+                                                                                 block.shape[1])
+        return rows.astype(np.int64), values
 
     def left_columns(self, block: np.ndarray, start: int, stop: int) -> np.ndarray:
         """``R[:, start:stop] @ block`` of shape (m, k) for training rows ``start:stop``.
 
         Implements one term of ``B = R K Rᵀ = Σ_I R[:, I] C_I`` (DESIGN §2).
         """
-        if self._csc is not None:
-            cols = self._csc[:, start:stop]
-            if cols.nnz == 0:
-                return np.zeros((self.m, block.shape[1]))
-            return np.asarray(cols @ block)
-        return self._dense_columns(start, stop) @ block
+        rows, values = self.left_rows(block, start, stop)
+        out = np.zeros((self.m, block.shape[1]))
+        out[rows] = values
+        return out
 
     def transpose_dot(self, T: np.ndarray) -> np.ndarray:
         """``R_mixᵀ T`` of shape (s', r): projects landmark kernel columns onto features."""
@@ -259,8 +297,8 @@ class Identity(Sketch):
 
     def realize(self, n: int, *, seed: int) -> RealizedSketch:
         n = int(n)
-        return RealizedSketch(self, n, seed, n, matrix=sp.identity(n, format="csc"),
-                              scale=np.ones(n))
+        return RealizedSketch(self, n, seed, n, support=np.arange(n),
+                              mixing=sp.identity(n, format="csc"), scale=np.ones(n))
 
 
 class SubSampling(Sketch):
@@ -295,8 +333,8 @@ class SubSampling(Sketch):
         rng = np.random.default_rng([int(seed), 0])
         rows = np.sort(rng.choice(n, size=m, replace=False)).astype(np.int64)
         scale = np.full(m, np.sqrt(n / m))
-        R = sp.csc_array((scale, (np.arange(m), rows)), shape=(m, n))
-        return RealizedSketch(self, n, seed, m, matrix=R, scale=scale)
+        return RealizedSketch(self, n, seed, m, support=rows, mixing=sp.diags_array(scale),
+                              scale=scale)
 
 
 class PSparsified(Sketch):
@@ -349,10 +387,8 @@ class PSparsified(Sketch):
             rows.append(r)
             cols.append(c + a)
             vals.append(v)
-        R = sp.csc_array(
-            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(m, n)
-        )
-        return RealizedSketch(self, n, seed, m, matrix=R)
+        return RealizedSketch.from_entries(self, n, seed, m, np.concatenate(rows),
+                                           np.concatenate(cols), np.concatenate(vals))
 
     def _tile_entries(self, seed: int, tile: int, width: int, m: int, p: float):
         """Non-zeros of one tile: positions ``pos = col * m + row`` of a Bernoulli(p) mask."""
@@ -414,11 +450,8 @@ class Accumulation(Sketch):
         cols = rng.integers(0, n, size=(m, q))
         signs = rng.integers(0, 2, size=(m, q)) * 2.0 - 1.0
         vals = signs * np.sqrt(n / (m * q))
-        rows = np.repeat(np.arange(m), q)
-        R = sp.coo_array((vals.ravel(), (rows, cols.ravel())), shape=(m, n)).tocsc()
-        R.sum_duplicates()
-        R.eliminate_zeros()
-        return RealizedSketch(self, n, seed, m, matrix=R)
+        return RealizedSketch.from_entries(self, n, seed, m, np.repeat(np.arange(m), q),
+                                           cols.ravel(), vals.ravel())
 
 
 class GaussianSketch(Sketch):
@@ -477,10 +510,8 @@ class CountSketch(Sketch):
             rng = _tile_rng(seed, t)
             rows.append(rng.integers(0, m, size=b - a))
             signs.append(rng.integers(0, 2, size=b - a) * 2.0 - 1.0)
-        R = sp.csc_array(
-            (np.concatenate(signs), (np.concatenate(rows), np.arange(n))), shape=(m, n)
-        )
-        return RealizedSketch(self, n, seed, m, matrix=R)
+        return RealizedSketch.from_entries(self, n, seed, m, np.concatenate(rows), np.arange(n),
+                                           np.concatenate(signs))
 
 
 SKETCHES: dict[str, type[Sketch]] = {

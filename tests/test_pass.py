@@ -296,3 +296,31 @@ def test_temporary_store_is_removed(tmp_path, monkeypatch):
     m = model().fit(X, Y)
     assert m.store_ is None
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("spec", "n", "max_support"), [
+    (ds.SubSampling(100), 10**12, 100),
+    (ds.Accumulation(100, q=3), 10**12, 300),
+    # p-sparsified draws its mask tile by tile, so it visits n / TILE tiles (time O(n))
+    (ds.PSparsified(100, p=1e-6), 10**7, 2000),
+], ids=str)
+def test_small_support_sketch_holds_no_n_sized_state(spec, n, max_support):
+    """A sketch of 10^12 rows is its support and mixing matrix: O(nnz) memory, not O(n)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        sk = spec.realize(n, seed=0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 2**20
+    assert sk.support_size <= max_support and sk.mixing.shape == (100, sk.support_size)
+    # and a block of training rows far into the data set maps to the right sketch rows
+    j = int(sk.support[-1])
+    block = np.arange(12.0).reshape(4, 3)
+    got = sk.left_columns(block, j - 2, j + 2)
+    want = np.outer(sk.mixing.toarray()[:, -1], block[2])
+    if sk.support_size > 1 and int(sk.support[-2]) >= j - 2:
+        pytest.skip("two support rows fall in the probe block")
+    np.testing.assert_allclose(got, want, rtol=0, atol=0)
