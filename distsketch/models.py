@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import dask.array as da
@@ -25,10 +24,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._base import ParamsMixin
-from .accumulate import PassPlan, Side, run_pass
+from .accumulate import fit_pass
 from .kernels import Linear, check_kernel
-from .options import EngineOptions, block_dtype, check_options, with_blas_limit
-from .rows import RowSource, as_row_source, fingerprint
+from .options import EngineOptions, check_options, with_blas_limit
+from .rows import RowSource, as_row_source
 from .sketches import RealizedSketch, check_sketch, gram_dot
 from .solve import (
     InputSolution,
@@ -39,7 +38,6 @@ from .solve import (
     solve_input_exact,
     whitening,
 )
-from .store import open_fit_store
 
 __all__ = ["SISOKR", "SketchedKRR", "NotFittedError"]
 
@@ -87,112 +85,6 @@ def check_random_state(random_state: Any) -> np.random.Generator:
             raise ValueError(f"random_state: must be a non-negative integer, got {random_state}")
         return np.random.default_rng(int(random_state))
     raise ValueError(f"random_state: expected None, an int or a numpy Generator, got {random_state!r}")
-
-
-def _kernel_config(kernel) -> dict:
-    try:
-        return kernel.to_config()
-    except TypeError:
-        f = getattr(kernel, "func", kernel)
-        return {"callable": f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', repr(f))}"}
-
-
-def _jsonable(obj: Any) -> Any:
-    import json
-    return json.loads(json.dumps(obj, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
-
-
-# --------------------------------------------------------------------------- the fit
-
-
-@dataclass
-class PassResult:
-    """What a pass returns to an estimator: realised sketches, landmarks and the sums."""
-
-    n: int
-    x_sketch: RealizedSketch
-    x_landmarks: Any
-    y_sketch: RealizedSketch | None
-    y_landmarks: Any
-    sums: dict
-    store: str | None
-
-
-def _choose_block_rows(options: EngineOptions, n: int, width: int, native: int | None) -> int:
-    if options.block_rows is not None:
-        return min(int(options.block_rows), n)
-    itemsize = np.dtype(options.block_dtype).itemsize
-    per_row = 8 * (options.gram_chunk + width) + itemsize * width
-    b = max(64, options.block_memory // per_row)
-    if native and b >= native:  # whole stored chunks per block; smaller blocks split chunks
-        b = (b // native) * native
-    return int(min(b, n))
-
-
-def fit_pass(
-    X: RowSource,
-    Y: RowSource,
-    *,
-    x_kernel,
-    x_sketch,
-    y_kernel=None,
-    y_sketch=None,
-    unique_outputs: bool = False,
-    rng: np.random.Generator,
-    store: Any,
-    options: EngineOptions,
-    model: str,
-) -> PassResult:
-    """Draw the sketches, gather landmarks and run (or resume) the streaming pass.
-
-    ``y_kernel=None`` treats ``Y`` as vector targets (sketched KRR, sum ``b``);
-    otherwise ``Y`` goes through the output kernel (sums ``M, E``).
-    """
-    n = X.n
-    seeds = [int(s) for s in rng.integers(0, 2**63 - 1, size=2)]
-    xs = x_sketch.realize(n, seed=seeds[0])
-    ys = y_sketch.realize(n, seed=seeds[1]) if y_kernel is not None else None
-    x_land = X.take(xs.support)
-    y_land = Y.take(ys.support) if ys is not None else None
-    width = xs.m + (ys.m if ys is not None else Y.shape[1]) + X.shape[1] + Y.shape[1]
-    b = _choose_block_rows(options, n, width, X.native_rows or Y.native_rows)
-    config = _jsonable({
-        "model": model,
-        "n": n,
-        "block_rows": b,
-        "block_dtype": options.block_dtype,
-        "gram_chunk": options.gram_chunk,
-        "m_x": xs.m,
-        "m_y": ys.m if ys is not None and not ys.is_identity else None,  # D is stored
-        "input": {"kernel": _kernel_config(x_kernel), "sketch": xs.to_config(),
-                  "shape": X.shape, "landmarks": fingerprint(x_land)},
-        "output": ({"kernel": _kernel_config(y_kernel), "sketch": ys.to_config(),
-                    "shape": Y.shape, "landmarks": fingerprint(y_land)}
-                   if ys is not None else {"targets": Y.shape}),
-        "unique_outputs": bool(unique_outputs),
-    })
-    fs = open_fit_store(store)
-    try:
-        fs.prepare_pass(config, overwrite=options.overwrite)
-        if fs.status in ("pass-complete", "solved"):
-            logger.info("store %s: pass already complete, reusing its sums", fs.location)
-            sums = fs.read_sums()
-        else:
-            C, D, done = fs.pass_arrays()
-            plan = PassPlan(
-                n=n, block_rows=b,
-                x=Side(x_kernel, x_land, xs),
-                y=Side(y_kernel, y_land, ys) if ys is not None else None,
-                targets=ys is None, unique_outputs=unique_outputs,
-                C=C, D=D, done=done, dtype=block_dtype(options), chunk=options.gram_chunk,
-                check_x=X.lazy, check_y=Y.lazy,
-            )
-            sums = run_pass(plan, X, Y, split_every=options.split_every, progress=options.progress)
-            fs.write_sums(sums)
-        return PassResult(n=n, x_sketch=xs, x_landmarks=x_land, y_sketch=ys, y_landmarks=y_land,
-                          sums=sums, store=None if fs.temporary else fs.location)
-    finally:
-        fs.discard()
 
 
 def _check_xy(X, Y, *, y_name: str, model: str) -> tuple[RowSource, RowSource]:

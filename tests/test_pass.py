@@ -126,7 +126,8 @@ def test_sums_invariant_on_local_cluster(tmp_path, n_workers):
     X, Y = problem()
     ref = _fit_sums(tmp_path, "ref", X, Y, 10)
     with distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster, distributed.Client(cluster):
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster.scheduler_address):  # a cluster reached by its address
         got = _fit_sums(tmp_path, f"w{n_workers}", X, Y, 10)
         # also a lazy input read on the workers
         got_lazy = _fit_sums(tmp_path, f"w{n_workers}-zarr", _to_zarr(tmp_path / "xz", X, 10), Y, 10)

@@ -238,7 +238,7 @@ class TestSketchContract:
         spans = R.support_spans(chunk)
         s = R.support_size
         assert spans[0][0] == 0 and spans[-1][1] == s
-        for (a, b), (c, _) in zip(spans, spans[1:]):
+        for (_, b), (c, _) in zip(spans, spans[1:]):
             assert b == c
         for a, b in spans:
             assert 0 < b - a <= max(chunk, TILE)
