@@ -6,7 +6,7 @@ Estimators: :class:`SISOKR` (IOKR / SIOKR / ISOKR / SISOKR by choice of sketches
 :mod:`distsketch.sketches`, engine knobs in :class:`EngineOptions`.
 """
 
-from . import kernels, sketches
+from . import kernels, metrics, sketches
 from ._version import __version__
 from .kernels import (
     Gaussian,
@@ -17,7 +17,8 @@ from .kernels import (
     Polynomial,
     Tanimoto,
 )
-from .models import SISOKR, SketchedKRR
+from .candidates import CandidateStore
+from .models import SISOKR, NotFittedError, SketchedKRR
 from .options import EngineOptions
 from .sketches import (
     Accumulation,
@@ -32,7 +33,10 @@ __all__ = [
     "__version__",
     "SISOKR",
     "SketchedKRR",
+    "CandidateStore",
+    "NotFittedError",
     "EngineOptions",
+    "metrics",
     "kernels",
     "sketches",
     "Gaussian",

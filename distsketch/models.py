@@ -24,10 +24,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._base import ParamsMixin
-from .accumulate import fit_pass
+from .accumulate import _kernel_config, fit_pass
+from .candidates import CandidateStore, _check_query_sets, candidate_reader, concatenate_sets
+from .decode import Scorer, decode_fixed, decode_ragged
 from .kernels import Linear, check_kernel
 from .options import EngineOptions, check_options, with_blas_limit
-from .rows import RowSource, as_row_source
+from .rows import RowSource, as_row_source, fingerprint
 from .sketches import RealizedSketch, check_sketch, gram_dot
 from .solve import (
     InputSolution,
@@ -294,11 +296,20 @@ class SISOKR(_SketchedBase):
         self.n_features_in_ = Xs.shape[1]
         self.n_outputs_ = Ys.shape[1]
         self.store_ = res.store
+        # identifies the output side (what candidate features depend on), not λ
+        self.output_key_ = fingerprint(
+            np.frombuffer(repr(_kernel_config(ky)).encode(), dtype=np.uint8),
+            res.y_landmarks, self.output_projection_)
+        self._candidate_features = None
         self._update_coef()
         return self
 
     def _update_coef(self):
         self.coef_ = sisokr_coef(self.input_solution_, self.operator_, self.lam_)
+
+    def _scorer(self) -> Scorer:
+        return Scorer(self.output_kernel_, self.output_landmarks_, self.output_projection_,
+                      self._options().gram_chunk)
 
     # -- features ----------------------------------------------------------------
     @with_blas_limit
@@ -344,27 +355,143 @@ class SISOKR(_SketchedBase):
         return kyy[None, :] - 2.0 * (g @ phi.T)
 
     @with_blas_limit
-    def predict(self, X, candidates=None):
+    def predict_topk(self, X, candidates=None, *, k: int = 1, candidate_sets=None, query_sets=None):
+        """The ``k`` best candidates of each query, by the decoding criterion.
+
+        The score matrix is never materialised: map tasks score (query × candidate) blocks
+        into partial top-k results merged by a tree (:mod:`distsketch.decode`).
+
+        Parameters
+        ----------
+        X : array of shape (n_queries, d_X)
+        candidates : array of shape (n_candidates, d_Y), or a fixed CandidateStore, optional
+            One candidate set for every query. Default: the unique training outputs.
+        k : int
+            Number of candidates to return per query.
+        candidate_sets : sequence of arrays (n_s, d_Y), or a ragged CandidateStore, optional
+            Per-query candidate sets; each query is scored only against its own set.
+        query_sets : array of int of shape (n_queries,), optional
+            Set number of each query (default: the store's own ``query_sets``).
+
+        Returns
+        -------
+        indices : ndarray of int64, shape (n_queries, k)
+            Rows of ``candidates``, or positions inside each query's set; ``-1`` where a set
+            has fewer than ``k`` members. Ties are broken by the lower index.
+        scores : ndarray of float64, shape (n_queries, k)
+            ``k_Y(y, y) − 2⟨ĥ(x), ψ(y)⟩`` (``+inf`` for padding), ascending.
+        """
+        idx, scores, _ = self._decode(X, candidates, k, candidate_sets, query_sets)
+        return idx, scores
+
+    def _decode(self, X, candidates, k, candidate_sets, query_sets):
+        """Validate, decode, and return ``(indices, scores, take)``; ``take(best)`` gives rows."""
+        self._check_fitted()
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+            raise ValueError(f"k: the number of candidates to return must be a positive integer, got {k!r}")
+        if candidates is not None and candidate_sets is not None:
+            raise ValueError("candidates / candidate_sets: give one candidate set for all queries "
+                             "(candidates=) or per-query sets (candidate_sets=), not both")
+        options = self._options()
+        scorer = self._scorer()
+        if candidate_sets is not None:
+            if isinstance(candidate_sets, CandidateStore):
+                store = _check_store(candidate_sets, "ragged", self.n_outputs_)
+                source, offsets, stored_qs = store, store.offsets, store.query_sets
+                read = _cached_reader(store, scorer, self.output_key_)
+            else:
+                source, offsets = concatenate_sets(candidate_sets, width=self.n_outputs_)
+                _check_finite(source, "candidate_sets")
+                read, stored_qs = candidate_reader(source), None
+            if query_sets is None:
+                query_sets = stored_qs
+            if query_sets is None:
+                raise ValueError("query_sets: required with candidate_sets (one set number per query)")
+            G = self.surrogate(X)
+            qs = _check_query_sets(query_sets, len(offsets) - 1, n_queries=G.shape[0])
+            idx, scores = decode_ragged(scorer, G, read, offsets=offsets, query_sets=qs, k=int(k),
+                                        block_rows=options.candidate_rows,
+                                        split_every=options.split_every)
+            return idx, scores, lambda best: _take_rows(source, offsets[qs] + best)
+        if isinstance(candidates, CandidateStore):
+            store = _check_store(candidates, "fixed", self.n_outputs_)
+            read, n_c, take = _cached_reader(store, scorer, self.output_key_), store.n_candidates, store.rows
+        elif candidates is None:
+            if self.candidates_ is None:
+                raise ValueError("candidates: a model with a linear output kernel has no default "
+                                 "candidates; pass candidates=")
+            if self._candidate_features is None:  # features of the default set, once per fit
+                self._candidate_features = (scorer.features(self.candidates_),
+                                            scorer.diag(self.candidates_))
+            phi, kyy = self._candidate_features
+            read, n_c = (lambda a, b: ("cached", phi, kyy, a, b)), len(phi)
+            take = self.candidates_.__getitem__
+        else:
+            src = as_row_source(candidates, argument="candidates")
+            if src.shape[1] != self.n_outputs_:
+                raise ValueError(f"candidates: rows have {src.shape[1]} columns but the model was "
+                                 f"fitted on outputs with {self.n_outputs_}")
+            src.check_finite()
+            read, n_c = candidate_reader(src.data), src.n
+            take = lambda best: _take_rows(src, best)  # noqa: E731
+        G = self.surrogate(X)
+        idx, scores = decode_fixed(scorer, G, read, n_candidates=n_c, k=int(k),
+                                   block_rows=options.candidate_rows, split_every=options.split_every)
+        return idx, scores, take
+
+    @with_blas_limit
+    def predict(self, X, candidates=None, *, candidate_sets=None, query_sets=None):
         """Best candidate row per query; vectors ``ĥ(x)`` for a linear output kernel.
 
         Parameters
         ----------
         X : array of shape (n_queries, d_X)
-        candidates : array of shape (n_candidates, d_Y), optional
-            Default: the unique training outputs (``candidates_``).
+        candidates, candidate_sets, query_sets
+            As for :meth:`predict_topk`; default candidates: the unique training outputs
+            (``candidates_``).
 
         Returns
         -------
         ndarray of shape (n_queries, d_Y)
         """
         self._check_fitted()
-        if candidates is None:
-            if self.candidates_ is None:  # linear output kernel: h(x) itself
-                return self.surrogate(X) @ self.output_map_
-            candidates = self.candidates_
-        cand = _as_dense(_check_width(candidates, self.n_outputs_, "candidates"))
-        scores = self.score_candidates(X, cand)
-        return cand[np.argmin(scores, axis=1)]
+        if candidates is None and candidate_sets is None and self.candidates_ is None:
+            return self.surrogate(X) @ self.output_map_  # linear output kernel: h(x) itself
+        idx, _, take = self._decode(X, candidates, 1, candidate_sets, query_sets)
+        return _as_dense(take(idx[:, 0]))
+
+
+def _check_store(store: CandidateStore, kind: str, width: int) -> CandidateStore:
+    if store.kind != kind:
+        right = "candidates=" if store.kind == "fixed" else "candidate_sets="
+        raise ValueError(f"candidates: this CandidateStore holds {'one fixed set' if store.kind == 'fixed' else 'per-query sets'}; "
+                         f"pass it as {right}")
+    if store.width != width:
+        raise ValueError(f"candidates: the store's rows have {store.width} columns but the model "
+                         f"was fitted on outputs with {width}")
+    return store
+
+
+def _cached_reader(store: CandidateStore, scorer: Scorer, key: str):
+    phi, kyy = store.ensure_features(scorer, key)
+    return lambda a, b: ("cached", phi, kyy, a, b)
+
+
+def _check_finite(a: np.ndarray, argument: str) -> None:
+    if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
+        raise ValueError(f"{argument}: contain NaN or infinity")
+
+
+def _take_rows(candidates, index: np.ndarray) -> np.ndarray:
+    """Rows ``index`` (any order) of a candidate array, RowSource or store."""
+    if isinstance(candidates, CandidateStore):
+        return candidates.rows(index)
+    src = as_row_source(candidates, argument="candidates")
+    order = np.argsort(index, kind="stable")
+    out = _as_dense(src.take(index[order]))
+    result = np.empty_like(out)
+    result[order] = out
+    return result
 
 
 class SketchedKRR(_SketchedBase):

@@ -72,6 +72,8 @@ class EngineOptions:
         the same configuration is resumed, never overwritten).
     progress : bool
         Show dask's progress bar (local schedulers) or distributed's progress.
+    candidate_rows : int
+        Candidates per decoding task (the score block a task holds is queries × 4096).
     """
 
     block_rows: int | None = None
@@ -82,6 +84,7 @@ class EngineOptions:
     split_every: int = 4
     overwrite: bool = False
     progress: bool = False
+    candidate_rows: int = 16384
 
     @property
     def eig_rtol(self) -> float:
@@ -104,7 +107,7 @@ def check_options(options: EngineOptions | None) -> EngineOptions:
         v = getattr(options, f.name)
         if f.name in ("block_rows",) and v is None:
             continue
-        if f.name in ("block_rows", "block_memory", "gram_chunk", "split_every"):
+        if f.name in ("block_rows", "block_memory", "gram_chunk", "split_every", "candidate_rows"):
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
                 raise _bad(f.name, f"must be a positive integer, got {v!r}")
     if options.split_every < 2:

@@ -1,0 +1,123 @@
+"""Metrics of structured prediction: multi-label, ranking, kernel losses, surrogate MSE.
+
+Glossary
+--------
+Y, Ŷ          true and predicted output rows, shape (n, d)
+ψ             output feature map of the kernel k_Y; ‖ψ(y) − ψ(y')‖² = k(y,y) + k(y',y') − 2k(y,y')
+ĥ(x)          the fitted surrogate in H_Y (before decoding)
+
+Functions take numpy arrays (scipy.sparse label matrices are accepted where noted) and return
+Python floats; every one is a mean over samples.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["f1_samples", "hamming_loss", "topk_accuracy", "mean_reciprocal_rank", "kernel_loss",
+           "surrogate_mse"]
+
+
+def _binary(Y, argument: str) -> np.ndarray:
+    Y = Y.toarray() if sp.issparse(Y) else np.asarray(Y)
+    if Y.ndim != 2:
+        raise ValueError(f"{argument}: expected a 2-D label matrix (n_samples, n_labels)")
+    return Y != 0
+
+
+def _same_shape(a: np.ndarray, b: np.ndarray) -> None:
+    if a.shape != b.shape:
+        raise ValueError(f"Y_pred: shape {b.shape} differs from Y_true's {a.shape}")
+
+
+def f1_samples(Y_true, Y_pred, *, zero_division: float = 0.0) -> float:
+    """Example-based F1: mean over samples of ``2|y ∩ ŷ| / (|y| + |ŷ|)``.
+
+    ``zero_division`` is the score of a sample whose true and predicted label sets are both
+    empty (0, as scikit-learn's ``f1_score(average="samples", zero_division=0)`` and the
+    SISOKR paper's code).
+    """
+    T, P = _binary(Y_true, "Y_true"), _binary(Y_pred, "Y_pred")
+    _same_shape(T, P)
+    inter = (T & P).sum(axis=1)
+    denom = T.sum(axis=1) + P.sum(axis=1)
+    f1 = np.where(denom > 0, 2.0 * inter / np.maximum(denom, 1), zero_division)
+    return float(f1.mean())
+
+
+def hamming_loss(Y_true, Y_pred) -> float:
+    """Fraction of wrong labels, over all samples and labels."""
+    T, P = _binary(Y_true, "Y_true"), _binary(Y_pred, "Y_pred")
+    _same_shape(T, P)
+    return float((T != P).mean())
+
+
+def _ranks(true_index, topk_indices) -> np.ndarray:
+    """1-based rank of the true candidate in each row of ``topk_indices`` (0 if absent)."""
+    t = np.asarray(true_index).reshape(-1, 1)
+    I = np.asarray(topk_indices)
+    if I.ndim != 2 or I.shape[0] != t.shape[0]:
+        raise ValueError("topk_indices: expected shape (n_queries, k) matching true_index")
+    hit = I == t
+    return np.where(hit.any(axis=1), hit.argmax(axis=1) + 1, 0)
+
+
+def topk_accuracy(true_index, topk_indices, *, k: int | None = None) -> float:
+    """Fraction of queries whose true candidate is among the first ``k`` (default: all) returned."""
+    I = np.asarray(topk_indices)
+    _ranks(true_index, I)  # validates the shapes
+    if k is not None:
+        if k < 1:
+            raise ValueError(f"k: must be a positive integer, got {k}")
+        I = I[:, :k]
+    return float((_ranks(true_index, I) > 0).mean())
+
+
+def mean_reciprocal_rank(true_index, topk_indices) -> float:
+    """Mean of ``1 / rank`` of the true candidate (0 when it is not in the returned top-k)."""
+    r = _ranks(true_index, topk_indices)
+    return float(np.where(r > 0, 1.0 / np.maximum(r, 1), 0.0).mean())
+
+
+def kernel_loss(kernel, Y_true, Y_pred) -> float:
+    """Mean ``‖ψ(y) − ψ(ŷ)‖² = k(y,y) + k(ŷ,ŷ) − 2 k(y,ŷ)`` over paired rows.
+
+    With a Gaussian kernel this is the "RBF loss" ``2 − 2 exp(−γ‖y − ŷ‖²)`` of the image
+    completion experiments (Weston et al. 2003; Brogat-Motte et al. 2022).
+    """
+    Y_true = np.asarray(Y_true, dtype=np.float64)
+    Y_pred = np.asarray(Y_pred, dtype=np.float64)
+    _same_shape(Y_true, Y_pred)
+    b = 256  # paired values k(y_i, ŷ_i): diagonals of small blocks
+    cross = np.concatenate([np.diag(kernel(Y_true[s : s + b], Y_pred[s : s + b]))
+                            for s in range(0, len(Y_true), b)])
+    return float(np.mean(kernel.diag(Y_true) + kernel.diag(Y_pred) - 2.0 * cross))
+
+
+def surrogate_mse(model, X, Y) -> float:
+    """Mean ``‖ĥ(x) − ψ(y)‖²`` in H_Y, without decoding (model selection in the papers).
+
+    ``‖ĥ(x) − ψ(y)‖² = k_Y(y, y) − 2⟨ĥ(x), ψ(y)⟩ + ‖ĥ(x)‖²``, with ``⟨ĥ(x), ψ(y)⟩ = φ_Y(y)ᵀ g(x)``
+    and ``‖ĥ(x)‖² = ‖g(x)‖²`` for a sketched output side (``T_Yᵀ R_Y K_Y R_Yᵀ T_Y = I``), or
+    ``g(x)ᵀ K_Y g(x)`` for an exact one (``ĥ(x) = Σ_i g_i(x) ψ(y_i)``).
+
+    Parameters
+    ----------
+    model : fitted SISOKR
+    X : array of shape (n, d_X)
+    Y : array of shape (n, d_Y)
+    """
+    g = model.surrogate(X)
+    Y = np.asarray(Y.toarray() if sp.issparse(Y) else Y, dtype=np.float64)
+    phi = np.asarray(model.output_features(Y))
+    inner = np.einsum("ij,ij->i", phi, g)
+    if model.output_projection_ is None:  # exact output side: ‖ĥ‖² = gᵀ K_Y g
+        from .sketches import gram_dot
+
+        L = model.output_landmarks_
+        Kg = gram_dot(model.output_kernel_, L, L, right=g.T, chunk=model._options().gram_chunk)
+        norm = np.einsum("ji,ji->i", g.T, Kg)
+    else:
+        norm = np.einsum("ij,ij->i", g, g)
+    return float(np.mean(model.output_kernel_.diag(Y) - 2.0 * inner + norm))
