@@ -15,11 +15,13 @@ from .kernels import (
     Linear,
     Matern,
     Polynomial,
+    Standardized,
     Tanimoto,
 )
 from .candidates import CandidateStore
 from .models import SISOKR, NotFittedError, SketchedKRR
 from .options import EngineOptions
+from .persist import load
 from .sketches import (
     Accumulation,
     CountSketch,
@@ -36,6 +38,7 @@ __all__ = [
     "CandidateStore",
     "NotFittedError",
     "EngineOptions",
+    "load",
     "metrics",
     "kernels",
     "sketches",
@@ -45,6 +48,7 @@ __all__ = [
     "Linear",
     "Matern",
     "Polynomial",
+    "Standardized",
     "Tanimoto",
     "Identity",
     "SubSampling",

@@ -160,6 +160,22 @@ class _SketchedBase(ParamsMixin):
         self._update_coef()
         return self
 
+    def save(self, store, *, overwrite: bool = False) -> str:
+        """Save the fitted model into a store (path or zarr group); see :func:`distsketch.load`.
+
+        ``fit`` already saves into a kept ``store``; use this for a model fitted with
+        ``store=None`` or to copy it elsewhere. Returns the store location.
+        """
+        from .persist import save
+
+        return save(self, store, overwrite=overwrite)
+
+    def _save_to_fit_store(self) -> None:
+        if self.store_ is not None:
+            from .persist import save
+
+            save(self, self.store_, overwrite=True)
+
     def _check_fitted(self):
         if not hasattr(self, "input_solution_"):
             raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; "
@@ -302,6 +318,7 @@ class SISOKR(_SketchedBase):
             res.y_landmarks, self.output_projection_)
         self._candidate_features = None
         self._update_coef()
+        self._save_to_fit_store()
         return self
 
     def _update_coef(self):
@@ -554,6 +571,7 @@ class SketchedKRR(_SketchedBase):
         self.n_features_in_ = Xs.shape[1]
         self.store_ = res.store
         self._update_coef()
+        self._save_to_fit_store()
         return self
 
     def _update_coef(self):

@@ -1,0 +1,301 @@
+"""Saved models: the solved model inside the fit's zarr store, and :func:`load`.
+
+Layout added to a fit's store (see :mod:`distsketch.store`)::
+
+    <store>/model/                attrs["distsketch_model"] = {model_format, class, params,
+                                                               state, checksums}
+        <array name>              one array per fitted array (sparse ones as data/indices/indptr)
+
+``params`` are the constructor arguments as JSON (kernels and sketches by config), ``state``
+the small non-array fitted attributes (λ path, realised sketches as spec + n + seed, …),
+``checksums`` a SHA-256 of every array. The store's status becomes ``"solved"`` only after
+everything is written; :func:`load` refuses any other status, another format version, a
+missing array or a checksum mismatch — an incomplete or tampered store never loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import json
+import os
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import zarr
+
+from ._version import __version__
+from .kernels import CallableKernel, check_kernel, kernel_from_config
+from .options import EngineOptions
+from .sketches import sketch_from_config
+from .solve import InputSolution
+from .store import FORMAT_VERSION, FitStore, open_fit_store
+
+__all__ = ["MODEL_FORMAT", "save", "load"]
+
+#: Version of the saved-model layout inside a store.
+MODEL_FORMAT = 1
+_ATTR = "distsketch_model"
+
+
+# --------------------------------------------------------------------------- values ↔ JSON
+
+
+def _kernel_to_json(kernel: Any) -> Any:
+    if isinstance(kernel, str) or kernel is None:
+        return kernel
+    kernel = check_kernel(kernel, name="kernel")
+    if isinstance(kernel, CallableKernel):
+        f = kernel.func
+        name = f"{getattr(f, '__module__', '')}:{getattr(f, '__qualname__', '')}"
+        if "<" in name or name.startswith(":"):
+            raise ValueError(f"cannot save a model whose kernel is {kernel._label()}: only registered "
+                             f"kernels and importable module-level functions can be saved")
+        return {"callable": name}
+    return kernel.to_config()
+
+
+def _kernel_from_json(cfg: Any) -> Any:
+    if cfg is None or isinstance(cfg, str):
+        return cfg
+    if "callable" in cfg:
+        module, _, qual = cfg["callable"].partition(":")
+        obj = importlib.import_module(module)
+        for part in qual.split("."):
+            obj = getattr(obj, part)
+        return CallableKernel(obj)
+    return kernel_from_config(cfg)
+
+
+def _params_to_json(est) -> dict:
+    out = {}
+    for name, value in est.get_params(deep=False).items():
+        if name.endswith("kernel"):
+            out[name] = {"kernel": _kernel_to_json(value)}
+        elif name.endswith("sketch"):
+            out[name] = {"sketch": None if value is None else value.to_config()}
+        elif name == "options":
+            out[name] = {"options": None if value is None else dataclasses.asdict(value)}
+        elif name == "random_state":
+            out[name] = value if value is None or isinstance(value, int) else None
+        elif name == "store":
+            out[name] = None if value is None else os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+        elif name == "lam":
+            out[name] = np.asarray(value, dtype=float).tolist()
+        else:
+            out[name] = value
+    return out
+
+
+def _params_from_json(params: dict) -> dict:
+    out = {}
+    for name, value in params.items():
+        if isinstance(value, dict) and "kernel" in value:
+            out[name] = _kernel_from_json(value["kernel"])
+        elif isinstance(value, dict) and "sketch" in value:
+            out[name] = None if value["sketch"] is None else sketch_from_config(value["sketch"])
+        elif isinstance(value, dict) and "options" in value:
+            out[name] = None if value["options"] is None else EngineOptions(**value["options"])
+        else:
+            out[name] = value
+    return out
+
+
+# --------------------------------------------------------------------------- arrays
+
+
+def _put(group: zarr.Group, name: str, value, checksums: dict) -> None:
+    if value is None:
+        return
+    if sp.issparse(value):
+        value = sp.csr_array(value)
+        parts = {f"{name}.data": value.data, f"{name}.indices": value.indices,
+                 f"{name}.indptr": value.indptr, f"{name}.shape": np.asarray(value.shape)}
+    else:
+        parts = {name: np.asarray(value)}
+    for key, arr in parts.items():
+        group.create_array(key, data=np.ascontiguousarray(arr), overwrite=True)
+        checksums[key] = _sha(arr)
+
+
+def _get(group: zarr.Group, name: str, checksums: dict):
+    def read(key):
+        if key not in group:
+            raise ValueError(f"store: saved model is missing array {key!r} (incomplete or tampered)")
+        arr = np.asarray(group[key][...])
+        if _sha(arr) != checksums.get(key):
+            raise ValueError(f"store: saved model array {key!r} does not match its recorded checksum "
+                             f"(tampered or partially written); refit the model")
+        return arr
+
+    if f"{name}.data" in checksums:
+        shape = tuple(int(v) for v in read(f"{name}.shape"))
+        return sp.csr_array((read(f"{name}.data"), read(f"{name}.indices"), read(f"{name}.indptr")),
+                            shape=shape)
+    if name not in checksums:
+        return None
+    return read(name)
+
+
+def _sha(arr) -> str:
+    arr = np.ascontiguousarray(arr)
+    h = hashlib.sha256(str(arr.dtype).encode() + repr(arr.shape).encode())
+    h.update(memoryview(arr).cast("B"))
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- model state
+
+_COMMON_ARRAYS = ("T", "V", "evals")
+
+
+def _state(est) -> tuple[dict, dict]:
+    """(arrays, json state) of a fitted estimator."""
+    from .models import SISOKR, SketchedKRR
+
+    sol = est.input_solution_
+    arrays = {"T": sol.T, "V": sol.V, "evals": sol.evals}
+    state = {"n": sol.n, "lams": list(est.lams_), "lam": est.lam_,
+             "n_features_in": est.n_features_in_, "store": est.store_}
+    if isinstance(est, SISOKR):
+        arrays.update(input_landmarks=est.input_landmarks_, output_landmarks=est.output_landmarks_,
+                      output_whitening=est.output_whitening_, operator=est.operator_,
+                      input_projection=est.input_projection_, output_projection=est.output_projection_,
+                      candidates=est.candidates_, candidate_index=est.candidate_index_,
+                      output_map=getattr(est, "output_map_", None))
+        state.update(input_kernel=_kernel_to_json(est.input_kernel_),
+                     output_kernel=_kernel_to_json(est.output_kernel_),
+                     input_sketch=est.input_sketch_.to_config(),
+                     output_sketch=est.output_sketch_.to_config(),
+                     n_outputs=est.n_outputs_, output_key=est.output_key_)
+    elif isinstance(est, SketchedKRR):
+        arrays.update(landmarks=est.landmarks_, b=est._b)
+        state.update(kernel=_kernel_to_json(est.kernel_), sketch=est.sketch_.to_config(),
+                     y_1d=bool(est._y_1d))
+    else:  # pragma: no cover - only our estimators are saved
+        raise TypeError(f"cannot save {type(est).__name__}")
+    return arrays, state
+
+
+def _realize(cfg: dict):
+    return sketch_from_config(cfg["spec"]).realize(cfg["n"], seed=cfg["seed"])
+
+
+def _restore(cls_name: str, params: dict, arrays: dict, state: dict):
+    from .models import SISOKR, SketchedKRR
+
+    cls = {"SISOKR": SISOKR, "SketchedKRR": SketchedKRR}[cls_name]
+    est = cls(**_params_from_json(params))
+    est.input_solution_ = InputSolution(T=arrays["T"], V=arrays["V"], evals=arrays["evals"],
+                                        n=int(state["n"]))
+    est.lams_ = tuple(state["lams"])
+    est.lam_ = float(state["lam"])
+    est.n_features_in_ = int(state["n_features_in"])
+    est.store_ = state["store"]
+    if cls is SISOKR:
+        est.input_kernel_ = _kernel_from_json(state["input_kernel"])
+        est.output_kernel_ = _kernel_from_json(state["output_kernel"])
+        est.input_sketch_ = _realize(state["input_sketch"])
+        est.output_sketch_ = _realize(state["output_sketch"])
+        for name in ("input_landmarks", "output_landmarks", "output_whitening", "operator",
+                     "input_projection", "output_projection", "candidates", "candidate_index"):
+            setattr(est, name + "_", arrays[name])
+        if arrays["output_map"] is not None:
+            est.output_map_ = arrays["output_map"]
+        est.n_outputs_ = int(state["n_outputs"])
+        est.output_key_ = state["output_key"]
+        est._candidate_features = None
+    else:
+        est.kernel_ = _kernel_from_json(state["kernel"])
+        est.sketch_ = _realize(state["sketch"])
+        est.landmarks_ = arrays["landmarks"]
+        est._b = arrays["b"]
+        est._y_1d = bool(state["y_1d"])
+    est._update_coef()
+    return est
+
+
+# --------------------------------------------------------------------------- public
+
+
+def save(est, store, *, overwrite: bool = False) -> str:
+    """Write a fitted estimator into ``store`` and mark it ``"solved"``.
+
+    ``store`` is the fit's own store (the model is added next to the pass; ``fit`` does this
+    for a kept store), or a new path (a model-only store). A store that already holds a saved
+    model is replaced only with ``overwrite=True``. Returns the store location.
+    """
+    est._check_fitted()
+    arrays, state = _state(est)
+    params = _params_to_json(est)
+    json.dumps([params, state])  # fail before writing anything if not serialisable
+    fs = store if isinstance(store, FitStore) else open_fit_store(store)
+    meta = fs.meta
+    if not meta:
+        fs.group.attrs["distsketch"] = {"format_version": FORMAT_VERSION, "version": __version__,
+                                        "status": "model-only"}
+    elif meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"store {fs.location!r}: written by store format "
+                         f"{meta.get('format_version')}, this is format {FORMAT_VERSION}")
+    elif "model" in fs.group and not overwrite:
+        raise ValueError(f"store {fs.location!r} already holds a saved model; pass overwrite=True")
+    fs.mark("saving-model")  # a crash from here on leaves a store that does not load
+    group = fs.group.require_group("model")
+    for key in list(group.keys()):
+        del group[key]
+    checksums: dict[str, str] = {}
+    for name, value in arrays.items():
+        _put(group, name, value, checksums)
+    group.attrs[_ATTR] = {"model_format": MODEL_FORMAT, "class": type(est).__name__,
+                          "version": __version__, "params": params, "state": state,
+                          "checksums": checksums}
+    fs.mark("solved")
+    return fs.location
+
+
+def load(store):
+    """Load a fitted estimator saved in a store (a path or a zarr group).
+
+    Raises
+    ------
+    FileNotFoundError
+        If the path does not exist.
+    ValueError
+        If the store is not a distsketch store, was written by another format version, holds
+        an incomplete fit (a pass or save that did not finish), or fails its checksums.
+    """
+    if isinstance(store, (str, os.PathLike)):
+        if not os.path.isdir(os.fspath(store)):
+            raise FileNotFoundError(f"store {os.fspath(store)!r} does not exist")
+        group = zarr.open_group(os.fspath(store), mode="r")
+        location = os.fspath(store)
+    elif isinstance(store, zarr.Group):
+        group, location = store, str(store.store_path)
+    else:
+        raise ValueError(f"store: expected a path or a zarr.Group, got {store!r}")
+    meta = dict(group.attrs.get("distsketch", {}))
+    if not meta:
+        raise ValueError(f"store {location!r} is not a distsketch store")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"store {location!r} was written with store format "
+                         f"{meta.get('format_version')!r} (distsketch {meta.get('version')}); this "
+                         f"distsketch {__version__} reads format {FORMAT_VERSION}: refit the model")
+    if meta.get("status") != "solved":
+        raise ValueError(f"store {location!r} holds an incomplete fit (status {meta.get('status')!r}); "
+                         f"fit again on this store to complete it")
+    if "model" not in group:
+        raise ValueError(f"store {location!r}: saved model is missing (tampered store)")
+    mg = group["model"]
+    mmeta = dict(mg.attrs.get(_ATTR, {}))
+    if mmeta.get("model_format") != MODEL_FORMAT:
+        raise ValueError(f"store {location!r}: saved model format {mmeta.get('model_format')!r} is not "
+                         f"{MODEL_FORMAT}; refit the model")
+    checksums = mmeta["checksums"]
+    names = {k.split(".")[0] for k in checksums}
+    arrays = {name: _get(mg, name, checksums) for name in names | set(_COMMON_ARRAYS)}
+    for name in ("output_whitening", "output_projection", "candidates", "candidate_index", "output_map"):
+        arrays.setdefault(name, None)
+    return _restore(mmeta["class"], mmeta["params"], arrays, mmeta["state"])
+

@@ -1,0 +1,236 @@
+"""The distsketch command line: configs, errors, fit/predict/evaluate/info, a real dask cluster."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import distsketch as ds
+from distsketch.cli import main
+from distsketch.config import ConfigError, load_config
+
+CONFIG = """
+[model]
+type = "SISOKR"
+lam = [1e-3, 1e-2]
+random_state = 0
+
+[model.input_kernel]
+name = "gaussian"
+gamma = 0.5
+
+[model.output_kernel]
+name = "gaussian"
+gamma = 0.5
+
+[model.input_sketch]
+name = "subsampling"
+m = 60
+
+[model.output_sketch]
+name = "p_sparsified"
+m = 25
+p = "20/n"
+kind = "gaussian"
+
+[data]
+train = "train.npz"
+test = "test.npz"
+standardize = true
+
+[store]
+path = "fit.zarr"
+
+[engine]
+block_rows = 64
+"""
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(240, 4)) * [1, 3, 0.5, 2]
+    Y = (rng.random((240, 6)) < 0.4).astype(float)
+    np.savez(tmp_path / "train.npz", X=X[:200], Y=Y[:200])
+    np.savez(tmp_path / "test.npz", X=X[200:], Y=Y[200:])
+    (tmp_path / "fit.toml").write_text(CONFIG)
+    return tmp_path
+
+
+def run_cli(*args, cwd):
+    """The CLI in a subprocess (its exit code and streams are what users see)."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    return subprocess.run([sys.executable, "-m", "distsketch", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def variant(workdir, old, new, name="bad.toml"):
+    text = CONFIG.replace(old, new, 1)
+    assert text != CONFIG
+    (workdir / name).write_text(text)
+    return workdir / name
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ('name = "gaussian"\ngamma = 0.5\n\n[model.output_kernel]', 'name = "gaussain"\ngamma = 0.5\n\n[model.output_kernel]',
+     "model.input_kernel.name: unknown kernel name 'gaussain'"),
+    ('train = "train.npz"', 'train = "missing.npz"', "data.train: file not found:"),
+    ("lam = [1e-3, 1e-2]", "lam = -0.5", "model.lam: the ridge parameter must be a positive number"),
+    ("lam = [1e-3, 1e-2]", "lam = [1e-3, 0.0]", "model.lam:"),
+    ('p = "20/n"', 'p = "20/m"', 'model.output_sketch.p: expected a number or "c/n"'),
+    ("m = 60", "m = 60\nq = 3", "model.input_sketch.q: unknown key"),
+    ("block_rows = 64", "block_rows = 0", "engine.block_rows: must be a positive integer"),
+    ("[store]", "[stores]", "stores: unknown key"),
+    ('type = "SISOKR"', 'type = "SVM"', "model.type: unknown model type 'SVM'"),
+    ("standardize = true", "standardize = 1", "data.standardize: expected true or false"),
+])
+def test_bad_config_exits_nonzero_with_one_line(workdir, old, new, message):
+    bad = variant(workdir, old, new)
+    out = run_cli("fit", bad, cwd=workdir)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("distsketch: error: ") and message in lines[0], lines[0]
+    assert "Traceback" not in out.stderr
+    assert not (workdir / "fit.zarr").exists()  # nothing written
+
+
+def test_verbose_shows_traceback(workdir):
+    bad = variant(workdir, "lam = [1e-3, 1e-2]", "lam = -1")
+    out = run_cli("-v", "fit", bad, cwd=workdir)
+    assert out.returncode == 2 and "Traceback" in out.stderr
+
+
+def test_sketch_too_large_for_data_is_caught_before_writing(workdir):
+    bad = variant(workdir, "m = 60", "m = 500")
+    out = run_cli("fit", bad, cwd=workdir)
+    assert out.returncode == 2
+    assert "model.input_sketch: SubSampling(m=500) needs m <= n_samples = 200" in out.stderr
+    assert not (workdir / "fit.zarr").exists()
+
+
+def test_fit_info_predict_evaluate(workdir, capsys):
+    assert main(["-q", "fit", str(workdir / "fit.toml")]) == 0
+    assert "model saved in" in capsys.readouterr().out
+    model = ds.load(workdir / "fit.zarr")
+    assert isinstance(model.input_kernel_, ds.Standardized) and model.lams_ == (1e-3, 1e-2)
+    X = np.load(workdir / "test.npz")["X"]
+    # the config's p = "20/n" was resolved with n = 200
+    assert model.output_sketch_.spec.p == pytest.approx(0.1)
+
+    assert main(["info", str(workdir / "fit.zarr")]) == 0
+    info = capsys.readouterr().out
+    assert "status:         solved" in info and "4/4 row blocks" in info and "subsampling(m=60)" in info
+
+    assert main(["predict", str(workdir / "fit.zarr"), "--input", str(workdir / "test.npz"),
+                 "--output", str(workdir / "p.npy")]) == 0
+    np.testing.assert_array_equal(np.load(workdir / "p.npy"), model.predict(X))
+    assert main(["predict", str(workdir / "fit.zarr"), "--input", str(workdir / "test.npz"),
+                 "--k", "3", "--output", str(workdir / "p.npz")]) == 0
+    top = np.load(workdir / "p.npz")
+    idx, scores = model.predict_topk(X, k=3)
+    np.testing.assert_array_equal(top["indices"], idx)
+    np.testing.assert_array_equal(top["scores"], scores)
+    capsys.readouterr()
+
+    assert main(["evaluate", str(workdir / "fit.zarr"), "--json"]) == 0
+    import json
+
+    results = json.loads(capsys.readouterr().out)
+    Y = np.load(workdir / "test.npz")["Y"]
+    assert results["f1_samples"] == pytest.approx(ds.metrics.f1_samples(Y, model.predict(X)))
+    assert results["surrogate_mse"] == pytest.approx(ds.metrics.surrogate_mse(model, X, Y))
+    assert set(results) >= {"f1_samples", "hamming_loss", "kernel_loss", "surrogate_mse"}
+
+
+def test_info_on_an_incomplete_store(workdir, capsys):
+    import dask.array as da
+
+    X = np.load(workdir / "train.npz")["X"].copy()
+    X[150, 2] = np.nan
+    with pytest.raises(ValueError):
+        ds.SISOKR(input_sketch=ds.SubSampling(20), random_state=0, store=str(workdir / "broken.zarr"),
+                  options=ds.EngineOptions(block_rows=50)).fit(
+            da.from_array(X, chunks=(50, 4)), np.load(workdir / "train.npz")["Y"])
+    assert main(["info", str(workdir / "broken.zarr")]) == 0
+    out = capsys.readouterr().out
+    assert "status:         pass " in out and "/4 row blocks" in out
+    assert main(["predict", str(workdir / "broken.zarr"), "--input", str(workdir / "test.npz")]) == 2
+    assert "incomplete fit" in capsys.readouterr().err
+
+
+def test_load_config_resolves_paths_and_defaults(workdir):
+    cfg = load_config(workdir / "fit.toml")
+    assert cfg.store == workdir / "fit.zarr" and cfg.data["train"] == workdir / "train.npz"
+    assert cfg.options.block_rows == 64
+    (workdir / "minimal.toml").write_text(
+        '[model.input_kernel]\nname = "linear"\n[model.output_kernel]\nname = "linear"\n'
+        '[data]\ntrain = "train.npz"\n')
+    minimal = load_config(workdir / "minimal.toml")
+    assert minimal.store == workdir / "minimal.zarr" and minimal.model_params["lam"] == 1e-6
+    with pytest.raises(ConfigError, match=r"^model.output_kernel: missing kernel table"):
+        (workdir / "m2.toml").write_text('[model.input_kernel]\nname = "linear"\n[data]\ntrain = "train.npz"\n')
+        load_config(workdir / "m2.toml")
+
+
+def test_version_and_missing_config():
+    out = subprocess.run([sys.executable, "-m", "distsketch", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == f"distsketch {ds.__version__}"
+    out = subprocess.run([sys.executable, "-m", "distsketch", "fit", "/nonexistent/x.toml"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and out.stderr.strip() == "distsketch: error: config file not found: /nonexistent/x.toml"
+
+
+def _wait_for_workers(scheduler_file, n, timeout=60):
+    from distributed import Client
+
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(scheduler_file):
+        assert time.monotonic() < deadline, "scheduler did not start"
+        time.sleep(0.2)
+    with Client(scheduler_file=str(scheduler_file), timeout=30) as client:
+        client.wait_for_workers(n, timeout=timeout)
+        return client.scheduler.address
+
+
+@pytest.mark.cluster
+def test_fit_against_a_real_scheduler_and_two_workers_equals_threaded(workdir):
+    dask_cli = shutil.which("dask", path=str(Path(sys.executable).parent)) or shutil.which("dask")
+    if dask_cli is None:
+        pytest.skip("the `dask` command (distributed) is not on PATH")
+    sched_file = workdir / "scheduler.json"
+    procs = [subprocess.Popen([dask_cli, "scheduler", "--host", "127.0.0.1", "--port", "0",
+                               "--no-dashboard", "--scheduler-file", str(sched_file)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        for _ in range(2):
+            procs.append(subprocess.Popen([dask_cli, "worker", "--scheduler-file", str(sched_file),
+                                           "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        address = _wait_for_workers(sched_file, 2)
+        assert address.startswith("tcp://127.0.0.1:")
+        out = run_cli("-q", "fit", "fit.toml", "--store", "cluster.zarr", "--scheduler", address, cwd=workdir)
+        assert out.returncode == 0, out.stderr
+        assert "2 workers" in out.stderr
+        out_file = run_cli("-q", "fit", "fit.toml", "--store", "file.zarr", "--scheduler-file", sched_file,
+                           cwd=workdir)
+        assert out_file.returncode == 0, out_file.stderr
+    finally:
+        for p in procs[::-1]:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+    out = run_cli("-q", "fit", "fit.toml", "--store", "threads.zarr", cwd=workdir)
+    assert out.returncode == 0, out.stderr
+    ref = ds.load(workdir / "threads.zarr")
+    X = np.load(workdir / "test.npz")["X"]
+    for name in ("cluster.zarr", "file.zarr"):
+        got = ds.load(workdir / name)
+        np.testing.assert_allclose(got.coef_, ref.coef_, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(got.predict_topk(X, k=5)[1], ref.predict_topk(X, k=5)[1], rtol=1e-12)
+        np.testing.assert_array_equal(got.predict(X), ref.predict(X))
