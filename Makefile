@@ -11,10 +11,15 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
+	$(BIN)/python -m pip install --quiet -e ".[test,bench,demo]"
 	touch $(STAMP)
 
 install: $(STAMP)
+
+## The main job on the embedded default: digit completion, SISOKR vs IOKR (threaded scheduler,
+## local zarr stores and a PNG under demo-output/).
+demo: $(STAMP)
+	$(BIN)/distsketch demo --output demo-output
 
 ## Full test suite (real-data tests skip cleanly when ../shared/data is absent).
 test: $(STAMP)
@@ -24,9 +29,11 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
 
-## Benchmarks write their figures to benchmarks/results/.
+## Benchmarks append their figures to benchmarks/RESULTS.md (slow: minutes each).
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_rss.py
+	$(BIN)/python benchmarks/bench_usps.py
+	$(BIN)/python benchmarks/bench_decode.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -25,22 +25,20 @@ from __future__ import annotations
 
 import logging
 import uuid
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-import dask
 import numpy as np
 import scipy.sparse as sp
 from dask.delayed import Delayed, delayed
 
+from ._compute import compute, distributed_client, share
 from .options import EngineOptions, block_dtype
 from .rows import RowSource, check_finite_block, fingerprint
 from .sketches import RealizedSketch, Sketch, gram_dot
 from .store import open_fit_store
 
-__all__ = ["Side", "PassPlan", "PassResult", "fit_pass", "run_pass", "tree_reduce",
-           "distributed_client"]
+__all__ = ["Side", "PassPlan", "PassResult", "fit_pass", "run_pass", "tree_reduce"]
 
 logger = logging.getLogger(__name__)
 
@@ -280,27 +278,6 @@ def tree_reduce(items: list, *, split_every: int, token: str) -> Delayed:
 # --------------------------------------------------------------------------- orchestration
 
 
-def distributed_client():
-    """The ``distributed.Client`` that dask would use right now, or None."""
-    try:
-        from distributed import default_client
-    except ImportError:  # pragma: no cover - distributed is a dependency
-        return None
-    try:
-        client = default_client()
-    except ValueError:
-        return None
-    scheduler = dask.base.get_scheduler()
-    return client if scheduler == client.get else None
-
-
-def _share(obj: Any, *, name: str, client) -> Any:
-    """Make ``obj`` one graph dependency: scattered to workers once, or a single key."""
-    if client is not None:
-        return client.scatter(obj, broadcast=True, hash=False)
-    return delayed(obj, name=name, traverse=False)
-
-
 def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: int,
              progress: bool = False) -> dict:
     """Run (or resume) the pass over all row blocks and return the reduced sums.
@@ -325,7 +302,7 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
         # in-memory blocks reach workers by scatter, not inside the graph
         x_blocks = _scatter_blocks(client, x_blocks)
         y_blocks = _scatter_blocks(client, y_blocks)
-    plan_ref = _share(plan, name=f"pass-plan-{token}", client=client)
+    plan_ref = share(plan, name=f"pass-plan-{token}", client=client)
     parts = []
     for i in range(plan.n_blocks):
         if done[i]:
@@ -338,15 +315,7 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
     total = tree_reduce(parts, split_every=split_every, token=token)
     logger.info("pass: %d blocks (%d already in the store), %d rows per block",
                 plan.n_blocks, int(done.sum()), plan.block_rows)
-    with _progress(progress, client):
-        if client is not None:
-            future = client.compute(total)
-            if progress:
-                from distributed import progress as dprogress
-                dprogress(future)
-            result = future.result()
-        else:
-            (result,) = dask.compute(total)
+    (result,) = compute([total], progress=progress, what="pass")
     if "C" in result:
         result["C"] = result["C"].assemble(plan.n)
     for key in ("B", "E"):
@@ -364,13 +333,6 @@ def _scatter_blocks(client, blocks: list) -> list:
     for j, f in zip(local, futures):
         out[j] = f
     return out
-
-
-def _progress(enabled: bool, client):
-    if enabled and client is None:
-        from dask.diagnostics import ProgressBar
-        return ProgressBar()
-    return nullcontext()
 
 
 # --------------------------------------------------------------------------- a whole fit

@@ -25,14 +25,13 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-import dask
 import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 import zarr
 from dask.delayed import delayed
 
-from .accumulate import _share, distributed_client
+from ._compute import compute, distributed_client, share
 from .rows import RowSource
 
 __all__ = ["CandidateStore", "candidate_reader", "concatenate_sets"]
@@ -256,7 +255,7 @@ class CandidateStore:
         done = np.asarray(g["done"][:])
         token = uuid.uuid4().hex[:8]
         client = distributed_client()
-        scorer_ref = _share(scorer, name=f"features-scorer-{token}", client=client)
+        scorer_ref = share(scorer, name=f"features-scorer-{token}", client=client)
         tasks = [delayed(_feature_block)(scorer_ref, self.candidates, g["phi"], g["kyy"], g["done"],
                                          i, i * rows, min((i + 1) * rows, self.n_candidates),
                                          dask_key_name=f"candidate-features-{token}-{i}")
@@ -264,10 +263,7 @@ class CandidateStore:
         logger.info("candidate store %s: computing features for %d of %d blocks",
                     self.location, len(tasks), n_blocks)
         if tasks:
-            if client is not None:
-                client.gather(client.compute(tasks))
-            else:
-                dask.compute(*tasks)
+            compute(tasks, progress=progress, what="candidate features")
         g.attrs["complete"] = True
         return g["phi"], g["kyy"]
 

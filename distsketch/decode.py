@@ -24,12 +24,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-import dask
 import numpy as np
 import scipy.sparse as sp
 from dask.delayed import delayed
 
-from .accumulate import _share, distributed_client
+from ._compute import compute, distributed_client, share
 from .sketches import gram_dot
 
 __all__ = ["Scorer", "smallest_k", "merge_topk", "decode_fixed", "decode_ragged"]
@@ -265,18 +264,12 @@ def _tree(items: list, combine, *, split_every: int, name: str, **kw) -> Any:
     return items[0]
 
 
-def _compute(objs: list) -> list:
-    client = distributed_client()
-    if client is not None:
-        return client.gather(client.compute(objs))
-    return list(dask.compute(*objs))
-
-
 # --------------------------------------------------------------------------- orchestration
 
 
 def decode_fixed(scorer: Scorer, G: np.ndarray, candidates, *, n_candidates: int, k: int,
-                 block_rows: int, split_every: int = 4, query_rows: int = 65536):
+                 block_rows: int, split_every: int = 4, query_rows: int = 65536,
+                 progress: bool = False):
     """Top-k over one candidate set for every query.
 
     Parameters
@@ -300,23 +293,24 @@ def decode_fixed(scorer: Scorer, G: np.ndarray, candidates, *, n_candidates: int
     """
     token = uuid.uuid4().hex[:8]
     client = distributed_client()
-    scorer_ref = _share(scorer, name=f"decode-scorer-{token}", client=client)
+    scorer_ref = share(scorer, name=f"decode-scorer-{token}", client=client)
     blocks = [(s, min(s + block_rows, n_candidates)) for s in range(0, n_candidates, block_rows)]
     finals = []
     for qs in range(0, G.shape[0], query_rows):
-        Gq = _share(np.ascontiguousarray(G[qs : qs + query_rows]), name=f"decode-g-{token}-{qs}",
+        Gq = share(np.ascontiguousarray(G[qs : qs + query_rows]), name=f"decode-g-{token}-{qs}",
                     client=client)
         parts = [delayed(_fixed_block)(scorer_ref, Gq, candidates(a, b), a, k,
                                        dask_key_name=f"decode-block-{token}-{qs}-{a}")
                  for a, b in blocks]
         finals.append(_tree(parts, merge_topk, split_every=split_every, k=k,
                             name=f"decode-merge-{token}-{qs}"))
-    results = _compute(finals)
+    results = compute(finals, progress=progress, what="decode")
     return (np.concatenate([r[0] for r in results]), np.concatenate([r[1] for r in results]))
 
 
 def decode_ragged(scorer: Scorer, G: np.ndarray, candidates, *, offsets: np.ndarray,
-                  query_sets: np.ndarray, k: int, block_rows: int, split_every: int = 4):
+                  query_sets: np.ndarray, k: int, block_rows: int, split_every: int = 4,
+                  progress: bool = False):
     """Top-k of each query over its own candidate set; indices are positions in that set.
 
     Parameters
@@ -331,8 +325,8 @@ def decode_ragged(scorer: Scorer, G: np.ndarray, candidates, *, offsets: np.ndar
     """
     token = uuid.uuid4().hex[:8]
     client = distributed_client()
-    scorer_ref = _share(scorer, name=f"decode-scorer-{token}", client=client)
-    G_ref = _share(np.ascontiguousarray(G), name=f"decode-g-{token}", client=client)
+    scorer_ref = share(scorer, name=f"decode-scorer-{token}", client=client)
+    G_ref = share(np.ascontiguousarray(G), name=f"decode-g-{token}", client=client)
     order = np.argsort(query_sets, kind="stable")
     used, starts = np.unique(query_sets[order], return_index=True)
     members = np.split(order, starts[1:])
@@ -366,7 +360,7 @@ def decode_ragged(scorer: Scorer, G: np.ndarray, candidates, *, offsets: np.ndar
     flush()
     idx = np.full((len(query_sets), k), -1, dtype=np.int64)
     scores = np.full((len(query_sets), k), np.inf)
-    for q, i, v in _compute(tasks):
+    for q, i, v in compute(tasks, progress=progress, what="decode"):
         idx[q], scores[q] = i, v
     return idx, scores
 

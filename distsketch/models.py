@@ -415,7 +415,7 @@ class SISOKR(_SketchedBase):
             if isinstance(candidate_sets, CandidateStore):
                 store = _check_store(candidate_sets, "ragged", self.n_outputs_)
                 source, offsets, stored_qs = store, store.offsets, store.query_sets
-                read = _cached_reader(store, scorer, self.output_key_)
+                read = _cached_reader(store, scorer, self.output_key_, options.progress)
             else:
                 source, offsets = concatenate_sets(candidate_sets, width=self.n_outputs_)
                 _check_finite(source, "candidate_sets")
@@ -428,11 +428,12 @@ class SISOKR(_SketchedBase):
             qs = _check_query_sets(query_sets, len(offsets) - 1, n_queries=G.shape[0])
             idx, scores = decode_ragged(scorer, G, read, offsets=offsets, query_sets=qs, k=int(k),
                                         block_rows=options.candidate_rows,
-                                        split_every=options.split_every)
+                                        split_every=options.split_every, progress=options.progress)
             return idx, scores, lambda best: _take_rows(source, offsets[qs] + best)
         if isinstance(candidates, CandidateStore):
             store = _check_store(candidates, "fixed", self.n_outputs_)
-            read, n_c, take = _cached_reader(store, scorer, self.output_key_), store.n_candidates, store.rows
+            read, n_c, take = (_cached_reader(store, scorer, self.output_key_, options.progress),
+                              store.n_candidates, store.rows)
         elif candidates is None:
             if self.candidates_ is None:
                 raise ValueError("candidates: a model with a linear output kernel has no default "
@@ -453,7 +454,8 @@ class SISOKR(_SketchedBase):
             take = lambda best: _take_rows(src, best)  # noqa: E731
         G = self.surrogate(X)
         idx, scores = decode_fixed(scorer, G, read, n_candidates=n_c, k=int(k),
-                                   block_rows=options.candidate_rows, split_every=options.split_every)
+                                   block_rows=options.candidate_rows, split_every=options.split_every,
+                                   progress=options.progress)
         return idx, scores, take
 
     @with_blas_limit
@@ -489,8 +491,8 @@ def _check_store(store: CandidateStore, kind: str, width: int) -> CandidateStore
     return store
 
 
-def _cached_reader(store: CandidateStore, scorer: Scorer, key: str):
-    phi, kyy = store.ensure_features(scorer, key)
+def _cached_reader(store: CandidateStore, scorer: Scorer, key: str, progress: bool = False):
+    phi, kyy = store.ensure_features(scorer, key, progress=progress)
     return lambda a, b: ("cached", phi, kyy, a, b)
 
 

@@ -275,7 +275,7 @@ def test_store_with_other_fit_is_refused_unless_overwrite(tmp_path):
                       options=ds.EngineOptions(block_rows=10))
     with pytest.raises(ValueError, match=r"store: .* already holds a fit with a different configuration"):
         other.fit(X, Y)
-    assert open_fit_store(path).status == "pass-complete"  # untouched
+    assert open_fit_store(path).status == "solved"  # untouched
     other.set_params(options=ds.EngineOptions(block_rows=10, overwrite=True)).fit(X, Y)
     assert open_fit_store(path).meta["pass"]["input"]["kernel"]["gamma"] == 0.9
 

@@ -1,0 +1,59 @@
+"""Running graphs: the active scheduler, shipping shared objects, progress.
+
+One place decides how distsketch computes: dask's threaded (default), processes or
+synchronous scheduler, or the ``distributed.Client`` that dask would use right now. Progress
+is dask's own: ``dask.diagnostics.ProgressBar`` locally, ``distributed.progress`` and the
+dashboard link with a client.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import dask
+from dask.delayed import delayed
+
+__all__ = ["distributed_client", "share", "compute"]
+
+logger = logging.getLogger(__name__)
+
+
+def distributed_client():
+    """The ``distributed.Client`` that dask would use right now, or None."""
+    try:
+        from distributed import default_client
+    except ImportError:  # pragma: no cover - distributed is a dependency
+        return None
+    try:
+        client = default_client()
+    except ValueError:
+        return None
+    return client if dask.base.get_scheduler() == client.get else None
+
+
+def share(obj: Any, *, name: str, client=None) -> Any:
+    """Make ``obj`` one graph dependency: scattered to every worker once, or a single key."""
+    if client is not None:
+        return client.scatter(obj, broadcast=True, hash=False)
+    return delayed(obj, name=name, traverse=False)
+
+
+def compute(objs: list, *, progress: bool = False, what: str = "") -> list:
+    """Compute delayed objects on the active scheduler, with dask's progress display."""
+    client = distributed_client()
+    if client is not None:
+        if progress:
+            logger.warning("%s: dask dashboard %s", what or "distsketch", client.dashboard_link)
+        futures = client.compute(objs)
+        if progress:
+            from distributed import progress as show
+
+            show(futures)
+        return client.gather(futures)
+    if progress:
+        from dask.diagnostics import ProgressBar
+
+        with ProgressBar():
+            return list(dask.compute(*objs))
+    return list(dask.compute(*objs))
