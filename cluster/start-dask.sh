@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# Start a dask scheduler and N workers that meet through a scheduler file, or stop them.
+#
+#   cluster/start-dask.sh [start] --scheduler-file FILE [--workers N] [--threads T]
+#                         [--memory-limit M] [--interface IF] [--local-directory DIR]
+#                         [--launcher auto|srun|mpirun|local] [--timeout S]
+#   cluster/start-dask.sh stop --scheduler-file FILE
+#
+# `start` returns once all N workers have registered and prints the scheduler address; then run
+# `distsketch fit CONFIG --scheduler-file FILE`. Launchers (auto picks the first that applies):
+#   srun    inside a SLURM allocation (SLURM_JOB_ID set): `srun --overlap` steps, the scheduler
+#           on the first node, the workers spread over the allocation's tasks;
+#   mpirun  inside a PBS job spanning several nodes: workers started by `mpirun -n N` (Open MPI
+#           and MPICH read the PBS node file; the workers themselves do not use MPI);
+#   local   anywhere else: background processes on this machine.
+# The processes outlive this script; `stop` shuts them down through the scheduler, then ends the
+# recorded process ids (FILE.pids). Logs: FILE.scheduler.log, FILE.workers.log.
+#
+# Environment: PYTHON (interpreter with distsketch and distributed; default python3),
+# MPIRUN_ARGS (extra mpirun flags, e.g. "--allow-run-as-root --oversubscribe"),
+# SRUN_ARGS (extra srun flags for the worker step). Workers read the dask configuration
+# (DASK_CONFIG / ~/.config/dask, see cluster/distsketch.yaml) for memory fractions and BLAS threads.
+set -euo pipefail
+
+usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+die() { printf 'start-dask: %s\n' "$*" >&2; exit 1; }
+log() { printf 'start-dask: %s\n' "$*" >&2; }
+
+MODE=start
+if [[ ${1:-} == start || ${1:-} == stop ]]; then MODE=$1; shift; fi
+SCHED_FILE=""
+WORKERS=""
+THREADS=1
+MEMORY_LIMIT=auto
+INTERFACE=""
+LOCAL_DIR=""
+LAUNCHER=auto
+TIMEOUT=300
+PYTHON=${PYTHON:-python3}
+while (($#)); do
+    case $1 in
+        --scheduler-file) SCHED_FILE=${2:?}; shift 2 ;;
+        --workers) WORKERS=${2:?}; shift 2 ;;
+        --threads) THREADS=${2:?}; shift 2 ;;
+        --memory-limit) MEMORY_LIMIT=${2:?}; shift 2 ;;
+        --interface) INTERFACE=${2:?}; shift 2 ;;
+        --local-directory) LOCAL_DIR=${2:?}; shift 2 ;;
+        --launcher) LAUNCHER=${2:?}; shift 2 ;;
+        --timeout) TIMEOUT=${2:?}; shift 2 ;;
+        -h | --help) usage ;;
+        *) printf 'start-dask: unknown argument %q\n' "$1" >&2; usage ;;
+    esac
+done
+[[ -n $SCHED_FILE ]] || die "--scheduler-file FILE is required"
+PIDS="$SCHED_FILE.pids"
+
+# --------------------------------------------------------------------------------- stop
+stop_cluster() {
+    if [[ -f $SCHED_FILE ]]; then
+        # Scheduler and workers leave cleanly; workers log CommClosedError meanwhile (harmless).
+        "$PYTHON" - "$SCHED_FILE" <<'PY' 2>/dev/null || log "the scheduler did not answer; ending the processes"
+import sys
+from distributed import Client
+with Client(scheduler_file=sys.argv[1], timeout=10) as client:
+    client.shutdown()
+PY
+    fi
+    if [[ -f $PIDS ]]; then
+        local pids pid alive
+        mapfile -t pids <"$PIDS"
+        for _ in $(seq 40); do  # up to 20 s for a clean exit
+            alive=()
+            for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive+=("$pid"); done
+            ((${#alive[@]})) || break
+            sleep 0.5
+        done
+        for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    fi
+    rm -f "$SCHED_FILE" "$PIDS"
+    log "stopped"
+}
+
+if [[ $MODE == stop ]]; then
+    stop_cluster
+    exit 0
+fi
+
+# --------------------------------------------------------------------------------- start
+if [[ $LAUNCHER == auto ]]; then
+    if [[ -n ${SLURM_JOB_ID:-} ]] && command -v srun >/dev/null; then
+        LAUNCHER=srun
+    elif [[ -n ${PBS_NODEFILE:-} && -r ${PBS_NODEFILE:-} ]] && (($(sort -u "$PBS_NODEFILE" | wc -l) > 1)); then
+        LAUNCHER=mpirun
+    else
+        LAUNCHER=local
+    fi
+fi
+if [[ -z $WORKERS ]]; then
+    case $LAUNCHER in
+        srun) WORKERS=${SLURM_NTASKS:-1} ;;
+        mpirun) WORKERS=$(($(wc -l <"$PBS_NODEFILE") / THREADS)) ;;
+        *) WORKERS=1 ;;
+    esac
+fi
+[[ $WORKERS =~ ^[1-9][0-9]*$ ]] || die "--workers: expected a positive integer, got '$WORKERS'"
+[[ $THREADS =~ ^[1-9][0-9]*$ ]] || die "--threads: expected a positive integer, got '$THREADS'"
+"$PYTHON" -c 'import distributed' 2>/dev/null || die "$PYTHON cannot import distributed (set PYTHON)"
+
+if [[ -f $PIDS ]]; then
+    while read -r pid; do
+        kill -0 "$pid" 2>/dev/null && die "$PIDS lists running process $pid: stop that cluster first"
+    done <"$PIDS"
+fi
+mkdir -p "$(dirname "$SCHED_FILE")"
+rm -f "$SCHED_FILE" "$PIDS"  # a stale file would point the workers at a dead scheduler
+
+net=()
+[[ -z $INTERFACE ]] || net=(--interface "$INTERFACE")
+worker_args=(-m distributed.cli.dask_worker --scheduler-file "$SCHED_FILE" --nworkers 1
+             --nthreads "$THREADS" --memory-limit "$MEMORY_LIMIT" "${net[@]}")
+[[ -z $LOCAL_DIR ]] || worker_args+=(--local-directory "$LOCAL_DIR")
+sched_args=(-m distributed.cli.dask_scheduler --scheduler-file "$SCHED_FILE" --port 0 "${net[@]}")
+SLOG="$SCHED_FILE.scheduler.log"
+WLOG="$SCHED_FILE.workers.log"
+
+case $LAUNCHER in
+    srun)
+        # --overlap: the steps share the allocation's CPUs (and the batch script's), otherwise
+        # the worker step waits forever for CPUs held by the scheduler step.
+        srun --overlap --nodes=1 --ntasks=1 --input=none "$PYTHON" "${sched_args[@]}" >"$SLOG" 2>&1 &
+        echo $! >>"$PIDS"
+        # shellcheck disable=SC2086  # SRUN_ARGS: several flags
+        srun --overlap --ntasks="$WORKERS" --cpus-per-task="$THREADS" --input=none ${SRUN_ARGS:-} \
+            "$PYTHON" "${worker_args[@]}" >"$WLOG" 2>&1 &
+        echo $! >>"$PIDS"
+        ;;
+    mpirun)
+        "$PYTHON" "${sched_args[@]}" </dev/null >"$SLOG" 2>&1 &
+        echo $! >>"$PIDS"
+        # shellcheck disable=SC2086  # MPIRUN_ARGS: several flags
+        mpirun -n "$WORKERS" ${MPIRUN_ARGS:-} "$PYTHON" "${worker_args[@]}" </dev/null >"$WLOG" 2>&1 &
+        echo $! >>"$PIDS"
+        ;;
+    local)
+        "$PYTHON" "${sched_args[@]}" </dev/null >"$SLOG" 2>&1 &
+        echo $! >>"$PIDS"
+        : >"$WLOG"
+        for _ in $(seq "$WORKERS"); do
+            "$PYTHON" "${worker_args[@]}" </dev/null >>"$WLOG" 2>&1 &
+            echo $! >>"$PIDS"
+        done
+        ;;
+    *) die "--launcher: expected auto, srun, mpirun or local, got '$LAUNCHER'" ;;
+esac
+log "$LAUNCHER: scheduler and $WORKERS worker(s) x $THREADS thread(s), memory limit $MEMORY_LIMIT"
+
+# Wait for the scheduler file, then for every worker; fail early if a launcher process died.
+deadline=$((SECONDS + TIMEOUT))
+until [[ -s $SCHED_FILE ]]; do
+    if ! kill -0 "$(head -n 1 "$PIDS")" 2>/dev/null; then
+        tail -n 20 "$SLOG" >&2
+        die "the scheduler exited (log: $SLOG)"
+    fi
+    ((SECONDS < deadline)) || die "no scheduler file after ${TIMEOUT} s (log: $SLOG)"
+    sleep 0.2
+done
+if ! "$PYTHON" - "$SCHED_FILE" "$WORKERS" "$((deadline - SECONDS))" <<'PY'
+import sys
+from distributed import Client
+path, n, timeout = sys.argv[1], int(sys.argv[2]), max(int(sys.argv[3]), 5)
+with Client(scheduler_file=path, timeout=timeout) as client:
+    client.wait_for_workers(n, timeout=timeout)
+    print(client.scheduler.address)
+    print(f"start-dask: {n} worker(s) registered; dashboard {client.dashboard_link}", file=sys.stderr)
+PY
+then
+    tail -n 20 "$WLOG" >&2
+    stop_cluster
+    die "the workers did not register within ${TIMEOUT} s (log: $WLOG)"
+fi
