@@ -14,9 +14,12 @@ An exact side (identity sketch) needs less. Exact input: ``B = K_X = C`` and
 ``K_Y``), so the model needs ``C`` itself instead of ``M``, and no ``D`` or ``E``. In both
 cases the pass returns the row blocks of ``C``, placed (not summed) by the reduction.
 
-Partial sums are float64 whatever the block dtype, and are computed from the blocks
-*as stored* (after any rounding to the block dtype), so a block read back from the store
-on resume contributes exactly what it contributed the first time. They are combined in a
+Partial sums are float64 whatever the block dtype and are computed from the float64
+blocks, before the copy written to the store is rounded to the block dtype; the store
+write runs in an I/O thread beside them. A block read back from the store on resume
+contributes its stored values: exactly what it contributed the first time for float64
+blocks (bitwise-identical resume), the float32-rounded values for float32 blocks (a resumed
+float32 pass agrees with an uninterrupted one to float32 precision). They are combined in a
 tree whose shape depends only on the number of blocks (``split_every`` at a time, in
 block order), so the sums do not depend on the scheduler or the number of workers.
 """
@@ -24,7 +27,9 @@ block order), so the sums do not depend on the scheduler or the number of worker
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +41,7 @@ from ._compute import compute, distributed_client, share
 from .options import EngineOptions, block_dtype
 from .rows import RowSource, check_finite_block, fingerprint
 from .sketches import RealizedSketch, Sketch, gram_dot
-from .store import open_fit_store
+from .store import open_fit_store, write_rows
 
 __all__ = ["Side", "PassPlan", "PassResult", "fit_pass", "run_pass", "tree_reduce"]
 
@@ -216,15 +221,32 @@ def _pass_block(plan: PassPlan, i: int, xb, yb) -> dict:
     if plan.check_y and yb is not None:
         check_finite_block(yb, argument="Y", start=s)
     x = plan.x
-    C = gram_dot(x.kernel, xb, x.landmarks, x.sketch, chunk=plan.chunk).astype(plan.dtype, copy=False)
-    plan.C[s:e] = C
+    C = gram_dot(x.kernel, xb, x.landmarks, x.sketch, chunk=plan.chunk)
+    # the store writes run beside the partial sums (both only read the float64 blocks)
+    writes = [_io_pool().submit(write_rows, plan.C, s, C.astype(plan.dtype, copy=False))]
     D = None
     if plan.stores_d:
         y = plan.y
-        D = gram_dot(y.kernel, yb, y.landmarks, y.sketch, chunk=plan.chunk).astype(plan.dtype, copy=False)
-        plan.D[s:e] = D
+        D = gram_dot(y.kernel, yb, y.landmarks, y.sketch, chunk=plan.chunk)
+        writes.append(_io_pool().submit(write_rows, plan.D, s, D.astype(plan.dtype, copy=False)))
+    sums = _block_sums(plan, i, C, D, yb)
+    for w in writes:
+        w.result()  # re-raises a failed write
     plan.done[i] = True  # only after both blocks are fully written
-    return _block_sums(plan, i, C, D, yb)
+    return sums
+
+
+_IO_POOL: ThreadPoolExecutor | None = None
+_IO_POOL_LOCK = threading.Lock()
+
+
+def _io_pool() -> ThreadPoolExecutor:
+    """This process's threads for store writes (created on first use, in any worker)."""
+    global _IO_POOL
+    with _IO_POOL_LOCK:
+        if _IO_POOL is None:
+            _IO_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="distsketch-io")
+        return _IO_POOL
 
 
 def _stored_block(plan: PassPlan, i: int, yb) -> dict:

@@ -61,10 +61,12 @@ class EngineOptions:
         Landmark columns per kernel block: a task never holds more than
         ``block_rows × gram_chunk`` kernel values at once.
     block_dtype : {"float64", "float32"}
-        Dtype of the sketched blocks ``C, D`` written to the store. Sums are float64.
+        Dtype of the sketched blocks ``C, D`` written to the store: float32 halves the
+        store and its I/O. The sums are always accumulated in float64 from the float64
+        blocks, so an uninterrupted fit is the same model either way; blocks read back
+        when a float32 pass resumes contribute their float32-rounded values.
     rtol : float or None
-        Relative eigenvalue threshold of the whitening of ``R K Rᵀ``. ``None``:
-        1e-10 for float64 blocks, 1e-5 for float32 blocks.
+        Relative eigenvalue threshold of the whitening of ``R K Rᵀ``. ``None``: 1e-10.
     split_every : int
         Fan-in of the tree reduction of the partial sums.
     overwrite : bool
@@ -90,7 +92,7 @@ class EngineOptions:
     def eig_rtol(self) -> float:
         if self.rtol is not None:
             return float(self.rtol)
-        return 1e-10 if self.block_dtype == "float64" else 1e-5
+        return 1e-10
 
 
 def _bad(field: str, msg: str) -> ValueError:

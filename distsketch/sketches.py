@@ -593,6 +593,13 @@ def gram_dot(
         spans = [(a, min(a + step, s)) for a in range(0, s, step)]
     diagonal = sketch is not None and sketch.scale is not None
     placed = diagonal or (sketch is None and right is None)
+    if out is None and placed and len(spans) == 1 and spans[0] == (0, k):
+        # one span placed whole: scale the fresh kernel block in place, no copy
+        (a, c), = spans
+        Kc = kernel(A, landmarks[a:c])
+        if diagonal:
+            Kc *= sketch.scale[a:c]
+        return Kc
     if out is None:
         # A diagonal R_mix writes every column once; otherwise blocks are summed.
         out = np.empty((b, k)) if placed else np.zeros((b, k))

@@ -26,10 +26,13 @@ from typing import Any
 
 import numpy as np
 import zarr
+from zarr.codecs import BytesCodec
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
 
 from ._version import __version__
 
-__all__ = ["FORMAT_VERSION", "FitStore", "open_fit_store"]
+__all__ = ["FORMAT_VERSION", "FitStore", "open_fit_store", "write_rows"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +40,38 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 _ATTR = "distsketch"
 _SUMS = ("G", "B", "M", "E", "b", "C")
+
+
+def write_rows(array: zarr.Array, start: int, block: np.ndarray) -> None:
+    """``array[start:start + len(block)] = block``, one whole chunk written without copies.
+
+    The pass writes row blocks that are exactly one chunk of an uncompressed array
+    (``compressors=None``: the codec chain is the little-endian bytes codec alone), so
+    the chunk's encoded form is the block's own memory. Such a block goes to the store
+    as one object (``store.set``: an atomic file write on a local store) instead of
+    through zarr's codec pipeline, which copies it twice first (3–6× slower for 32 MiB
+    blocks here). Any other write (a partial last chunk, a compressed or big-endian
+    array) takes zarr's ordinary path. Either way the stored bytes are the same.
+    """
+    rows, cols = array.chunks
+    index = start // rows
+    codecs = array.metadata.codecs if array.metadata.zarr_format == 3 else ()
+    direct = (
+        start % rows == 0
+        and cols == array.shape[1]
+        and block.shape == (rows, cols)
+        and len(codecs) == 1
+        and isinstance(codecs[0], BytesCodec)
+        and getattr(codecs[0].endian, "value", None) == "little"
+    )
+    if not direct:
+        array[start:start + len(block)] = block
+        return
+    data = np.ascontiguousarray(block, dtype=np.dtype(array.dtype).newbyteorder("<"))
+    key = array.metadata.encode_chunk_key((index, 0))
+    prefix = array.store_path.path
+    buffer = default_buffer_prototype().buffer.from_bytes(memoryview(data).cast("B"))
+    sync(array.store_path.store.set(f"{prefix}/{key}" if prefix else key, buffer))
 
 
 class FitStore:

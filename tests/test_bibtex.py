@@ -57,3 +57,4 @@ def test_sisokr_f1_over_five_seeds(bibtex):
     print(f"SISOKR F1 per seed: {np.round(scores, 4).tolist()}, mean {np.mean(scores):.4f}")
     assert np.mean(scores) >= 0.433, scores  # paper: 44.1
     assert np.std(scores) > 0  # the seeds really draw different sketches
+
