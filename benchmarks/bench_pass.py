@@ -2,18 +2,21 @@
 
 Synthetic regression (d = 20), ``SketchedKRR(Gaussian, SubSampling(1000))``: the streaming
 pass computes, per row, one kernel row against the m landmarks (m exponentials and a
-2m(d + 2)-flop GEMM row), its contribution ``2m²`` to ``G = Σ C_Iᵀ C_I`` and ``2m`` to
+2m(d + 2)-flop GEMM row), its contribution ``m²`` to ``G = Σ C_Iᵀ C_I`` (a symmetric
+rank update, one triangle) and ``2m`` to
 ``b = Σ C_Iᵀ y_I``, and writes the m-wide row of ``C`` to the zarr store.
 
 Roofline (issue #5): the slower of the GEMM-bound time ``flops / R_gemm`` at the numpy
 float64 GEMM rate measured in this run, and the exp-bound time ``n·m / R_exp`` at the
 all-cores ``numpy.exp`` rate measured in this run (one thread per core, each on its own
-array). Throughput is reported as roofline time / measured time, measured as the whole
-``fit`` wall time (pass, landmark gather, the driver's eigendecomposition and solve, store
-writes) on the default threaded scheduler: a conservative figure for the pass itself.
+array). Throughput is reported as roofline time / measured time, for the pass as
+distsketch logs it (every block's kernel block, sums and store write, and the tree
+reduction) on the default threaded scheduler, and for the whole ``fit`` (also the landmark
+gather, the driver's eigendecompositions and solve, and the saved model).
 
 Also in the same run: the same fit on a ``LocalCluster`` of 1 worker process × 1 thread vs
-2 worker processes × 1 thread (speed-up target ≥ 1.6×), and the kernel block computed the
+2 worker processes × 1 thread (speed-up target ≥ 1.6×), with the store and with
+``store=None`` (no blocks written), and the kernel block computed the
 way distsketch does (one augmented GEMM, a clip and an in-place ``exp``) against the
 textbook numpy expansion and against numexpr when installed (why distsketch needs no
 numexpr here: numpy's SIMD ``exp`` is faster than numexpr's on this machine).
@@ -24,6 +27,7 @@ numexpr here: numpy's SIMD ``exp`` is faster than numexpr's on this machine).
 from __future__ import annotations
 
 import argparse
+import logging
 import shutil
 import sys
 import tempfile
@@ -31,6 +35,7 @@ import threading
 import time
 from pathlib import Path
 
+import dask
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -68,21 +73,58 @@ def exp_rate_all_cores(size: int = 4_000_000, repeats: int = 5) -> float:
 
 
 def pass_flops(n: int) -> float:
-    return n * (2.0 * M * M + 2.0 * M * (D + 2) + 2.0 * M)
+    """Floating-point operations of the pass: ``G = CᵀC`` is a symmetric rank-b update
+    (numpy's ``C.T @ C`` calls BLAS ``syrk``: one triangle, ``n·m²`` flops, which this
+    machine runs at the GEMM rate), the kernel GEMM ``2·n·m·(d + 2)`` and ``b = Cᵀy`` ``2·n·m``.
+    """
+    return n * (1.0 * M * M + 2.0 * M * (D + 2) + 2.0 * M)
 
 
-def fit_seconds(X, y, store: Path, *, client=None) -> float:
+class _PassTimes(logging.Handler):
+    """Collects the pass wall time that ``distsketch.accumulate`` logs after each pass."""
+
+    def __init__(self):
+        super().__init__(level=logging.INFO)
+        self.seconds: list[float] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if hasattr(record, "pass_seconds"):
+            self.seconds.append(record.pass_seconds)
+
+
+PASS_TIMES = _PassTimes()
+
+
+def fit_seconds(X, y, store: Path | None) -> tuple[float, float]:
+    """Wall time of one ``fit`` and of its pass (on the active dask scheduler).
+
+    ``store=None``: distsketch writes no pass blocks (nothing could resume from them).
+    """
     import distsketch as ds
 
-    shutil.rmtree(store, ignore_errors=True)
+    if store is not None:
+        shutil.rmtree(store, ignore_errors=True)
     model = ds.SketchedKRR(ds.Gaussian(gamma=GAMMA), sketch=ds.SubSampling(M), lam=LAM,
                            random_state=0, store=store,
                            options=ds.EngineOptions(progress=False, overwrite=True))
+    before = len(PASS_TIMES.seconds)
     t = time.perf_counter()
     model.fit(X, y)
     seconds = time.perf_counter() - t
-    shutil.rmtree(store, ignore_errors=True)
-    return seconds
+    if store is not None:
+        shutil.rmtree(store, ignore_errors=True)
+    assert len(PASS_TIMES.seconds) == before + 1, "the fit ran no pass"
+    return seconds, PASS_TIMES.seconds[-1]
+
+
+def cluster_fit_seconds(X, y, store: Path | None, n_workers: int) -> tuple[float, float]:
+    """``fit_seconds`` on a fresh LocalCluster of ``n_workers`` processes × 1 thread."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster):
+        fit_seconds(X[:20_000], y[:20_000], store)  # warm-up: imports in the workers
+        return fit_seconds(X, y, store)
 
 
 def kernel_variants(repeats: int) -> dict:
@@ -140,46 +182,59 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.n, args.repeats = 20_000, 1
-    from distributed import Client, LocalCluster
+    logger = logging.getLogger("distsketch.accumulate")
+    logger.setLevel(logging.INFO)
+    logger.addHandler(PASS_TIMES)
 
     X, y = data(args.n)
     tmp = Path(tempfile.mkdtemp(prefix="distsketch-bench-pass-", dir="."))
     store = tmp / "fit.zarr"
-    gemm, expr, threaded, one, two = [], [], [], [], []
+    gemm, expr, threaded, one, two, one_mem, two_mem = [], [], [], [], [], [], []
     try:
         fit_seconds(X[:20_000], y[:20_000], store)  # warm-up: imports, thread pools
-        with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                          dashboard_address=":0") as c1, Client(c1) as cl1, \
-             LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                          dashboard_address=":0") as c2, Client(c2) as cl2:
-            for r in range(args.repeats):  # interleaved, so drift hits every contender
-                gemm.append(_common.gemm_gflops(repeats=3))
-                expr.append(exp_rate_all_cores(repeats=3))
-                threaded.append(fit_seconds(X, y, store))
-                with cl1.as_current():
-                    one.append(fit_seconds(X, y, store, client=cl1))
-                with cl2.as_current():
-                    two.append(fit_seconds(X, y, store, client=cl2))
-                print(f"repeat {r + 1}: GEMM {gemm[-1]:.1f} GFLOP/s, exp {expr[-1] / 1e6:.0f} M/s, "
-                      f"threaded fit {threaded[-1]:.2f} s, 1 worker {one[-1]:.2f} s, "
-                      f"2 workers {two[-1]:.2f} s", flush=True)
+        # interleaved, so drift hits every contender; one contender alive at a time (a
+        # LocalCluster's scheduler and idle workers would share the 2 cores with the others)
+        for r in range(args.repeats):
+            gemm.append(_common.gemm_gflops(repeats=3))
+            expr.append(exp_rate_all_cores(repeats=3))
+            threaded.append(fit_seconds(X, y, store))
+            one.append(cluster_fit_seconds(X, y, store, 1))
+            two.append(cluster_fit_seconds(X, y, store, 2))
+            one_mem.append(cluster_fit_seconds(X, y, None, 1))
+            two_mem.append(cluster_fit_seconds(X, y, None, 2))
+            print(f"repeat {r + 1}: GEMM {gemm[-1]:.1f} GFLOP/s, exp {expr[-1] / 1e6:.0f} M/s; "
+                  f"fit / pass (s): threaded {threaded[-1][0]:.2f} / {threaded[-1][1]:.2f}, "
+                  f"1 worker {one[-1][0]:.2f} / {one[-1][1]:.2f}, "
+                  f"2 workers {two[-1][0]:.2f} / {two[-1][1]:.2f}; store=None: "
+                  f"1 worker {one_mem[-1][0]:.2f} / {one_mem[-1][1]:.2f}, "
+                  f"2 workers {two_mem[-1][0]:.2f} / {two_mem[-1][1]:.2f}", flush=True)
         kernels = kernel_variants(repeats=7)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    med = {k: float(np.median(v)) for k, v in
-           {"gemm": gemm, "exp": expr, "threaded": threaded, "one": one, "two": two}.items()}
-    t_gemm = pass_flops(args.n) / (med["gemm"] * 1e9)
-    t_exp = args.n * M / med["exp"]
+    def median(values, i=None):
+        return float(np.median([v if i is None else v[i] for v in values]))
+
+    runs = {"threaded": threaded, "one": one, "two": two, "one_mem": one_mem, "two_mem": two_mem}
+    fit = {k: median(v, 0) for k, v in runs.items()}
+    pas = {k: median(v, 1) for k, v in runs.items()}
+    rate_gemm, rate_exp = median(gemm), median(expr)
+    t_gemm = pass_flops(args.n) / (rate_gemm * 1e9)
+    t_exp = args.n * M / rate_exp
     roofline = max(t_gemm, t_exp)
-    fraction = roofline / med["threaded"]
-    speedup = med["one"] / med["two"]
+    fraction = roofline / pas["threaded"]
+    fraction_fit = roofline / fit["threaded"]
+    speedup = pas["one"] / pas["two"]
+    speedup_fit = fit["one"] / fit["two"]
+    speedup_mem = pas["one_mem"] / pas["two_mem"]
     v_roof = "PASS" if fraction >= 0.6 else "FAIL"
     v_speed = "PASS" if speedup >= 1.6 else "FAIL"
     print(f"roofline {roofline:.2f} s (GEMM-bound {t_gemm:.2f} s, exp-bound {t_exp:.2f} s); "
-          f"threaded fit {med['threaded']:.2f} s = {fraction:.0%} of roofline ({v_roof})")
-    print(f"LocalCluster 1 worker {med['one']:.2f} s, 2 workers {med['two']:.2f} s: "
-          f"speed-up {speedup:.2f}x ({v_speed})")
+          f"threaded pass {pas['threaded']:.2f} s = {fraction:.0%} of roofline ({v_roof}); "
+          f"whole fit {fit['threaded']:.2f} s = {fraction_fit:.0%}")
+    print(f"LocalCluster pass 1 worker {pas['one']:.2f} s, 2 workers {pas['two']:.2f} s: "
+          f"speed-up {speedup:.2f}x ({v_speed}); whole fit {speedup_fit:.2f}x; "
+          f"store=None pass {pas['one_mem']:.2f} s / {pas['two_mem']:.2f} s: {speedup_mem:.2f}x")
     print("kernel block 4096 x 1000 (ms): " +
           ", ".join(f"{k} {v * 1e3:.1f}" for k, v in kernels.items()))
     if args.quick:
@@ -187,20 +242,27 @@ def main() -> None:
     krows = "\n".join(f"| {k.replace('_', ' ')} | {v * 1e3:.1f} |" for k, v in kernels.items())
     md = f"""SketchedKRR, Gaussian kernel, `SubSampling({M})`, d = {D}, n = {args.n:,} synthetic
 rows in memory, float64 blocks to a local zarr store; medians of {args.repeats} interleaved
-repeats. The timed figure is the whole `fit` (pass, landmark gather, eigendecomposition, solve,
-store writes).
+repeats, one contender alive at a time. "pass" is the wall time of the streaming pass as
+distsketch logs it (every row block's kernel block, its sums and its store write, and the
+tree reduction); "fit" is the whole `fit` (also the landmark gather, the driver's
+eigendecompositions and solve, the store metadata and the saved model).
 
 | figure | value |
 |---|---:|
-| numpy float64 GEMM rate (this run) | {med['gemm']:.1f} GFLOP/s |
-| numpy `exp`, all cores (this run) | {med['exp'] / 1e6:.0f} M/s |
+| numpy float64 GEMM rate (this run) | {rate_gemm:.1f} GFLOP/s |
+| numpy `exp`, all cores (this run) | {rate_exp / 1e6:.0f} M/s |
 | pass work | {pass_flops(args.n) / 1e9:.0f} GFLOP, {args.n * M / 1e6:.0f} M exp |
 | roofline: max(GEMM-bound, exp-bound) | {roofline:.2f} s (max({t_gemm:.2f}, {t_exp:.2f})) |
-| fit, threaded scheduler (default) | {med['threaded']:.2f} s |
-| **throughput / roofline** (target ≥ 60 %) | **{fraction:.0%} ({v_roof})** |
-| fit, LocalCluster 1 worker × 1 thread | {med['one']:.2f} s |
-| fit, LocalCluster 2 workers × 1 thread | {med['two']:.2f} s |
-| **2-worker speed-up** (target ≥ 1.6×) | **{speedup:.2f}× ({v_speed})** |
+| pass / fit, threaded scheduler (default) | {pas['threaded']:.2f} s / {fit['threaded']:.2f} s |
+| **pass throughput / roofline** (target ≥ 60 %) | **{fraction:.0%} ({v_roof})** |
+| whole fit, roofline / fit time | {fraction_fit:.0%} |
+| pass / fit, LocalCluster 1 worker × 1 thread | {pas['one']:.2f} s / {fit['one']:.2f} s |
+| pass / fit, LocalCluster 2 workers × 1 thread | {pas['two']:.2f} s / {fit['two']:.2f} s |
+| **2-worker speed-up of the pass** (target ≥ 1.6×) | **{speedup:.2f}× ({v_speed})** |
+| 2-worker speed-up of the whole fit | {speedup_fit:.2f}× |
+| pass / fit, `store=None` (no blocks written), 1 worker | {pas['one_mem']:.2f} s / {fit['one_mem']:.2f} s |
+| pass / fit, `store=None` (no blocks written), 2 workers | {pas['two_mem']:.2f} s / {fit['two_mem']:.2f} s |
+| 2-worker speed-up of the pass, `store=None` | {speedup_mem:.2f}× |
 
 One 4096 × 1000 Gaussian kernel block (d = 20), one thread, median of 7 (ms):
 
@@ -209,10 +271,15 @@ One 4096 × 1000 Gaussian kernel block (d = 20), one thread, median of 7 (ms):
 {krows}
 """
     _common.record("pass", md, {"n": args.n, "gemm_gflops": gemm, "exp_per_s": expr,
-                                "threaded_s": threaded, "one_worker_s": one,
-                                "two_workers_s": two, "roofline_s": roofline,
+                                "threaded_fit_pass_s": threaded, "one_worker_fit_pass_s": one,
+                                "two_workers_fit_pass_s": two, "roofline_s": roofline,
+                                "one_worker_no_store_fit_pass_s": one_mem,
+                                "two_workers_no_store_fit_pass_s": two_mem,
+                                "speedup_2_workers_no_store": speedup_mem,
                                 "gemm_bound_s": t_gemm, "exp_bound_s": t_exp,
-                                "fraction_of_roofline": fraction, "speedup_2_workers": speedup,
+                                "fraction_of_roofline": fraction,
+                                "fit_fraction_of_roofline": fraction_fit,
+                                "speedup_2_workers": speedup, "fit_speedup_2_workers": speedup_fit,
                                 "kernel_block_s": kernels})
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -80,8 +81,9 @@ class PassPlan:
         Whether the second input is a matrix of vector targets (``b = CᵀY``).
     unique_outputs : bool
         Whether to collect the unique output rows (default decoding candidates).
-    C, D, done : zarr.Array
-        Store arrays written by the tasks.
+    C, D, done : zarr.Array or None
+        Store arrays written by the tasks; None for a temporary fit (``store=None``),
+        whose blocks are not written anywhere.
     dtype : numpy dtype
         Dtype of the stored blocks.
     chunk : int
@@ -223,16 +225,21 @@ def _pass_block(plan: PassPlan, i: int, xb, yb) -> dict:
     x = plan.x
     C = gram_dot(x.kernel, xb, x.landmarks, x.sketch, chunk=plan.chunk)
     # the store writes run beside the partial sums (both only read the float64 blocks)
-    writes = [_io_pool().submit(write_rows, plan.C, s, C.astype(plan.dtype, copy=False))]
+    writes = []
+    if plan.C is not None:
+        writes.append(_io_pool().submit(write_rows, plan.C, s, C.astype(plan.dtype, copy=False)))
     D = None
     if plan.stores_d:
         y = plan.y
         D = gram_dot(y.kernel, yb, y.landmarks, y.sketch, chunk=plan.chunk)
-        writes.append(_io_pool().submit(write_rows, plan.D, s, D.astype(plan.dtype, copy=False)))
+        if plan.D is not None:
+            writes.append(_io_pool().submit(write_rows, plan.D, s,
+                                            D.astype(plan.dtype, copy=False)))
     sums = _block_sums(plan, i, C, D, yb)
     for w in writes:
         w.result()  # re-raises a failed write
-    plan.done[i] = True  # only after both blocks are fully written
+    if plan.done is not None:
+        plan.done[i] = True  # only after both blocks are fully written
     return sums
 
 
@@ -316,7 +323,8 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
     """
     token = uuid.uuid4().hex[:8]
     client = distributed_client()
-    done = np.asarray(plan.done[:], dtype=bool)
+    done = (np.zeros(plan.n_blocks, dtype=bool) if plan.done is None
+            else np.asarray(plan.done[:], dtype=bool))
     need_y_for_stored = plan.targets or plan.unique_outputs
     x_blocks = x.blocks(plan.block_rows)
     y_blocks = y.blocks(plan.block_rows) if y is not None else [None] * plan.n_blocks
@@ -337,7 +345,11 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
     total = tree_reduce(parts, split_every=split_every, token=token)
     logger.info("pass: %d blocks (%d already in the store), %d rows per block",
                 plan.n_blocks, int(done.sum()), plan.block_rows)
+    start = time.perf_counter()
     (result,) = compute([total], progress=progress, what="pass")
+    seconds = time.perf_counter() - start
+    logger.info("pass: %d rows in %.3f s (%.0f rows/s)", plan.n, seconds, plan.n / seconds,
+                extra={"pass_seconds": seconds, "pass_rows": plan.n})
     if "C" in result:
         result["C"] = result["C"].assemble(plan.n)
     for key in ("B", "E"):

@@ -224,7 +224,8 @@ class SISOKR(_SketchedBase):
     random_state : None, int or numpy.random.Generator
         Seeds the sketches (one generator per fit).
     store : None, path or zarr.Group
-        Where the pass is written. ``None``: a temporary directory removed after ``fit``.
+        Where the pass is written. ``None``: nothing is written (the sums stay in memory;
+        an interrupted fit starts over).
         A path is kept, and a fit interrupted there resumes when fitted again with the
         same data, ``random_state`` and options.
     options : EngineOptions or None

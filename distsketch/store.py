@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 from typing import Any
 
 import numpy as np
@@ -136,6 +134,8 @@ class FitStore:
             "status": "pass",
             "pass": config,
         }
+        if self.temporary:  # nothing to resume from: the blocks are not written
+            return False
         n, b = config["n"], config["block_rows"]
         n_blocks = -(-n // b)
         grp = self.group.require_group("pass")
@@ -147,7 +147,11 @@ class FitStore:
         grp.create_array("done", shape=(n_blocks,), chunks=(1,), dtype=bool, fill_value=False)
         return False
 
-    def pass_arrays(self) -> tuple[zarr.Array, zarr.Array | None, zarr.Array]:
+    def pass_arrays(self) -> tuple[zarr.Array | None, zarr.Array | None, zarr.Array | None]:
+        """``C``, ``D`` (or None) and the per-block ``done`` flags; all None for a temporary
+        fit, whose pass keeps only its sums."""
+        if self.temporary:
+            return None, None, None
         grp = self.group["pass"]
         return grp["C"], (grp["D"] if "D" in grp else None), grp["done"]
 
@@ -155,6 +159,9 @@ class FitStore:
         return np.asarray(self.group["pass/done"][:], dtype=bool)
 
     def write_sums(self, sums: dict[str, np.ndarray]) -> None:
+        if self.temporary:  # never read back
+            self._set_meta(status="pass-complete")
+            return
         grp = self.group.require_group("sums")
         for key in _SUMS:
             if key in sums:
@@ -179,9 +186,9 @@ class FitStore:
         self._set_meta(status=status)
 
     def discard(self) -> None:
-        """Delete a temporary store."""
+        """Forget a temporary store (it lives in memory; nothing is on disk)."""
         if self.temporary:
-            shutil.rmtree(self.location, ignore_errors=True)
+            self.group = None
 
 
 def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
@@ -200,12 +207,13 @@ def open_fit_store(store: Any) -> FitStore:
     Parameters
     ----------
     store : None, str, os.PathLike or zarr.Group
-        ``None`` makes a temporary directory, deleted by :meth:`FitStore.discard`;
+        ``None``: a temporary fit, its metadata and sums in a zarr ``MemoryStore`` and
+        no pass blocks written anywhere (nothing could resume from them);
         a path (kept) is opened with zarr's local store.
     """
     if store is None:
-        path = tempfile.mkdtemp(prefix="distsketch-")
-        return FitStore(zarr.open_group(path, mode="a"), location=path, temporary=True)
+        group = zarr.open_group(zarr.storage.MemoryStore(), mode="a")
+        return FitStore(group, location="<memory>", temporary=True)
     if isinstance(store, zarr.Group):
         return FitStore(store, location=str(store.store_path), temporary=False)
     if isinstance(store, (str, os.PathLike)):

@@ -325,3 +325,19 @@ def test_small_support_sketch_holds_no_n_sized_state(spec, n, max_support):
     if sk.support_size > 1 and int(sk.support[-2]) >= j - 2:
         pytest.skip("two support rows fall in the probe block")
     np.testing.assert_allclose(got, want, rtol=0, atol=0)
+
+
+def test_temporary_fit_writes_no_blocks_and_equals_a_stored_fit(tmp_path, monkeypatch):
+    """``store=None``: the blocks could never be read back, so none is written."""
+    import distsketch.accumulate as acc
+
+    X, Y = problem()
+    stored = model(store=tmp_path / "kept").fit(X, Y)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a temporary fit wrote a pass block")
+
+    monkeypatch.setattr(acc, "write_rows", refuse)
+    temporary = model().fit(X, Y)
+    assert temporary.store_ is None
+    np.testing.assert_array_equal(temporary.coef_, stored.coef_)
