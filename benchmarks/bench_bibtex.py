@@ -15,8 +15,7 @@ Protocol
   IOKR σ²_x = 1e4, σ²_y = 1, λ = 1e-5; SIOKR ``SubSampling(2250)`` in, σ²_x = 1e4, σ²_y = 1e7,
   λ = 1e-6; ISOKR ``PSparsified(200, p=20/n, gaussian)`` out, σ²_x = 1e4, σ²_y = 1e6, λ = 1e-5;
   SISOKR both sketches, σ²_x = σ²_y = 1e4, λ = 1e-5.
-- Train = ``fit(X, Y)`` (numpy input, ``store=None``: the pass blocks go to a temporary zarr
-  directory removed at the end of ``fit``, inside the timing). Inference = ``predict(X_te)``
+- Train = ``fit(X, Y)`` (numpy input, ``store=None``: no pass blocks written). Inference = ``predict(X_te)``
   right after that fit, over the unique training label vectors (the default candidates; the
   first call computes their output features, as the reference computes ``k_Y(Y, Y_c)``).
 - ``--repeats`` rounds; round ``r`` uses sketch seed ``r`` and a rotated order of the five
@@ -231,8 +230,8 @@ def main() -> None:
         f"{len(Xte)} test rows; candidates = the {n_cand} unique training label vectors. Hyper-parameters "
         "of the SISOKR authors' `run_bibtex.py` (Gaussian kernels, γ = 1/(2σ²)): IOKR σ²_x = 1e4, σ²_y = 1, "
         "λ = 1e-5; SIOKR σ²_x = 1e4, σ²_y = 1e7, λ = 1e-6; ISOKR σ²_x = 1e4, σ²_y = 1e6, λ = 1e-5; SISOKR "
-        f"σ²_x = σ²_y = 1e4, λ = 1e-5. Train = `fit` (numpy input, `store=None`: temporary zarr store, its "
-        "I/O inside the time); inference = first `predict(X_test)` after the fit (includes the candidates' "
+        f"σ²_x = σ²_y = 1e4, λ = 1e-5. Train = `fit` (numpy input, `store=None`: no pass blocks "
+        "written); inference = first `predict(X_test)` after the fit (includes the candidates' "
         f"output features). Medians over {args.repeats} rounds with a rotated order (round r: sketch seed r); "
         f"F1 = example-based F1 in %, mean ± std over the rounds' seeds (the paper: 30 draws). distsketch: "
         f"BLAS 1 thread + dask threaded scheduler; NumPy reference: BLAS default threads (2). numpy GEMM "

@@ -14,7 +14,7 @@ from typing import Any
 import dask
 from dask.delayed import delayed
 
-__all__ = ["distributed_client", "share", "compute"]
+__all__ = ["distributed_client", "share", "compute", "map_local"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,3 +57,17 @@ def compute(objs: list, *, progress: bool = False, what: str = "") -> list:
         with ProgressBar():
             return list(dask.compute(*objs))
     return list(dask.compute(*objs))
+
+
+def map_local(func, items: list) -> list:
+    """``[func(item) for item in items]`` on dask's local thread pool, in order.
+
+    For work on data already in this process's memory (numpy inputs to ``predict``):
+    one task per item on all cores, whatever scheduler is active, with nothing shipped.
+    NumPy releases the GIL in BLAS and in ``exp``, so the threads run in parallel; each
+    item's result depends only on the item, never on the number of threads.
+    """
+    if len(items) <= 1:
+        return [func(item) for item in items]
+    tasks = [delayed(func, pure=False)(item) for item in items]
+    return list(dask.compute(*tasks, scheduler="threads"))

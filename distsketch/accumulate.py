@@ -8,11 +8,13 @@ For each row block ``I`` (DESIGN §2)::
     M += D_Iᵀ C_I     E += R_Y[:, I] D_I
     b += C_Iᵀ Y_I                                                    (vector targets)
 
-An exact side (identity sketch) needs less. Exact input: ``B = K_X = C`` and
-``H = T_Xᵀ K_X² T_X = diag(s)`` analytically, so ``G`` is not needed. Exact output:
-``k_Y(y, Y) K_Y^† K_Y = k_Y(y, Y)`` for every ``y`` (``k_Y(Y, y)`` lies in the range of
-``K_Y``), so the model needs ``C`` itself instead of ``M``, and no ``D`` or ``E``. In both
-cases the pass returns the row blocks of ``C``, placed (not summed) by the reduction.
+An exact side (identity sketch) needs less. Exact input: the solve factors
+``K_X + nλI`` with ``K_X = C`` itself, so neither ``G`` nor ``B`` is needed, and it
+takes ``D`` (n × m_Y) and the targets ``Y`` as they are instead of ``M`` and ``b``.
+Exact output: ``k_Y(y, Y) K_Y^† K_Y = k_Y(y, Y)`` for every ``y`` (``k_Y(Y, y)`` lies in
+the range of ``K_Y``), so the model needs ``C`` itself instead of ``M``, and no ``D`` or
+``E``. In these cases the pass returns the row blocks of ``C`` (and ``D``, ``Y``),
+placed (not summed) by the reduction.
 
 Partial sums are float64 whatever the block dtype and are computed from the float64
 blocks, before the copy written to the store is rounded to the block dtype; the store
@@ -206,10 +208,17 @@ def _block_sums(plan: PassPlan, i: int, C, D, yb) -> dict:
         out["B"] = _left(plan.x.sketch, C, s, e)
     if D is not None:
         D = np.asarray(D, dtype=np.float64)
-        out["M"] = D.T @ C
+        if plan.x_exact:  # the exact input solve needs D itself (n × m_Y), not M = DᵀK_X
+            out["D"] = RowStack([(s, D)])
+        else:
+            out["M"] = D.T @ C
         out["E"] = _left(plan.y.sketch, D, s, e)
     if plan.targets:
-        out["b"] = C.T @ _dense(yb).astype(np.float64, copy=False)
+        Yb = _dense(yb).astype(np.float64, copy=False)
+        if plan.x_exact:  # β = (K_X + nλI)^{-1} Y needs Y itself, not b = K_X Y
+            out["Y"] = RowStack([(s, Yb.reshape(len(Yb), -1))])
+        else:
+            out["b"] = C.T @ Yb
     if plan.unique_outputs:
         out["U"] = _unique_rows(_dense(yb), s)
     return out
@@ -318,8 +327,9 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
     -------
     dict
         As configured: ``G, B`` (sketched input), ``M, E`` (sketched output), ``b``
-        (vector targets), ``C`` (n × m_X, when a side is exact), all float64, and ``U``
-        (unique output rows, first-occurrence indices).
+        (vector targets), ``C`` (n × m_X, when a side is exact), ``D`` (n × m_Y) and ``Y``
+        (n × t) with an exact input side, all float64, and ``U`` (unique output rows,
+        first-occurrence indices).
     """
     token = uuid.uuid4().hex[:8]
     client = distributed_client()
@@ -350,8 +360,9 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
     seconds = time.perf_counter() - start
     logger.info("pass: %d rows in %.3f s (%.0f rows/s)", plan.n, seconds, plan.n / seconds,
                 extra={"pass_seconds": seconds, "pass_rows": plan.n})
-    if "C" in result:
-        result["C"] = result["C"].assemble(plan.n)
+    for key in ("C", "D", "Y"):
+        if key in result:
+            result[key] = result[key].assemble(plan.n)
     for key in ("B", "E"):
         if key in result:
             result[key] = result[key].toarray()

@@ -28,7 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 from dask.delayed import delayed
 
-from ._compute import compute, distributed_client, share
+from ._compute import compute, distributed_client, map_local, share
 from .sketches import gram_dot
 
 __all__ = ["Scorer", "smallest_k", "merge_topk", "decode_fixed", "decode_ragged"]
@@ -65,13 +65,25 @@ class Scorer:
     def width(self) -> int:
         return self.landmarks.shape[0] if self.projection is None else self.projection.shape[1]
 
-    def features(self, Y) -> np.ndarray:
-        """``φ_Y`` of candidate rows ``Y`` (c × r_Y), in padded tiles of ``SCORE_ROWS`` rows."""
+    def features(self, Y, *, parallel: bool = False) -> np.ndarray:
+        """``φ_Y`` of candidate rows ``Y`` (c × r_Y), in padded tiles of ``SCORE_ROWS`` rows.
+
+        ``parallel=True`` computes the tiles on all cores (:func:`map_local`); inside a
+        task, keep the default.
+        """
         out = np.empty((Y.shape[0], self.width))
-        for s in range(0, Y.shape[0], SCORE_ROWS):
-            tile = _padded(_rows(Y, s, s + SCORE_ROWS), SCORE_ROWS)
-            phi = gram_dot(self.kernel, tile, self.landmarks, right=self.projection, chunk=self.chunk)
+
+        def tile(s: int) -> None:
+            padded = _padded(_rows(Y, s, s + SCORE_ROWS), SCORE_ROWS)
+            phi = gram_dot(self.kernel, padded, self.landmarks, right=self.projection, chunk=self.chunk)
             out[s : s + SCORE_ROWS] = phi[: min(SCORE_ROWS, Y.shape[0] - s)]
+
+        starts = list(range(0, Y.shape[0], SCORE_ROWS))
+        if parallel:
+            map_local(tile, starts)
+        else:
+            for s in starts:
+                tile(s)
         return out
 
     def diag(self, Y) -> np.ndarray:

@@ -24,6 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._base import ParamsMixin
+from ._compute import map_local
 from .accumulate import _kernel_config, fit_pass
 from .candidates import CandidateStore, _check_query_sets, candidate_reader, concatenate_sets
 from .decode import Scorer, decode_fixed, decode_ragged
@@ -32,12 +33,12 @@ from .options import EngineOptions, check_options, with_blas_limit
 from .rows import RowSource, as_row_source, fingerprint
 from .sketches import RealizedSketch, check_sketch, gram_dot
 from .solve import (
+    ExactInputSolution,
     InputSolution,
     krr_coef,
     sisokr_coef,
     sisokr_operator,
     solve_input,
-    solve_input_exact,
     whitening,
 )
 
@@ -104,9 +105,10 @@ def _check_xy(X, Y, *, y_name: str, model: str) -> tuple[RowSource, RowSource]:
     return Xs, Ys
 
 
-def _solve_input_side(sums: dict, sketch: RealizedSketch, *, n: int, rtol: float) -> InputSolution:
-    if sketch.is_identity:
-        return solve_input_exact(sums["C"], n=n, rtol=rtol)
+def _solve_input_side(sums: dict, sketch: RealizedSketch, *, n: int,
+                      rtol: float) -> InputSolution | ExactInputSolution:
+    if sketch.is_identity:  # K_X = C itself; (K_X + nλI) is factored per λ
+        return ExactInputSolution(K=sums["C"], n=int(n))
     return solve_input(sums["G"], sums["B"], n=n, rtol=rtol)
 
 
@@ -131,10 +133,17 @@ def features(kernel, landmarks, P: np.ndarray | None, X, *, options: EngineOptio
         return np.asarray(features(kernel, landmarks, P, da.from_zarr(X), options=options))
     src.check_finite()
     b = max(1, options.block_memory // (8 * (options.gram_chunk + width)))
+    b = min(b, _FEATURE_ROWS)  # several blocks for the cores; fixed, so results never depend on them
     out = np.empty((src.n, width))
-    for s in range(0, src.n, b):
+
+    def block(s: int) -> None:
         out[s : s + b] = _features_block(src.data[s : s + b], kernel, landmarks, P, options.gram_chunk)
+
+    map_local(block, list(range(0, src.n, b)))
     return out
+
+
+_FEATURE_ROWS = 256  # rows per block of features() on in-memory input (BLAS-efficient, many blocks)
 
 
 def _features_block(block, kernel, landmarks, P, chunk):
@@ -236,14 +245,17 @@ class SISOKR(_SketchedBase):
     input_sketch_, output_sketch_ : RealizedSketch
     input_landmarks_ : array of shape (s'_X, d_X)
     output_landmarks_ : array of shape (s'_Y, d_Y)
-    input_solution_ : InputSolution
+    input_solution_ : InputSolution or ExactInputSolution
+        λ-independent factors of the input side: ``T_X, V, Λ`` (sketched) or ``K_X``
+        (exact input side, factored per λ).
     output_whitening_ : ndarray of shape (m_Y, r_Y) or None
         ``None`` for an exact output side (features are ``k_Y(Y, y)`` themselves).
     lam_ : float
         Active λ.
     lams_ : tuple of float
     coef_ : ndarray of shape (r_Y, r_X)
-        ``W(λ)`` for the active λ.
+        ``W(λ)`` for the active λ (``r_X = n`` with an exact input side, whose input
+        features are ``k_X(X, x)``; ``r_Y = n`` with an exact output side).
     candidates_ : ndarray of shape (n_candidates, d_Y)
         Unique training outputs in order of first appearance (default candidates).
     candidate_index_ : ndarray of int
@@ -291,15 +303,16 @@ class SISOKR(_SketchedBase):
         self.input_kernel_, self.output_kernel_ = kx, ky
         self.input_sketch_, self.output_sketch_ = res.x_sketch, res.y_sketch
         self.input_landmarks_, self.output_landmarks_ = res.x_landmarks, res.y_landmarks
-        self.input_solution_ = _solve_input_side(S, res.x_sketch, n=res.n, rtol=rtol)
-        self.input_projection_ = res.x_sketch.transpose_dot(self.input_solution_.T)
+        sol = self.input_solution_ = _solve_input_side(S, res.x_sketch, n=res.n, rtol=rtol)
+        exact_input = isinstance(sol, ExactInputSolution)  # input features k_X(X, x)
+        self.input_projection_ = None if exact_input else res.x_sketch.transpose_dot(sol.T)
         if res.y_sketch.is_identity:  # exact output: raw features k_Y(Y, y), see solve.py
             self.output_whitening_ = self.output_projection_ = None
-            self.operator_ = sisokr_operator(self.input_solution_, None, S["C"])
+            self.operator_ = None if exact_input else sisokr_operator(sol, None, S["C"])
         else:
-            self.output_whitening_ = whitening(S["E"], rtol=rtol, argument="output_kernel")
-            self.operator_ = sisokr_operator(self.input_solution_, self.output_whitening_, S["M"])
-            self.output_projection_ = res.y_sketch.transpose_dot(self.output_whitening_)
+            T_Y = self.output_whitening_ = whitening(S["E"], rtol=rtol, argument="output_kernel")
+            self.operator_ = S["D"] @ T_Y if exact_input else sisokr_operator(sol, T_Y, S["M"])
+            self.output_projection_ = res.y_sketch.transpose_dot(T_Y)
         if linear:
             self.candidates_ = self.candidate_index_ = None
             L_Y = _as_dense(res.y_landmarks)
@@ -324,6 +337,9 @@ class SISOKR(_SketchedBase):
 
     def _update_coef(self):
         self.coef_ = sisokr_coef(self.input_solution_, self.operator_, self.lam_)
+        # ĥ(x) = W φ_X(x) = (P_X Wᵀ)ᵀ k_X(L_X, x): one kernel pass per query block
+        P = self.input_projection_
+        self._surrogate_map = self.coef_.T if P is None else P @ self.coef_.T
 
     def _scorer(self) -> Scorer:
         return Scorer(self.output_kernel_, self.output_landmarks_, self.output_projection_,
@@ -332,7 +348,10 @@ class SISOKR(_SketchedBase):
     # -- features ----------------------------------------------------------------
     @with_blas_limit
     def input_features(self, X):
-        """``φ_X(x) = T_Xᵀ R_X k_X(X_train, x)`` for each row: shape (n_queries, r_X)."""
+        """``φ_X(x) = T_Xᵀ R_X k_X(X_train, x)`` for each row: shape (n_queries, r_X).
+
+        With an exact input side, ``φ_X(x) = k_X(X_train, x)`` (``r_X = n``).
+        """
         self._check_fitted()
         return features(self.input_kernel_, self.input_landmarks_, self.input_projection_, X,
                         options=self._options(), n_features=self.n_features_in_, model="SISOKR")
@@ -345,9 +364,17 @@ class SISOKR(_SketchedBase):
         return features(self.output_kernel_, self.output_landmarks_, self.output_projection_, Y,
                         options=self._options(), argument="candidates")
 
+    @with_blas_limit
     def surrogate(self, X) -> np.ndarray:
-        """``W(λ) φ_X(x)``: coordinates of ``ĥ(x)`` in the output features, (n_queries, r_Y)."""
-        return np.asarray(self.input_features(X)) @ self.coef_.T
+        """``W(λ) φ_X(x)``: coordinates of ``ĥ(x)`` in the output features, (n_queries, r_Y).
+
+        Computed as ``k_X(x, L_X) (P_X Wᵀ)`` block by block on all cores, without the
+        intermediate ``φ_X(x)``.
+        """
+        self._check_fitted()
+        return np.asarray(features(self.input_kernel_, self.input_landmarks_, self._surrogate_map,
+                                   X, options=self._options(), n_features=self.n_features_in_,
+                                   model="SISOKR"))
 
     # -- decoding ---------------------------------------------------------------
     @with_blas_limit
@@ -440,7 +467,7 @@ class SISOKR(_SketchedBase):
                 raise ValueError("candidates: a model with a linear output kernel has no default "
                                  "candidates; pass candidates=")
             if self._candidate_features is None:  # features of the default set, once per fit
-                self._candidate_features = (scorer.features(self.candidates_),
+                self._candidate_features = (scorer.features(self.candidates_, parallel=True),
                                             scorer.diag(self.candidates_))
             phi, kyy = self._candidate_features
             read, n_c = (lambda a, b: ("cached", phi, kyy, a, b)), len(phi)
@@ -532,7 +559,7 @@ class SketchedKRR(_SketchedBase):
     ----------
     sketch_ : RealizedSketch
     landmarks_ : array of shape (s', d)
-    input_solution_ : InputSolution
+    input_solution_ : InputSolution or ExactInputSolution
     dual_coef_ : ndarray of shape (s', n_targets)
         ``R_mixᵀ β(λ)``: ``f(x) = k(x, landmarks_) @ dual_coef_``.
     lam_, lams_, n_features_in_, store_
@@ -567,7 +594,8 @@ class SketchedKRR(_SketchedBase):
         self.landmarks_ = res.x_landmarks
         self.input_solution_ = _solve_input_side(res.sums, res.x_sketch, n=res.n,
                                                  rtol=options.eig_rtol)
-        self._b = res.sums["b"]
+        # right-hand side of the solve: b = R_X K_X Y (sketched input), Y itself (exact)
+        self._b = res.sums["Y"] if "Y" in res.sums else res.sums["b"]
         self._y_1d = Ys.input_ndim == 1
         self.lams_ = lams
         self.lam_ = lams[0]

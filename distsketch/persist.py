@@ -30,7 +30,8 @@ from ._version import __version__
 from .kernels import CallableKernel, check_kernel, kernel_from_config
 from .options import EngineOptions
 from .sketches import sketch_from_config
-from .solve import InputSolution
+from .options import blas_limit
+from .solve import ExactInputSolution, InputSolution
 from .store import FORMAT_VERSION, FitStore, open_fit_store
 
 __all__ = ["MODEL_FORMAT", "save", "load"]
@@ -148,7 +149,7 @@ def _sha(arr) -> str:
 
 # --------------------------------------------------------------------------- model state
 
-_COMMON_ARRAYS = ("T", "V", "evals")
+_COMMON_ARRAYS = ("T", "V", "evals", "K")
 
 
 def _state(est) -> tuple[dict, dict]:
@@ -156,8 +157,9 @@ def _state(est) -> tuple[dict, dict]:
     from .models import SISOKR, SketchedKRR
 
     sol = est.input_solution_
-    arrays = {"T": sol.T, "V": sol.V, "evals": sol.evals}
-    state = {"n": sol.n, "lams": list(est.lams_), "lam": est.lam_,
+    exact = isinstance(sol, ExactInputSolution)
+    arrays = {"K": sol.K} if exact else {"T": sol.T, "V": sol.V, "evals": sol.evals}
+    state = {"n": sol.n, "lams": list(est.lams_), "lam": est.lam_, "exact_input": exact,
              "n_features_in": est.n_features_in_, "store": est.store_}
     if isinstance(est, SISOKR):
         arrays.update(input_landmarks=est.input_landmarks_, output_landmarks=est.output_landmarks_,
@@ -188,8 +190,11 @@ def _restore(cls_name: str, params: dict, arrays: dict, state: dict):
 
     cls = {"SISOKR": SISOKR, "SketchedKRR": SketchedKRR}[cls_name]
     est = cls(**_params_from_json(params))
-    est.input_solution_ = InputSolution(T=arrays["T"], V=arrays["V"], evals=arrays["evals"],
-                                        n=int(state["n"]))
+    if state.get("exact_input"):
+        est.input_solution_ = ExactInputSolution(K=arrays["K"], n=int(state["n"]))
+    else:
+        est.input_solution_ = InputSolution(T=arrays["T"], V=arrays["V"], evals=arrays["evals"],
+                                            n=int(state["n"]))
     est.lams_ = tuple(state["lams"])
     est.lam_ = float(state["lam"])
     est.n_features_in_ = int(state["n_features_in"])
@@ -213,7 +218,8 @@ def _restore(cls_name: str, params: dict, arrays: dict, state: dict):
         est.landmarks_ = arrays["landmarks"]
         est._b = arrays["b"]
         est._y_1d = bool(state["y_1d"])
-    est._update_coef()
+    with blas_limit():  # the same BLAS threads as fit and set_lam: bitwise the same coefficients
+        est._update_coef()
     return est
 
 
@@ -295,7 +301,8 @@ def load(store):
     checksums = mmeta["checksums"]
     names = {k.split(".")[0] for k in checksums}
     arrays = {name: _get(mg, name, checksums) for name in names | set(_COMMON_ARRAYS)}
-    for name in ("output_whitening", "output_projection", "candidates", "candidate_index", "output_map"):
-        arrays.setdefault(name, None)
+    for name in ("output_whitening", "output_projection", "candidates", "candidate_index",
+                 "output_map", "operator", "input_projection"):
+        arrays.setdefault(name, None)  # None is not stored
     return _restore(mmeta["class"], mmeta["params"], arrays, mmeta["state"])
 

@@ -8,6 +8,7 @@ Layout (one zarr v3 group per fit)::
         pass/done   (n_blocks,)   True once block i's C and D rows are written (chunk 1)
         sums/G, sums/B, sums/M, sums/E, sums/b      tree-reduced partial sums (float64)
         sums/C                                      C assembled (when a side is exact)
+        sums/D, sums/Y                              D, targets assembled (exact input side)
         sums/U_rows, sums/U_index                   unique output rows, first training row
 
 ``status`` moves ``"pass"`` → ``"pass-complete"`` (all blocks done, sums written)
@@ -37,7 +38,7 @@ logger = logging.getLogger(__name__)
 #: Version of the on-disk layout; a store with another version is refused.
 FORMAT_VERSION = 1
 _ATTR = "distsketch"
-_SUMS = ("G", "B", "M", "E", "b", "C")
+_SUMS = ("G", "B", "M", "E", "b", "C", "D", "Y")
 
 
 def write_rows(array: zarr.Array, start: int, block: np.ndarray) -> None:

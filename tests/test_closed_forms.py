@@ -133,3 +133,29 @@ def test_predict_returns_best_candidate(small_problem):
     np.testing.assert_array_equal(model.candidates_, Y[np.sort(first)])
     np.testing.assert_array_equal(model.candidate_index_, np.sort(first))
     np.testing.assert_array_equal(model.predict(Xq), model.predict(Xq, candidates=model.candidates_))
+
+
+@pytest.mark.parametrize("sy", [None, ds.PSparsified(12, p=0.2)], ids=["IOKR", "ISOKR"])
+def test_exact_input_lam_path_equals_dense_formula(small_problem, sy):
+    """Exact input: (K_X + nλI) factored per λ; every λ of the path is the closed form."""
+    X, Y, Xq, Yc = small_problem
+    lams = [1e-1, 1e-3, 1e-6]
+    model = ds.SISOKR(KX, KY, output_sketch=sy, lam=lams, random_state=4).fit(X, Y)
+    assert isinstance(model.input_solution_, ds.solve.ExactInputSolution)
+    T = Y[:, :2] + 0.5 * X[:, :1]
+    krr = ds.SketchedKRR(KX, lam=lams).fit(X, T)
+    for lam in lams:
+        model.set_lam(lam)
+        want = sisokr_scores(KX, KY, np.eye(len(X)), model.output_sketch_.matrix(), X, Y, Xq, Yc, lam)
+        assert rel_err(model.score_candidates(Xq, Yc), want) <= 1e-8, lam
+        if sy is None:
+            assert rel_err(model.score_candidates(Xq, Yc), iokr_scores(KX, KY, X, Y, Xq, Yc, lam)) <= 1e-8
+        got = krr.set_lam(lam).predict(Xq)
+        assert rel_err(got, exact_krr_predict(KX, X, T, Xq, lam)) <= 1e-8, lam
+
+
+def test_exact_input_too_small_lam_names_the_argument():
+    X = np.repeat(np.arange(5.0)[:, None], 4, axis=0)  # duplicated rows: K_X is singular
+    y = np.arange(20.0)
+    with pytest.raises(ValueError, match=r"^lam: K_X \+ nλI is not numerically positive definite"):
+        ds.SketchedKRR(ds.Linear(), lam=1e-300).fit(X, y)

@@ -1,6 +1,7 @@
 """Estimator contract and bad input (errors name the argument, raised before any store write)."""
 
 import pickle
+import time
 
 import dask.array as da
 import numpy as np
@@ -168,3 +169,37 @@ def test_sklearn_check_estimator_on_sketched_krr(sketch):
               if r["status"] == "failed"]
     assert not failed, "\n".join(failed)
     assert sum(r["status"] == "passed" for r in results) >= 45
+
+
+def test_in_memory_features_run_on_all_cores_with_the_same_result():
+    """numpy input to predict: blocks of fixed size on dask's thread pool, bitwise the same
+    whatever the number of threads, and equal to the dense formula k(x, L) @ dual_coef_."""
+    import threading
+
+    import dask
+
+    from distsketch._compute import map_local
+
+    seen = set()
+
+    def where(i):
+        seen.add(threading.get_ident())
+        time.sleep(0.05)
+        return i * i
+
+    with dask.config.set(num_workers=2):
+        assert map_local(where, list(range(6))) == [i * i for i in range(6)]
+    assert len(seen) == 2
+
+    rng = np.random.default_rng(3)
+    X, y = rng.normal(size=(300, 4)), rng.normal(size=300)
+    Xq = rng.normal(size=(1500, 4))  # three blocks of 512 rows
+    model = ds.SketchedKRR(ds.Gaussian(0.3), sketch=ds.SubSampling(60), lam=1e-3,
+                           random_state=0).fit(X, y)
+    with dask.config.set(num_workers=1):
+        one = model.predict(Xq)
+    with dask.config.set(num_workers=2):
+        two = model.predict(Xq)
+    np.testing.assert_array_equal(one, two)
+    dense = ds.Gaussian(0.3)(Xq, model.landmarks_) @ model.dual_coef_
+    np.testing.assert_allclose(one, dense[:, 0], rtol=1e-12, atol=1e-12)

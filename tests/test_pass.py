@@ -53,11 +53,16 @@ def test_sums_equal_dense_formulas(tmp_path, x_name, y_name):
     Rx = _dense(m.input_sketch_.matrix())
     want = pass_sums(kx, Rx, X, ky, m.output_sketch_.matrix(), Y)
     want["C"] = kx(X, X) @ Rx.T
+    want["D"] = ky(Y, Y) @ _dense(m.output_sketch_.matrix()).T
     got = sums_of(tmp_path / "s")
-    # an exact side needs C instead of its sums (DESIGN §2; distsketch.accumulate docstring)
+    # an exact side needs C instead of its sums, and an exact input side takes D itself
+    # instead of M = Dᵀ K_X (DESIGN §2; distsketch.accumulate docstring)
     expected = set()
     expected |= {"C"} if x_name == "identity" else {"G", "B"}
-    expected |= {"C"} if y_name == "identity" else {"M", "E"}
+    if y_name == "identity":
+        expected |= {"C"}
+    else:
+        expected |= {"D", "E"} if x_name == "identity" else {"M", "E"}
     assert set(got) == expected | {"U"}
     for key in expected:
         assert norm_rel_err(got[key], want[key]) <= 1e-12, key
