@@ -33,12 +33,13 @@ from .options import EngineOptions, check_options, with_blas_limit
 from .rows import RowSource, as_row_source, fingerprint
 from .sketches import RealizedSketch, check_sketch, gram_dot
 from .solve import (
-    ExactInputSolution,
+    EIGEN_PATH_LENGTH,
     InputSolution,
     krr_coef,
     sisokr_coef,
     sisokr_operator,
     solve_input,
+    solve_input_exact,
     whitening,
 )
 
@@ -105,11 +106,14 @@ def _check_xy(X, Y, *, y_name: str, model: str) -> tuple[RowSource, RowSource]:
     return Xs, Ys
 
 
-def _solve_input_side(sums: dict, sketch: RealizedSketch, *, n: int,
-                      rtol: float) -> InputSolution | ExactInputSolution:
-    if sketch.is_identity:  # K_X = C itself; (K_X + nλI) is factored per λ
-        return ExactInputSolution(K=sums["C"], n=int(n))
-    return solve_input(sums["G"], sums["B"], n=n, rtol=rtol)
+def _solve_input_side(sums: dict, sketch: RealizedSketch, *, n: int, rtol: float,
+                      n_lams: int) -> InputSolution:
+    if sketch.is_identity:  # H = K_X = C itself
+        sol = solve_input_exact(sums["C"], n=n)
+    else:
+        sol = solve_input(sums["G"], sums["B"], n=n, rtol=rtol)
+    # a long λ path shares one eigendecomposition of H; a short one factors H + nλI per λ
+    return sol.with_eigen() if n_lams > EIGEN_PATH_LENGTH else sol
 
 
 def features(kernel, landmarks, P: np.ndarray | None, X, *, options: EngineOptions, argument: str = "X",
@@ -245,9 +249,9 @@ class SISOKR(_SketchedBase):
     input_sketch_, output_sketch_ : RealizedSketch
     input_landmarks_ : array of shape (s'_X, d_X)
     output_landmarks_ : array of shape (s'_Y, d_Y)
-    input_solution_ : InputSolution or ExactInputSolution
-        λ-independent factors of the input side: ``T_X, V, Λ`` (sketched) or ``K_X``
-        (exact input side, factored per λ).
+    input_solution_ : InputSolution
+        λ-independent factors of the input side: ``T_X`` and ``H = T_Xᵀ G T_X``, or
+        ``H = K_X`` with an exact input side (see :mod:`distsketch.solve`).
     output_whitening_ : ndarray of shape (m_Y, r_Y) or None
         ``None`` for an exact output side (features are ``k_Y(Y, y)`` themselves).
     lam_ : float
@@ -303,15 +307,16 @@ class SISOKR(_SketchedBase):
         self.input_kernel_, self.output_kernel_ = kx, ky
         self.input_sketch_, self.output_sketch_ = res.x_sketch, res.y_sketch
         self.input_landmarks_, self.output_landmarks_ = res.x_landmarks, res.y_landmarks
-        sol = self.input_solution_ = _solve_input_side(S, res.x_sketch, n=res.n, rtol=rtol)
-        exact_input = isinstance(sol, ExactInputSolution)  # input features k_X(X, x)
-        self.input_projection_ = None if exact_input else res.x_sketch.transpose_dot(sol.T)
+        sol = self.input_solution_ = _solve_input_side(S, res.x_sketch, n=res.n, rtol=rtol,
+                                                       n_lams=len(lams))
+        # input features: T_Xᵀ R_X k_X(X, x), or k_X(X, x) itself with an exact input side
+        self.input_projection_ = None if sol.exact else res.x_sketch.transpose_dot(sol.T)
         if res.y_sketch.is_identity:  # exact output: raw features k_Y(Y, y), see solve.py
             self.output_whitening_ = self.output_projection_ = None
-            self.operator_ = None if exact_input else sisokr_operator(sol, None, S["C"])
+            self.operator_ = sisokr_operator(sol, None, S.get("C"))
         else:
             T_Y = self.output_whitening_ = whitening(S["E"], rtol=rtol, argument="output_kernel")
-            self.operator_ = S["D"] @ T_Y if exact_input else sisokr_operator(sol, T_Y, S["M"])
+            self.operator_ = sisokr_operator(sol, T_Y, S.get("M"), S.get("D"))
             self.output_projection_ = res.y_sketch.transpose_dot(T_Y)
         if linear:
             self.candidates_ = self.candidate_index_ = None
@@ -559,7 +564,7 @@ class SketchedKRR(_SketchedBase):
     ----------
     sketch_ : RealizedSketch
     landmarks_ : array of shape (s', d)
-    input_solution_ : InputSolution or ExactInputSolution
+    input_solution_ : InputSolution
     dual_coef_ : ndarray of shape (s', n_targets)
         ``R_mixᵀ β(λ)``: ``f(x) = k(x, landmarks_) @ dual_coef_``.
     lam_, lams_, n_features_in_, store_
@@ -593,7 +598,7 @@ class SketchedKRR(_SketchedBase):
         self.sketch_ = res.x_sketch
         self.landmarks_ = res.x_landmarks
         self.input_solution_ = _solve_input_side(res.sums, res.x_sketch, n=res.n,
-                                                 rtol=options.eig_rtol)
+                                                 rtol=options.eig_rtol, n_lams=len(lams))
         # right-hand side of the solve: b = R_X K_X Y (sketched input), Y itself (exact)
         self._b = res.sums["Y"] if "Y" in res.sums else res.sums["b"]
         self._y_1d = Ys.input_ndim == 1

@@ -19,8 +19,9 @@ __all__ = ["EngineOptions", "check_options", "blas_limit"]
 # Deployment setting, read from dask's configuration (files, DASK_DISTSKETCH__BLAS_THREADS,
 # dask.config.set): BLAS threads while distsketch computes in this process. Parallelism
 # comes from dask tasks, one per core; a multi-threaded BLAS underneath oversubscribes the
-# cores, and on the 2-vCPU reference machine OpenBLAS with 2 threads was measured 6× slower
-# for the driver's eigendecomposition (m = 2250: 9.0 s vs 1.4 s) and no faster for GEMM.
+# cores. It helps only the driver's solve on an idle machine: on the 2-vCPU reference machine
+# eigh at m = 2250 took 1.2 s with 2 OpenBLAS threads vs 2.0 s with 1 when idle, but 3.1-3.3 s
+# vs 2.1 s while another process kept one core busy (measured 2026-11-22).
 # ``null`` leaves the BLAS library's own setting alone. See cluster/README.md.
 dask.config.update_defaults({"distsketch": {"blas-threads": 1}})
 

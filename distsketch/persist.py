@@ -31,13 +31,13 @@ from .kernels import CallableKernel, check_kernel, kernel_from_config
 from .options import EngineOptions
 from .sketches import sketch_from_config
 from .options import blas_limit
-from .solve import ExactInputSolution, InputSolution
+from .solve import InputSolution
 from .store import FORMAT_VERSION, FitStore, open_fit_store
 
 __all__ = ["MODEL_FORMAT", "save", "load"]
 
 #: Version of the saved-model layout inside a store.
-MODEL_FORMAT = 1
+MODEL_FORMAT = 2  # 2: the input solution is (T, H[, V, evals]); format 1 stored (T, V, evals)
 _ATTR = "distsketch_model"
 
 
@@ -149,7 +149,7 @@ def _sha(arr) -> str:
 
 # --------------------------------------------------------------------------- model state
 
-_COMMON_ARRAYS = ("T", "V", "evals", "K")
+_COMMON_ARRAYS = ("T", "H", "V", "evals")
 
 
 def _state(est) -> tuple[dict, dict]:
@@ -157,9 +157,8 @@ def _state(est) -> tuple[dict, dict]:
     from .models import SISOKR, SketchedKRR
 
     sol = est.input_solution_
-    exact = isinstance(sol, ExactInputSolution)
-    arrays = {"K": sol.K} if exact else {"T": sol.T, "V": sol.V, "evals": sol.evals}
-    state = {"n": sol.n, "lams": list(est.lams_), "lam": est.lam_, "exact_input": exact,
+    arrays = {"T": sol.T, "H": sol.H, "V": sol.V, "evals": sol.evals}
+    state = {"n": sol.n, "lams": list(est.lams_), "lam": est.lam_,
              "n_features_in": est.n_features_in_, "store": est.store_}
     if isinstance(est, SISOKR):
         arrays.update(input_landmarks=est.input_landmarks_, output_landmarks=est.output_landmarks_,
@@ -190,11 +189,8 @@ def _restore(cls_name: str, params: dict, arrays: dict, state: dict):
 
     cls = {"SISOKR": SISOKR, "SketchedKRR": SketchedKRR}[cls_name]
     est = cls(**_params_from_json(params))
-    if state.get("exact_input"):
-        est.input_solution_ = ExactInputSolution(K=arrays["K"], n=int(state["n"]))
-    else:
-        est.input_solution_ = InputSolution(T=arrays["T"], V=arrays["V"], evals=arrays["evals"],
-                                            n=int(state["n"]))
+    est.input_solution_ = InputSolution(T=arrays["T"], H=arrays["H"], n=int(state["n"]),
+                                        V=arrays["V"], evals=arrays["evals"])
     est.lams_ = tuple(state["lams"])
     est.lam_ = float(state["lam"])
     est.n_features_in_ = int(state["n_features_in"])

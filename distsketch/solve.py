@@ -8,45 +8,45 @@ M = DᵀC      = R_Y K_Y K_X R_Xᵀ E = R_Y D     = R_Y K_Y R_Yᵀ
 b = Cᵀ Y     (vector targets)
 T_X           whitening of B:  B = U diag(s) Uᵀ, T_X = U_r diag(s_r^{-1/2}), s_r > rtol·max(s);
               when B is safely far from that threshold, T_X = L^{-T} for B = L Lᵀ (same model)
-H = T_Xᵀ G T_X = V diag(Λ) Vᵀ   (one eigendecomposition serves every λ)
+H = T_Xᵀ G T_X               Gram of the input features; (H + nλI) is factored per λ
+                              (Cholesky), or eigen-decomposed once, H = V diag(Λ) Vᵀ, for
+                              a long λ path
 
 Objective normalisation, written once: every model minimises
 ``(1/n) Σ_i ‖h(x_i) − ψ(y_i)‖² + λ ‖h‖²``, hence the ``n λ`` below.
 
 - SISOKR (Prop. 1 of El Ahmad et al., AISTATS 2024)::
 
-      W(λ) = (T_Yᵀ M T_X) V (Λ + nλ)^{-1} Vᵀ          (r_Y × r_X)
+      W(λ) = (T_Yᵀ M T_X) (H + nλI)^{-1} = (T_Yᵀ M T_X) V (Λ + nλ)^{-1} Vᵀ   (r_Y × r_X)
       ⟨ĥ(x), ψ(y)⟩ = φ_Y(y)ᵀ W(λ) φ_X(x),  φ_X(x) = T_Xᵀ R_X k_X(X, x)
 
   which equals the dense closed form
   ``k_Y(y,Y) R_Yᵀ (R_Y K_Y R_Yᵀ)^† R_Y K_Y K_X R_Xᵀ (R_X K_X² R_Xᵀ + nλ R_X K_X R_Xᵀ)^† R_X k_X(X,x)``.
 - Sketched KRR (eq. 3 of Chen & Yang, JMLR 2021)::
 
-      β(λ) = T_X V (Λ + nλ)^{-1} Vᵀ T_Xᵀ b,   f(x) = (R_X k_X(X, x))ᵀ β(λ)
+      β(λ) = T_X (H + nλI)^{-1} T_Xᵀ b,   f(x) = (R_X k_X(X, x))ᵀ β(λ)
 
-- Exact input side (``R_X = I``: IOKR, ISOKR, exact KRR), :class:`ExactInputSolution`::
+- Exact input side (``R_X = I``: IOKR, ISOKR, exact KRR), ``H = K_X`` and ``T_X = I``::
 
       W(λ) = (D T_Y)ᵀ (K_X + nλI)^{-1}    or  (K_X + nλI)^{-1} (exact output),
       β(λ) = (K_X + nλI)^{-1} Y,           φ_X(x) = k_X(X, x)
 
-  by one Cholesky factorisation per λ.
-
-Sketched sides: symmetrise, eigen-decompose once, threshold relatively; no inverse is
-formed. The one explicit inverse is IOKR's ``(K_X + nλI)^{-1}`` (exact on both sides),
-whose coefficients are that matrix: it comes from the Cholesky factor (``potri``).
+Symmetrise, factor, threshold relatively (the whitening of sketched sides); no inverse is
+formed but IOKR's ``(K_X + nλI)^{-1}`` (exact on both sides), whose coefficients are that
+matrix: it comes from the Cholesky factor (``potri``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_solve, cholesky
 from scipy.linalg.lapack import dpocon, dpotri, dtrtri
 
 __all__ = [
-    "whitening", "InputSolution", "ExactInputSolution", "solve_input", "sisokr_operator",
-    "sisokr_coef", "krr_coef",
+    "whitening", "InputSolution", "solve_input", "solve_input_exact", "sisokr_operator",
+    "sisokr_coef", "krr_coef", "EIGEN_PATH_LENGTH",
 ]
 
 
@@ -116,131 +116,126 @@ def _cholesky_whitening(B: np.ndarray, *, rtol: float) -> np.ndarray | None:
     return np.ascontiguousarray(L_inv.T)
 
 
+# λ paths longer than this are served by one eigendecomposition of H; shorter ones (and
+# set_lam) by a Cholesky factorisation of H + nλI per λ: r³/3 flops against the ~9r³ of
+# a symmetric eigendecomposition with vectors. The route depends only on the fitted path's
+# length, so a given estimator always computes a λ the same way.
+EIGEN_PATH_LENGTH = 8
+
+
 @dataclass(frozen=True)
 class InputSolution:
-    """λ-independent input-side factors: ``T_X``, ``V``, ``Λ`` and ``n``.
+    """λ-independent factors of the input side: ``T_X``, ``H`` and ``n``.
+
+    The model of every λ is the ridge solution ``(H + nλI)^{-1} R`` in the input features
+    ``φ_X(x) = T_Xᵀ R_X k_X(X, x)``, whose Gram matrix over the training rows is ``H``:
+
+    - sketched input: ``H = T_Xᵀ G T_X`` (r_X × r_X);
+    - exact input (``T=None``, ``φ_X(x) = k_X(X, x)``): ``H = K_X`` (n × n), which gives the
+      dense closed forms of IOKR and exact KRR, every direction of ``K_X`` kept (as
+      scikit-learn's ``KernelRidge`` solves it).
 
     Attributes
     ----------
-    T : ndarray of shape (m_X, r_X)
-    V : ndarray of shape (r_X, r_X)
-    evals : ndarray of shape (r_X,)
-        ``Λ``, eigenvalues of ``H = T_Xᵀ G T_X`` (clipped at 0).
+    T : ndarray of shape (m_X, r_X) or None
+    H : ndarray of shape (r_X, r_X)
     n : int
+    V, evals : ndarray of shape (r_X, r_X) and (r_X,), or None
+        ``H = V diag(evals) Vᵀ`` (eigenvalues clipped at 0) when the solution serves a long
+        λ path (:meth:`with_eigen`); otherwise each λ is solved by Cholesky.
     """
 
-    T: np.ndarray
-    V: np.ndarray | None
-    evals: np.ndarray
+    T: np.ndarray | None
+    H: np.ndarray
     n: int
+    V: np.ndarray | None = None
+    evals: np.ndarray | None = None
 
-    def V_dot(self, X: np.ndarray) -> np.ndarray:
-        """``V X``."""
-        return X if self.V is None else self.V @ X
+    @property
+    def exact(self) -> bool:
+        return self.T is None
 
-    def TV(self) -> np.ndarray:
-        """``T_X V`` of shape (m_X, r_X)."""
-        return self.T if self.V is None else self.T @ self.V
-
-    def shrinkage(self, lam: float) -> np.ndarray:
-        """``(Λ + nλ)^{-1}`` of shape (r_X,)."""
-        return 1.0 / (self.evals + self.n * float(lam))
-
-
-def solve_input(G: np.ndarray, B: np.ndarray, *, n: int, rtol: float) -> InputSolution:
-    """Whiten ``B`` and eigen-decompose ``H = T_Xᵀ G T_X`` once for the whole λ path."""
-    T = whitening(B, rtol=rtol, argument="input_kernel")
-    H = _sym(T.T @ _sym(G) @ T)
-    evals, V = np.linalg.eigh(H)
-    return InputSolution(T=T, V=V, evals=np.clip(evals, 0.0, None), n=int(n))
-
-
-@dataclass(frozen=True)
-class ExactInputSolution:
-    """Exact input side (``R_X = I``): ``(K_X + nλI)^{-1}`` by Cholesky, once per λ.
-
-    With ``R_X = I`` the closed forms reduce to the classical ones (IOKR, exact KRR):
-    ``⟨ĥ(x), ψ(y)⟩ = k_Y(y, Y) P_Y (K_X + nλI)^{-1} k_X(X, x)`` and
-    ``β(λ) = (K_X + nλI)^{-1} Y``. A Cholesky factorisation (n³/3 flops) per λ is
-    cheaper than the n × n eigendecomposition a λ path would share unless the path has
-    more than about twenty values, and it keeps every direction of ``K_X`` (no ``rtol``
-    threshold): the dense formula exactly, as scikit-learn's ``KernelRidge`` solves it.
-
-    Attributes
-    ----------
-    K : ndarray of shape (n, n)
-        ``K_X``.
-    n : int
-    """
-
-    K: np.ndarray
-    n: int
-
-    def _shifted(self, lam: float) -> np.ndarray:
-        A = _sym(self.K)
-        A.flat[:: A.shape[0] + 1] += self.n * float(lam)
-        return A
+    def with_eigen(self) -> "InputSolution":
+        """The same solution with ``H`` eigen-decomposed once, for a long λ path."""
+        evals, V = np.linalg.eigh(_sym(self.H))
+        return replace(self, V=V, evals=np.clip(evals, 0.0, None))
 
     def _factor(self, lam: float) -> np.ndarray:
-        """Lower Cholesky factor of ``K + nλI``."""
+        """Lower Cholesky factor of ``H + nλI``."""
+        A = _sym(self.H)
+        A.flat[:: A.shape[0] + 1] += self.n * float(lam)
         try:
-            return cholesky(self._shifted(lam), lower=True, overwrite_a=True, check_finite=False)
+            return cholesky(A, lower=True, overwrite_a=True, check_finite=False)
         except LinAlgError:
+            side = "K_X" if self.exact else "the sketched input Gram matrix"
             raise ValueError(
-                f"lam: K_X + nλI is not numerically positive definite at λ = {lam:g} "
-                f"(nλ = {self.n * lam:.3g} is below the rounding error of K_X); use a larger λ "
-                f"or a sketched input side"
+                f"lam: {side} + nλI is not numerically positive definite at λ = {lam:g} "
+                f"(nλ = {self.n * lam:.3g} is below its rounding error); use a larger λ"
             ) from None
 
     def solve(self, rhs: np.ndarray, lam: float) -> np.ndarray:
-        """``(K + nλI)^{-1} rhs`` of shape (n, k)."""
-        return cho_solve((self._factor(lam), True), np.asarray(rhs, dtype=np.float64),
-                         check_finite=False)
+        """``(H + nλI)^{-1} rhs`` of shape (r_X, k)."""
+        rhs = np.asarray(rhs, dtype=np.float64)
+        if self.V is not None:
+            return self.V @ ((self.V.T @ rhs) / (self.evals + self.n * float(lam))[:, None])
+        return cho_solve((self._factor(lam), True), rhs, check_finite=False)
 
     def inverse(self, lam: float) -> np.ndarray:
-        """``(K + nλI)^{-1}`` of shape (n, n), from the Cholesky factor (LAPACK ``potri``)."""
+        """``(H + nλI)^{-1}`` of shape (r_X, r_X) (from the Cholesky factor, LAPACK ``potri``)."""
+        if self.V is not None:
+            return (self.V / (self.evals + self.n * float(lam))) @ self.V.T
         inv, info = dpotri(self._factor(lam), lower=1)
         if info != 0:  # pragma: no cover - the factor exists, so potri cannot fail
-            raise ValueError(f"lam: inverting K_X + nλI failed (LAPACK info {info})")
+            raise ValueError(f"lam: inverting H + nλI failed (LAPACK info {info})")
         upper = np.triu_indices_from(inv, 1)
         inv[upper] = inv.T[upper]  # potri fills the lower triangle only
         return inv
 
 
-def sisokr_operator(sol: InputSolution, T_Y: np.ndarray | None, M: np.ndarray) -> np.ndarray:
-    """``A = T_Yᵀ M T_X V`` (r_Y × r_X); then ``W(λ) = A diag((Λ+nλ)^{-1}) Vᵀ``.
+def solve_input(G: np.ndarray, B: np.ndarray, *, n: int, rtol: float) -> InputSolution:
+    """Sketched input side: whiten ``B`` and form ``H = T_Xᵀ G T_X``."""
+    T = whitening(B, rtol=rtol, argument="input_kernel")
+    return InputSolution(T=T, H=_sym(T.T @ _sym(G) @ T), n=int(n))
 
-    Exact output side (``T_Y=None``): pass ``M = C = K_X R_Xᵀ`` (n × m_X); then
-    ``A = C T_X V`` acts on the output features ``k_Y(Y, y)`` directly, because
-    ``k_Y(y, Y) K_Y^† K_Y = k_Y(y, Y)``.
+
+def solve_input_exact(K: np.ndarray, *, n: int) -> InputSolution:
+    """Exact input side (``R_X = I``): ``H = K_X``, input features ``k_X(X, x)``."""
+    return InputSolution(T=None, H=np.asarray(K, dtype=np.float64), n=int(n))
+
+
+def sisokr_operator(sol: InputSolution, T_Y: np.ndarray | None, M: np.ndarray | None,
+                    D: np.ndarray | None = None) -> np.ndarray | None:
+    """``R`` with ``W(λ)ᵀ = (H + nλI)^{-1} R`` (r_X × r_Y), see :func:`sisokr_coef`.
+
+    - sketched input, sketched output: ``R = T_Xᵀ Mᵀ T_Y`` (``M = DᵀC``);
+    - sketched input, exact output (``T_Y=None``): pass ``M = C = K_X R_Xᵀ`` (n × m_X);
+      ``R = T_Xᵀ Cᵀ`` acts on the output features ``k_Y(Y, y)`` directly, because
+      ``k_Y(y, Y) K_Y^† K_Y = k_Y(y, Y)``;
+    - exact input, sketched output: pass ``D = K_Y R_Yᵀ`` (n × m_Y); ``R = D T_Y``;
+    - exact input, exact output: ``None`` (``R = I_n``).
     """
-    MT = np.asarray(M, dtype=np.float64) @ sol.TV()
-    return MT if T_Y is None else T_Y.T @ MT
+    if sol.exact:
+        return None if T_Y is None else np.asarray(D, dtype=np.float64) @ T_Y
+    MT = np.asarray(M, dtype=np.float64) @ sol.T  # (r_Y or n) × r_X
+    return (MT if T_Y is None else T_Y.T @ MT).T
 
 
-def sisokr_coef(sol: InputSolution | ExactInputSolution, A: np.ndarray | None,
-                lam: float) -> np.ndarray:
-    """``W(λ)``, the map from input features to output features.
+def sisokr_coef(sol: InputSolution, R: np.ndarray | None, lam: float) -> np.ndarray:
+    """``W(λ) = ((H + nλI)^{-1} R)ᵀ`` of shape (r_Y, r_X), ``R`` from :func:`sisokr_operator`.
 
-    Sketched input: ``W(λ) = A diag((Λ + nλ)^{-1}) Vᵀ`` of shape (r_Y, r_X), with ``A``
-    from :func:`sisokr_operator`. Exact input (:class:`ExactInputSolution`, input features
-    ``k_X(X, x)``): ``W(λ) = Aᵀ (K_X + nλI)^{-1}`` of shape (r_Y, n) with
-    ``A = D T_Y = K_Y R_Yᵀ T_Y`` (n × r_Y) for a sketched output side, and
-    ``W(λ) = (K_X + nλI)^{-1}`` for an exact one (``A=None``, output features ``k_Y(Y, y)``).
+    Equals Prop. 1's ``(T_Yᵀ M T_X)(H + nλI)^{-1}``; with an exact input side
+    ``(D T_Y)ᵀ (K_X + nλI)^{-1}``, and IOKR's ``(K_X + nλI)^{-1}`` when both sides are exact.
     """
-    if isinstance(sol, ExactInputSolution):
-        return sol.inverse(lam) if A is None else sol.solve(A, lam).T
-    W = A * sol.shrinkage(lam)
-    return W if sol.V is None else W @ sol.V.T
+    return sol.inverse(lam) if R is None else sol.solve(R, lam).T
 
 
-def krr_coef(sol: InputSolution | ExactInputSolution, b: np.ndarray, lam: float) -> np.ndarray:
+def krr_coef(sol: InputSolution, b: np.ndarray, lam: float) -> np.ndarray:
     """Coefficients of ``f(x) = (R_X k_X(X, x))ᵀ β(λ)``, shape (m_X, t).
 
-    Sketched input: ``β(λ) = T_X V (Λ + nλ)^{-1} Vᵀ T_Xᵀ b`` with ``b = R_X K_X Y``
+    Sketched input: ``β(λ) = T_X (H + nλI)^{-1} T_Xᵀ b`` with ``b = R_X K_X Y``
     (Chen & Yang eq. 3). Exact input: ``β(λ) = (K_X + nλI)^{-1} Y``; pass ``b = Y``.
     """
-    if isinstance(sol, ExactInputSolution):
+    b = np.asarray(b, dtype=np.float64)
+    if sol.exact:
         return sol.solve(b, lam)
-    Vb = sol.TV().T @ np.asarray(b, dtype=np.float64)
-    return sol.TV() @ (sol.shrinkage(lam)[:, None] * Vb)
+    return sol.T @ sol.solve(sol.T.T @ b, lam)

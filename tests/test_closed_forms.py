@@ -20,8 +20,8 @@ LAM = 1e-3
 SKETCHES = all_sketches(40)
 
 
-def _fit(X, Y, sx, sy, *, seed=0, **kw):
-    return ds.SISOKR(KX, KY, input_sketch=sx, output_sketch=sy, lam=LAM, random_state=seed,
+def _fit(X, Y, sx, sy, *, seed=0, lam=LAM, **kw):
+    return ds.SISOKR(KX, KY, input_sketch=sx, output_sketch=sy, lam=lam, random_state=seed,
                      **kw).fit(X, Y)
 
 
@@ -141,7 +141,7 @@ def test_exact_input_lam_path_equals_dense_formula(small_problem, sy):
     X, Y, Xq, Yc = small_problem
     lams = [1e-1, 1e-3, 1e-6]
     model = ds.SISOKR(KX, KY, output_sketch=sy, lam=lams, random_state=4).fit(X, Y)
-    assert isinstance(model.input_solution_, ds.solve.ExactInputSolution)
+    assert model.input_solution_.exact and model.input_solution_.V is None  # Cholesky per λ
     T = Y[:, :2] + 0.5 * X[:, :1]
     krr = ds.SketchedKRR(KX, lam=lams).fit(X, T)
     for lam in lams:
@@ -159,3 +159,18 @@ def test_exact_input_too_small_lam_names_the_argument():
     y = np.arange(20.0)
     with pytest.raises(ValueError, match=r"^lam: K_X \+ nλI is not numerically positive definite"):
         ds.SketchedKRR(ds.Linear(), lam=1e-300).fit(X, y)
+
+
+@pytest.mark.parametrize("sx", [None, ds.SubSampling(25)], ids=["exact", "subsampling"])
+def test_long_lam_path_eigen_route_equals_cholesky_route(small_problem, sx):
+    """More than EIGEN_PATH_LENGTH values: one eigendecomposition of H serves the path;
+    fewer: H + nλI factored per λ. The same model either way."""
+    X, Y, Xq, Yc = small_problem
+    long_path = list(np.geomspace(1e-6, 1e-1, ds.solve.EIGEN_PATH_LENGTH + 1))
+    eig = _fit(X, Y, sx, ds.GaussianSketch(10), lam=long_path, seed=2)
+    assert eig.input_solution_.V is not None
+    for lam in (long_path[0], 3e-4, long_path[-1]):
+        chol = _fit(X, Y, sx, ds.GaussianSketch(10), lam=lam, seed=2)
+        assert chol.input_solution_.V is None
+        assert rel_err(eig.set_lam(lam).score_candidates(Xq, Yc),
+                       chol.score_candidates(Xq, Yc)) <= 1e-9, lam
