@@ -7,7 +7,9 @@
 
 Both minimise ``(1/n) Σ_i ‖h(x_i) − y_i‖² + λ ‖h‖²`` over the sketched hypothesis space
 (see :mod:`distsketch.solve` for the closed forms), fit with one streaming pass
-(:mod:`distsketch.accumulate`) and solve every λ from one eigendecomposition.
+(:mod:`distsketch.accumulate`) and solve any λ from the pass's small sums, with no new
+pass: one eigendecomposition of ``H`` for a sketched input side, one Cholesky factorisation
+of ``K_X + nλI`` per λ for an exact one (see :mod:`distsketch.solve`).
 The estimators only validate, call the module-level functions and keep the small
 (``m × m``-sized) fitted state as numpy arrays.
 """
@@ -112,8 +114,9 @@ def _solve_input_side(sums: dict, sketch: RealizedSketch, *, n: int, rtol: float
         sol = solve_input_exact(sums["C"], n=n)
     else:
         sol = solve_input(sums["G"], sums["B"], n=n, rtol=rtol)
-    # a long λ path shares one eigendecomposition of H; a short one factors H + nλI per λ
-    return sol.with_eigen() if n_lams > EIGEN_PATH_LENGTH else sol
+    # sketched: one eigendecomposition of H for every λ; exact: H + nλI factored per λ
+    # unless the λ path is long (solve.EIGEN_PATH_LENGTH explains both)
+    return sol.with_eigen() if not sol.exact or n_lams > EIGEN_PATH_LENGTH else sol
 
 
 def features(kernel, landmarks, P: np.ndarray | None, X, *, options: EngineOptions, argument: str = "X",
@@ -162,10 +165,11 @@ class _SketchedBase(ParamsMixin):
 
     @with_blas_limit
     def set_lam(self, lam: float):
-        """Switch the active λ without touching the data (O(r²)); returns self.
+        """Switch the active λ without touching the data; returns self.
 
         Any positive λ is allowed, not only those of the fitted ``lam`` sequence: the
-        eigendecomposition of the fit serves every λ.
+        fit's ``H`` serves every λ (its eigendecomposition, or a Cholesky factorisation of
+        ``K_X + nλI`` with an exact input side).
         """
         self._check_fitted()
         (value,) = check_lam(lam)
@@ -232,8 +236,9 @@ class SISOKR(_SketchedBase):
     input_sketch, output_sketch : Sketch or None
     lam : float or sequence of float
         Ridge parameter λ > 0 of ``(1/n) Σ ‖h(x_i) − ψ(y_i)‖² + λ‖h‖²``. A sequence is
-        solved from the same eigendecomposition; the first value is active after ``fit``
-        and :meth:`set_lam` switches.
+        solved from the same pass and the same eigendecomposition (an exact input side
+        factors ``K_X + nλI`` per λ unless there are more than 8); the first value is
+        active after ``fit`` and :meth:`set_lam` switches.
     random_state : None, int or numpy.random.Generator
         Seeds the sketches (one generator per fit).
     store : None, path or zarr.Group

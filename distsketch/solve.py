@@ -8,9 +8,8 @@ M = DᵀC      = R_Y K_Y K_X R_Xᵀ E = R_Y D     = R_Y K_Y R_Yᵀ
 b = Cᵀ Y     (vector targets)
 T_X           whitening of B:  B = U diag(s) Uᵀ, T_X = U_r diag(s_r^{-1/2}), s_r > rtol·max(s);
               when B is safely far from that threshold, T_X = L^{-T} for B = L Lᵀ (same model)
-H = T_Xᵀ G T_X               Gram of the input features; (H + nλI) is factored per λ
-                              (Cholesky), or eigen-decomposed once, H = V diag(Λ) Vᵀ, for
-                              a long λ path
+H = T_Xᵀ G T_X = V diag(Λ) Vᵀ   Gram of the input features (K_X for an exact input side,
+                              factored per λ by Cholesky unless the λ path is long)
 
 Objective normalisation, written once: every model minimises
 ``(1/n) Σ_i ‖h(x_i) − ψ(y_i)‖² + λ ‖h‖²``, hence the ``n λ`` below.
@@ -116,10 +115,12 @@ def _cholesky_whitening(B: np.ndarray, *, rtol: float) -> np.ndarray | None:
     return np.ascontiguousarray(L_inv.T)
 
 
-# λ paths longer than this are served by one eigendecomposition of H; shorter ones (and
-# set_lam) by a Cholesky factorisation of H + nλI per λ: r³/3 flops against the ~9r³ of
-# a symmetric eigendecomposition with vectors. The route depends only on the fitted path's
-# length, so a given estimator always computes a λ the same way.
+# An exact input side (H = K_X) factors H + nλI by Cholesky per λ: r³/3 flops against the
+# ~9r³ of a symmetric eigendecomposition with vectors, and K_X itself carries only rounding
+# error. A λ path longer than this shares one eigendecomposition instead. A sketched input
+# side is always eigen-decomposed: H = T_Xᵀ G T_X amplifies the rounding of G by ‖T_X‖²
+# (up to 1/(rtol·max s)), its eigenvalues can be negative far beyond nλ for small λ, and
+# the eigen route clips them at 0 where a Cholesky factor would fail or amplify them.
 EIGEN_PATH_LENGTH = 8
 
 
@@ -141,8 +142,9 @@ class InputSolution:
     H : ndarray of shape (r_X, r_X)
     n : int
     V, evals : ndarray of shape (r_X, r_X) and (r_X,), or None
-        ``H = V diag(evals) Vᵀ`` (eigenvalues clipped at 0) when the solution serves a long
-        λ path (:meth:`with_eigen`); otherwise each λ is solved by Cholesky.
+        ``H = V diag(evals) Vᵀ`` (eigenvalues clipped at 0), when set (:meth:`with_eigen`)
+        every λ is solved from it; otherwise each λ is solved by a Cholesky factorisation
+        of ``H + nλI``, or, where that fails numerically, by the eigendecomposition.
     """
 
     T: np.ndarray | None
@@ -156,35 +158,43 @@ class InputSolution:
         return self.T is None
 
     def with_eigen(self) -> "InputSolution":
-        """The same solution with ``H`` eigen-decomposed once, for a long λ path."""
-        evals, V = np.linalg.eigh(_sym(self.H))
-        return replace(self, V=V, evals=np.clip(evals, 0.0, None))
+        """The same solution with ``H`` eigen-decomposed once (computed once per object)."""
+        if self.V is not None:
+            return self
+        cached = self.__dict__.get("_eigen")
+        if cached is None:
+            evals, V = np.linalg.eigh(_sym(self.H))
+            cached = replace(self, V=V, evals=np.clip(evals, 0.0, None))
+            object.__setattr__(self, "_eigen", cached)  # a cache, not state
+        return cached
 
-    def _factor(self, lam: float) -> np.ndarray:
-        """Lower Cholesky factor of ``H + nλI``."""
+    def _factor(self, lam: float) -> np.ndarray | None:
+        """Lower Cholesky factor of ``H + nλI``, or None if it is not numerically PD."""
         A = _sym(self.H)
         A.flat[:: A.shape[0] + 1] += self.n * float(lam)
         try:
             return cholesky(A, lower=True, overwrite_a=True, check_finite=False)
         except LinAlgError:
-            side = "K_X" if self.exact else "the sketched input Gram matrix"
-            raise ValueError(
-                f"lam: {side} + nλI is not numerically positive definite at λ = {lam:g} "
-                f"(nλ = {self.n * lam:.3g} is below its rounding error); use a larger λ"
-            ) from None
+            return None
 
     def solve(self, rhs: np.ndarray, lam: float) -> np.ndarray:
         """``(H + nλI)^{-1} rhs`` of shape (r_X, k)."""
         rhs = np.asarray(rhs, dtype=np.float64)
         if self.V is not None:
             return self.V @ ((self.V.T @ rhs) / (self.evals + self.n * float(lam))[:, None])
-        return cho_solve((self._factor(lam), True), rhs, check_finite=False)
+        L = self._factor(lam)
+        if L is None:
+            return self.with_eigen().solve(rhs, lam)
+        return cho_solve((L, True), rhs, check_finite=False)
 
     def inverse(self, lam: float) -> np.ndarray:
         """``(H + nλI)^{-1}`` of shape (r_X, r_X) (from the Cholesky factor, LAPACK ``potri``)."""
         if self.V is not None:
             return (self.V / (self.evals + self.n * float(lam))) @ self.V.T
-        inv, info = dpotri(self._factor(lam), lower=1)
+        L = self._factor(lam)
+        if L is None:
+            return self.with_eigen().inverse(lam)
+        inv, info = dpotri(L, lower=1)
         if info != 0:  # pragma: no cover - the factor exists, so potri cannot fail
             raise ValueError(f"lam: inverting H + nλI failed (LAPACK info {info})")
         upper = np.triu_indices_from(inv, 1)

@@ -3,9 +3,9 @@
 What it shows
 -------------
 Scalar kernel ridge regression on 36 584 training rows with :class:`distsketch.SketchedKRR`
-and a ``SubSampling(m)`` (Nyström) sketch: one streaming pass and one ``m × m``
-eigendecomposition serve the whole λ path (``lam=[...]``, then
-:meth:`~distsketch.SketchedKRR.set_lam`), so λ is chosen on a validation split for free.
+and a ``SubSampling(m)`` (Nyström) sketch: one streaming pass serves the whole λ path
+(``lam=[...]``, then :meth:`~distsketch.SketchedKRR.set_lam`; each λ costs an ``m × m``
+factorisation), so λ is chosen on a validation split almost for free.
 It is compared with
 
 - exact KRR, the dense closed form ``α = (K + nλI)^{-1} y`` (Cholesky, scipy), on a random

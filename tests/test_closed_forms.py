@@ -154,23 +154,31 @@ def test_exact_input_lam_path_equals_dense_formula(small_problem, sy):
         assert rel_err(got, exact_krr_predict(KX, X, T, Xq, lam)) <= 1e-8, lam
 
 
-def test_exact_input_too_small_lam_names_the_argument():
-    X = np.repeat(np.arange(5.0)[:, None], 4, axis=0)  # duplicated rows: K_X is singular
+def test_exact_input_falls_back_to_eigenvalues_where_cholesky_fails():
+    """K_X singular (duplicated rows) and nλ below its rounding error: the Cholesky
+    factorisation fails and that λ is solved by the (clipped) eigendecomposition."""
+    X = np.repeat(np.arange(5.0)[:, None], 4, axis=0)
     y = np.arange(20.0)
-    with pytest.raises(ValueError, match=r"^lam: K_X \+ nλI is not numerically positive definite"):
-        ds.SketchedKRR(ds.Linear(), lam=1e-300).fit(X, y)
+    lam = 1e-300
+    model = ds.SketchedKRR(ds.Linear(), lam=lam).fit(X, y)
+    sol = model.input_solution_
+    assert sol.V is None and sol._factor(lam) is None
+    eig = sol.with_eigen()
+    np.testing.assert_array_equal(model.dual_coef_[:, 0], eig.solve(y[:, None], lam)[:, 0])
+    assert np.isfinite(model.predict(X)).all()
 
 
-@pytest.mark.parametrize("sx", [None, ds.SubSampling(25)], ids=["exact", "subsampling"])
-def test_long_lam_path_eigen_route_equals_cholesky_route(small_problem, sx):
-    """More than EIGEN_PATH_LENGTH values: one eigendecomposition of H serves the path;
-    fewer: H + nλI factored per λ. The same model either way."""
+def test_long_lam_path_eigen_route_equals_cholesky_route(small_problem):
+    """Exact input side: more than EIGEN_PATH_LENGTH values share one eigendecomposition
+    of K_X; fewer factor K_X + nλI per λ. The same model either way. A sketched input
+    side always takes the eigen route."""
     X, Y, Xq, Yc = small_problem
     long_path = list(np.geomspace(1e-6, 1e-1, ds.solve.EIGEN_PATH_LENGTH + 1))
-    eig = _fit(X, Y, sx, ds.GaussianSketch(10), lam=long_path, seed=2)
+    eig = _fit(X, Y, None, ds.GaussianSketch(10), lam=long_path, seed=2)
     assert eig.input_solution_.V is not None
     for lam in (long_path[0], 3e-4, long_path[-1]):
-        chol = _fit(X, Y, sx, ds.GaussianSketch(10), lam=lam, seed=2)
+        chol = _fit(X, Y, None, ds.GaussianSketch(10), lam=lam, seed=2)
         assert chol.input_solution_.V is None
         assert rel_err(eig.set_lam(lam).score_candidates(Xq, Yc),
                        chol.score_candidates(Xq, Yc)) <= 1e-9, lam
+    assert _fit(X, Y, ds.SubSampling(25), None).input_solution_.V is not None
