@@ -37,6 +37,7 @@ from .sketches import RealizedSketch, check_sketch, gram_dot
 from .solve import (
     EIGEN_PATH_LENGTH,
     InputSolution,
+    input_basis,
     krr_coef,
     sisokr_coef,
     sisokr_operator,
@@ -120,13 +121,16 @@ def _solve_input_side(sums: dict, sketch: RealizedSketch, *, n: int, rtol: float
 
 
 def features(kernel, landmarks, P: np.ndarray | None, X, *, options: EngineOptions, argument: str = "X",
-             n_features: int | None = None, model: str = "the model"):
+             n_features: int | None = None, model: str = "the model", post: np.ndarray | None = None):
     """``k(X, L) P`` row block by row block: ``φ(x) = Pᵀ k(L, x)`` for new points.
 
-    ``P=None`` means the identity (raw kernel features of an exact side). Dask input gives
-    a dask array (lazy); numpy / sparse input gives an ndarray.
+    ``P=None`` means the identity (raw kernel features of an exact side). ``post`` (r × k),
+    if given, multiplies each block's features: ``k(X, L) P post``, never holding the
+    intermediate for all rows. Dask input gives a dask array (lazy); numpy / sparse input
+    gives an ndarray.
     """
     width = landmarks.shape[0] if P is None else P.shape[1]
+    out_width = width if post is None else post.shape[1]
     src = as_row_source(X, argument=argument)
     if n_features is not None and src.shape[1] != n_features:
         raise ValueError(f"{argument} has {src.shape[1]} features, but {model} is expecting "
@@ -134,17 +138,19 @@ def features(kernel, landmarks, P: np.ndarray | None, X, *, options: EngineOptio
     X = src.data
     if isinstance(X, da.Array):
         X = X.rechunk({1: -1})
-        return X.map_blocks(_features_block, kernel, landmarks, P, options.gram_chunk,
-                            dtype=np.float64, chunks=(X.chunks[0], (width,)))
+        return X.map_blocks(_features_block, kernel, landmarks, P, options.gram_chunk, post,
+                            dtype=np.float64, chunks=(X.chunks[0], (out_width,)))
     if src.lazy:
-        return np.asarray(features(kernel, landmarks, P, da.from_zarr(X), options=options))
+        return np.asarray(features(kernel, landmarks, P, da.from_zarr(X), options=options,
+                                   post=post))
     src.check_finite()
-    b = max(1, options.block_memory // (8 * (options.gram_chunk + width)))
+    b = max(1, options.block_memory // (8 * (options.gram_chunk + width + out_width)))
     b = min(b, _FEATURE_ROWS)  # several blocks for the cores; fixed, so results never depend on them
-    out = np.empty((src.n, width))
+    out = np.empty((src.n, out_width))
 
     def block(s: int) -> None:
-        out[s : s + b] = _features_block(src.data[s : s + b], kernel, landmarks, P, options.gram_chunk)
+        out[s : s + b] = _features_block(src.data[s : s + b], kernel, landmarks, P,
+                                         options.gram_chunk, post)
 
     map_local(block, list(range(0, src.n, b)))
     return out
@@ -153,8 +159,9 @@ def features(kernel, landmarks, P: np.ndarray | None, X, *, options: EngineOptio
 _FEATURE_ROWS = 256  # rows per block of features() on in-memory input (BLAS-efficient, many blocks)
 
 
-def _features_block(block, kernel, landmarks, P, chunk):
-    return gram_dot(kernel, block, landmarks, right=P, chunk=chunk)
+def _features_block(block, kernel, landmarks, P, chunk, post=None):
+    phi = gram_dot(kernel, block, landmarks, right=P, chunk=chunk)
+    return phi if post is None else phi @ post
 
 
 # --------------------------------------------------------------------------- estimators
@@ -314,8 +321,10 @@ class SISOKR(_SketchedBase):
         self.input_landmarks_, self.output_landmarks_ = res.x_landmarks, res.y_landmarks
         sol = self.input_solution_ = _solve_input_side(S, res.x_sketch, n=res.n, rtol=rtol,
                                                        n_lams=len(lams))
-        # input features: T_Xᵀ R_X k_X(X, x), or k_X(X, x) itself with an exact input side
-        self.input_projection_ = None if sol.exact else res.x_sketch.transpose_dot(sol.T)
+        # input features: (T_X V)ᵀ R_X k_X(X, x) in the eigenbasis of H, or k_X(X, x) itself
+        # (exact input side, Cholesky route)
+        basis = input_basis(sol)
+        self.input_projection_ = None if basis is None else res.x_sketch.transpose_dot(basis)
         if res.y_sketch.is_identity:  # exact output: raw features k_Y(Y, y), see solve.py
             self.output_whitening_ = self.output_projection_ = None
             self.operator_ = sisokr_operator(sol, None, S.get("C"))
@@ -347,9 +356,6 @@ class SISOKR(_SketchedBase):
 
     def _update_coef(self):
         self.coef_ = sisokr_coef(self.input_solution_, self.operator_, self.lam_)
-        # ĥ(x) = W φ_X(x) = (P_X Wᵀ)ᵀ k_X(L_X, x): one kernel pass per query block
-        P = self.input_projection_
-        self._surrogate_map = self.coef_.T if P is None else P @ self.coef_.T
 
     def _scorer(self) -> Scorer:
         return Scorer(self.output_kernel_, self.output_landmarks_, self.output_projection_,
@@ -378,13 +384,14 @@ class SISOKR(_SketchedBase):
     def surrogate(self, X) -> np.ndarray:
         """``W(λ) φ_X(x)``: coordinates of ``ĥ(x)`` in the output features, (n_queries, r_Y).
 
-        Computed as ``k_X(x, L_X) (P_X Wᵀ)`` block by block on all cores, without the
-        intermediate ``φ_X(x)``.
+        Computed block by block on all cores (``φ_X`` of a block, then ``W``), never
+        holding ``φ_X`` of all queries.
         """
         self._check_fitted()
-        return np.asarray(features(self.input_kernel_, self.input_landmarks_, self._surrogate_map,
-                                   X, options=self._options(), n_features=self.n_features_in_,
-                                   model="SISOKR"))
+        return np.asarray(features(self.input_kernel_, self.input_landmarks_,
+                                   self.input_projection_, X, options=self._options(),
+                                   n_features=self.n_features_in_, model="SISOKR",
+                                   post=self.coef_.T))
 
     # -- decoding ---------------------------------------------------------------
     @with_blas_limit

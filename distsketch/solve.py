@@ -44,8 +44,8 @@ from scipy.linalg import LinAlgError, cho_solve, cholesky
 from scipy.linalg.lapack import dpocon, dpotri, dtrtri
 
 __all__ = [
-    "whitening", "InputSolution", "solve_input", "solve_input_exact", "sisokr_operator",
-    "sisokr_coef", "krr_coef", "EIGEN_PATH_LENGTH",
+    "whitening", "InputSolution", "solve_input", "solve_input_exact", "input_basis",
+    "sisokr_operator", "sisokr_coef", "krr_coef", "EIGEN_PATH_LENGTH",
 ]
 
 
@@ -213,29 +213,54 @@ def solve_input_exact(K: np.ndarray, *, n: int) -> InputSolution:
     return InputSolution(T=None, H=np.asarray(K, dtype=np.float64), n=int(n))
 
 
+def input_basis(sol: InputSolution) -> np.ndarray | None:
+    """The map from sketch coordinates to the input features the model uses.
+
+    Eigen route: the eigenbasis of ``H``, ``T_X V`` (sketched) or ``V`` (exact input), so
+    that every λ only rescales coordinates (``diag((Λ + nλ)^{-1})``). Cholesky route (exact
+    input): ``None``, the features are ``k_X(X, x)`` themselves.
+    """
+    if sol.V is None:
+        return None if sol.exact else sol.T
+    return sol.V if sol.exact else sol.T @ sol.V
+
+
 def sisokr_operator(sol: InputSolution, T_Y: np.ndarray | None, M: np.ndarray | None,
                     D: np.ndarray | None = None) -> np.ndarray | None:
-    """``R`` with ``W(λ)ᵀ = (H + nλI)^{-1} R`` (r_X × r_Y), see :func:`sisokr_coef`.
+    """``R`` (r_X × r_Y) with ``W(λ)ᵀ = (H + nλI)^{-1} R`` in the input features of
+    :func:`input_basis`, see :func:`sisokr_coef`.
+
+    In the coordinates ``φ_X(x) = T_Xᵀ R_X k_X(X, x)`` (``k_X(X, x)`` for an exact input):
 
     - sketched input, sketched output: ``R = T_Xᵀ Mᵀ T_Y`` (``M = DᵀC``);
     - sketched input, exact output (``T_Y=None``): pass ``M = C = K_X R_Xᵀ`` (n × m_X);
       ``R = T_Xᵀ Cᵀ`` acts on the output features ``k_Y(Y, y)`` directly, because
       ``k_Y(y, Y) K_Y^† K_Y = k_Y(y, Y)``;
     - exact input, sketched output: pass ``D = K_Y R_Yᵀ`` (n × m_Y); ``R = D T_Y``;
-    - exact input, exact output: ``None`` (``R = I_n``).
+    - exact input, exact output: ``R = I_n`` (returned as ``None`` on the Cholesky route).
+
+    On the eigen route the result is ``Vᵀ R``, in the eigenbasis of ``H``.
     """
     if sol.exact:
-        return None if T_Y is None else np.asarray(D, dtype=np.float64) @ T_Y
-    MT = np.asarray(M, dtype=np.float64) @ sol.T  # (r_Y or n) × r_X
-    return (MT if T_Y is None else T_Y.T @ MT).T
+        R = None if T_Y is None else np.asarray(D, dtype=np.float64) @ T_Y
+    else:
+        MT = np.asarray(M, dtype=np.float64) @ sol.T  # (r_Y or n) × r_X
+        R = (MT if T_Y is None else T_Y.T @ MT).T
+    if sol.V is None:
+        return R
+    return sol.V.T.copy() if R is None else sol.V.T @ R
 
 
 def sisokr_coef(sol: InputSolution, R: np.ndarray | None, lam: float) -> np.ndarray:
-    """``W(λ) = ((H + nλI)^{-1} R)ᵀ`` of shape (r_Y, r_X), ``R`` from :func:`sisokr_operator`.
+    """``W(λ)`` of shape (r_Y, r_X), ``R`` from :func:`sisokr_operator`.
 
-    Equals Prop. 1's ``(T_Yᵀ M T_X)(H + nλI)^{-1}``; with an exact input side
-    ``(D T_Y)ᵀ (K_X + nλI)^{-1}``, and IOKR's ``(K_X + nλI)^{-1}`` when both sides are exact.
+    Eigen route: ``W(λ) = (diag((Λ + nλ)^{-1}) R)ᵀ``, O(r_X r_Y) per λ. Cholesky route:
+    ``W(λ) = ((K_X + nλI)^{-1} R)ᵀ``, i.e. ``(D T_Y)ᵀ (K_X + nλI)^{-1}`` with a sketched
+    output side and IOKR's ``(K_X + nλI)^{-1}`` when both sides are exact. Both equal
+    Prop. 1's ``(T_Yᵀ M T_X)(H + nλI)^{-1}`` in their feature coordinates.
     """
+    if sol.V is not None:
+        return (R / (sol.evals + sol.n * float(lam))[:, None]).T
     return sol.inverse(lam) if R is None else sol.solve(R, lam).T
 
 
@@ -246,6 +271,7 @@ def krr_coef(sol: InputSolution, b: np.ndarray, lam: float) -> np.ndarray:
     (Chen & Yang eq. 3). Exact input: ``β(λ) = (K_X + nλI)^{-1} Y``; pass ``b = Y``.
     """
     b = np.asarray(b, dtype=np.float64)
-    if sol.exact:
-        return sol.solve(b, lam)
-    return sol.T @ sol.solve(sol.T.T @ b, lam)
+    basis = input_basis(sol)
+    if sol.V is not None:
+        return basis @ ((basis.T @ b) / (sol.evals + sol.n * float(lam))[:, None])
+    return sol.solve(b, lam)  # exact input, Cholesky route

@@ -8,10 +8,11 @@ and a ``SubSampling(m)`` (Nyström) sketch: one streaming pass serves the whole 
 factorisation), so λ is chosen on a validation split almost for free.
 It is compared with
 
-- exact KRR, the dense closed form ``α = (K + nλI)^{-1} y`` (Cholesky, scipy), on a random
-  subset of ``--n-exact`` training rows (default 10 000): exact KRR on all training rows
-  needs the dense 29 000² (fit part) to 36 600² Gram matrix, 7–11 GB in float64, and an
-  O(n³) solve per λ, which this 2-core machine cannot hold next to anything else;
+- exact KRR, ``SketchedKRR(sketch=None)``: the dense closed form ``α = (K + nλI)^{-1} y``
+  (one Cholesky factorisation per λ), on a random subset of ``--n-exact`` training rows
+  (default 10 000): exact KRR on all training rows needs the dense 29 000² (fit part)
+  Gram matrix, 7 GB in float64 (several copies during the solve), and an O(n³)
+  factorisation per λ, which this 2-core machine cannot hold next to anything else;
 - scikit-learn's ``Nystroem(n_components=m, gamma=γ)`` features followed by
   ``Ridge(alpha=n·λ, fit_intercept=False)``: the same estimator family as sub-sampled
   sketched KRR (Nyström features ``Φ = K_nm K_mm^{-1/2}`` and ``‖w‖ = ‖f‖_H``), solved by a
@@ -63,7 +64,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
 from scipy.spatial.distance import pdist
 
 import distsketch as ds
@@ -118,26 +118,22 @@ def run_sketched(X, y, Xv, yv, Xt, *, gamma: float, m: int, seed: int) -> dict:
 
 
 def run_exact(X, y, Xv, yv, Xt, *, gamma: float) -> dict:
-    """Dense exact KRR ``α = (K + nλI)^{-1} y`` by Cholesky, one factorisation per λ."""
-    kernel = ds.Gaussian(gamma)
-    n = len(X)
+    """Exact KRR ``α = (K + nλI)^{-1} y`` with ``SketchedKRR(sketch=None)``.
+
+    With an exact input side distsketch keeps ``K`` and factors ``K + nλI`` by Cholesky for
+    each λ (:meth:`~distsketch.SketchedKRR.set_lam`): one fit serves the λ search, then a
+    fresh fit at the chosen λ is timed.
+    """
     start = time.perf_counter()
-    K = kernel(X, X)
-    gram_s = time.perf_counter() - start
-    Kv = kernel(Xv, X)
-    val, solve_s, alphas = [], [], []
-    for lam in LAMS:
-        t = time.perf_counter()
-        A = K.copy()
-        A.flat[:: n + 1] += n * lam
-        alpha = cho_solve(cho_factor(A, lower=True, overwrite_a=True), y)
-        solve_s.append(time.perf_counter() - t)
-        alphas.append(alpha)
-        val.append(rmse(yv, Kv @ alpha))
+    path = ds.SketchedKRR(ds.Gaussian(gamma), sketch=None, lam=list(LAMS)).fit(X, y)
+    val = [rmse(yv, path.set_lam(lam).predict(Xv)) for lam in LAMS]
     path_s = time.perf_counter() - start
     i = select(val)
-    return {"lam": LAMS[i], "val": val[i], "pred": kernel(Xt, X) @ alphas[i],
-            "fit_s": gram_s + solve_s[i], "path_s": path_s}
+    t = time.perf_counter()
+    model = ds.SketchedKRR(ds.Gaussian(gamma), sketch=None, lam=LAMS[i]).fit(X, y)
+    fit_s = time.perf_counter() - t
+    return {"lam": LAMS[i], "val": val[i], "pred": model.predict(Xt), "fit_s": fit_s,
+            "path_s": path_s}
 
 
 def run_nystroem(X, y, Xv, yv, Xt, *, gamma: float, m: int, seed: int) -> dict:
@@ -211,7 +207,7 @@ def main(argv=None) -> int:
     runs = [
         (f"SketchedKRR SubSampling({args.m})", len(X),
          lambda: run_sketched(X, y, Xv, yv, Xt, gamma=gamma, m=args.m, seed=args.seed)),
-        ("exact KRR (dense)", n_exact,
+        ("exact KRR (sketch=None)", n_exact,
          lambda: run_exact(X[exact_rows], y[exact_rows], Xv, yv, Xt, gamma=gamma)),
         (f"sklearn Nystroem({args.m}) + Ridge(nλ)", len(X),
          lambda: run_nystroem(X, y, Xv, yv, Xt, gamma=gamma, m=args.m, seed=args.seed)),
@@ -224,8 +220,8 @@ def main(argv=None) -> int:
         r = run()
         print(f"{name:<36} {n_fit:>6} {r['lam']:>8.0e} {r['val']:>9.4f} {rmse(yt, r['pred']):>10.4f} "
               f"{r['fit_s']:>8.2f} {r['path_s']:>9.2f}", flush=True)
-    print("\nexact KRR (dense): the closed form α = (K + nλI)⁻¹y, one Cholesky factorisation per λ, "
-          f"on {n_exact} random fit-part rows")
+    print("\nexact KRR: SketchedKRR(sketch=None), the closed form α = (K + nλI)⁻¹y by one Cholesky "
+          f"factorisation per λ, on {n_exact} random fit-part rows")
     print("fit s: one fit at the chosen λ (SketchedKRR: its single fit, which already solves "
           "every λ); λ-path s: the whole λ search, fits and validation predictions for every λ")
     print(f"total {time.perf_counter() - t_start:.1f} s")
