@@ -31,8 +31,8 @@ Run
 ---
 ::
 
-    python examples/bibtex_multilabel.py            # full setting, about 4 min on 2 cores
-    python examples/bibtex_multilabel.py --quick    # about 10 s: IOKR on 1000 rows, small SISOKR
+    python examples/bibtex_multilabel.py            # full setting, about 2.5 min on 2 cores
+    python examples/bibtex_multilabel.py --quick    # about 5 s: IOKR on 1000 rows, small SISOKR
 
 ``--quick`` fits IOKR on a 1000-row random subset of the training set and SISOKR (on all
 training rows) with ``SubSampling(500)`` / ``PSparsified(100, p=20/n)``, one seed.
