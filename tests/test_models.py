@@ -203,3 +203,34 @@ def test_in_memory_features_run_on_all_cores_with_the_same_result():
     np.testing.assert_array_equal(one, two)
     dense = ds.Gaussian(0.3)(Xq, model.landmarks_) @ model.dual_coef_
     np.testing.assert_allclose(one, dense[:, 0], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("sx", [None, ds.SubSampling(30)], ids=["exact", "subsampling"])
+def test_surrogate_of_dask_and_zarr_queries_equals_numpy(tmp_path, sx):
+    """The block-wise surrogate (features, then W inside each block) gives the same values
+    for lazy queries as for in-memory ones, and equals φ_X(x) Wᵀ."""
+    import zarr
+
+    rng = np.random.default_rng(5)
+    X, Y = rng.normal(size=(120, 3)), (rng.random((120, 4)) < 0.4).astype(float)
+    Xq = rng.normal(size=(70, 3))
+    model = ds.SISOKR(ds.Gaussian(0.5), ds.Gaussian(0.5), input_sketch=sx,
+                      output_sketch=ds.GaussianSketch(10), lam=1e-3, random_state=0).fit(X, Y)
+    want = np.asarray(model.input_features(Xq)) @ model.coef_.T
+    got = model.surrogate(Xq)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    z = zarr.create_array(str(tmp_path / "q.zarr"), shape=Xq.shape, chunks=(16, 3), dtype="f8")
+    z[:] = Xq
+    for lazy in (da.from_array(Xq, chunks=(16, 3)), z):
+        np.testing.assert_allclose(model.surrogate(lazy), got, rtol=1e-12, atol=1e-12)
+
+
+def test_fit_logs_the_pass_wall_time(caplog):
+    rng = np.random.default_rng(6)
+    X, y = rng.normal(size=(90, 3)), rng.normal(size=90)
+    with caplog.at_level("INFO", logger="distsketch.accumulate"):
+        ds.SketchedKRR(ds.Gaussian(0.5), sketch=ds.SubSampling(20), random_state=0).fit(X, y)
+    records = [r for r in caplog.records if hasattr(r, "pass_seconds")]
+    assert len(records) == 1
+    assert records[0].pass_rows == 90 and records[0].pass_seconds > 0
+    assert records[0].getMessage().startswith("pass: 90 rows in ")
