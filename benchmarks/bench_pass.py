@@ -14,9 +14,12 @@ distsketch logs it (every block's kernel block, sums and store write, and the tr
 reduction) on the default threaded scheduler, and for the whole ``fit`` (also the landmark
 gather, the driver's eigendecompositions and solve, and the saved model).
 
-Also in the same run: the same fit on a ``LocalCluster`` of 1 worker process × 1 thread vs
+Also in the same run: the threaded pass with float64 blocks, with float64 blocks written
+through the page cache (``direct_io=False``) and with ``store=None`` (no blocks written);
+the same fit on a ``LocalCluster`` of 1 worker process × 1 thread vs
 2 worker processes × 1 thread (speed-up target ≥ 1.6×), with the store and with
-``store=None`` (no blocks written), and the kernel block computed the
+``store=None``; the cost of one block write (wall, CPU, hypervisor steal) through the page
+cache and with O_DIRECT; and the kernel block computed the
 way distsketch does (one augmented GEMM, a clip and an in-place ``exp``) against the
 textbook numpy expansion and against numexpr when installed (why distsketch needs no
 numexpr here: numpy's SIMD ``exp`` is faster than numexpr's on this machine).
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -72,18 +76,55 @@ def exp_rate_all_cores(size: int = 4_000_000, repeats: int = 5) -> float:
     return float(np.median(rates))
 
 
-def write_seconds(folder: Path, *, blocks: int = 24, rows: int = 4096) -> float:
-    """Median wall time to write one ``rows × M`` float64 block to a new file (page cache)."""
+def _steal_seconds() -> float:
+    """CPU time the hypervisor has taken from this machine's vCPUs so far (Linux)."""
+    try:
+        fields = open("/proc/stat").readline().split()
+    except OSError:
+        return float("nan")
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+
+
+def write_costs(folder: Path, *, blocks: int = 24, rows: int = 4096) -> dict:
+    """Per ``rows × M`` block: wall, CPU of this process and hypervisor steal of writing it
+    to a new file, through the page cache (float64) and the way the store writes it
+    (``store.write_rows``: O_DIRECT) as float64 and float32, the disk idle otherwise."""
+    import zarr
+
+    from distsketch.store import write_rows
+
     block = np.random.default_rng(0).standard_normal((rows, M))
-    times = []
-    for i in range(blocks):
-        t = time.perf_counter()
+
+    def buffered(i):
         with open(folder / f"write-{i}", "wb") as f:
             f.write(memoryview(block).cast("B"))
-        times.append(time.perf_counter() - t)
+
+    arrays = {}
+
+    def stored(dtype):
+        arrays[dtype] = zarr.create_array(folder / f"w-{dtype}.zarr", shape=(rows * blocks, M),
+                                          chunks=(rows, M), dtype=dtype, compressors=None)
+        return lambda i: write_rows(arrays[dtype], i * rows, block)
+
+    out = {}
+    for label, write in (("page cache, float64", buffered),
+                         ("O_DIRECT, float64", stored("float64")),
+                         ("O_DIRECT, float32", stored("float32"))):
+        wall, cpu, steal = [], [], []
+        for i in range(blocks):
+            t, c, st = time.perf_counter(), time.process_time(), _steal_seconds()
+            write(i)
+            wall.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
+            steal.append(_steal_seconds() - st)
+        out[label] = {"wall_s": float(np.median(wall)), "cpu_s": float(np.median(cpu)),
+                      "steal_s": float(np.sum(steal) / blocks)}
+        os.sync()  # the page-cache writes' write-back, before the next contender
     for i in range(blocks):
         (folder / f"write-{i}").unlink()
-    return float(np.median(times))
+    for dtype in arrays:
+        shutil.rmtree(folder / f"w-{dtype}.zarr")
+    return out
 
 
 def pass_flops(n: int) -> float:
@@ -109,10 +150,12 @@ class _PassTimes(logging.Handler):
 PASS_TIMES = _PassTimes()
 
 
-def fit_seconds(X, y, store: Path | None) -> tuple[float, float]:
-    """Wall time of one ``fit`` and of its pass (on the active dask scheduler).
+def fit_seconds(X, y, store: Path | None, **options) -> tuple[float, float, float]:
+    """Wall time of one ``fit``, of its pass (on the active dask scheduler), and the vCPU
+    time the hypervisor took from the machine meanwhile (steal).
 
-    ``store=None``: distsketch writes no pass blocks (nothing could resume from them).
+    ``store=None``: distsketch writes no pass blocks (nothing could resume from them);
+    ``options``: EngineOptions fields other than the defaults.
     """
     import distsketch as ds
 
@@ -120,25 +163,31 @@ def fit_seconds(X, y, store: Path | None) -> tuple[float, float]:
         shutil.rmtree(store, ignore_errors=True)
     model = ds.SketchedKRR(ds.Gaussian(gamma=GAMMA), sketch=ds.SubSampling(M), lam=LAM,
                            random_state=0, store=store,
-                           options=ds.EngineOptions(progress=False, overwrite=True))
+                           options=ds.EngineOptions(progress=False, overwrite=True, **options))
     before = len(PASS_TIMES.seconds)
+    # flush earlier contenders' dirty pages first: their write-back would otherwise take
+    # this machine's CPU (hypervisor steal) during this fit
+    os.sync()
+    steal = _steal_seconds()
     t = time.perf_counter()
     model.fit(X, y)
     seconds = time.perf_counter() - t
+    steal = _steal_seconds() - steal
     if store is not None:
         shutil.rmtree(store, ignore_errors=True)
     assert len(PASS_TIMES.seconds) == before + 1, "the fit ran no pass"
-    return seconds, PASS_TIMES.seconds[-1]
+    return seconds, PASS_TIMES.seconds[-1], steal
 
 
-def cluster_fit_seconds(X, y, store: Path | None, n_workers: int) -> tuple[float, float]:
+def cluster_fit_seconds(X, y, store: Path | None, n_workers: int,
+                        **options) -> tuple[float, float, float]:
     """``fit_seconds`` on a fresh LocalCluster of ``n_workers`` processes × 1 thread."""
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
                       dashboard_address=":0") as cluster, Client(cluster):
-        fit_seconds(X[:20_000], y[:20_000], store)  # warm-up: imports in the workers
-        return fit_seconds(X, y, store)
+        fit_seconds(X[:20_000], y[:20_000], store, **options)  # warm-up: imports in the workers
+        return fit_seconds(X, y, store, **options)
 
 
 def kernel_variants(repeats: int) -> dict:
@@ -203,7 +252,18 @@ def main() -> None:
     X, y = data(args.n)
     tmp = Path(tempfile.mkdtemp(prefix="distsketch-bench-pass-", dir="."))
     store = tmp / "fit.zarr"
-    gemm, expr, threaded, threaded_mem, one, two, one_mem, two_mem = [], [], [], [], [], [], [], []
+    # contender -> how it runs; threaded ones on the default scheduler, the others on a
+    # fresh LocalCluster of that many 1-thread workers
+    contenders = {
+        "threaded": (0, store, {}),
+        "threaded_f64": (0, store, {"block_dtype": "float64"}),
+        "threaded_page_cache": (0, store, {"block_dtype": "float64", "direct_io": False}),
+        "threaded_mem": (0, None, {}),
+        "one": (1, store, {}), "two": (2, store, {}),
+        "one_mem": (1, None, {}), "two_mem": (2, None, {}),
+    }
+    runs = {k: [] for k in contenders}
+    gemm, expr = [], []
     try:
         fit_seconds(X[:20_000], y[:20_000], store)  # warm-up: imports, thread pools
         # interleaved, so drift hits every contender; one contender alive at a time (a
@@ -211,64 +271,63 @@ def main() -> None:
         for r in range(args.repeats):
             gemm.append(_common.gemm_gflops(repeats=3))
             expr.append(exp_rate_all_cores(repeats=3))
-            threaded.append(fit_seconds(X, y, store))
-            threaded_mem.append(fit_seconds(X, y, None))
-            one.append(cluster_fit_seconds(X, y, store, 1))
-            two.append(cluster_fit_seconds(X, y, store, 2))
-            one_mem.append(cluster_fit_seconds(X, y, None, 1))
-            two_mem.append(cluster_fit_seconds(X, y, None, 2))
+            for name, (workers, where, options) in contenders.items():
+                if workers:
+                    runs[name].append(cluster_fit_seconds(X, y, where, workers, **options))
+                else:
+                    runs[name].append(fit_seconds(X, y, where, **options))
             print(f"repeat {r + 1}: GEMM {gemm[-1]:.1f} GFLOP/s, exp {expr[-1] / 1e6:.0f} M/s; "
-                  f"fit / pass (s): threaded {threaded[-1][0]:.2f} / {threaded[-1][1]:.2f} "
-                  f"(store=None {threaded_mem[-1][0]:.2f} / {threaded_mem[-1][1]:.2f}), "
-                  f"1 worker {one[-1][0]:.2f} / {one[-1][1]:.2f}, "
-                  f"2 workers {two[-1][0]:.2f} / {two[-1][1]:.2f}; store=None: "
-                  f"1 worker {one_mem[-1][0]:.2f} / {one_mem[-1][1]:.2f}, "
-                  f"2 workers {two_mem[-1][0]:.2f} / {two_mem[-1][1]:.2f}", flush=True)
+                  "fit / pass / steal (s): " + ", ".join(
+                      f"{k} {v[-1][0]:.2f} / {v[-1][1]:.2f} / {v[-1][2]:.2f}"
+                      for k, v in runs.items()), flush=True)
         kernels = kernel_variants(repeats=7)
-        write_s = write_seconds(tmp)
+        writes = write_costs(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
     def median(values, i=None):
         return float(np.median([v if i is None else v[i] for v in values]))
 
-    runs = {"threaded": threaded, "threaded_mem": threaded_mem, "one": one, "two": two,
-            "one_mem": one_mem, "two_mem": two_mem}
     fit = {k: median(v, 0) for k, v in runs.items()}
     pas = {k: median(v, 1) for k, v in runs.items()}
+    steal = {k: median(v, 2) for k, v in runs.items()}
     rate_gemm, rate_exp = median(gemm), median(expr)
     t_gemm = pass_flops(args.n) / (rate_gemm * 1e9)
     t_exp = args.n * M / rate_exp
     roofline = max(t_gemm, t_exp)
-    fraction = roofline / pas["threaded"]
+    fraction = {k: roofline / pas[k] for k in ("threaded", "threaded_f64", "threaded_page_cache",
+                                               "threaded_mem")}
     fraction_fit = roofline / fit["threaded"]
-    fraction_mem = roofline / pas["threaded_mem"]
     speedup = pas["one"] / pas["two"]
     speedup_fit = fit["one"] / fit["two"]
     speedup_mem = pas["one_mem"] / pas["two_mem"]
-    v_roof = "PASS" if fraction >= 0.6 else "FAIL"
+    v_roof = "PASS" if fraction["threaded"] >= 0.6 else "FAIL"
     v_speed = "PASS" if speedup >= 1.6 else "FAIL"
     print(f"roofline {roofline:.2f} s (GEMM-bound {t_gemm:.2f} s, exp-bound {t_exp:.2f} s); "
-          f"threaded pass {pas['threaded']:.2f} s = {fraction:.0%} of roofline ({v_roof}); "
-          f"whole fit {fit['threaded']:.2f} s = {fraction_fit:.0%}; store=None pass "
-          f"{pas['threaded_mem']:.2f} s = {fraction_mem:.0%}")
+          f"threaded pass {pas['threaded']:.2f} s = {fraction['threaded']:.0%} of roofline "
+          f"({v_roof}); whole fit {fit['threaded']:.2f} s = {fraction_fit:.0%}; float64 blocks "
+          f"{fraction['threaded_f64']:.0%}, page cache {fraction['threaded_page_cache']:.0%}, "
+          f"store=None {fraction['threaded_mem']:.0%}")
     print(f"LocalCluster pass 1 worker {pas['one']:.2f} s, 2 workers {pas['two']:.2f} s: "
           f"speed-up {speedup:.2f}x ({v_speed}); whole fit {speedup_fit:.2f}x; "
           f"store=None pass {pas['one_mem']:.2f} s / {pas['two_mem']:.2f} s: {speedup_mem:.2f}x")
-    block_bytes = 4096 * M * 8
-    print(f"store write of a 4096 x {M} float64 block: {write_s * 1e3:.1f} ms "
-          f"({block_bytes / write_s / 2**30:.2f} GiB/s)")
+    for label, w in writes.items():
+        print(f"write a 4096 x {M} block, {label}: wall {w['wall_s'] * 1e3:.1f} ms, "
+              f"CPU {w['cpu_s'] * 1e3:.1f} ms, steal {w['steal_s'] * 1e3:.1f} ms")
     print("kernel block 4096 x 1000 (ms): " +
           ", ".join(f"{k} {v * 1e3:.1f}" for k, v in kernels.items()))
     if args.quick:
         return
     krows = "\n".join(f"| {k.replace('_', ' ')} | {v * 1e3:.1f} |" for k, v in kernels.items())
+    wrows = "\n".join(f"| {k} | {w['wall_s'] * 1e3:.1f} | {w['cpu_s'] * 1e3:.1f} | "
+                      f"{w['steal_s'] * 1e3:.1f} |" for k, w in writes.items())
     md = f"""SketchedKRR, Gaussian kernel, `SubSampling({M})`, d = {D}, n = {args.n:,} synthetic
-rows in memory, float64 blocks to a local zarr store; medians of {args.repeats} interleaved
-repeats, one contender alive at a time. "pass" is the wall time of the streaming pass as
-distsketch logs it (every row block's kernel block, its sums and its store write, and the
-tree reduction); "fit" is the whole `fit` (also the landmark gather, the driver's
-eigendecompositions and solve, the store metadata and the saved model).
+rows in memory, default options (float32 blocks written to a local zarr store with O_DIRECT,
+float64 sums) unless a row says otherwise; medians of {args.repeats} interleaved repeats, one
+contender alive at a time. "pass" is the wall time of the streaming pass as distsketch logs it
+(every row block's kernel block, its sums and its store write, and the tree reduction); "fit"
+is the whole `fit` (also the landmark gather, the driver's eigendecompositions and solve, the
+store metadata and the saved model).
 
 | figure | value |
 |---|---:|
@@ -277,10 +336,12 @@ eigendecompositions and solve, the store metadata and the saved model).
 | pass work | {pass_flops(args.n) / 1e9:.0f} GFLOP, {args.n * M / 1e6:.0f} M exp |
 | roofline: max(GEMM-bound, exp-bound) | {roofline:.2f} s (max({t_gemm:.2f}, {t_exp:.2f})) |
 | pass / fit, threaded scheduler (default) | {pas['threaded']:.2f} s / {fit['threaded']:.2f} s |
-| **pass throughput / roofline** (target ≥ 60 %) | **{fraction:.0%} ({v_roof})** |
+| hypervisor steal during that fit (vCPU time, both cores) | {steal['threaded']:.2f} s ({steal['threaded_mem']:.2f} s with `store=None`) |
+| **pass throughput / roofline** (target ≥ 60 %) | **{fraction['threaded']:.0%} ({v_roof})** |
 | whole fit, roofline / fit time | {fraction_fit:.0%} |
-| pass / fit, threaded, `store=None` (no blocks written) | {pas['threaded_mem']:.2f} s / {fit['threaded_mem']:.2f} s |
-| pass throughput / roofline, `store=None` | {fraction_mem:.0%} |
+| pass, float64 blocks (`block_dtype="float64"`) | {pas['threaded_f64']:.2f} s = {fraction['threaded_f64']:.0%} of roofline |
+| pass, float64 blocks through the page cache (`direct_io=False`) | {pas['threaded_page_cache']:.2f} s = {fraction['threaded_page_cache']:.0%} |
+| pass, `store=None` (no blocks written) | {pas['threaded_mem']:.2f} s = {fraction['threaded_mem']:.0%} |
 | pass / fit, LocalCluster 1 worker × 1 thread | {pas['one']:.2f} s / {fit['one']:.2f} s |
 | pass / fit, LocalCluster 2 workers × 1 thread | {pas['two']:.2f} s / {fit['two']:.2f} s |
 | **2-worker speed-up of the pass** (target ≥ 1.6×) | **{speedup:.2f}× ({v_speed})** |
@@ -289,11 +350,16 @@ eigendecompositions and solve, the store metadata and the saved model).
 | pass / fit, `store=None` (no blocks written), 2 workers | {pas['two_mem']:.2f} s / {fit['two_mem']:.2f} s |
 | 2-worker speed-up of the pass, `store=None` | {speedup_mem:.2f}× |
 
-Writing one 4096 × {M} float64 block (32 MiB) to a new file on this machine's disk (the page
-cache; the store's write path) took {write_s * 1e3:.1f} ms, {block_bytes / write_s / 2**30:.2f} GiB/s,
-median of 24 in this run: the pass writes 8·n·m bytes ({8 * args.n * M / 2**30:.1f} GiB here), CPU work
-the roofline does not count, which shares the 2 cores with the pass (`store=None` rows: the
-same pass without it).
+Writing one 4096 × {M} block to a new file on this machine's disk, median of 24 in this run,
+the machine otherwise idle (ms; steal: vCPU time the hypervisor took meanwhile, mean per
+block; the pass writes n·m values, {args.n * M / 2**28:.1f} GiB as float32 here). O_DIRECT hands the
+buffer to the virtual disk without filling the page cache; on this virtual machine the
+hypervisor's disk emulation then takes its CPU from the vCPUs, visible as steal when both
+cores are busy (the steal row above), not when one is idle:
+
+| write | wall | CPU | steal |
+|---|---:|---:|---:|
+{wrows}
 
 One 4096 × 1000 Gaussian kernel block (d = 20), one thread, median of 7 (ms):
 
@@ -302,18 +368,13 @@ One 4096 × 1000 Gaussian kernel block (d = 20), one thread, median of 7 (ms):
 {krows}
 """
     _common.record("pass", md, {"n": args.n, "gemm_gflops": gemm, "exp_per_s": expr,
-                                "threaded_fit_pass_s": threaded, "one_worker_fit_pass_s": one,
-                                "threaded_no_store_fit_pass_s": threaded_mem,
-                                "no_store_fraction_of_roofline": fraction_mem,
-                                "two_workers_fit_pass_s": two, "roofline_s": roofline,
-                                "one_worker_no_store_fit_pass_s": one_mem,
-                                "two_workers_no_store_fit_pass_s": two_mem,
-                                "speedup_2_workers_no_store": speedup_mem,
+                                "fit_pass_s": runs, "roofline_s": roofline,
                                 "gemm_bound_s": t_gemm, "exp_bound_s": t_exp,
                                 "fraction_of_roofline": fraction,
                                 "fit_fraction_of_roofline": fraction_fit,
                                 "speedup_2_workers": speedup, "fit_speedup_2_workers": speedup_fit,
-                                "kernel_block_s": kernels, "block_write_s": write_s})
+                                "speedup_2_workers_no_store": speedup_mem,
+                                "kernel_block_s": kernels, "block_writes": writes})
 
 
 if __name__ == "__main__":

@@ -23,7 +23,9 @@ contributes its stored values: exactly what it contributed the first time for fl
 blocks (bitwise-identical resume), the float32-rounded values for float32 blocks (a resumed
 float32 pass agrees with an uninterrupted one to float32 precision). They are combined in a
 tree whose shape depends only on the number of blocks (``split_every`` at a time, in
-block order), so the sums do not depend on the scheduler or the number of workers.
+block order), so the sums do not depend on the scheduler or the number of workers. One
+task computes the ``split_every`` blocks of a first-level node in order and sums them as
+that node would, so it ships one partial sum instead of ``split_every``.
 """
 
 from __future__ import annotations
@@ -92,6 +94,8 @@ class PassPlan:
         Landmark columns per kernel block.
     check_x, check_y : bool
         Check blocks for NaN/inf (lazy inputs, not checked up front).
+    direct_io : bool
+        Write blocks to a local store with O_DIRECT (see :func:`~distsketch.store.write_rows`).
     """
 
     n: int
@@ -107,6 +111,7 @@ class PassPlan:
     chunk: int
     check_x: bool
     check_y: bool
+    direct_io: bool = True
 
     @property
     def x_exact(self) -> bool:
@@ -233,23 +238,26 @@ def _pass_block(plan: PassPlan, i: int, xb, yb) -> dict:
         check_finite_block(yb, argument="Y", start=s)
     x = plan.x
     C = gram_dot(x.kernel, xb, x.landmarks, x.sketch, chunk=plan.chunk)
-    # the store writes run beside the partial sums (both only read the float64 blocks)
-    writes = []
-    if plan.C is not None:
-        writes.append(_io_pool().submit(write_rows, plan.C, s, C.astype(plan.dtype, copy=False)))
     D = None
     if plan.stores_d:
         y = plan.y
         D = gram_dot(y.kernel, yb, y.landmarks, y.sketch, chunk=plan.chunk)
-        if plan.D is not None:
-            writes.append(_io_pool().submit(write_rows, plan.D, s,
-                                            D.astype(plan.dtype, copy=False)))
+    # the store writes run in an I/O thread beside the partial sums (both only read the
+    # float64 blocks); the task ends when its blocks and its done flag are written
+    written = None if plan.done is None else _io_pool().submit(_write_block, plan, i, C, D)
     sums = _block_sums(plan, i, C, D, yb)
-    for w in writes:
-        w.result()  # re-raises a failed write
-    if plan.done is not None:
-        plan.done[i] = True  # only after both blocks are fully written
+    if written is not None:
+        written.result()  # re-raises a failed write
     return sums
+
+
+def _write_block(plan: PassPlan, i: int, C: np.ndarray, D: np.ndarray | None) -> None:
+    """Write block ``i`` of ``C`` (and ``D``), then its done flag (I/O thread)."""
+    s, _ = plan.rows(i)
+    write_rows(plan.C, s, C, direct=plan.direct_io)
+    if plan.D is not None and D is not None:
+        write_rows(plan.D, s, D, direct=plan.direct_io)
+    plan.done[i] = True  # only after both blocks are fully written
 
 
 _IO_POOL: ThreadPoolExecutor | None = None
@@ -271,6 +279,28 @@ def _stored_block(plan: PassPlan, i: int, yb) -> dict:
     C = plan.C[s:e]
     D = plan.D[s:e] if plan.stores_d else None
     return _block_sums(plan, i, C, D, yb)
+
+
+def _pass_group(plan: PassPlan, items: list) -> dict:
+    """Blocks ``(i, stored, x_block, y_block)`` of one first-level node of the reduction
+    tree, computed (or, when ``stored``, read back) in order and summed as :func:`_combine`
+    sums them: bitwise the sums of one task per block followed by that node, with one
+    partial sum held instead of ``split_every`` and 1/``split_every`` of the transfers."""
+    acc: dict | None = None
+    uniques = []
+    for i, stored, xb, yb in items:
+        part = _stored_block(plan, i, yb) if stored else _pass_block(plan, i, xb, yb)
+        if "U" in part:
+            uniques.append(part.pop("U"))
+        if acc is None:
+            acc = part  # fresh arrays, owned here (what _combine copies)
+        else:
+            for key, value in part.items():
+                acc[key] += value
+            del part
+    if uniques:
+        acc["U"] = _merge_unique(uniques)
+    return acc
 
 
 def _merge_unique(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
@@ -343,16 +373,13 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
         x_blocks = _scatter_blocks(client, x_blocks)
         y_blocks = _scatter_blocks(client, y_blocks)
     plan_ref = share(plan, name=f"pass-plan-{token}", client=client)
-    parts = []
-    for i in range(plan.n_blocks):
-        if done[i]:
-            yb = y_blocks[i] if need_y_for_stored else None
-            parts.append(delayed(_stored_block)(plan_ref, i, yb,
-                                                dask_key_name=f"pass-stored-{token}-{i}"))
-        else:
-            parts.append(delayed(_pass_block)(plan_ref, i, x_blocks[i], y_blocks[i],
-                                              dask_key_name=f"pass-block-{token}-{i}"))
-    total = tree_reduce(parts, split_every=split_every, token=token)
+    items = [(i, True, None, y_blocks[i] if need_y_for_stored else None) if done[i]
+             else (i, False, x_blocks[i], y_blocks[i]) for i in range(plan.n_blocks)]
+    # the leaves of the reduction tree are its first level, one task each
+    leaves = [delayed(_pass_group)(plan_ref, items[j:j + split_every],
+                                   dask_key_name=f"pass-group-{token}-{j // split_every}")
+              for j in range(0, plan.n_blocks, split_every)]
+    total = tree_reduce(leaves, split_every=split_every, token=token)
     logger.info("pass: %d blocks (%d already in the store), %d rows per block",
                 plan.n_blocks, int(done.sum()), plan.block_rows)
     start = time.perf_counter()
@@ -476,7 +503,7 @@ def fit_pass(
                 y=Side(y_kernel, y_land, ys) if ys is not None else None,
                 targets=ys is None, unique_outputs=unique_outputs,
                 C=C, D=D, done=done, dtype=block_dtype(options), chunk=options.gram_chunk,
-                check_x=X.lazy, check_y=Y.lazy,
+                check_x=X.lazy, check_y=Y.lazy, direct_io=options.direct_io,
             )
             sums = run_pass(plan, X, Y, split_every=options.split_every, progress=options.progress)
             fs.write_sums(sums)

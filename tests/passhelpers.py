@@ -42,4 +42,4 @@ if __name__ == "__main__":  # python passhelpers.py STORE X.zarr : a slow fit to
     _, Y = passhelpers.problem()
     with __import__("dask").config.set(scheduler="synchronous"):
         kernel = ds.kernels.CallableKernel(passhelpers.slow_gaussian)
-        passhelpers.model(kernel=kernel, store=store).fit(X, Y)
+        passhelpers.model(kernel=kernel, store=store, block_dtype="float64").fit(X, Y)
