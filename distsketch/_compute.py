@@ -9,12 +9,14 @@ dashboard link with a client.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import dask
+import dask.local
 from dask.delayed import delayed
 
-__all__ = ["distributed_client", "share", "compute", "map_local"]
+__all__ = ["distributed_client", "share", "compute", "map_local", "parallel_slots"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +32,20 @@ def distributed_client():
     except ValueError:
         return None
     return client if dask.base.get_scheduler() == client.get else None
+
+
+def parallel_slots(client=None) -> int:
+    """Tasks the active scheduler runs at once: the client's worker threads, dask's local
+    ``num_workers`` or the machine's cores (1 for the synchronous scheduler)."""
+    if client is not None:
+        try:
+            workers = client.scheduler_info().get("workers", {})
+            return max(1, sum(int(w.get("nthreads", 1)) for w in workers.values()))
+        except Exception:  # pragma: no cover - an unreachable scheduler fails later anyway
+            return 1
+    if dask.base.get_scheduler() is dask.local.get_sync:
+        return 1
+    return max(1, int(dask.config.get("num_workers", None) or os.cpu_count() or 1))
 
 
 def share(obj: Any, *, name: str, client=None) -> Any:

@@ -25,7 +25,8 @@ float32 pass agrees with an uninterrupted one to float32 precision). They are co
 tree whose shape depends only on the number of blocks (``split_every`` at a time, in
 block order), so the sums do not depend on the scheduler or the number of workers. One
 task computes the ``split_every`` blocks of a first-level node in order and sums them as
-that node would, so it ships one partial sum instead of ``split_every``.
+that node would when there are many blocks per core, so it ships one partial sum instead of
+``split_every``.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import numpy as np
 import scipy.sparse as sp
 from dask.delayed import Delayed, delayed
 
-from ._compute import compute, distributed_client, share
+from ._compute import compute, distributed_client, parallel_slots, share
 from .options import EngineOptions, block_dtype
 from .rows import RowSource, check_finite_block, fingerprint
 from .sketches import RealizedSketch, Sketch, gram_dot
@@ -375,10 +376,13 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
     plan_ref = share(plan, name=f"pass-plan-{token}", client=client)
     items = [(i, True, None, y_blocks[i] if need_y_for_stored else None) if done[i]
              else (i, False, x_blocks[i], y_blocks[i]) for i in range(plan.n_blocks)]
-    # the leaves of the reduction tree are its first level, one task each
-    leaves = [delayed(_pass_group)(plan_ref, items[j:j + split_every],
-                                   dask_key_name=f"pass-group-{token}-{j // split_every}")
-              for j in range(0, plan.n_blocks, split_every)]
+    # With many blocks per core, one task computes each first-level node of the tree (its
+    # split_every blocks, summed in order); otherwise one task per block keeps every core
+    # busy. Either way the sums are bitwise the same (tests/test_pass.py).
+    per_task = split_every if plan.n_blocks >= 4 * split_every * parallel_slots(client) else 1
+    leaves = [delayed(_pass_group)(plan_ref, items[j:j + per_task],
+                                   dask_key_name=f"pass-group-{token}-{j // per_task}")
+              for j in range(0, plan.n_blocks, per_task)]
     total = tree_reduce(leaves, split_every=split_every, token=token)
     logger.info("pass: %d blocks (%d already in the store), %d rows per block",
                 plan.n_blocks, int(done.sum()), plan.block_rows)

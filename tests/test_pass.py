@@ -356,10 +356,11 @@ def test_temporary_fit_writes_no_blocks_and_equals_a_stored_fit(tmp_path, monkey
 
 @pytest.mark.parametrize("kind", ["sisokr", "exact_input", "targets"])
 def test_leaf_task_sums_blocks_as_the_tree_node_would(tmp_path, monkeypatch, kind):
-    """One task per first-level tree node (its ``split_every`` blocks computed in order and
-    summed incrementally) gives bitwise the sums of one task per block followed by the
-    node's ``_combine``, the layout the reduction order is defined by (DESIGN §2). Half the
-    blocks of the second fit are read back from the store (a resume), so nodes mix both."""
+    """With many blocks per core, one task per first-level tree node (its ``split_every``
+    blocks computed in order and summed incrementally) gives bitwise the sums of one task
+    per block followed by the node's ``_combine``, the layout the reduction order is defined
+    by (DESIGN §2). Half the blocks are read back from the store (a resume), so the nodes
+    mix computed and stored blocks."""
     import distsketch.accumulate as acc
 
     X, Y = problem()
@@ -374,21 +375,23 @@ def test_leaf_task_sums_blocks_as_the_tree_node_would(tmp_path, monkeypatch, kin
                              options=ds.EngineOptions(block_rows=10, **opts))
         return est.fit(X, Y[:, :2])
 
-    def per_block_then_combine(plan, items):
-        return acc._combine(*[acc._stored_block(plan, i, yb) if stored
-                              else acc._pass_block(plan, i, xb, yb)
-                              for i, stored, xb, yb in items])
+    tasks = collections.Counter()
+    group = acc._pass_group
 
-    with dask.config.set(scheduler="synchronous"):
-        with pytest.raises(RuntimeError, match="simulated failure"):
-            fit(tmp_path / "fused", fail_after=6)
-        fit(tmp_path / "fused")
-        with monkeypatch.context() as m:
-            m.setattr(acc, "_pass_group", per_block_then_combine)
+    def counted(plan, items):
+        tasks[len(items)] += 1
+        return group(plan, items)
+
+    monkeypatch.setattr(acc, "_pass_group", counted)
+    for name, slots in (("fused", 0), ("per_block", 10**9)):  # 0: fuse whatever the count
+        monkeypatch.setattr(acc, "parallel_slots", lambda client=None, s=slots: s)
+        tasks.clear()
+        with dask.config.set(scheduler="synchronous"):
             with pytest.raises(RuntimeError, match="simulated failure"):
-                fit(tmp_path / "reference", fail_after=6)
-            fit(tmp_path / "reference")
-    a, b = sums_of(tmp_path / "fused"), sums_of(tmp_path / "reference")
+                fit(tmp_path / name, fail_after=6)
+            fit(tmp_path / name)
+        assert max(tasks) == (4 if name == "fused" else 1)
+    a, b = sums_of(tmp_path / "fused"), sums_of(tmp_path / "per_block")
     assert set(a) == set(b)
     for key in a:
         if key == "U":
@@ -396,3 +399,23 @@ def test_leaf_task_sums_blocks_as_the_tree_node_would(tmp_path, monkeypatch, kin
                 np.testing.assert_array_equal(u, v)
         else:
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_pass_tasks_keep_every_core_busy():
+    """Few blocks per core: one task per block (fused leaves would idle cores)."""
+    import distsketch.accumulate as acc
+    from distsketch._compute import parallel_slots
+
+    assert parallel_slots() == (os.cpu_count() or 1)
+    with dask.config.set(scheduler="synchronous"):
+        assert parallel_slots() == 1
+    with dask.config.set(num_workers=3):
+        assert parallel_slots() == 3
+    X, Y = problem()
+    seen = []
+    group = acc._pass_group
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(acc, "_pass_group", lambda plan, items: seen.append(len(items)) or group(plan, items))
+        with dask.config.set(num_workers=2):
+            model().fit(X, Y)  # N // 10 blocks < 4 · split_every · 2
+    assert set(seen) == {1} and len(seen) == N // 10
