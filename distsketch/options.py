@@ -82,12 +82,13 @@ class EngineOptions:
         Candidates per decoding task (the score block a task holds is queries × 4096).
     direct_io : bool
         Write the sketched blocks to a local store with O_DIRECT, bypassing the page
-        cache: a write then costs almost no CPU (filling new page-cache pages cost 44 ms
-        of CPU per 32 MiB block on the reference machine, a third of the pass's compute),
-        and a store larger than memory does not evict everything else. False writes
-        through the page cache, which is faster only when the disk is much slower than
-        the pass and the blocks fit in memory. File systems without O_DIRECT (tmpfs) and
-        other zarr stores are written the ordinary way either way.
+        cache: a 32 MiB block then costs 6 ms of this process's CPU instead of 44 ms for
+        filling new page-cache pages (reference machine; a third of a block's compute),
+        and a store larger than memory does not evict everything else. (A virtual
+        machine's disk emulation may still take CPU from the vCPUs, either way.) False
+        writes through the page cache, which is faster only when the disk is much slower
+        than the pass and the blocks fit in memory. File systems without O_DIRECT (tmpfs
+        before Linux 6.6) and other zarr stores are written the ordinary way either way.
     """
 
     block_rows: int | None = None

@@ -51,7 +51,8 @@ _SUMS = ("G", "B", "M", "E", "b", "C", "D", "Y")
 #: block size of any local disk).
 _DIRECT_ALIGN = 4096
 _direct_local = threading.local()
-#: Store roots where O_DIRECT was refused (e.g. tmpfs): written through the page cache.
+#: Store roots where O_DIRECT was refused (e.g. tmpfs before Linux 6.6): written through the
+#: page cache.
 _NO_DIRECT: set[str] = set()
 
 
