@@ -298,7 +298,6 @@ def _pass_group(plan: PassPlan, items: list) -> dict:
         else:
             for key, value in part.items():
                 acc[key] += value
-            del part
     if uniques:
         acc["U"] = _merge_unique(uniques)
     return acc

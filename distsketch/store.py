@@ -68,9 +68,11 @@ def _aligned_buffer(nbytes: int) -> mmap.mmap:
 def _direct_put(path: Path, block: np.ndarray, dtype: np.dtype) -> bool:
     """Write ``block`` as little-endian ``dtype`` bytes to ``path``, bypassing the page cache.
 
-    O_DIRECT hands the buffer to the disk by DMA, so a write costs almost no CPU, where a
-    buffered write of a new file costs the CPU of allocating and filling page-cache pages
-    (measured here: 32 MiB in 1.6 ms of CPU against 44 ms; ``benchmarks/bench_pass.py``).
+    O_DIRECT hands the buffer to the disk by DMA, so a write costs little of this
+    process's CPU, where a buffered write of a new file costs the CPU of allocating and
+    filling page-cache pages (measured on the reference machine: a 32 MiB float64 block in
+    6 ms of CPU, the copy into the aligned buffer included, against 44 ms;
+    ``benchmarks/bench_pass.py``).
     The block is converted into a page-aligned buffer (unless it is aligned already),
     padded to a whole page and truncated back, and written to a temporary file renamed
     into place, as zarr's local store does. Returns False where the file system refuses
