@@ -19,10 +19,11 @@ through the page cache (``direct_io=False``) and with ``store=None`` (no blocks 
 the same fit on a ``LocalCluster`` of 1 worker process × 1 thread vs
 2 worker processes × 1 thread (speed-up target ≥ 1.6×), with the store and with
 ``store=None``; the cost of one block write (wall, CPU, hypervisor steal) through the page
-cache and with O_DIRECT; and the kernel block computed the
-way distsketch does (one augmented GEMM, a clip and an in-place ``exp``) against the
-textbook numpy expansion and against numexpr when installed (why distsketch needs no
-numexpr here: numpy's SIMD ``exp`` is faster than numexpr's on this machine).
+cache and with O_DIRECT; and the kernel block computed the way the pass does (row tiles of
+about 1 MiB, each one augmented GEMM, a clip and an ``exp`` in float32 into the float32
+block) against float64, one whole-block call, the textbook numpy expansion and numexpr
+when installed (why distsketch needs no numexpr here: numpy's SIMD ``exp`` is faster than
+numexpr's on this machine, and its float32 ``exp`` about 3× its float64 one).
 
     python benchmarks/bench_pass.py [--n 200000] [--repeats 3] [--quick]
 """
@@ -56,13 +57,13 @@ def data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
-def exp_rate_all_cores(size: int = 4_000_000, repeats: int = 5) -> float:
+def exp_rate_all_cores(size: int = 4_000_000, repeats: int = 5, dtype=np.float64) -> float:
     """Aggregate ``numpy.exp`` rate with one thread per core, each on its own array (1/s)."""
     import os
 
     cores = os.cpu_count() or 1
-    arrays = [np.random.default_rng(i).standard_normal(size) for i in range(cores)]
-    outs = [np.empty(size) for _ in range(cores)]
+    arrays = [np.random.default_rng(i).standard_normal(size).astype(dtype) for i in range(cores)]
+    outs = [np.empty(size, dtype=dtype) for _ in range(cores)]
     rates = []
     for _ in range(repeats):
         threads = [threading.Thread(target=np.exp, args=(a,), kwargs={"out": o})
@@ -191,10 +192,13 @@ def cluster_fit_seconds(X, y, store: Path | None, n_workers: int,
 
 
 def kernel_variants(repeats: int) -> dict:
-    """Seconds for one 4096 × 1000 Gaussian block (d = 20), single thread, three ways."""
+    """Seconds for one 4096 × 1000 Gaussian block (d = 20), single thread: the pass's way
+    (``gram_dot``: row tiles, float32 exponentials into the float32 block; and into a
+    float64 block), one whole-block kernel call, the textbook numpy expansion, numexpr."""
     from threadpoolctl import threadpool_limits
 
     import distsketch as ds
+    from distsketch.sketches import gram_dot
 
     rng = np.random.default_rng(0)
     A, B = rng.standard_normal((4096, D)), rng.standard_normal((M, D))
@@ -219,8 +223,11 @@ def kernel_variants(repeats: int) -> dict:
 
     out = {}
     with threadpool_limits(1):
-        out["distsketch"] = med(lambda: k(A, B))
-        out["numpy_textbook"] = med(textbook)
+        out["distsketch pass, float32 block (default)"] = med(
+            lambda: gram_dot(k, A, B, chunk=M, dtype=np.float32))
+        out["distsketch pass, float64 block"] = med(lambda: gram_dot(k, A, B, chunk=M))
+        out["one kernel call k(A, B), float64"] = med(lambda: k(A, B))
+        out["numpy textbook, float64"] = med(textbook)
         try:
             import numexpr as ne
         except ImportError:
@@ -230,10 +237,12 @@ def kernel_variants(repeats: int) -> dict:
             nb = np.einsum("ij,ij->i", B, B)[None, :]
             for threads in (1, ne.detect_number_of_cores()):
                 ne.set_num_threads(threads)
-                out[f"numexpr_{threads}_threads"] = med(lambda: ne.evaluate(
+                out[f"numexpr {threads} threads, float64"] = med(lambda: ne.evaluate(
                     "exp(where(na + nb - 2 * G > 0, (2 * G - na - nb) * g, 0))",
                     local_dict={"na": na, "nb": nb, "G": A @ B.T, "g": GAMMA}))
         assert np.allclose(k(A, B), textbook(), rtol=1e-12, atol=1e-14)
+        assert np.allclose(gram_dot(k, A, B, chunk=M, dtype=np.float32), textbook(),
+                           rtol=2e-6, atol=0)
     return out
 
 
@@ -263,7 +272,7 @@ def main() -> None:
         "one_mem": (1, None, {}), "two_mem": (2, None, {}),
     }
     runs = {k: [] for k in contenders}
-    gemm, expr = [], []
+    gemm, expr, expr32 = [], [], []
     try:
         fit_seconds(X[:20_000], y[:20_000], store)  # warm-up: imports, thread pools
         # interleaved, so drift hits every contender; one contender alive at a time (a
@@ -271,6 +280,7 @@ def main() -> None:
         for r in range(args.repeats):
             gemm.append(_common.gemm_gflops(repeats=3))
             expr.append(exp_rate_all_cores(repeats=3))
+            expr32.append(exp_rate_all_cores(repeats=3, dtype=np.float32))
             for name, (workers, where, options) in contenders.items():
                 if workers:
                     runs[name].append(cluster_fit_seconds(X, y, where, workers, **options))
@@ -291,7 +301,7 @@ def main() -> None:
     fit = {k: median(v, 0) for k, v in runs.items()}
     pas = {k: median(v, 1) for k, v in runs.items()}
     steal = {k: median(v, 2) for k, v in runs.items()}
-    rate_gemm, rate_exp = median(gemm), median(expr)
+    rate_gemm, rate_exp, rate_exp32 = median(gemm), median(expr), median(expr32)
     t_gemm = pass_flops(args.n) / (rate_gemm * 1e9)
     t_exp = args.n * M / rate_exp
     roofline = max(t_gemm, t_exp)
@@ -318,12 +328,12 @@ def main() -> None:
           ", ".join(f"{k} {v * 1e3:.1f}" for k, v in kernels.items()))
     if args.quick:
         return
-    krows = "\n".join(f"| {k.replace('_', ' ')} | {v * 1e3:.1f} |" for k, v in kernels.items())
+    krows = "\n".join(f"| {k} | {v * 1e3:.1f} |" for k, v in kernels.items())
     wrows = "\n".join(f"| {k} | {w['wall_s'] * 1e3:.1f} | {w['cpu_s'] * 1e3:.1f} | "
                       f"{w['steal_s'] * 1e3:.1f} |" for k, w in writes.items())
     md = f"""SketchedKRR, Gaussian kernel, `SubSampling({M})`, d = {D}, n = {args.n:,} synthetic
-rows in memory, default options (float32 blocks written to a local zarr store with O_DIRECT,
-float64 sums) unless a row says otherwise; medians of {args.repeats} interleaved repeats, one
+rows in memory, default options (float32 blocks, exponentials in float32, float64 sums of the
+stored values, blocks written to a local zarr store with O_DIRECT) unless a row says otherwise; medians of {args.repeats} interleaved repeats, one
 contender alive at a time. "pass" is the wall time of the streaming pass as distsketch logs it
 (every row block's kernel block, its sums and its store write, and the tree reduction); "fit"
 is the whole `fit` (also the landmark gather, the driver's eigendecompositions and solve, the
@@ -332,7 +342,7 @@ store metadata and the saved model).
 | figure | value |
 |---|---:|
 | numpy float64 GEMM rate (this run) | {rate_gemm:.1f} GFLOP/s |
-| numpy `exp`, all cores (this run) | {rate_exp / 1e6:.0f} M/s |
+| numpy `exp`, all cores (this run), float64 / float32 | {rate_exp / 1e6:.0f} / {rate_exp32 / 1e6:.0f} M/s |
 | pass work | {pass_flops(args.n) / 1e9:.0f} GFLOP, {args.n * M / 1e6:.0f} M exp |
 | roofline: max(GEMM-bound, exp-bound) | {roofline:.2f} s (max({t_gemm:.2f}, {t_exp:.2f})) |
 | pass / fit, threaded scheduler (default) | {pas['threaded']:.2f} s / {fit['threaded']:.2f} s |
@@ -361,13 +371,15 @@ cores are busy (the steal row above), not when one is idle:
 |---|---:|---:|---:|
 {wrows}
 
-One 4096 × 1000 Gaussian kernel block (d = 20), one thread, median of 7 (ms):
+One 4096 × 1000 Gaussian kernel block (d = 20), one thread, median of 7 (ms). The roofline
+above takes the float64 `exp` rate; it is GEMM-bound either way:
 
 | implementation | ms |
 |---|---:|
 {krows}
 """
     _common.record("pass", md, {"n": args.n, "gemm_gflops": gemm, "exp_per_s": expr,
+                                "exp_float32_per_s": expr32,
                                 "fit_pass_s": runs, "roofline_s": roofline,
                                 "gemm_bound_s": t_gemm, "exp_bound_s": t_exp,
                                 "fraction_of_roofline": fraction,

@@ -16,12 +16,12 @@ the range of ``K_Y``), so the model needs ``C`` itself instead of ``M``, and no 
 ``E``. In these cases the pass returns the row blocks of ``C`` (and ``D``, ``Y``),
 placed (not summed) by the reduction.
 
-Partial sums are float64 whatever the block dtype and are computed from the float64
-blocks, before the copy written to the store is rounded to the block dtype; the store
-write runs in an I/O thread beside them. A block read back from the store on resume
-contributes its stored values: exactly what it contributed the first time for float64
-blocks (bitwise-identical resume), the float32-rounded values for float32 blocks (a resumed
-float32 pass agrees with an uninterrupted one to float32 precision). They are combined in a
+Blocks are computed in the block dtype (float32 by default: kernel values rounded to
+float32, exponentials evaluated in float32) and partial sums are float64 sums of exactly
+those values, so the store holds what the sums were made of; the store write runs in an
+I/O thread beside them. A block read back from the store on resume therefore contributes
+exactly what it contributed the first time, for either dtype (bitwise-identical resume),
+and ``store=None`` fits the same model. They are combined in a
 tree whose shape depends only on the number of blocks (``split_every`` at a time, in
 block order), so the sums do not depend on the scheduler or the number of workers. One
 task computes the ``split_every`` blocks of a first-level node in order and sums them as
@@ -44,7 +44,7 @@ import scipy.sparse as sp
 from dask.delayed import Delayed, delayed
 
 from ._compute import compute, distributed_client, parallel_slots, share
-from .options import EngineOptions, block_dtype
+from .options import EngineOptions
 from .rows import RowSource, check_finite_block, fingerprint
 from .sketches import RealizedSketch, Sketch, gram_dot
 from .store import open_fit_store, write_rows
@@ -90,7 +90,7 @@ class PassPlan:
         Store arrays written by the tasks; None for a temporary fit (``store=None``),
         whose blocks are not written anywhere.
     dtype : numpy dtype
-        Dtype of the stored blocks.
+        Dtype of the blocks, computed and stored (the sums are float64 of their values).
     chunk : int
         Landmark columns per kernel block.
     check_x, check_y : bool
@@ -203,9 +203,42 @@ def _left(sketch: RealizedSketch, block: np.ndarray, start: int, stop: int) -> R
     return RowSparse(sketch.m, *sketch.left_rows(block, start, stop))
 
 
-def _block_sums(plan: PassPlan, i: int, C, D, yb) -> dict:
+class _Buffers:
+    """Block-sized work arrays reused by the blocks of one task.
+
+    A fresh array of a block's size is an mmap whose pages fault in on first touch (about
+    4 ms per 37 MB here), on every block; the blocks of a fused task reuse one set.
+    """
+
+    def __init__(self):
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, shape: tuple[int, int], dtype) -> np.ndarray:
+        a = self._arrays.get(name)
+        if a is None or a.shape != shape or a.dtype != dtype:
+            a = self._arrays[name] = np.empty(shape, dtype=dtype)
+        return a
+
+
+def _float64(block, buffers: _Buffers | None, name: str) -> np.ndarray:
+    """``block`` as float64: itself, or converted into a reused work array."""
+    if buffers is None or getattr(block, "dtype", None) == np.float64:
+        return np.asarray(block, dtype=np.float64)
+    out = buffers.get(name, block.shape, np.float64)
+    np.copyto(out, block)
+    return out
+
+
+def _block_sums(plan: PassPlan, i: int, C, D, yb, buffers: _Buffers | None = None) -> dict:
+    """Partial sums of block ``i`` from its blocks ``C`` (and ``D``), in float64.
+
+    ``buffers``: work arrays for the float64 copies, only when no sum keeps the blocks
+    themselves (an exact side places ``C``/``D`` in the result).
+    """
     s, e = plan.rows(i)
-    C = np.asarray(C, dtype=np.float64)
+    if plan.x_exact or plan.y_exact:
+        buffers = None
+    C = _float64(C, buffers, "C64")
     out = {}
     if plan.x_exact or plan.y_exact:
         out["C"] = RowStack([(s, C)])
@@ -213,7 +246,7 @@ def _block_sums(plan: PassPlan, i: int, C, D, yb) -> dict:
         out["G"] = C.T @ C
         out["B"] = _left(plan.x.sketch, C, s, e)
     if D is not None:
-        D = np.asarray(D, dtype=np.float64)
+        D = _float64(D, buffers, "D64")
         if plan.x_exact:  # the exact input solve needs D itself (n × m_Y), not M = DᵀK_X
             out["D"] = RowStack([(s, D)])
         else:
@@ -230,23 +263,35 @@ def _block_sums(plan: PassPlan, i: int, C, D, yb) -> dict:
     return out
 
 
-def _pass_block(plan: PassPlan, i: int, xb, yb) -> dict:
-    """Compute, store and reduce one row block (the map task of the pass)."""
+def _pass_block(plan: PassPlan, i: int, xb, yb, buffers: _Buffers | None = None) -> dict:
+    """Compute, store and reduce one row block (the map task of the pass).
+
+    With ``buffers``, the blocks ``C``, ``D`` are computed into reused work arrays, which
+    are free again when this returns (the store write has finished); not with an exact
+    side, whose blocks are kept in the result."""
     s, e = plan.rows(i)
+    if plan.x_exact or plan.y_exact:
+        buffers = None
+
+    def block(name: str, m: int):
+        return None if buffers is None else buffers.get(name, (e - s, m), plan.dtype)
+
     if plan.check_x:
         check_finite_block(xb, argument="X", start=s)
     if plan.check_y and yb is not None:
         check_finite_block(yb, argument="Y", start=s)
     x = plan.x
-    C = gram_dot(x.kernel, xb, x.landmarks, x.sketch, chunk=plan.chunk)
+    C = gram_dot(x.kernel, xb, x.landmarks, x.sketch, chunk=plan.chunk, dtype=plan.dtype,
+                 out=block("C", x.sketch.m))
     D = None
     if plan.stores_d:
         y = plan.y
-        D = gram_dot(y.kernel, yb, y.landmarks, y.sketch, chunk=plan.chunk)
+        D = gram_dot(y.kernel, yb, y.landmarks, y.sketch, chunk=plan.chunk, dtype=plan.dtype,
+                     out=block("D", y.sketch.m))
     # the store writes run in an I/O thread beside the partial sums (both only read the
-    # float64 blocks); the task ends when its blocks and its done flag are written
+    # blocks); the task ends when its blocks and its done flag are written
     written = None if plan.done is None else _io_pool().submit(_write_block, plan, i, C, D)
-    sums = _block_sums(plan, i, C, D, yb)
+    sums = _block_sums(plan, i, C, D, yb, buffers)
     if written is not None:
         written.result()  # re-raises a failed write
     return sums
@@ -274,12 +319,12 @@ def _io_pool() -> ThreadPoolExecutor:
         return _IO_POOL
 
 
-def _stored_block(plan: PassPlan, i: int, yb) -> dict:
+def _stored_block(plan: PassPlan, i: int, yb, buffers: _Buffers | None = None) -> dict:
     """Partial sums of a block completed by an earlier run, read back from the store."""
     s, e = plan.rows(i)
     C = plan.C[s:e]
     D = plan.D[s:e] if plan.stores_d else None
-    return _block_sums(plan, i, C, D, yb)
+    return _block_sums(plan, i, C, D, yb, buffers)
 
 
 def _pass_group(plan: PassPlan, items: list) -> dict:
@@ -289,8 +334,10 @@ def _pass_group(plan: PassPlan, items: list) -> dict:
     partial sum held instead of ``split_every`` and 1/``split_every`` of the transfers."""
     acc: dict | None = None
     uniques = []
+    buffers = _Buffers()
     for i, stored, xb, yb in items:
-        part = _stored_block(plan, i, yb) if stored else _pass_block(plan, i, xb, yb)
+        part = (_stored_block(plan, i, yb, buffers) if stored
+                else _pass_block(plan, i, xb, yb, buffers))
         if "U" in part:
             uniques.append(part.pop("U"))
         if acc is None:
@@ -323,6 +370,33 @@ def _combine(*parts: dict) -> dict:
             acc += p[key]
         out[key] = acc
     return out
+
+
+_GROUPS_PER_SLOT = 4  # fuse first-level nodes only with at least this many per core
+
+
+def _pass_leaves(plan_ref, items: list, *, split_every: int, token: str, slots: int) -> list:
+    """The pass's tasks, as the leaves handed to :func:`tree_reduce`.
+
+    With many blocks per core (at least ``_GROUPS_PER_SLOT·split_every·slots``), one task
+    computes each first-level node of the tree (its ``split_every`` blocks, summed in
+    order), for a multiple of ``slots`` nodes, so that every core gets as many; the blocks
+    of the remaining nodes (at least the last, often partial one) run as one task each
+    under a :func:`_combine` node, and fill in wherever a core is free. With fewer blocks,
+    one task per block keeps every core busy. Either way the sums are bitwise the same
+    (tests/test_pass.py).
+    """
+    def block(item):
+        return delayed(_pass_group)(plan_ref, [item], dask_key_name=f"pass-block-{token}-{item[0]}")
+
+    if len(items) < _GROUPS_PER_SLOT * split_every * slots:
+        return [block(item) for item in items]
+    groups = [items[j:j + split_every] for j in range(0, len(items), split_every)]
+    fused = (len(groups) - 1) // slots * slots
+    return [delayed(_pass_group)(plan_ref, group, dask_key_name=f"pass-group-{token}-{g}")
+            if g < fused else
+            delayed(_combine, pure=True)(*map(block, group), dask_key_name=f"pass-node-{token}-{g}")
+            for g, group in enumerate(groups)]
 
 
 def tree_reduce(items: list, *, split_every: int, token: str) -> Delayed:
@@ -375,14 +449,9 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
     plan_ref = share(plan, name=f"pass-plan-{token}", client=client)
     items = [(i, True, None, y_blocks[i] if need_y_for_stored else None) if done[i]
              else (i, False, x_blocks[i], y_blocks[i]) for i in range(plan.n_blocks)]
-    # With many blocks per core, one task computes each first-level node of the tree (its
-    # split_every blocks, summed in order); otherwise one task per block keeps every core
-    # busy. Either way the sums are bitwise the same (tests/test_pass.py).
-    per_task = split_every if plan.n_blocks >= 4 * split_every * parallel_slots(client) else 1
-    leaves = [delayed(_pass_group)(plan_ref, items[j:j + per_task],
-                                   dask_key_name=f"pass-group-{token}-{j // per_task}")
-              for j in range(0, plan.n_blocks, per_task)]
-    total = tree_reduce(leaves, split_every=split_every, token=token)
+    total = tree_reduce(_pass_leaves(plan_ref, items, split_every=split_every, token=token,
+                                     slots=parallel_slots(client)),
+                        split_every=split_every, token=token)
     logger.info("pass: %d blocks (%d already in the store), %d rows per block",
                 plan.n_blocks, int(done.sum()), plan.block_rows)
     start = time.perf_counter()
@@ -439,10 +508,11 @@ class PassResult:
     store: str | None
 
 
-def _choose_block_rows(options: EngineOptions, n: int, width: int, native: int | None) -> int:
+def _choose_block_rows(options: EngineOptions, n: int, width: int, native: int | None,
+                       dtype: np.dtype) -> int:
     if options.block_rows is not None:
         return min(int(options.block_rows), n)
-    itemsize = np.dtype(options.block_dtype).itemsize
+    itemsize = dtype.itemsize
     per_row = 8 * (options.gram_chunk + width) + itemsize * width
     b = max(64, options.block_memory // per_row)
     if native and b >= native:  # whole stored chunks per block; smaller blocks split chunks
@@ -476,12 +546,17 @@ def fit_pass(
     x_land = X.take(xs.support)
     y_land = Y.take(ys.support) if ys is not None else None
     width = xs.m + (ys.m if ys is not None else Y.shape[1]) + X.shape[1] + Y.shape[1]
-    b = _choose_block_rows(options, n, width, X.native_rows or Y.native_rows)
+    # An exact side's blocks are used as they are (the n × n Gram matrix K_X + nλI is
+    # factored, or C itself enters the model), where float32 rounding would be amplified by
+    # up to 1/(nλ): they stay float64 (small n, where the pass is cheap anyway).
+    exact = xs.is_identity or (ys is not None and ys.is_identity)
+    dtype = "float64" if exact else options.block_dtype
+    b = _choose_block_rows(options, n, width, X.native_rows or Y.native_rows, np.dtype(dtype))
     config = _jsonable({
         "model": model,
         "n": n,
         "block_rows": b,
-        "block_dtype": options.block_dtype,
+        "block_dtype": dtype,
         "gram_chunk": options.gram_chunk,
         "m_x": xs.m,
         "m_y": ys.m if ys is not None and not ys.is_identity else None,  # D is stored
@@ -505,7 +580,7 @@ def fit_pass(
                 x=Side(x_kernel, x_land, xs),
                 y=Side(y_kernel, y_land, ys) if ys is not None else None,
                 targets=ys is None, unique_outputs=unique_outputs,
-                C=C, D=D, done=done, dtype=block_dtype(options), chunk=options.gram_chunk,
+                C=C, D=D, done=done, dtype=np.dtype(dtype), chunk=options.gram_chunk,
                 check_x=X.lazy, check_y=Y.lazy, direct_io=options.direct_io,
             )
             sums = run_pass(plan, X, Y, split_every=options.split_every, progress=options.progress)

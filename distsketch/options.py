@@ -12,7 +12,6 @@ from contextlib import nullcontext
 from dataclasses import dataclass, fields
 
 import dask.config
-import numpy as np
 
 __all__ = ["EngineOptions", "check_options", "blas_limit"]
 
@@ -137,6 +136,3 @@ def check_options(options: EngineOptions | None) -> EngineOptions:
         raise _bad("rtol", f"must be in (0, 1), got {options.rtol!r}")
     return options
 
-
-def block_dtype(options: EngineOptions) -> np.dtype:
-    return np.dtype(options.block_dtype)

@@ -549,6 +549,9 @@ def sketch_from_config(cfg: dict, *, argument: str = "sketch") -> Sketch:
 # --------------------------------------------------------------------------- block math
 
 
+_TILE_BYTES = 1 << 20  # float64 kernel values per row tile of gram_dot: about L2-sized
+
+
 def gram_dot(
     kernel: Callable,
     A,
@@ -557,6 +560,7 @@ def gram_dot(
     *,
     right: np.ndarray | None = None,
     chunk: int = 2048,
+    dtype: Any = np.float64,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
     """``Σ_c k(A, L_c) F_c`` over spans ``c`` of the landmarks, without a full Gram block.
@@ -566,10 +570,15 @@ def gram_dot(
     ``k(A, L) F`` for a dense ``F`` (features of new points); with neither it is
     ``k(A, L)`` itself. The kernel block held at any time is ``len(A) × chunk``.
 
+    When each output column is one scaled kernel column (a diagonal ``R_mix``, e.g.
+    sub-sampling, or no factor), the kernel is written straight into the result, in row
+    tiles of about 1 MiB, so its elementwise passes (clip, ``exp``, scaling, rounding to
+    ``dtype``) run in cache instead of over the whole block in memory.
+
     Parameters
     ----------
-    kernel : callable
-        ``kernel(A, B) -> (len(A), len(B))``.
+    kernel : Kernel
+        ``kernel(A, B, out=None) -> (len(A), len(B))``.
     A : ndarray or sparse, shape (b, d)
     landmarks : ndarray or sparse, shape (s', d)
     sketch : RealizedSketch, optional
@@ -577,13 +586,19 @@ def gram_dot(
         With neither ``sketch`` nor ``right``, ``F`` is the identity.
     chunk : int
         Landmark columns per kernel block.
-    out : ndarray of shape (b, k), optional
+    dtype : {float64, float32}
+        Of the result. Written kernel columns are float32 values of the kernel (exponential
+        kernels evaluate ``exp`` in float32, see :mod:`distsketch.kernels`); mixed columns
+        are summed in float64 and rounded once.
+    out : ndarray of shape (b, k) and ``dtype``, optional
+        Written and returned instead of a new array.
 
     Returns
     -------
-    ndarray of shape (b, k), float64
+    ndarray of shape (b, k), ``dtype``
     """
     b = A.shape[0]
+    dtype = np.dtype(dtype)
     if sketch is not None:
         k = sketch.m
         spans = sketch.support_spans(chunk)
@@ -592,26 +607,25 @@ def gram_dot(
         k = s if right is None else right.shape[1]
         spans = [(a, min(a + step, s)) for a in range(0, s, step)]
     diagonal = sketch is not None and sketch.scale is not None
-    placed = diagonal or (sketch is None and right is None)
-    if out is None and placed and len(spans) == 1 and spans[0] == (0, k):
-        # one span placed whole: scale the fresh kernel block in place, no copy
-        (a, c), = spans
-        Kc = kernel(A, landmarks[a:c])
-        if diagonal:
-            Kc *= sketch.scale[a:c]
-        return Kc
-    if out is None:
-        # A diagonal R_mix writes every column once; otherwise blocks are summed.
-        out = np.empty((b, k)) if placed else np.zeros((b, k))
+    if diagonal or (sketch is None and right is None):
+        # each output column is one kernel column (R_mix = diag(scale), or no factor)
+        out = np.empty((b, k), dtype=dtype) if out is None else out
+        for a, c in spans:
+            rows = max(8, _TILE_BYTES // (8 * max(c - a, 1)))
+            for r in range(0, b, rows):
+                tile = out[r:r + rows, a:c]
+                kernel(A[r:r + rows], landmarks[a:c], out=tile)
+                if diagonal:
+                    tile *= sketch.scale[a:c]
+        return out
+    acc = np.zeros((b, k))
     for a, c in spans:
         Kc = kernel(A, landmarks[a:c])
-        if diagonal:
-            # R_mix = diag(scale): the block is a scaled copy of the kernel columns.
-            out[:, a:c] = Kc * sketch.scale[a:c]
-        elif sketch is not None:
-            out += Kc @ sketch.mixing_t_block(a, c)
-        elif right is None:
-            out[:, a:c] = Kc
+        if sketch is not None:
+            acc += Kc @ sketch.mixing_t_block(a, c)
         else:
-            out += Kc @ right[a:c]
-    return out
+            acc += Kc @ right[a:c]
+    if out is not None:
+        np.copyto(out, acc)
+        return out
+    return acc if dtype == np.float64 else acc.astype(dtype)

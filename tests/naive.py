@@ -62,13 +62,15 @@ def exact_krr_predict(k, X, y, Xq, lam):
     return k(Xq, X) @ np.linalg.solve(k(X, X) + n * lam * np.eye(n), y)
 
 
-def pass_sums(kx, Rx, X, ky=None, Ry=None, Y=None, targets=None):
-    """The pass's sums from full matrices: G, B, M, E, b (DESIGN §2)."""
+def pass_sums(kx, Rx, X, ky=None, Ry=None, Y=None, targets=None, C=None, D=None):
+    """The pass's sums from full matrices: G, B, M, E, b (DESIGN §2).
+
+    ``C = K_X R_Xᵀ`` and ``D = K_Y R_Yᵀ`` unless given (e.g. the blocks a store holds)."""
     Rx = _dense(Rx)
-    C = kx(X, X) @ Rx.T
+    C = kx(X, X) @ Rx.T if C is None else np.asarray(C, dtype=np.float64)
     out = {"G": C.T @ C, "B": Rx @ C}
     if ky is not None:
-        D = ky(Y, Y) @ _dense(Ry).T
+        D = ky(Y, Y) @ _dense(Ry).T if D is None else np.asarray(D, dtype=np.float64)
         out["M"] = D.T @ C
         out["E"] = _dense(Ry) @ D
     if targets is not None:

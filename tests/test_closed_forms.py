@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from conftest import all_sketches
+from conftest import CLOSED_FORM_RTOL, all_sketches, dtype_options
 from naive import (
     exact_krr_predict,
     iokr_scores,
@@ -20,79 +20,79 @@ LAM = 1e-3
 SKETCHES = all_sketches(40)
 
 
-def _fit(X, Y, sx, sy, *, seed=0, lam=LAM, **kw):
+def _fit(X, Y, sx, sy, *, seed=0, lam=LAM, block_dtype="float32", **kw):
     return ds.SISOKR(KX, KY, input_sketch=sx, output_sketch=sy, lam=lam, random_state=seed,
-                     **kw).fit(X, Y)
+                     options=dtype_options(block_dtype), **kw).fit(X, Y)
 
 
 @pytest.mark.parametrize("name", sorted(SKETCHES))
 @pytest.mark.parametrize("side", ["both", "input", "output"])
-def test_sisokr_equals_prop1(small_problem, name, side):
+def test_sisokr_equals_prop1(small_problem, name, side, block_dtype):
     """score_candidates == k(y,y) − 2 k_Y(y,Y) R_Yᵀ(R_Y K_Y R_Yᵀ)^† R_Y K_Y K_X R_Xᵀ(…)^† R_X k_X(X,x)."""
     X, Y, Xq, Yc = small_problem
     sk = SKETCHES[name]
     sx = sk if side in ("both", "input") else None
     sy = sk if side in ("both", "output") else None
-    model = _fit(X, Y, sx, sy)
+    model = _fit(X, Y, sx, sy, block_dtype=block_dtype)
     got = model.score_candidates(Xq, Yc)
     want = sisokr_scores(KX, KY, model.input_sketch_.matrix(), model.output_sketch_.matrix(),
                          X, Y, Xq, Yc, LAM)
     assert got.shape == (len(Xq), len(Yc))
-    assert rel_err(got, want) <= 1e-8
+    assert rel_err(got, want) <= CLOSED_FORM_RTOL[block_dtype]
 
 
-def test_identity_sketches_equal_iokr(small_problem):
+def test_identity_sketches_equal_iokr(small_problem, block_dtype):
     X, Y, Xq, Yc = small_problem
-    got = _fit(X, Y, None, None).score_candidates(Xq, Yc)
-    assert rel_err(got, iokr_scores(KX, KY, X, Y, Xq, Yc, LAM)) <= 1e-8
+    got = _fit(X, Y, None, None, block_dtype=block_dtype).score_candidates(Xq, Yc)
+    assert rel_err(got, iokr_scores(KX, KY, X, Y, Xq, Yc, LAM)) <= CLOSED_FORM_RTOL[block_dtype]
 
 
-def test_subsampling_m_equals_n_is_iokr(small_problem):
+def test_subsampling_m_equals_n_is_iokr(small_problem, block_dtype):
     X, Y, Xq, Yc = small_problem
     n = len(X)
-    got = _fit(X, Y, ds.SubSampling(n), ds.SubSampling(n)).score_candidates(Xq, Yc)
-    assert rel_err(got, iokr_scores(KX, KY, X, Y, Xq, Yc, LAM)) <= 1e-8
+    got = _fit(X, Y, ds.SubSampling(n), ds.SubSampling(n), block_dtype=block_dtype).score_candidates(Xq, Yc)
+    assert rel_err(got, iokr_scores(KX, KY, X, Y, Xq, Yc, LAM)) <= CLOSED_FORM_RTOL[block_dtype]
 
 
 @pytest.mark.parametrize("name", sorted(SKETCHES))
-def test_sketched_krr_equals_eq3(small_problem, name):
+def test_sketched_krr_equals_eq3(small_problem, name, block_dtype):
     X, _, Xq, _ = small_problem
     rng = np.random.default_rng(1)
     y = np.sin(X @ np.array([1.0, -2.0, 0.5])) + 0.1 * rng.normal(size=len(X))
-    model = ds.SketchedKRR(KX, sketch=SKETCHES[name], lam=LAM, random_state=3).fit(X, y)
+    model = ds.SketchedKRR(KX, sketch=SKETCHES[name], lam=LAM, random_state=3, options=dtype_options(block_dtype)).fit(X, y)
     got = model.predict(Xq)
     want = sketched_krr_predict(KX, model.sketch_.matrix(), X, y, Xq, LAM)
     assert got.shape == (len(Xq),)
-    assert rel_err(got, want) <= 1e-8
+    assert rel_err(got, want) <= CLOSED_FORM_RTOL[block_dtype]
 
 
-def test_sketched_krr_multioutput_and_exact(small_problem):
+def test_sketched_krr_multioutput_and_exact(small_problem, block_dtype):
     X, Y, Xq, _ = small_problem
     T = Y[:, :3] + 0.5 * X[:, :1]
-    model = ds.SketchedKRR(KX, lam=LAM).fit(X, T)
+    model = ds.SketchedKRR(KX, lam=LAM, options=dtype_options(block_dtype)).fit(X, T)
     got = model.predict(Xq)
     assert got.shape == (len(Xq), 3)
-    assert rel_err(got, exact_krr_predict(KX, X, T, Xq, LAM)) <= 1e-8
+    assert rel_err(got, exact_krr_predict(KX, X, T, Xq, LAM)) <= CLOSED_FORM_RTOL[block_dtype]
 
 
 @pytest.mark.parametrize("sy", [None, ds.GaussianSketch(15), ds.SubSampling(20)], ids=str)
-def test_linear_output_kernel_predicts_vectors(small_problem, sy):
+def test_linear_output_kernel_predicts_vectors(small_problem, sy, block_dtype):
     X, Y, Xq, _ = small_problem
     T = Y + 1.0 + 0.3 * X[:, :1]
     model = ds.SISOKR(KX, ds.Linear(), input_sketch=ds.SubSampling(25), output_sketch=sy,
-                      lam=LAM, random_state=5).fit(X, T)
+                      lam=LAM, random_state=5, options=dtype_options(block_dtype)).fit(X, T)
     got = model.predict(Xq)
     want = sisokr_linear_predict(KX, model.input_sketch_.matrix(), model.output_sketch_.matrix(),
                                  X, T, Xq, LAM)
     assert got.shape == (len(Xq), T.shape[1])
-    assert rel_err(got, want) <= 1e-8
+    assert rel_err(got, want) <= CLOSED_FORM_RTOL[block_dtype]
 
 
-def test_linear_output_iokr_is_multioutput_krr(small_problem):
+def test_linear_output_iokr_is_multioutput_krr(small_problem, block_dtype):
     X, Y, Xq, _ = small_problem
     T = Y + 1.0  # no all-zero column: elementwise relative error stays defined
-    model = ds.SISOKR(KX, ds.Linear(), lam=LAM).fit(X, T)
-    assert rel_err(model.predict(Xq), exact_krr_predict(KX, X, T, Xq, LAM)) <= 1e-8
+    model = ds.SISOKR(KX, ds.Linear(), lam=LAM, options=dtype_options(block_dtype)).fit(X, T)
+    assert rel_err(model.predict(Xq), exact_krr_predict(KX, X, T, Xq, LAM)) <= CLOSED_FORM_RTOL[block_dtype]
 
 
 @pytest.mark.parametrize("lams", [(1e-1, 1e-3, 1e-5)])
@@ -136,22 +136,22 @@ def test_predict_returns_best_candidate(small_problem):
 
 
 @pytest.mark.parametrize("sy", [None, ds.PSparsified(12, p=0.2)], ids=["IOKR", "ISOKR"])
-def test_exact_input_lam_path_equals_dense_formula(small_problem, sy):
+def test_exact_input_lam_path_equals_dense_formula(small_problem, sy, block_dtype):
     """Exact input: (K_X + nλI) factored per λ; every λ of the path is the closed form."""
     X, Y, Xq, Yc = small_problem
     lams = [1e-1, 1e-3, 1e-6]
-    model = ds.SISOKR(KX, KY, output_sketch=sy, lam=lams, random_state=4).fit(X, Y)
+    model = ds.SISOKR(KX, KY, output_sketch=sy, lam=lams, random_state=4, options=dtype_options(block_dtype)).fit(X, Y)
     assert model.input_solution_.exact and model.input_solution_.V is None  # Cholesky per λ
     T = Y[:, :2] + 0.5 * X[:, :1]
-    krr = ds.SketchedKRR(KX, lam=lams).fit(X, T)
+    krr = ds.SketchedKRR(KX, lam=lams, options=dtype_options(block_dtype)).fit(X, T)
     for lam in lams:
         model.set_lam(lam)
         want = sisokr_scores(KX, KY, np.eye(len(X)), model.output_sketch_.matrix(), X, Y, Xq, Yc, lam)
-        assert rel_err(model.score_candidates(Xq, Yc), want) <= 1e-8, lam
+        assert rel_err(model.score_candidates(Xq, Yc), want) <= CLOSED_FORM_RTOL[block_dtype], lam
         if sy is None:
-            assert rel_err(model.score_candidates(Xq, Yc), iokr_scores(KX, KY, X, Y, Xq, Yc, lam)) <= 1e-8
+            assert rel_err(model.score_candidates(Xq, Yc), iokr_scores(KX, KY, X, Y, Xq, Yc, lam)) <= CLOSED_FORM_RTOL[block_dtype]
         got = krr.set_lam(lam).predict(Xq)
-        assert rel_err(got, exact_krr_predict(KX, X, T, Xq, lam)) <= 1e-8, lam
+        assert rel_err(got, exact_krr_predict(KX, X, T, Xq, lam)) <= CLOSED_FORM_RTOL[block_dtype], lam
 
 
 def test_exact_input_falls_back_to_eigenvalues_where_cholesky_fails():

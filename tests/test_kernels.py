@@ -249,16 +249,76 @@ def test_sparse_operands_are_never_densified(kernel, A, B):
 def test_every_exponential_goes_through_the_hook(monkeypatch, A, B):
     calls = []
 
-    def counting_exp(a):
+    def counting_exp(a, out=None):
         calls.append(a.shape)
-        return np.exp(a, out=a)
+        return np.exp(a, out=a if out is None else out, casting="same_kind")
 
     monkeypatch.setattr(kernels, "_exp_inplace", counting_exp)
     exponential = [Gaussian(), Laplacian(), Matern(0.5), Matern(1.5), Matern(2.5)]
     for kernel in [*exponential, GaussianTanimoto()]:
-        calls.clear()
-        kernel(A, B)
-        assert calls == [(len(A), len(B))], kernel
+        for out in (None, np.empty((len(A), len(B)), np.float32)):
+            calls.clear()
+            kernel(A, B, out=out)
+            assert calls == [(len(A), len(B))], kernel
+
+
+# ---------------------------------------------------------------------------- out=
+
+
+EXPONENTIAL = (Gaussian, Laplacian, GaussianTanimoto)
+
+
+@pytest.mark.parametrize("kernel", ALL_KERNELS, ids=kernel_id)
+def test_out_float64_is_the_kernel_block_bitwise(kernel, A, B):
+    want = kernel(A, B)
+    out = np.full((len(A), len(B) + 3), np.nan)[:, 1:-2]  # a strided view of a bigger array
+    assert kernel(A, B, out=out) is out
+    np.testing.assert_array_equal(out, want)
+    out = np.full((len(A), len(B)), np.nan)  # contiguous: Gaussian writes the exponent here
+    np.testing.assert_array_equal(kernel(A, B, out=out), want)
+    np.testing.assert_array_equal(kernel(A, A, out=np.empty((len(A), len(A)))), kernel(A, A))
+
+
+@pytest.mark.parametrize("kernel", ALL_KERNELS, ids=kernel_id)
+def test_out_float32_rounds_the_kernel_values(kernel, A, B):
+    """Into float32: exponential kernels evaluate exp in float32 from the float64 exponent
+    e = log k, so |k32 − k| <= (|e| + 1)·2⁻²⁴·k plus the final rounding; other kernels are
+    their float64 values rounded."""
+    rng = np.random.default_rng(5)
+    A, B = A + 0.3 * rng.random(A.shape), B + 0.3 * rng.random(B.shape)  # a spread of values
+    want = kernel(A, B)
+    got = kernel(A, B, out=np.empty((len(A), len(B)), np.float32))
+    assert got.dtype == np.float32
+    if isinstance(kernel, EXPONENTIAL):
+        e = np.log(want)
+        bound = (np.abs(e) + 2.0) * 2.0**-24 * want
+        assert np.all(np.abs(got - want) <= bound), kernel
+    else:
+        np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+def test_out_float32_exponential_on_a_wide_range():
+    """Kernel values from 1 down to 1e-30: the relative error stays (|e| + 2)·2⁻²⁴."""
+    rng = np.random.default_rng(8)
+    A, B = rng.normal(size=(300, 4)), rng.normal(size=(200, 4)) * 3
+    for kernel in (Gaussian(gamma=0.5), Laplacian(gamma=1.0)):
+        want = kernel(A, B)
+        got = kernel(A, B, out=np.empty(want.shape, np.float32)).astype(np.float64)
+        keep = want > 1e-30  # float32's normal range ends at 1.2e-38
+        e = np.log(want[keep])
+        rel = np.abs(got[keep] - want[keep]) / want[keep]
+        assert np.all(rel <= (np.abs(e) + 2.0) * 2.0**-24), kernel
+        assert rel.max() > 2.0**-24  # the exponent's rounding shows: not just a final rounding
+
+
+@pytest.mark.parametrize(("out", "match"), [
+    (np.empty((9, 6)), r"out has shape \(9, 6\), expected \(len\(A\), len\(B\)\) = \(9, 7\)"),
+    (np.empty((9, 7), np.float16), "out must be a float64 or float32 ndarray, got float16"),
+    ([[0.0] * 7] * 9, "out must be a float64 or float32 ndarray, got list"),
+])
+def test_out_is_checked(A, B, out, match):
+    with pytest.raises(ValueError, match=match):
+        Gaussian()(A, B, out=out)
 
 
 def test_zero_distance_on_the_diagonal_when_a_is_b():

@@ -13,6 +13,7 @@ from distsketch.metrics import (
     surrogate_mse,
     topk_accuracy,
 )
+from conftest import CLOSED_FORM_RTOL
 from naive import rel_err, sisokr_inner
 
 KX = ds.Gaussian(gamma=1.0)
@@ -241,39 +242,39 @@ SIDES = {
 
 
 @pytest.mark.parametrize("name", sorted(SIDES))
-def test_surrogate_mse_equals_closed_form(small_problem, name):
+def test_surrogate_mse_equals_closed_form(small_problem, name, block_dtype):
     X, Y, Xq, _ = small_problem
     sx, sy = SIDES[name]
-    model = ds.SISOKR(KX, KY, input_sketch=sx, output_sketch=sy, lam=LAM, random_state=4).fit(X, Y)
+    model = ds.SISOKR(KX, KY, input_sketch=sx, output_sketch=sy, lam=LAM, random_state=4, options=ds.EngineOptions(block_dtype=block_dtype)).fit(X, Y)
     assert (model.output_projection_ is None) == (sy is None)
     rng = np.random.default_rng(9)
     Yq = (rng.random((len(Xq), Y.shape[1])) < 0.4).astype(float)
     for Xe, Ye in ((Xq, Yq), (X[:10], Y[:10])):
         got = surrogate_mse(model, Xe, Ye)
-        assert rel_err(got, _surrogate_mse_naive(model, X, Y, Xe, Ye, LAM)) <= 1e-8
+        assert rel_err(got, _surrogate_mse_naive(model, X, Y, Xe, Ye, LAM)) <= CLOSED_FORM_RTOL[block_dtype]
 
 
 @pytest.mark.parametrize("sy", [None, ds.GaussianSketch(12)], ids=["exact", "sketched"])
-def test_surrogate_mse_duplicate_training_outputs(sy):
+def test_surrogate_mse_duplicate_training_outputs(sy, block_dtype):
     """Repeated training outputs: the exact output side keeps unique landmarks only."""
     rng = np.random.default_rng(21)
     X = rng.normal(size=(30, 3))
     Y = (rng.random((10, 5)) < 0.5).astype(float)[rng.integers(0, 10, size=30)]
     Xq, Yq = rng.normal(size=(6, 3)), (rng.random((6, 5)) < 0.5).astype(float)
     model = ds.SISOKR(KX, KY, input_sketch=ds.SubSampling(20), output_sketch=sy, lam=LAM,
-                      random_state=2).fit(X, Y)
+                      random_state=2, options=ds.EngineOptions(block_dtype=block_dtype)).fit(X, Y)
     got = surrogate_mse(model, Xq, Yq)
-    assert rel_err(got, _surrogate_mse_naive(model, X, Y, Xq, Yq, LAM)) <= 1e-8
+    assert rel_err(got, _surrogate_mse_naive(model, X, Y, Xq, Yq, LAM)) <= CLOSED_FORM_RTOL[block_dtype]
 
 
 @pytest.mark.parametrize("sy", [None, ds.GaussianSketch(15)], ids=["exact", "sketched"])
-def test_surrogate_mse_sparse_outputs(small_problem, sy):
+def test_surrogate_mse_sparse_outputs(small_problem, sy, block_dtype):
     X, Y, Xq, _ = small_problem
     model = ds.SISOKR(KX, KY, input_sketch=ds.SubSampling(25), output_sketch=sy, lam=LAM,
-                      random_state=4).fit(X, sp.csr_array(Y))
+                      random_state=4, options=ds.EngineOptions(block_dtype=block_dtype)).fit(X, sp.csr_array(Y))
     dense = surrogate_mse(model, X[:12], Y[:12])
     assert rel_err(surrogate_mse(model, X[:12], sp.csr_array(Y[:12])), dense) <= 1e-12
-    assert rel_err(dense, _surrogate_mse_naive(model, X, Y, X[:12], Y[:12], LAM)) <= 1e-8
+    assert rel_err(dense, _surrogate_mse_naive(model, X, Y, X[:12], Y[:12], LAM)) <= CLOSED_FORM_RTOL[block_dtype]
 
 
 @pytest.mark.parametrize("sides", ["sisokr", "siokr_exact_output", "iokr"])
@@ -289,15 +290,15 @@ def test_surrogate_mse_train_below_heldout(small_problem, sides):
 
 
 @pytest.mark.parametrize("sy", [None, ds.GaussianSketch(15)], ids=["exact", "sketched"])
-def test_surrogate_mse_linear_output_kernel(small_problem, sy):
+def test_surrogate_mse_linear_output_kernel(small_problem, sy, block_dtype):
     """Linear k_Y: ĥ(x_q) = Yᵀ Q[:, q] is a vector and the MSE is mean ‖ĥ(x_q) − y_q‖²."""
     X, Y, Xq, _ = small_problem
     T = Y + 1.0 + 0.3 * X[:, :1]
     rng = np.random.default_rng(13)
     Tq = rng.normal(size=(len(Xq), T.shape[1])) + 1.0
     model = ds.SISOKR(KX, ds.Linear(), input_sketch=ds.SubSampling(25), output_sketch=sy,
-                      lam=LAM, random_state=5).fit(X, T)
+                      lam=LAM, random_state=5, options=ds.EngineOptions(block_dtype=block_dtype)).fit(X, T)
     Q = sisokr_inner(KX, ds.Linear(), model.input_sketch_.matrix(), model.output_sketch_.matrix(),
                      X, T, Xq, LAM)
     want = np.mean(np.sum(((T.T @ Q).T - Tq) ** 2, axis=1))
-    assert rel_err(surrogate_mse(model, Xq, Tq), want) <= 1e-8
+    assert rel_err(surrogate_mse(model, Xq, Tq), want) <= CLOSED_FORM_RTOL[block_dtype]

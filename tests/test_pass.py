@@ -44,16 +44,32 @@ SKETCH_PAIRS = [(name, name) for name in sorted(all_sketches(N))] + [
 
 
 @pytest.mark.parametrize(("x_name", "y_name"), SKETCH_PAIRS)
-def test_sums_equal_dense_formulas(tmp_path, x_name, y_name):
+def test_sums_equal_dense_formulas(tmp_path, x_name, y_name, block_dtype):
+    """The sums are the dense formulas of DESIGN §2 applied to the blocks the store holds:
+    float64 blocks are C = K_X R_Xᵀ and D = K_Y R_Yᵀ to rounding; float32 blocks are those
+    values rounded to float32 (exponentials evaluated in float32), and the sums are float64
+    sums of exactly the stored values, which is what makes a resumed pass bitwise the same."""
     X, Y = problem()
     sx, sy = all_sketches(N)[x_name], all_sketches(N)[y_name]
     kx, ky = ds.Gaussian(gamma=0.4), ds.Gaussian(gamma=0.5)
     m = ds.SISOKR(kx, ky, input_sketch=sx, output_sketch=sy, random_state=3, store=tmp_path / "s",
-                  options=ds.EngineOptions(block_rows=17, gram_chunk=11)).fit(X, Y)
-    Rx = _dense(m.input_sketch_.matrix())
-    want = pass_sums(kx, Rx, X, ky, m.output_sketch_.matrix(), Y)
-    want["C"] = kx(X, X) @ Rx.T
-    want["D"] = ky(Y, Y) @ _dense(m.output_sketch_.matrix()).T
+                  options=ds.EngineOptions(block_rows=17, gram_chunk=11,
+                                           block_dtype=block_dtype)).fit(X, Y)
+    Rx, Ry = _dense(m.input_sketch_.matrix()), _dense(m.output_sketch_.matrix())
+    exact_c, exact_d = kx(X, X) @ Rx.T, ky(Y, Y) @ Ry.T
+    stored = zarr.open_group(str(tmp_path / "s"), mode="r")["pass"]
+    # an exact side's blocks enter the solve as they are: they stay float64
+    dtype = "float64" if "identity" in (x_name, y_name) else block_dtype
+    assert stored["C"].dtype == np.dtype(dtype)
+    assert ("D" in stored) == (y_name != "identity")
+    C = stored["C"][:]
+    D = stored["D"][:] if "D" in stored else exact_d
+    # float32 blocks: kernel values to about 2 float32 ulps (the exponent's rounding, then exp)
+    block_tol = 1e-12 if dtype == "float64" else 5e-7
+    assert norm_rel_err(C, exact_c) <= block_tol
+    assert norm_rel_err(D, exact_d) <= block_tol
+    want = pass_sums(kx, Rx, X, ky, Ry, Y, C=C, D=D)
+    want["C"], want["D"] = C, D
     got = sums_of(tmp_path / "s")
     # an exact side needs C instead of its sums, and an exact input side takes D itself
     # instead of M = Dᵀ K_X (DESIGN §2; distsketch.accumulate docstring)
@@ -66,20 +82,15 @@ def test_sums_equal_dense_formulas(tmp_path, x_name, y_name):
     assert set(got) == expected | {"U"}
     for key in expected:
         assert norm_rel_err(got[key], want[key]) <= 1e-12, key
-    # the stored blocks are C = K_X R_Xᵀ and, for a sketched output, D = K_Y R_Yᵀ, rounded
-    # to the default float32 blocks (tests/test_float32.py: exactly the float64 blocks rounded)
-    stored = zarr.open_group(str(tmp_path / "s"), mode="r")["pass"]
-    assert stored["C"].dtype == np.float32
-    assert norm_rel_err(stored["C"][:], want["C"]) <= 1e-7
-    assert ("D" in stored) == (y_name != "identity")
 
 
-def test_vector_target_sum_b(tmp_path):
+def test_vector_target_sum_b(tmp_path, block_dtype):
     X, Y = problem()
     k = ds.Gaussian(gamma=0.4)
     m = ds.SketchedKRR(k, sketch=ds.CountSketch(20), random_state=1, store=tmp_path / "k",
-                       options=ds.EngineOptions(block_rows=13)).fit(X, Y[:, :2])
-    want = pass_sums(k, m.sketch_.matrix(), X, targets=Y[:, :2])
+                       options=ds.EngineOptions(block_rows=13, block_dtype=block_dtype)).fit(X, Y[:, :2])
+    C = zarr.open_group(str(tmp_path / "k"), mode="r")["pass/C"][:]
+    want = pass_sums(k, m.sketch_.matrix(), X, targets=Y[:, :2], C=C)
     got = sums_of(tmp_path / "k")
     assert set(got) == {"G", "B", "b"}
     for key in want:
@@ -192,12 +203,12 @@ class _CountingGaussian(ds.Gaussian):
     def get_params(self, deep=True):
         return {"gamma": self.gamma}
 
-    def __call__(self, A, B):
+    def __call__(self, A, B, **kwargs):
         if len(A) == 10:  # a training block (query calls have other sizes)
             if self.fail_after is not None and self.calls["blocks"] == self.fail_after:
                 raise RuntimeError("simulated failure")
             self.calls["blocks"] += 1
-        return super().__call__(A, B)
+        return super().__call__(A, B, **kwargs)
 
 
 def test_failed_pass_resumes_with_identical_sums(tmp_path):
@@ -383,22 +394,29 @@ def test_leaf_task_sums_blocks_as_the_tree_node_would(tmp_path, monkeypatch, kin
         return group(plan, items)
 
     monkeypatch.setattr(acc, "_pass_group", counted)
-    for name, slots in (("fused", 0), ("per_block", 10**9)):  # 0: fuse whatever the count
+    monkeypatch.setattr(acc, "_GROUPS_PER_SLOT", 1)  # 12 blocks: 3 nodes of 4
+    layouts = {"fused": (1, {4: 2, 1: 4}),  # 1 core: every node fused but the last
+               "uneven": (3, {1: 12}),  # 3 cores: 2 fused nodes cannot be shared evenly
+               "per_block": (10**9, {1: 12})}
+    for name, (slots, want) in layouts.items():
         monkeypatch.setattr(acc, "parallel_slots", lambda client=None, s=slots: s)
         tasks.clear()
         with dask.config.set(scheduler="synchronous"):
             with pytest.raises(RuntimeError, match="simulated failure"):
                 fit(tmp_path / name, fail_after=6)
+            failed = collections.Counter(tasks)
             fit(tmp_path / name)
-        assert max(tasks) == (4 if name == "fused" else 1)
-    a, b = sums_of(tmp_path / "fused"), sums_of(tmp_path / "per_block")
-    assert set(a) == set(b)
-    for key in a:
-        if key == "U":
-            for u, v in zip(a[key], b[key]):
-                np.testing.assert_array_equal(u, v)
-        else:
-            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+        assert tasks - failed == want, name  # the resumed run's tasks
+    b = sums_of(tmp_path / "per_block")
+    for name in ("fused", "uneven"):
+        a = sums_of(tmp_path / name)
+        assert set(a) == set(b)
+        for key in a:
+            if key == "U":
+                for u, v in zip(a[key], b[key]):
+                    np.testing.assert_array_equal(u, v)
+            else:
+                np.testing.assert_array_equal(a[key], b[key], err_msg=f"{name} {key}")
 
 
 def test_pass_tasks_keep_every_core_busy():
@@ -417,5 +435,5 @@ def test_pass_tasks_keep_every_core_busy():
     with pytest.MonkeyPatch.context() as m:
         m.setattr(acc, "_pass_group", lambda plan, items: seen.append(len(items)) or group(plan, items))
         with dask.config.set(num_workers=2):
-            model().fit(X, Y)  # N // 10 blocks < 4 · split_every · 2
+            model().fit(X, Y)  # N // 10 blocks < _GROUPS_PER_SLOT · split_every · 2
     assert set(seen) == {1} and len(seen) == N // 10

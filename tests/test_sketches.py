@@ -21,6 +21,7 @@ import scipy.sparse as sp
 from numpy.testing import assert_allclose, assert_array_equal
 from scipy import stats
 
+from distsketch import sketches
 from distsketch.kernels import Gaussian
 from distsketch.sketches import (
     TILE,
@@ -259,6 +260,30 @@ class TestSketchContract:
         assert isinstance(got, np.ndarray) and got.dtype == np.float64
         assert got.shape == (9, R.m)
         assert_rel_close(got, expected)
+
+    @pytest.mark.parametrize("inputs", ["dense", "csr"])
+    def test_gram_dot_float32_and_row_tiles(self, case, inputs, monkeypatch):
+        """dtype=float32: placed columns are the kernel written into float32 (float32
+        exponentials) and scaled; mixed columns are the float64 result rounded once. Row
+        tiles (forced to the minimum, 8 rows: tiles of 8 and 1 here) give the same values as
+        one tile, to rounding (BLAS
+        may sum a 1-row product in another order)."""
+        spec, n = case
+        R = spec.realize(n, seed=15)
+        A, X = gram_inputs(n, inputs)
+        L = X[R.support]
+        got = gram_dot(KERNEL, A, L, R, chunk=7, dtype=np.float32)
+        assert got.dtype == np.float32 and got.shape == (9, R.m)
+        f64 = gram_dot(KERNEL, A, L, R, chunk=7)
+        if R.scale is not None:  # placed: each column one scaled kernel column
+            want = KERNEL(A, L, out=np.empty((9, len(R.support)), np.float32)) * R.scale
+            assert_array_equal(got, want.astype(np.float32))
+        else:
+            assert_array_equal(got, f64.astype(np.float32))
+        assert_rel_close(got, f64, rel=1e-6)
+        monkeypatch.setattr(sketches, "_TILE_BYTES", 16)  # the minimum tile: 8 rows
+        assert_rel_close(gram_dot(KERNEL, A, L, R, chunk=7), f64, rel=1e-15)
+        assert_rel_close(gram_dot(KERNEL, A, L, R, chunk=7, dtype=np.float32), got, rel=1.2e-7)
 
     def test_pickle_round_trip(self, case):
         spec, n = case

@@ -43,13 +43,15 @@ def test_rank_deficient_b_drops_the_null_space():
 
 
 def test_both_whitenings_give_the_same_model(small_problem, monkeypatch):
-    """Forcing the eigen-whitening (margin = ∞) changes no score beyond rounding."""
+    """Forcing the eigen-whitening (margin = ∞) changes no score beyond rounding (float64
+    blocks, to compare with the closed form at 1e-8)."""
     X, Y, Xq, Yc = small_problem
     kx, ky = ds.Gaussian(gamma=1.0), ds.Gaussian(gamma=0.5)
 
     def fit():
         return ds.SISOKR(kx, ky, input_sketch=ds.GaussianSketch(15),
-                         output_sketch=ds.GaussianSketch(10), lam=1e-3, random_state=0).fit(X, Y)
+                         output_sketch=ds.GaussianSketch(10), lam=1e-3, random_state=0,
+                         options=ds.EngineOptions(block_dtype="float64")).fit(X, Y)
 
     calls = []
     real = solve._cholesky_whitening
