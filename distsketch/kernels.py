@@ -103,12 +103,14 @@ def _exp_inplace(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 _SCRATCH = threading.local()
 _SCRATCH_BYTES = 4 << 20  # larger work arrays are allocated per call
+_TILE_BYTES = 4 << 20  # float64 values per row tile when a kernel writes into out
+_TILE_MAX_D = 64  # wider inputs: the GEMM dominates, and tiles would repack B per tile
 
 
 def _scratch(slot: str, shape: tuple[int, int]) -> np.ndarray:
     """A float64 work array of ``shape`` owned by this thread, contents undefined.
 
-    The pass evaluates kernels on row tiles of about 1 MiB; allocating their temporaries
+    Kernels writing into ``out`` work in row tiles of about 4 MiB; allocating their temporaries
     anew on every tile costs page faults, worst in ``dask.distributed`` workers, which set
     ``MALLOC_TRIM_THRESHOLD_`` and so turn off glibc's adaptive mmap threshold: every
     allocation above 128 KiB is then a fresh mmap. Arrays above ``_SCRATCH_BYTES`` are not
@@ -165,12 +167,30 @@ def _sq_dists(A: Block, B: Block) -> np.ndarray:
     return D
 
 
-def _neg_scaled_sq_dists(A: np.ndarray, B: np.ndarray, gamma: float,
-                         out: np.ndarray | None = None) -> np.ndarray:
-    """``−γ ‖a_i − b_j‖²`` for dense blocks from one GEMM, clipped at 0, shape (n_a, n_b).
+def _augment_left(A: np.ndarray, gamma: float, out: np.ndarray | None = None) -> np.ndarray:
+    """``[2γ a, −γ‖a‖², 1]`` per row, shape (n_a, d + 2)."""
+    d = A.shape[1]
+    Aa = np.empty((A.shape[0], d + 2)) if out is None else out
+    np.multiply(A, 2.0 * gamma, out=Aa[:, :d])
+    Aa[:, d] = _sq_norms(A)
+    Aa[:, d] *= -gamma
+    Aa[:, d + 1] = 1.0
+    return Aa
 
-    Into ``out`` (C-contiguous float64) when given, with the augmented blocks in this
-    thread's work arrays (:func:`_scratch`); otherwise a new array.
+
+def _augment_right(B: np.ndarray, gamma: float) -> np.ndarray:
+    """``[b, 1, −γ‖b‖²]`` per row, shape (n_b, d + 2)."""
+    d = B.shape[1]
+    Ba = np.empty((B.shape[0], d + 2))
+    Ba[:, :d] = B
+    Ba[:, d] = 1.0
+    Ba[:, d + 1] = _sq_norms(B)
+    Ba[:, d + 1] *= -gamma
+    return Ba
+
+
+def _neg_scaled_sq_dists(A: np.ndarray, B: np.ndarray, gamma: float) -> np.ndarray:
+    """``−γ ‖a_i − b_j‖²`` for dense blocks from one GEMM, clipped at 0, shape (n_a, n_b).
 
     ``−γ‖a − b‖² = ⟨[2γ a, −γ‖a‖², 1], [b, 1, −γ‖b‖²]⟩``: the product of two
     (·, d + 2) augmented blocks yields the scaled distances directly, so the block is
@@ -179,19 +199,7 @@ def _neg_scaled_sq_dists(A: np.ndarray, B: np.ndarray, gamma: float,
     of the expansion in :func:`_sq_dists`, about 1e-16·γ(‖a‖² + ‖b‖²); the diagonal
     of ``A is B`` is set to 0 exactly.
     """
-    d = A.shape[1]
-    work = _scratch if out is not None else (lambda slot, shape: np.empty(shape))
-    Aa = work("a", (A.shape[0], d + 2))
-    np.multiply(A, 2.0 * gamma, out=Aa[:, :d])
-    Aa[:, d] = _sq_norms(A)
-    Aa[:, d] *= -gamma
-    Aa[:, d + 1] = 1.0
-    Ba = work("b", (B.shape[0], d + 2))
-    Ba[:, :d] = B
-    Ba[:, d] = 1.0
-    Ba[:, d + 1] = _sq_norms(B)
-    Ba[:, d + 1] *= -gamma
-    T = np.matmul(Aa, Ba.T, out=out)
+    T = _augment_left(A, gamma) @ _augment_right(B, gamma).T
     np.minimum(T, 0.0, out=T)
     if A is B:
         np.fill_diagonal(T, 0.0)
@@ -273,6 +281,12 @@ class Kernel(ParamsMixin):
         K : ndarray, shape (n_a, n_b)
             ``out``, or a new C-contiguous float64 array owned by the caller.
         """
+        if out is not None:
+            return self._into(A, B, out)
+        A, B = self._operands(A, B)
+        return np.ascontiguousarray(self._compute(A, B), dtype=np.float64)
+
+    def _operands(self, A: Block, B: Block) -> tuple[Block, Block]:
         same = A is B
         A = _as_block(A)
         B = A if same else _as_block(B)
@@ -281,15 +295,20 @@ class Kernel(ParamsMixin):
                 f"{type(self).__name__}: A and B must have the same number of columns, "
                 f"got {A.shape[1]} and {B.shape[1]}"
             )
-        if out is None:
-            return np.ascontiguousarray(self._compute(A, B), dtype=np.float64)
+        return A, B
+
+    def _into(self, A: Block, B: Block, out: np.ndarray,
+              scale: np.ndarray | None = None) -> np.ndarray:
+        """``out[i, j] = k(A[i], B[j])`` rounded to ``out``'s dtype, times ``scale[j]`` (and
+        rounded again) when given: the sketched pass's placed columns (gram_dot)."""
+        A, B = self._operands(A, B)
         if not isinstance(out, np.ndarray) or out.dtype not in (np.float64, np.float32):
             raise ValueError(f"{type(self).__name__}: out must be a float64 or float32 "
                              f"ndarray, got {getattr(out, 'dtype', type(out).__name__)}")
         if out.shape != (A.shape[0], B.shape[0]):
             raise ValueError(f"{type(self).__name__}: out has shape {out.shape}, expected "
                              f"(len(A), len(B)) = {(A.shape[0], B.shape[0])}")
-        self._compute_into(A, B, out)
+        self._fill(A, B, out, scale)
         return out
 
     def diag(self, A: Block) -> np.ndarray:
@@ -334,9 +353,11 @@ class Kernel(ParamsMixin):
     def _compute(self, A: Block, B: Block) -> np.ndarray:
         raise NotImplementedError
 
-    def _compute_into(self, A: Block, B: Block, out: np.ndarray) -> None:
-        """``out[...] = k(A, B)``; kernels with a cheaper float32 path override this."""
+    def _fill(self, A: Block, B: Block, out: np.ndarray, scale: np.ndarray | None) -> None:
+        """:meth:`_into` on checked operands; kernels with a cheaper path override this."""
         out[...] = self._compute(A, B)
+        if scale is not None:
+            out *= scale
 
     def _diag(self, A: Block) -> np.ndarray:
         return np.ones(A.shape[0])
@@ -351,8 +372,10 @@ class _ExponentialKernel(Kernel):
     def _compute(self, A: Block, B: Block) -> np.ndarray:
         return _exp_inplace(self._exponent(A, B))
 
-    def _compute_into(self, A: Block, B: Block, out: np.ndarray) -> None:
+    def _fill(self, A: Block, B: Block, out: np.ndarray, scale: np.ndarray | None) -> None:
         _exp_inplace(self._exponent(A, B), out=out)
+        if scale is not None:
+            out *= scale
 
 
 class Gaussian(_ExponentialKernel):
@@ -381,15 +404,34 @@ class Gaussian(_ExponentialKernel):
             return D
         return _neg_scaled_sq_dists(A, B, self.gamma)
 
-    def _compute_into(self, A: Block, B: Block, out: np.ndarray) -> None:
+    def _fill(self, A: Block, B: Block, out: np.ndarray, scale: np.ndarray | None) -> None:
+        """Dense blocks in row tiles of about ``_TILE_BYTES`` (small ``d``): the GEMM, clip,
+        ``exp``, rounding and scaling of a tile run while it is in cache, the augmented
+        ``B`` is built once, the tile temporaries are this thread's work arrays. With
+        ``d > _TILE_MAX_D`` the GEMM dominates and one tile takes the whole block."""
         if sp.issparse(A) or sp.issparse(B):
-            super()._compute_into(A, B, out)
+            super()._fill(A, B, out, scale)
             return
-        # the exponent straight into a float64 out, else into this thread's work array
-        direct = out.dtype == np.float64 and out.flags.c_contiguous
-        T = out if direct else _scratch("exponent", out.shape)
-        _neg_scaled_sq_dists(A, B, self.gamma, out=T)
-        _exp_inplace(T, out=out)
+        n_a, n_b = out.shape
+        d = A.shape[1]
+        same = A is B
+        Ba = _augment_right(B, self.gamma)
+        rows = n_a if d > _TILE_MAX_D else max(8, _TILE_BYTES // (8 * max(n_b, 1)))
+        for r in range(0, n_a, rows):
+            e = min(r + rows, n_a)
+            dst = out[r:e]
+            # the exponent straight into a float64 tile, else into a work array
+            direct = dst.dtype == np.float64 and dst.flags.c_contiguous
+            T = dst if direct else _scratch("exponent", (e - r, n_b))
+            Aa = _augment_left(A[r:e], self.gamma, out=_scratch("a", (e - r, d + 2)))
+            np.matmul(Aa, Ba.T, out=T)
+            np.minimum(T, 0.0, out=T)
+            if same:  # exact zeros on the diagonal, as _neg_scaled_sq_dists
+                idx = np.arange(e - r)
+                T[idx, idx + r] = 0.0
+            _exp_inplace(T, out=dst)
+            if scale is not None:
+                dst *= scale
 
 
 class Laplacian(_ExponentialKernel):
@@ -680,9 +722,9 @@ class Standardized(Kernel):
         TA = self._transform(A)
         return self.kernel(TA, TA if B is A else self._transform(B))
 
-    def _compute_into(self, A: Block, B: Block, out: np.ndarray) -> None:
+    def _fill(self, A: Block, B: Block, out: np.ndarray, scale: np.ndarray | None) -> None:
         TA = self._transform(A)
-        self.kernel(TA, TA if B is A else self._transform(B), out=out)
+        self.kernel._into(TA, TA if B is A else self._transform(B), out, scale)
 
     def _diag(self, A: Block) -> np.ndarray:
         return self.kernel.diag(self._transform(A))

@@ -549,9 +549,6 @@ def sketch_from_config(cfg: dict, *, argument: str = "sketch") -> Sketch:
 # --------------------------------------------------------------------------- block math
 
 
-_TILE_BYTES = 1 << 20  # float64 kernel values per row tile of gram_dot: about L2-sized
-
-
 def gram_dot(
     kernel: Callable,
     A,
@@ -571,9 +568,8 @@ def gram_dot(
     ``k(A, L)`` itself. The kernel block held at any time is ``len(A) × chunk``.
 
     When each output column is one scaled kernel column (a diagonal ``R_mix``, e.g.
-    sub-sampling, or no factor), the kernel is written straight into the result, in row
-    tiles of about 1 MiB, so its elementwise passes (clip, ``exp``, scaling, rounding to
-    ``dtype``) run in cache instead of over the whole block in memory.
+    sub-sampling, or no factor), the kernel writes straight into the result
+    (``Kernel._into``; the Gaussian kernel in cache-sized row tiles, scaling included).
 
     Parameters
     ----------
@@ -608,15 +604,10 @@ def gram_dot(
         spans = [(a, min(a + step, s)) for a in range(0, s, step)]
     diagonal = sketch is not None and sketch.scale is not None
     if diagonal or (sketch is None and right is None):
-        # each output column is one kernel column (R_mix = diag(scale), or no factor)
+        # each output column is one scaled kernel column (R_mix = diag(scale), or no factor)
         out = np.empty((b, k), dtype=dtype) if out is None else out
         for a, c in spans:
-            rows = max(8, _TILE_BYTES // (8 * max(c - a, 1)))
-            for r in range(0, b, rows):
-                tile = out[r:r + rows, a:c]
-                kernel(A[r:r + rows], landmarks[a:c], out=tile)
-                if diagonal:
-                    tile *= sketch.scale[a:c]
+            kernel._into(A, landmarks[a:c], out[:, a:c], sketch.scale[a:c] if diagonal else None)
         return out
     acc = np.zeros((b, k))
     for a, c in spans:

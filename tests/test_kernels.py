@@ -311,6 +311,24 @@ def test_out_float32_exponential_on_a_wide_range():
         assert rel.max() > 2.0**-24  # the exponent's rounding shows: not just a final rounding
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gaussian_row_tiles_equal_one_tile(monkeypatch, dtype):
+    """Gaussian writes into out in row tiles (8 rows here, 1 tile by default for 30 rows):
+    the same values to rounding (BLAS may sum a short tile's products in another order),
+    exact zeros on the diagonal of k(A, A), and the scale applied per tile."""
+    rng = np.random.default_rng(4)
+    A = rng.normal(size=(30, 3))
+    scale = rng.random(30) + 0.5
+    k = Gaussian(gamma=0.3)
+    one = k._into(A, A, np.empty((30, 30), dtype), scale)
+    monkeypatch.setattr(kernels, "_TILE_BYTES", 16)
+    tiled = k._into(A, A, np.empty((30, 30), dtype), scale)
+    assert_allclose(tiled, one, rtol=2e-16 if dtype == np.float64 else 1.2e-7)
+    assert_allclose(np.diag(tiled), scale.astype(dtype), rtol=0, atol=0)
+    want = (k(A, A) * scale).astype(dtype)
+    assert_allclose(tiled, want, rtol=1e-15 if dtype == np.float64 else 5e-7)
+
+
 @pytest.mark.parametrize(("out", "match"), [
     (np.empty((9, 6)), r"out has shape \(9, 6\), expected \(len\(A\), len\(B\)\) = \(9, 7\)"),
     (np.empty((9, 7), np.float16), "out must be a float64 or float32 ndarray, got float16"),

@@ -21,7 +21,7 @@ import scipy.sparse as sp
 from numpy.testing import assert_allclose, assert_array_equal
 from scipy import stats
 
-from distsketch import sketches
+from distsketch import kernels
 from distsketch.kernels import Gaussian
 from distsketch.sketches import (
     TILE,
@@ -281,7 +281,7 @@ class TestSketchContract:
         else:
             assert_array_equal(got, f64.astype(np.float32))
         assert_rel_close(got, f64, rel=1e-6)
-        monkeypatch.setattr(sketches, "_TILE_BYTES", 16)  # the minimum tile: 8 rows
+        monkeypatch.setattr(kernels, "_TILE_BYTES", 16)  # the minimum tile: 8 rows
         assert_rel_close(gram_dot(KERNEL, A, L, R, chunk=7), f64, rel=1e-15)
         assert_rel_close(gram_dot(KERNEL, A, L, R, chunk=7, dtype=np.float32), got, rel=1.2e-7)
 
