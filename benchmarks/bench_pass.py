@@ -20,10 +20,10 @@ the same fit on a ``LocalCluster`` of 1 worker process × 1 thread vs
 2 worker processes × 1 thread (speed-up target ≥ 1.6×), with the store and with
 ``store=None``; the cost of one block write (wall, CPU, hypervisor steal) through the page
 cache and with O_DIRECT; and the kernel block computed the way the pass does (row tiles of
-about 1 MiB, each one augmented GEMM, a clip and an ``exp`` in float32 into the float32
+about 4 MiB, each one augmented GEMM, a clip and an ``exp`` in float32 into the float32
 block) against float64, one whole-block call, the textbook numpy expansion and numexpr
 when installed (why distsketch needs no numexpr here: numpy's SIMD ``exp`` is faster than
-numexpr's on this machine, and its float32 ``exp`` about 3× its float64 one).
+numexpr's on this machine, and its float32 ``exp`` 3–4× its float64 one).
 
     python benchmarks/bench_pass.py [--n 200000] [--repeats 3] [--quick]
 """

@@ -48,7 +48,7 @@ float32 array (``kernel(A, B, out=...)``, how the pass fills its row blocks). Ev
 exponential goes through :func:`_exp_inplace`, the single place to swap in another ``exp``.
 Into a float32 array, the exponential kernels (Gaussian, Laplacian, GaussianTanimoto)
 evaluate ``exp`` in float32 from the float64 exponent: numpy's float32 ``exp`` runs about
-3× faster than its float64 one (benchmarks/RESULTS.md, pass). The exponent ``e`` is
+3–4× faster than its float64 one (benchmarks/RESULTS.md, pass). The exponent ``e`` is
 rounded to float32 first, so the relative error of the value is about (|e| + 1)·6e-8:
 1.2e-7 where k = 0.37, 1.3e-6 where k = 1e-9 (tests/test_kernels.py).
 """
