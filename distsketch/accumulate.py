@@ -232,12 +232,9 @@ def _float64(block, buffers: _Buffers | None, name: str) -> np.ndarray:
 def _block_sums(plan: PassPlan, i: int, C, D, yb, buffers: _Buffers | None = None) -> dict:
     """Partial sums of block ``i`` from its blocks ``C`` (and ``D``), in float64.
 
-    ``buffers``: work arrays for the float64 copies, only when no sum keeps the blocks
-    themselves (an exact side places ``C``/``D`` in the result).
+    ``buffers``: work arrays for the float64 copies (see :func:`_pass_group`).
     """
     s, e = plan.rows(i)
-    if plan.x_exact or plan.y_exact:
-        buffers = None
     C = _float64(C, buffers, "C64")
     out = {}
     if plan.x_exact or plan.y_exact:
@@ -267,11 +264,8 @@ def _pass_block(plan: PassPlan, i: int, xb, yb, buffers: _Buffers | None = None)
     """Compute, store and reduce one row block (the map task of the pass).
 
     With ``buffers``, the blocks ``C``, ``D`` are computed into reused work arrays, which
-    are free again when this returns (the store write has finished); not with an exact
-    side, whose blocks are kept in the result."""
+    are free again when this returns (the store write has finished)."""
     s, e = plan.rows(i)
-    if plan.x_exact or plan.y_exact:
-        buffers = None
 
     def block(name: str, m: int):
         return None if buffers is None else buffers.get(name, (e - s, m), plan.dtype)
@@ -334,7 +328,8 @@ def _pass_group(plan: PassPlan, items: list) -> dict:
     partial sum held instead of ``split_every`` and 1/``split_every`` of the transfers."""
     acc: dict | None = None
     uniques = []
-    buffers = _Buffers()
+    # reused block arrays, except with an exact side, whose blocks are kept in the result
+    buffers = None if plan.x_exact or plan.y_exact else _Buffers()
     for i, stored, xb, yb in items:
         part = (_stored_block(plan, i, yb, buffers) if stored
                 else _pass_block(plan, i, xb, yb, buffers))

@@ -199,10 +199,22 @@ def _neg_scaled_sq_dists(A: np.ndarray, B: np.ndarray, gamma: float) -> np.ndarr
     of the expansion in :func:`_sq_dists`, about 1e-16·γ(‖a‖² + ‖b‖²); the diagonal
     of ``A is B`` is set to 0 exactly.
     """
-    T = _augment_left(A, gamma) @ _augment_right(B, gamma).T
+    return _neg_scaled_sq_dists_into(A, _augment_right(B, gamma), gamma,
+                                     np.empty((A.shape[0], B.shape[0])), 0 if A is B else None)
+
+
+def _neg_scaled_sq_dists_into(A: np.ndarray, Ba: np.ndarray, gamma: float, T: np.ndarray,
+                              diagonal: int | None = None) -> np.ndarray:
+    """:func:`_neg_scaled_sq_dists` of rows ``A`` against augmented rows ``Ba``
+    (:func:`_augment_right`) into ``T`` (C-contiguous float64); ``diagonal``: the column of
+    A's first row in ``Ba`` when A's rows are among Ba's (``A is B``), where the distance
+    is set to 0 exactly. A's augmented rows go to this thread's work array."""
+    Aa = _augment_left(A, gamma, out=_scratch("a", (A.shape[0], Ba.shape[1])))
+    np.matmul(Aa, Ba.T, out=T)
     np.minimum(T, 0.0, out=T)
-    if A is B:
-        np.fill_diagonal(T, 0.0)
+    if diagonal is not None:
+        idx = np.arange(T.shape[0])
+        T[idx, idx + diagonal] = 0.0
     return T
 
 
@@ -416,19 +428,14 @@ class Gaussian(_ExponentialKernel):
         d = A.shape[1]
         same = A is B
         Ba = _augment_right(B, self.gamma)
-        rows = n_a if d > _TILE_MAX_D else max(8, _TILE_BYTES // (8 * max(n_b, 1)))
+        rows = max(n_a, 1) if d > _TILE_MAX_D else max(8, _TILE_BYTES // (8 * max(n_b, 1)))
         for r in range(0, n_a, rows):
             e = min(r + rows, n_a)
             dst = out[r:e]
             # the exponent straight into a float64 tile, else into a work array
             direct = dst.dtype == np.float64 and dst.flags.c_contiguous
             T = dst if direct else _scratch("exponent", (e - r, n_b))
-            Aa = _augment_left(A[r:e], self.gamma, out=_scratch("a", (e - r, d + 2)))
-            np.matmul(Aa, Ba.T, out=T)
-            np.minimum(T, 0.0, out=T)
-            if same:  # exact zeros on the diagonal, as _neg_scaled_sq_dists
-                idx = np.arange(e - r)
-                T[idx, idx + r] = 0.0
+            _neg_scaled_sq_dists_into(A[r:e], Ba, self.gamma, T, r if same else None)
             _exp_inplace(T, out=dst)
             if scale is not None:
                 dst *= scale

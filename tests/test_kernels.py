@@ -329,6 +329,14 @@ def test_gaussian_row_tiles_equal_one_tile(monkeypatch, dtype):
     assert_allclose(tiled, want, rtol=1e-15 if dtype == np.float64 else 5e-7)
 
 
+@pytest.mark.parametrize("d", [3, 100])  # row tiles, and one tile for wide inputs
+def test_out_empty_blocks(kernel, d):
+    A, B = np.ones((0, d)), np.ones((4, d))
+    for dtype in (np.float64, np.float32):
+        assert kernel(A, B, out=np.empty((0, 4), dtype)).shape == (0, 4)
+        assert kernel(B, A, out=np.empty((4, 0), dtype)).shape == (4, 0)
+
+
 @pytest.mark.parametrize(("out", "match"), [
     (np.empty((9, 6)), r"out has shape \(9, 6\), expected \(len\(A\), len\(B\)\) = \(9, 7\)"),
     (np.empty((9, 7), np.float16), "out must be a float64 or float32 ndarray, got float16"),
