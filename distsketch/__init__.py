@@ -1,9 +1,11 @@
 """distsketch: sketched kernel models for structured prediction and multi-output regression,
 trained out of core with one streaming pass on Dask.
 
-Estimators: :class:`SISOKR` (IOKR / SIOKR / ISOKR / SISOKR by choice of sketches) and
-:class:`SketchedKRR`. Kernels live in :mod:`distsketch.kernels`, sketches in
-:mod:`distsketch.sketches`, engine knobs in :class:`EngineOptions`.
+Estimators: :class:`SISOKR` (IOKR / SIOKR / ISOKR / SISOKR by choice of sketches),
+:class:`SketchedKRR` and the transformer :class:`SketchedFeatures`. Kernels live in
+:mod:`distsketch.kernels`, sketches in :mod:`distsketch.sketches`, engine knobs in
+:class:`EngineOptions`, the block map-reduce in :mod:`distsketch.engine`. The layout and how
+to extend each part: docs/design.md.
 """
 
 from . import kernels, metrics, sketches
@@ -19,9 +21,11 @@ from .kernels import (
     Tanimoto,
 )
 from .candidates import CandidateStore
-from .models import SISOKR, NotFittedError, SketchedKRR
+from .estimator import NotFittedError
+from .models import SISOKR, SketchedKRR
 from .options import EngineOptions
 from .persist import load
+from .transformers import SketchedFeatures
 from .sketches import (
     Accumulation,
     CountSketch,
@@ -35,6 +39,7 @@ __all__ = [
     "__version__",
     "SISOKR",
     "SketchedKRR",
+    "SketchedFeatures",
     "CandidateStore",
     "NotFittedError",
     "EngineOptions",

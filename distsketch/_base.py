@@ -10,7 +10,11 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-__all__ = ["ParamsMixin"]
+__all__ = ["ParamsMixin", "MissingExtra"]
+
+
+class MissingExtra(ImportError):
+    """An optional dependency is missing; the message says which extra installs it."""
 
 
 class ParamsMixin:

@@ -1,74 +1,57 @@
-"""The streaming pass: one map over row blocks, zarr writes, a fixed-order tree reduction.
+"""The streaming pass: one block map-reduce over the training rows.
 
-For each row block ``I`` (DESIGN §2)::
+For each row block ``I`` (docs/design.md, "The streaming pass") a task computes::
 
     C_I = k_X(X_I, X_J) R_Xmixᵀ          written to pass/C[I]
     D_I = k_Y(Y_I, Y_JY) R_Ymixᵀ         written to pass/D[I]      (structured outputs)
-    G += C_Iᵀ C_I     B += R_X[:, I] C_I
-    M += D_Iᵀ C_I     E += R_Y[:, I] D_I
-    b += C_Iᵀ Y_I                                                    (vector targets)
 
-An exact side (identity sketch) needs less. Exact input: the solve factors
-``K_X + nλI`` with ``K_X = C`` itself, so neither ``G`` nor ``B`` is needed, and it
-takes ``D`` (n × m_Y) and the targets ``Y`` as they are instead of ``M`` and ``b``.
-Exact output: ``k_Y(y, Y) K_Y^† K_Y = k_Y(y, Y)`` for every ``y`` (``k_Y(Y, y)`` lies in
-the range of ``K_Y``), so the model needs ``C`` itself instead of ``M``, and no ``D`` or
-``E``. In these cases the pass returns the row blocks of ``C`` (and ``D``, ``Y``),
-placed (not summed) by the reduction.
+and the partial sums the model asked for, each a *sum term* of :data:`SUM_TERMS`::
+
+    G += C_Iᵀ C_I     B += R_X[:, I] C_I     b += C_Iᵀ Y_I
+    M += D_Iᵀ C_I     E += R_Y[:, I] D_I
+    C, D, Y           the row blocks themselves, placed (an exact side: n × m)
+    U                 unique output rows and their first training row
+
+A model declares the names it needs (``SISOKR`` with two sketched sides: ``G, B, M, E, U``;
+``SketchedFeatures``: ``B``); a new sum is one function here and one name in a model.
 
 Blocks are computed in the block dtype (float32 by default: kernel values rounded to
 float32, exponentials evaluated in float32) and partial sums are float64 sums of exactly
 those values, so the store holds what the sums were made of; the store write runs in an
 I/O thread beside them. A block read back from the store on resume therefore contributes
 exactly what it contributed the first time, for either dtype (bitwise-identical resume),
-and ``store=None`` fits the same model. They are combined in a
-tree whose shape depends only on the number of blocks (``split_every`` at a time, in
-block order), so the sums do not depend on the scheduler or the number of workers. One
-task computes the ``split_every`` blocks of a first-level node in order and sums them as
-that node would when there are many blocks per core, so it ships one partial sum instead of
-``split_every``.
+and ``store=None`` fits the same model. The reduction is :func:`distsketch.engine.map_reduce`:
+a tree whose shape depends only on the number of blocks, in block order, so the sums do not
+depend on the scheduler or the number of workers. Block math runs in the fit's compute
+backend (``EngineOptions.backend``); partial sums come back to the host.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from dask.delayed import Delayed, delayed
 
-from ._compute import compute, distributed_client, parallel_slots, share
+from ._hashing import fingerprint
+from .backends import get_backend
+from .engine import Reducer, Stored, distributed_client, map_reduce, row_blocks, share
+from .features import FeatureMap
+from .kernels import kernel_description
 from .options import EngineOptions
-from .rows import RowSource, check_finite_block, fingerprint
-from .sketches import RealizedSketch, Sketch, gram_dot
+from .rows import RowSource, check_finite_block
+from .sketches import RealizedSketch, Sketch
 from .store import open_fit_store, write_rows
 
-__all__ = ["Side", "PassPlan", "PassResult", "fit_pass", "run_pass", "tree_reduce"]
+__all__ = ["SUM_TERMS", "PassPlan", "PassResult", "fit_pass", "run_pass"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Side:
-    """One kernelised side of the pass.
-
-    Attributes
-    ----------
-    kernel : callable
-    landmarks : ndarray or sparse of shape (s', d)
-        Rows ``J`` of the data (the sketch support).
-    sketch : RealizedSketch
-    """
-
-    kernel: Any
-    landmarks: Any
-    sketch: RealizedSketch
 
 
 @dataclass(frozen=True)
@@ -78,53 +61,55 @@ class PassPlan:
     Attributes
     ----------
     n, block_rows : int
-    x : Side
-        Input side (``C``).
-    y : Side or None
-        Output side (``D``) for structured outputs.
-    targets : bool
-        Whether the second input is a matrix of vector targets (``b = CᵀY``).
-    unique_outputs : bool
-        Whether to collect the unique output rows (default decoding candidates).
+    x : FeatureMap
+        Input side: ``FeatureMap(k_X, X_J, R_X)``, whose block is ``C_I``.
+    y : FeatureMap or None
+        Output side (``D_I``) for structured outputs.
+    sums : tuple of str
+        Names of :data:`SUM_TERMS` to compute.
     C, D, done : zarr.Array or None
         Store arrays written by the tasks; None for a temporary fit (``store=None``),
         whose blocks are not written anywhere.
     dtype : numpy dtype
         Dtype of the blocks, computed and stored (the sums are float64 of their values).
-    chunk : int
-        Landmark columns per kernel block.
     check_x, check_y : bool
         Check blocks for NaN/inf (lazy inputs, not checked up front).
     direct_io : bool
         Write blocks to a local store with O_DIRECT (see :func:`~distsketch.store.write_rows`).
+    backend : str
+        Compute backend of the block math (:mod:`distsketch.backends`).
     """
 
     n: int
     block_rows: int
-    x: Side
-    y: Side | None
-    targets: bool
-    unique_outputs: bool
+    x: FeatureMap
+    y: FeatureMap | None
+    sums: tuple
     C: Any
     D: Any
     done: Any
     dtype: Any
-    chunk: int
     check_x: bool
     check_y: bool
     direct_io: bool = True
+    backend: str = "numpy"
 
     @property
-    def x_exact(self) -> bool:
-        return self.x.sketch.is_identity
+    def x_sketch(self) -> RealizedSketch:
+        return self.x.projection
 
     @property
-    def y_exact(self) -> bool:
-        return self.y is not None and self.y.sketch.is_identity
+    def y_sketch(self) -> RealizedSketch | None:
+        return None if self.y is None else self.y.projection
 
     @property
-    def stores_d(self) -> bool:
-        return self.y is not None and not self.y_exact
+    def needs_d(self) -> bool:
+        return bool({"M", "E", "D"} & set(self.sums))
+
+    @property
+    def keeps_blocks(self) -> bool:
+        """Whether the result holds the blocks themselves (an exact side): no buffer reuse."""
+        return bool({"C", "D"} & set(self.sums))
 
     @property
     def n_blocks(self) -> int:
@@ -135,17 +120,7 @@ class PassPlan:
         return s, min(s + self.block_rows, self.n)
 
 
-# --------------------------------------------------------------------------- block tasks
-
-
-def _dense(block) -> np.ndarray:
-    return block.toarray() if sp.issparse(block) else np.asarray(block)
-
-
-def _unique_rows(Y: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:
-    """Unique rows of a block and the global index of their first occurrence."""
-    rows, first = np.unique(Y, axis=0, return_index=True)
-    return rows, first.astype(np.int64) + start
+# --------------------------------------------------------------------------- partial sums
 
 
 class RowStack:
@@ -199,93 +174,164 @@ class RowSparse:
         return out
 
 
-def _left(sketch: RealizedSketch, block: np.ndarray, start: int, stop: int) -> RowSparse:
-    return RowSparse(sketch.m, *sketch.left_rows(block, start, stop))
+def _dense(block) -> np.ndarray:
+    return block.toarray() if sp.issparse(block) else np.asarray(block)
 
 
-class _Buffers:
-    """Block-sized work arrays reused by the blocks of one task.
-
-    A fresh array of a block's size is an mmap whose pages fault in on first touch (about
-    4 ms per 37 MB here), on every block; the blocks of a fused task reuse one set.
-    """
-
-    def __init__(self):
-        self._arrays: dict[str, np.ndarray] = {}
-
-    def get(self, name: str, shape: tuple[int, int], dtype) -> np.ndarray:
-        a = self._arrays.get(name)
-        if a is None or a.shape != shape or a.dtype != dtype:
-            a = self._arrays[name] = np.empty(shape, dtype=dtype)
-        return a
+def _unique_rows(Y: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:
+    """Unique rows of a block and the global index of their first occurrence."""
+    rows, first = np.unique(Y, axis=0, return_index=True)
+    return rows, first.astype(np.int64) + start
 
 
-def _float64(block, buffers: _Buffers | None, name: str) -> np.ndarray:
+def _merge_unique(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    rows = np.concatenate([p[0] for p in parts])
+    first = np.concatenate([p[1] for p in parts])
+    # parts arrive in block order, so np.unique's first occurrence is the earliest row
+    uniq, pos = np.unique(rows, axis=0, return_index=True)
+    return uniq, first[pos]
+
+
+@dataclass
+class BlockView:
+    """One block as the sum terms see it: float64 ``C`` (and ``D``) in the fit's backend."""
+
+    plan: PassPlan
+    start: int
+    stop: int
+    C: Any
+    D: Any
+    y: Any  # the raw output / target rows (host), or None
+    backend: Any
+
+    def host(self, a) -> np.ndarray:
+        return self.backend.to_numpy(a)
+
+    def targets(self) -> np.ndarray:
+        return _dense(self.y).astype(np.float64, copy=False)
+
+
+def _term_G(v: BlockView):
+    return v.host(v.C.T @ v.C)
+
+
+def _term_B(v: BlockView):
+    rows, values = v.plan.x_sketch.left_rows(v.C, v.start, v.stop)
+    return RowSparse(v.plan.x_sketch.m, rows, v.host(values))
+
+
+def _term_M(v: BlockView):
+    return v.host(v.D.T @ v.C)
+
+
+def _term_E(v: BlockView):
+    rows, values = v.plan.y_sketch.left_rows(v.D, v.start, v.stop)
+    return RowSparse(v.plan.y_sketch.m, rows, v.host(values))
+
+
+def _term_b(v: BlockView):
+    return v.host(v.C.T @ v.backend.asarray(v.targets()))
+
+
+def _term_C(v: BlockView):
+    return RowStack([(v.start, v.host(v.C))])
+
+
+def _term_D(v: BlockView):
+    return RowStack([(v.start, v.host(v.D))])
+
+
+def _term_Y(v: BlockView):
+    Yb = v.targets()
+    return RowStack([(v.start, Yb.reshape(len(Yb), -1))])
+
+
+def _term_U(v: BlockView):
+    return _unique_rows(_dense(v.y), v.start)
+
+
+#: The partial sums a pass can compute, by name: ``term(block) -> partial`` (an ndarray, a
+#: :class:`RowSparse`, a :class:`RowStack`, or ``U``'s (rows, first index) pair).
+SUM_TERMS = {"G": _term_G, "B": _term_B, "M": _term_M, "E": _term_E, "b": _term_b,
+             "C": _term_C, "D": _term_D, "Y": _term_Y, "U": _term_U}
+_TERMS_NEEDING_Y = {"b", "Y", "U"}
+
+
+class PassSums(Reducer):
+    """Adds partial-sum dicts key by key (``U``: unique rows merged, first index kept)."""
+
+    def own(self, part: dict) -> dict:
+        return {k: (v if k == "U" else v.copy()) for k, v in part.items()}
+
+    def add(self, acc: dict, part: dict) -> dict:
+        for key, value in part.items():
+            if key == "U":
+                acc[key] = _merge_unique([acc[key], value])
+            else:
+                acc[key] += value
+        return acc
+
+
+PASS_SUMS = PassSums()
+
+
+def _float64(block, ws, name: str, xp):
     """``block`` as float64: itself, or converted into a reused work array."""
-    if buffers is None or getattr(block, "dtype", None) == np.float64:
-        return np.asarray(block, dtype=np.float64)
-    out = buffers.get(name, block.shape, np.float64)
-    np.copyto(out, block)
+    if ws is None or getattr(block, "dtype", None) == np.float64:
+        return xp.asarray(block, dtype=np.float64)
+    out = ws.get(name, block.shape, np.float64, xp)
+    xp.copyto(out, block)
     return out
 
 
-def _block_sums(plan: PassPlan, i: int, C, D, yb, buffers: _Buffers | None = None) -> dict:
-    """Partial sums of block ``i`` from its blocks ``C`` (and ``D``), in float64.
-
-    ``buffers``: work arrays for the float64 copies (see :func:`_pass_group`).
-    """
+def _block_sums(plan: PassPlan, i: int, C, D, yb, ws) -> dict:
+    """Partial sums of block ``i`` from its blocks ``C`` (and ``D``), in float64."""
+    be = get_backend(plan.backend)
     s, e = plan.rows(i)
-    C = _float64(C, buffers, "C64")
-    out = {}
-    if plan.x_exact or plan.y_exact:
-        out["C"] = RowStack([(s, C)])
-    if not plan.x_exact:
-        out["G"] = C.T @ C
-        out["B"] = _left(plan.x.sketch, C, s, e)
+    C = _float64(C, ws, "C64", be.xp)
     if D is not None:
-        D = _float64(D, buffers, "D64")
-        if plan.x_exact:  # the exact input solve needs D itself (n × m_Y), not M = DᵀK_X
-            out["D"] = RowStack([(s, D)])
-        else:
-            out["M"] = D.T @ C
-        out["E"] = _left(plan.y.sketch, D, s, e)
-    if plan.targets:
-        Yb = _dense(yb).astype(np.float64, copy=False)
-        if plan.x_exact:  # β = (K_X + nλI)^{-1} Y needs Y itself, not b = K_X Y
-            out["Y"] = RowStack([(s, Yb.reshape(len(Yb), -1))])
-        else:
-            out["b"] = C.T @ Yb
-    if plan.unique_outputs:
-        out["U"] = _unique_rows(_dense(yb), s)
-    return out
+        D = _float64(D, ws, "D64", be.xp)
+    view = BlockView(plan, s, e, C, D, yb, be)
+    return {name: SUM_TERMS[name](view) for name in plan.sums}
 
 
-def _pass_block(plan: PassPlan, i: int, xb, yb, buffers: _Buffers | None = None) -> dict:
-    """Compute, store and reduce one row block (the map task of the pass).
+def _pass_block(plan: PassPlan, item: tuple, ws) -> dict:
+    """The block function of the pass: compute (or read back), store and sum one row block.
 
-    With ``buffers``, the blocks ``C``, ``D`` are computed into reused work arrays, which
-    are free again when this returns (the store write has finished)."""
+    ``item`` is ``(i, stored, a, d, y)``: fresh input rows ``a`` (and ``y``), or — when
+    ``stored`` — the block's ``C`` rows ``a`` and ``D`` rows ``d`` read back from the store of
+    an earlier run. Block arrays come from the task's workspace (reused by the blocks of a
+    fused task) unless the sums keep the blocks themselves.
+    """
+    i, stored, a, d, yb = item
+    if plan.keeps_blocks:
+        ws = None
+    if stored:
+        be = get_backend(plan.backend)
+        return _block_sums(plan, i, be.asarray(a), None if d is None else be.asarray(d), yb, ws)
+    be = get_backend(plan.backend)
     s, e = plan.rows(i)
 
     def block(name: str, m: int):
-        return None if buffers is None else buffers.get(name, (e - s, m), plan.dtype)
+        shape = (e - s, m)
+        return be.xp.empty(shape, dtype=plan.dtype) if ws is None else ws.get(
+            name, shape, plan.dtype, be.xp)
 
     if plan.check_x:
-        check_finite_block(xb, argument="X", start=s)
+        check_finite_block(a, argument="X", start=s)
     if plan.check_y and yb is not None:
         check_finite_block(yb, argument="Y", start=s)
-    x = plan.x
-    C = gram_dot(x.kernel, xb, x.landmarks, x.sketch, chunk=plan.chunk, dtype=plan.dtype,
-                 out=block("C", x.sketch.m))
+    C = plan.x.block(a, dtype=plan.dtype, out=block("C", plan.x_sketch.m))
     D = None
-    if plan.stores_d:
-        y = plan.y
-        D = gram_dot(y.kernel, yb, y.landmarks, y.sketch, chunk=plan.chunk, dtype=plan.dtype,
-                     out=block("D", y.sketch.m))
+    if plan.needs_d:
+        D = plan.y.block(yb, dtype=plan.dtype, out=block("D", plan.y_sketch.m))
     # the store writes run in an I/O thread beside the partial sums (both only read the
     # blocks); the task ends when its blocks and its done flag are written
-    written = None if plan.done is None else _io_pool().submit(_write_block, plan, i, C, D)
-    sums = _block_sums(plan, i, C, D, yb, buffers)
+    written = None
+    if plan.done is not None:
+        written = _io_pool().submit(_write_block, plan, i, be.to_numpy(C),
+                                    None if D is None else be.to_numpy(D))
+    sums = _block_sums(plan, i, C, D, yb, ws)
     if written is not None:
         written.result()  # re-raises a failed write
     return sums
@@ -313,105 +359,6 @@ def _io_pool() -> ThreadPoolExecutor:
         return _IO_POOL
 
 
-def _stored_block(plan: PassPlan, i: int, yb, buffers: _Buffers | None = None) -> dict:
-    """Partial sums of a block completed by an earlier run, read back from the store."""
-    s, e = plan.rows(i)
-    C = plan.C[s:e]
-    D = plan.D[s:e] if plan.stores_d else None
-    return _block_sums(plan, i, C, D, yb, buffers)
-
-
-def _pass_group(plan: PassPlan, items: list) -> dict:
-    """Blocks ``(i, stored, x_block, y_block)`` of one first-level node of the reduction
-    tree, computed (or, when ``stored``, read back) in order and summed as :func:`_combine`
-    sums them: bitwise the sums of one task per block followed by that node, with one
-    partial sum held instead of ``split_every`` and 1/``split_every`` of the transfers."""
-    acc: dict | None = None
-    uniques = []
-    # reused block arrays, except with an exact side, whose blocks are kept in the result
-    buffers = None if plan.x_exact or plan.y_exact else _Buffers()
-    for i, stored, xb, yb in items:
-        part = (_stored_block(plan, i, yb, buffers) if stored
-                else _pass_block(plan, i, xb, yb, buffers))
-        if "U" in part:
-            uniques.append(part.pop("U"))
-        if acc is None:
-            acc = part  # fresh arrays, owned here (what _combine copies)
-        else:
-            for key, value in part.items():
-                acc[key] += value
-    if uniques:
-        acc["U"] = _merge_unique(uniques)
-    return acc
-
-
-def _merge_unique(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    rows = np.concatenate([p[0] for p in parts])
-    first = np.concatenate([p[1] for p in parts])
-    # parts arrive in block order, so np.unique's first occurrence is the earliest row
-    uniq, pos = np.unique(rows, axis=0, return_index=True)
-    return uniq, first[pos]
-
-
-def _combine(*parts: dict) -> dict:
-    """Sum partial-sum dicts in the given order (one node of the reduction tree)."""
-    out = {}
-    for key in parts[0]:
-        if key == "U":
-            out[key] = _merge_unique([p[key] for p in parts])
-            continue
-        acc = parts[0][key].copy()
-        for p in parts[1:]:
-            acc += p[key]
-        out[key] = acc
-    return out
-
-
-_GROUPS_PER_SLOT = 4  # fuse first-level nodes only with at least this many per core
-
-
-def _pass_leaves(plan_ref, items: list, *, split_every: int, token: str, slots: int) -> list:
-    """The pass's tasks, as the leaves handed to :func:`tree_reduce`.
-
-    With many blocks per core (at least ``_GROUPS_PER_SLOT·split_every·slots``), one task
-    computes each first-level node of the tree (its ``split_every`` blocks, summed in
-    order), for a multiple of ``slots`` nodes, so that every core gets as many; the blocks
-    of the remaining nodes (at least the last, often partial one) run as one task each
-    under a :func:`_combine` node, and fill in wherever a core is free. With fewer blocks,
-    one task per block keeps every core busy. Either way the sums are bitwise the same
-    (tests/test_pass.py).
-    """
-    def block(item):
-        return delayed(_pass_group)(plan_ref, [item], dask_key_name=f"pass-block-{token}-{item[0]}")
-
-    if len(items) < _GROUPS_PER_SLOT * split_every * slots:
-        return [block(item) for item in items]
-    groups = [items[j:j + split_every] for j in range(0, len(items), split_every)]
-    fused = (len(groups) - 1) // slots * slots
-    return [delayed(_pass_group)(plan_ref, group, dask_key_name=f"pass-group-{token}-{g}")
-            if g < fused else
-            delayed(_combine, pure=True)(*map(block, group), dask_key_name=f"pass-node-{token}-{g}")
-            for g, group in enumerate(groups)]
-
-
-def tree_reduce(items: list, *, split_every: int, token: str) -> Delayed:
-    """Reduce delayed items with :func:`_combine`, ``split_every`` at a time, in order."""
-    if split_every < 2:
-        raise ValueError(f"split_every must be >= 2, got {split_every}")
-    level = 0
-    while len(items) > 1:
-        items = [
-            delayed(_combine, pure=True)(
-                *items[j : j + split_every], dask_key_name=f"pass-combine-{token}-{level}-{j}"
-            )
-            for j in range(0, len(items), split_every)
-        ]
-        level += 1
-    if not isinstance(items[0], Delayed):  # a single block: still run it as a task
-        return delayed(_combine)(items[0], dask_key_name=f"pass-combine-{token}")
-    return items[0]
-
-
 # --------------------------------------------------------------------------- orchestration
 
 
@@ -425,32 +372,31 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
     Returns
     -------
     dict
-        As configured: ``G, B`` (sketched input), ``M, E`` (sketched output), ``b``
-        (vector targets), ``C`` (n × m_X, when a side is exact), ``D`` (n × m_Y) and ``Y``
-        (n × t) with an exact input side, all float64, and ``U`` (unique output rows,
-        first-occurrence indices).
+        The sums of ``plan.sums``, float64: ``C``, ``D``, ``Y`` assembled (n × ·), ``B``,
+        ``E`` dense (m × m), ``U`` as (unique rows, first-occurrence indices).
     """
-    token = uuid.uuid4().hex[:8]
     client = distributed_client()
     done = (np.zeros(plan.n_blocks, dtype=bool) if plan.done is None
             else np.asarray(plan.done[:], dtype=bool))
-    need_y_for_stored = plan.targets or plan.unique_outputs
-    x_blocks = x.blocks(plan.block_rows)
-    y_blocks = y.blocks(plan.block_rows) if y is not None else [None] * plan.n_blocks
-    if client is not None:
-        # in-memory blocks reach workers by scatter, not inside the graph
-        x_blocks = _scatter_blocks(client, x_blocks)
-        y_blocks = _scatter_blocks(client, y_blocks)
-    plan_ref = share(plan, name=f"pass-plan-{token}", client=client)
-    items = [(i, True, None, y_blocks[i] if need_y_for_stored else None) if done[i]
-             else (i, False, x_blocks[i], y_blocks[i]) for i in range(plan.n_blocks)]
-    total = tree_reduce(_pass_leaves(plan_ref, items, split_every=split_every, token=token,
-                                     slots=parallel_slots(client)),
-                        split_every=split_every, token=token)
+    need_y_for_stored = bool(_TERMS_NEEDING_Y & set(plan.sums))
+    x_blocks = row_blocks(x, plan.block_rows, client=client)
+    y_blocks = (row_blocks(y, plan.block_rows, client=client) if y is not None
+                else [None] * plan.n_blocks)
+    items = []
+    for i in range(plan.n_blocks):
+        if done[i]:
+            s, e = plan.rows(i)
+            stored_d = Stored(plan.D, s, e) if plan.needs_d else None
+            items.append((i, True, Stored(plan.C, s, e), stored_d,
+                          y_blocks[i] if need_y_for_stored else None))
+        else:
+            items.append((i, False, x_blocks[i], None, y_blocks[i]))
     logger.info("pass: %d blocks (%d already in the store), %d rows per block",
                 plan.n_blocks, int(done.sum()), plan.block_rows)
+    plan_ref = share(plan, name="pass-plan", client=client)
     start = time.perf_counter()
-    (result,) = compute([total], progress=progress, what="pass")
+    result = map_reduce(_pass_block, items, reducer=PASS_SUMS, shared=plan_ref,
+                        split_every=split_every, fuse=True, name="pass", progress=progress)
     seconds = time.perf_counter() - start
     logger.info("pass: %d rows in %.3f s (%.0f rows/s)", plan.n, seconds, plan.n / seconds,
                 extra={"pass_seconds": seconds, "pass_rows": plan.n})
@@ -463,30 +409,10 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
     return result
 
 
-def _scatter_blocks(client, blocks: list) -> list:
-    local = [j for j, b in enumerate(blocks) if b is not None and not isinstance(b, Delayed)]
-    if not local:
-        return blocks
-    futures = client.scatter([blocks[j] for j in local], hash=False)
-    out = list(blocks)
-    for j, f in zip(local, futures):
-        out[j] = f
-    return out
-
-
 # --------------------------------------------------------------------------- a whole fit
 
 
-def _kernel_config(kernel) -> dict:
-    try:
-        return kernel.to_config()
-    except TypeError:
-        f = getattr(kernel, "func", kernel)
-        return {"callable": f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', repr(f))}"}
-
-
 def _jsonable(obj: Any) -> Any:
-    import json
     return json.loads(json.dumps(obj, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
 
 
@@ -517,13 +443,13 @@ def _choose_block_rows(options: EngineOptions, n: int, width: int, native: int |
 
 def fit_pass(
     X: RowSource,
-    Y: RowSource,
+    Y: RowSource | None,
     *,
     x_kernel,
     x_sketch: Sketch,
+    sums: tuple,
     y_kernel=None,
     y_sketch: Sketch | None = None,
-    unique_outputs: bool = False,
     rng: np.random.Generator,
     store: Any,
     options: EngineOptions,
@@ -531,22 +457,37 @@ def fit_pass(
 ) -> PassResult:
     """Draw the sketches, gather landmarks and run (or resume) the streaming pass.
 
-    ``y_kernel=None`` treats ``Y`` as vector targets (sketched KRR, sum ``b``);
-    otherwise ``Y`` goes through the output kernel (sums ``M, E``).
+    ``y_kernel=None``: ``Y`` holds vector targets (sums ``b``, ``Y``) or is None (input side
+    only); otherwise ``Y`` goes through the output kernel (sums ``M, E, D``). ``sums`` names
+    the :data:`SUM_TERMS` the model needs.
     """
+    unknown = set(sums) - set(SUM_TERMS)
+    if unknown:
+        raise ValueError(f"fit_pass: unknown sums {sorted(unknown)}; known: {sorted(SUM_TERMS)}")
     n = X.n
     seeds = [int(s) for s in rng.integers(0, 2**63 - 1, size=2)]
-    xs = x_sketch.realize(n, seed=seeds[0])
-    ys = y_sketch.realize(n, seed=seeds[1]) if y_kernel is not None else None
+    xs = x_sketch.realize(n, seed=seeds[0], data=X)
+    ys = y_sketch.realize(n, seed=seeds[1], data=Y) if y_kernel is not None else None
     x_land = X.take(xs.support)
     y_land = Y.take(ys.support) if ys is not None else None
-    width = xs.m + (ys.m if ys is not None else Y.shape[1]) + X.shape[1] + Y.shape[1]
+    width = xs.m + X.shape[1]
+    if Y is not None:
+        width += (ys.m if ys is not None else Y.shape[1]) + Y.shape[1]
     # An exact side's blocks are used as they are (the n × n Gram matrix K_X + nλI is
     # factored, or C itself enters the model), where float32 rounding would be amplified by
     # up to 1/(nλ): they stay float64 (small n, where the pass is cheap anyway).
     exact = xs.is_identity or (ys is not None and ys.is_identity)
     dtype = "float64" if exact else options.block_dtype
-    b = _choose_block_rows(options, n, width, X.native_rows or Y.native_rows, np.dtype(dtype))
+    native = X.native_rows or (Y.native_rows if Y is not None else None)
+    b = _choose_block_rows(options, n, width, native, np.dtype(dtype))
+    needs_d = bool({"M", "E", "D"} & set(sums))
+    if Y is None:
+        output = None
+    elif ys is None:
+        output = {"targets": Y.shape}
+    else:
+        output = {"kernel": kernel_description(y_kernel), "sketch": ys.to_config(),
+                  "shape": Y.shape, "landmarks": fingerprint(y_land)}
     config = _jsonable({
         "model": model,
         "n": n,
@@ -554,33 +495,32 @@ def fit_pass(
         "block_dtype": dtype,
         "gram_chunk": options.gram_chunk,
         "m_x": xs.m,
-        "m_y": ys.m if ys is not None and not ys.is_identity else None,  # D is stored
-        "input": {"kernel": _kernel_config(x_kernel), "sketch": xs.to_config(),
+        "m_y": ys.m if needs_d else None,  # D is stored
+        "input": {"kernel": kernel_description(x_kernel), "sketch": xs.to_config(),
                   "shape": X.shape, "landmarks": fingerprint(x_land)},
-        "output": ({"kernel": _kernel_config(y_kernel), "sketch": ys.to_config(),
-                    "shape": Y.shape, "landmarks": fingerprint(y_land)}
-                   if ys is not None else {"targets": Y.shape}),
-        "unique_outputs": bool(unique_outputs),
+        "output": output,
+        "unique_outputs": "U" in sums,
     })
     fs = open_fit_store(store)
     try:
         fs.prepare_pass(config, overwrite=options.overwrite)
         if fs.status in ("pass-complete", "solved"):
             logger.info("store %s: pass already complete, reusing its sums", fs.location)
-            sums = fs.read_sums()
+            result = fs.read_sums()
         else:
             C, D, done = fs.pass_arrays()
             plan = PassPlan(
                 n=n, block_rows=b,
-                x=Side(x_kernel, x_land, xs),
-                y=Side(y_kernel, y_land, ys) if ys is not None else None,
-                targets=ys is None, unique_outputs=unique_outputs,
-                C=C, D=D, done=done, dtype=np.dtype(dtype), chunk=options.gram_chunk,
-                check_x=X.lazy, check_y=Y.lazy, direct_io=options.direct_io,
+                x=FeatureMap(x_kernel, x_land, xs, options.gram_chunk),
+                y=FeatureMap(y_kernel, y_land, ys, options.gram_chunk) if ys is not None else None,
+                sums=tuple(sums), C=C, D=D, done=done, dtype=np.dtype(dtype),
+                check_x=X.lazy, check_y=Y is not None and Y.lazy, direct_io=options.direct_io,
+                backend=options.backend,
             )
-            sums = run_pass(plan, X, Y, split_every=options.split_every, progress=options.progress)
-            fs.write_sums(sums)
+            result = run_pass(plan, X, Y, split_every=options.split_every,
+                              progress=options.progress)
+            fs.write_sums(result)
         return PassResult(n=n, x_sketch=xs, x_landmarks=x_land, y_sketch=ys, y_landmarks=y_land,
-                          sums=sums, store=None if fs.temporary else fs.location)
+                          sums=result, store=None if fs.temporary else fs.location)
     finally:
         fs.discard()

@@ -13,8 +13,9 @@ Layout (one zarr v3 group)::
 
 A *fixed* store holds one candidate set shared by all queries; a *ragged* store holds per-query
 sets concatenated. Features depend only on the model's output side (kernel, landmarks,
-projection), not on λ, so they are computed once per fitted model (keyed by
-``SISOKR.output_key_``) and reused by every prediction; a killed feature pass resumes.
+projection: the model's output :class:`~distsketch.features.FeatureMap`), not on λ, so they
+are computed once per fitted model (keyed by the feature map's ``key``, ``SISOKR.output_key_``)
+and reused by every prediction; a killed feature pass resumes (one engine task per block).
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 import zarr
-from dask.delayed import delayed
 
-from ._compute import compute, distributed_client, share
+from .decode import candidate_features
+from .engine import compute, distributed_client, map_blocks, share
+from .features import FeatureMap
 from .rows import RowSource
 
 __all__ = ["CandidateStore", "candidate_reader", "concatenate_sets"]
@@ -230,48 +232,59 @@ class CandidateStore:
             return g["phi"], g["kyy"]
         return None
 
-    def ensure_features(self, scorer, key: str, *, progress: bool = False):
+    def ensure_features(self, fmap: FeatureMap, key: str | None = None, *,
+                        progress: bool = False):
         """Compute (or resume, or reuse) the features of every candidate for one model.
+
+        Parameters
+        ----------
+        fmap : FeatureMap
+            The model's output features.
+        key : str, optional
+            Cache key (default ``fmap.key``).
 
         Returns
         -------
         (phi, kyy) : zarr arrays of shapes (n_c, r_Y) and (n_c,)
         """
+        key = fmap.key if key is None else key
         cached = self.cached_features(key)
         if cached is not None:
             return cached
         rows = self.chunk_rows
         n_blocks = -(-self.n_candidates // rows)
         feats = self.group.require_group("features")
-        if key in feats and feats[key].attrs.get("width") == scorer.width:
+        if key in feats and feats[key].attrs.get("width") == fmap.width:
             g = feats[key]
         else:
             g = feats.create_group(key, overwrite=True)
-            g.attrs["width"] = scorer.width
-            g.create_array("phi", shape=(self.n_candidates, scorer.width),
-                           chunks=(rows, scorer.width), dtype="f8", compressors=None)
+            g.attrs["width"] = fmap.width
+            g.create_array("phi", shape=(self.n_candidates, fmap.width),
+                           chunks=(rows, fmap.width), dtype="f8", compressors=None)
             g.create_array("kyy", shape=(self.n_candidates,), chunks=(rows,), dtype="f8")
             g.create_array("done", shape=(n_blocks,), chunks=(1,), dtype=bool, fill_value=False)
         done = np.asarray(g["done"][:])
-        token = uuid.uuid4().hex[:8]
         client = distributed_client()
-        scorer_ref = share(scorer, name=f"features-scorer-{token}", client=client)
-        tasks = [delayed(_feature_block)(scorer_ref, self.candidates, g["phi"], g["kyy"], g["done"],
-                                         i, i * rows, min((i + 1) * rows, self.n_candidates),
-                                         dask_key_name=f"candidate-features-{token}-{i}")
+        shared = (share(fmap, name="features-map", client=client), self.candidates,
+                  g["phi"], g["kyy"], g["done"])
+        items = [(int(i), int(i) * rows, min((int(i) + 1) * rows, self.n_candidates))
                  for i in np.flatnonzero(~done)]
         logger.info("candidate store %s: computing features for %d of %d blocks",
-                    self.location, len(tasks), n_blocks)
-        if tasks:
-            compute(tasks, progress=progress, what="candidate features")
+                    self.location, len(items), n_blocks)
+        if items:
+            compute(map_blocks(_feature_block, items, shared=shared, name="candidate-features"),
+                    progress=progress, what="candidate features")
         g.attrs["complete"] = True
         return g["phi"], g["kyy"]
 
 
-def _feature_block(scorer, cand, phi, kyy, done, i: int, start: int, stop: int) -> int:
+def _feature_block(shared, item, ws) -> int:
+    """Features of one block of stored candidates, written with its done flag."""
+    fmap, cand, phi, kyy, done = shared
+    i, start, stop = item
     rows = cand[start:stop]
-    phi[start:stop] = scorer.features(rows)
-    kyy[start:stop] = scorer.diag(rows)
+    phi[start:stop] = candidate_features(fmap, rows)
+    kyy[start:stop] = fmap.diag(rows)
     done[i] = True
     return stop - start
 

@@ -11,8 +11,10 @@
 The scheduler defaults to dask's threaded scheduler on this machine; ``--scheduler`` takes a
 ``tcp://host:port`` address, ``--scheduler-file`` the file written by ``dask scheduler
 --scheduler-file`` (HPC batch jobs, dask-mpi), ``--local N`` starts N local worker processes.
-Bad input exits with status 2 and one line on stderr (``-v`` adds the traceback); other
-failures exit with status 1. Only this module configures logging handlers.
+User errors (bad arguments, configs or data, missing files or optional dependencies) exit with
+status 2 and one line on stderr; any other exception is a failure (a bug, a disk error) and
+exits with status 1, one line and a hint to rerun with ``-v``, which prints the traceback.
+Only this module configures logging handlers.
 """
 
 from __future__ import annotations
@@ -29,11 +31,15 @@ from pathlib import Path
 
 import numpy as np
 
+from ._base import MissingExtra
 from ._version import __version__
 
 logger = logging.getLogger("distsketch.cli")
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+#: Names of distsketch.metrics.METRICS, listed by ``evaluate --help`` without importing it.
+_METRIC_NAMES = ("f1_samples", "hamming_loss", "kernel_loss", "surrogate_mse", "rmse", "r2")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -164,17 +170,8 @@ def cmd_predict(args) -> int:
     return EXIT_OK
 
 
-def _default_metrics(model, Y) -> list[str]:
-    from .models import SketchedKRR
-
-    if isinstance(model, SketchedKRR) or getattr(model, "candidates_", 0) is None:
-        return ["rmse", "r2"]
-    binary = np.isin(np.unique(np.asarray(Y.toarray() if hasattr(Y, "toarray") else Y)), [0, 1]).all()
-    return (["f1_samples", "hamming_loss"] if binary else []) + ["kernel_loss", "surrogate_mse"]
-
-
 def cmd_evaluate(args) -> int:
-    from . import metrics as M
+    from .metrics import METRICS
 
     stored = _stored_cli_config(args.store)
     test = args.test or stored.get("data", {}).get("test")
@@ -184,25 +181,18 @@ def cmd_evaluate(args) -> int:
     X, Y = _input_file(test, args.store, key="--test", targets=True)
     if Y is None:
         raise ValueError(f"--test: {test} holds no targets")
-    names = args.metrics or stored.get("metrics") or _default_metrics(model, Y)
+    names = args.metrics or stored.get("metrics") or model._default_metrics(Y)
+    unknown = [m for m in names if m not in METRICS]
+    if unknown:
+        raise ValueError(f"--metrics: unknown metric {unknown[0]!r}; known metrics are "
+                         f"{list(METRICS)}")
     with scheduler(args):
         t = time.perf_counter()
-        needs_pred = any(m in names for m in ("f1_samples", "hamming_loss", "kernel_loss", "rmse", "r2"))
+        needs_pred = any(METRICS[m].needs_prediction for m in names if m in METRICS)
         pred = model.predict(X) if needs_pred else None
         seconds = time.perf_counter() - t
         Yd = np.asarray(Y.toarray() if hasattr(Y, "toarray") else Y, dtype=np.float64)
-        results = {}
-        for name in names:
-            if name == "rmse":
-                results[name] = float(np.sqrt(np.mean((np.asarray(pred).reshape(Yd.shape) - Yd) ** 2)))
-            elif name == "r2":
-                results[name] = float(model.score(X, Y)) if hasattr(model, "score") else float("nan")
-            elif name == "kernel_loss":
-                results[name] = M.kernel_loss(model.output_kernel_, Yd, pred)
-            elif name == "surrogate_mse":
-                results[name] = M.surrogate_mse(model, X, Yd)
-            else:
-                results[name] = getattr(M, name)(Yd, pred)
+        results = {name: METRICS[name].func(model, X, Yd, pred) for name in names}
     results["predict_seconds"] = seconds
     if args.json:
         _out(json.dumps(results))
@@ -292,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("evaluate", help="metrics of a saved model on test data")
     ev.add_argument("store")
     ev.add_argument("--test", help="test data (default: [data] test of the fit's config)")
-    ev.add_argument("--metrics", nargs="+", help="metric names (default: by task)")
+    ev.add_argument("--metrics", nargs="+", metavar="NAME",
+                    help="metric names (default: by task): " + ", ".join(_METRIC_NAMES))
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     _add_scheduler(ev)
     ev.set_defaults(func=cmd_evaluate)
@@ -307,13 +298,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: What a user can fix: bad arguments, configs or data (ValueError, ConfigError), a missing
+#: file, a missing optional dependency. Anything else is a failure of distsketch or of the
+#: machine (a bug, a disk error) and exits 1.
+USER_ERRORS = (ValueError, FileNotFoundError, MissingExtra)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="distsketch: %(message)s", stream=sys.stderr)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError, ImportError, KeyError, OSError) as exc:
+    except USER_ERRORS as exc:
         if args.verbose:
             traceback.print_exc()
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -322,8 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence
         if args.verbose:
             traceback.print_exc()
-        print(f"distsketch: failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-              file=sys.stderr)
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        hint = "" if args.verbose else " (rerun with -v for the traceback)"
+        print(f"distsketch: failed: {type(exc).__name__}: {first}{hint}", file=sys.stderr)
         return EXIT_FAILURE
 
 

@@ -3,7 +3,7 @@
 Example (``distsketch fit bibtex.toml``)::
 
     [model]
-    type = "SISOKR"                 # or "SketchedKRR"
+    type = "SISOKR"                 # a registered model: "SISOKR", "SketchedKRR"
     lam = 1e-5                      # or a grid: [1e-6, 1e-5, 1e-4] (first is active)
     random_state = 0
 
@@ -50,16 +50,16 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from .kernels import Kernel, Standardized, kernel_from_config
+from ._registry import MODELS
+from .kernels import Kernel, kernel_from_config
+from .metrics import METRICS
 from .options import EngineOptions, check_options
 from .sketches import SKETCHES, sketch_from_config
 
 __all__ = ["ConfigError", "FitConfig", "load_config", "load_data"]
 
-_MODEL_TYPES = ("SISOKR", "SketchedKRR")
 _DATA_KEYS = {"train", "test", "n_targets", "target_columns", "x_key", "y_key", "standardize",
               "dense", "delimiter"}
-_METRICS = ("f1_samples", "hamming_loss", "kernel_loss", "surrogate_mse", "rmse", "r2")
 
 
 class ConfigError(ValueError):
@@ -82,17 +82,16 @@ class FitConfig:
 
     def estimator(self, *, n: int, X=None):
         """The estimator, with ``p = "c/n"`` resolved and the input kernel standardised."""
-        from .models import SISOKR, SketchedKRR
+        from .rows import standardized
 
+        cls = MODELS[self.model_type]
         params = dict(self.model_params)
-        for key in ("input_sketch", "output_sketch", "sketch"):
-            if params.get(key) is not None:
+        for key, kind in cls._param_kinds.items():
+            if kind == "sketch" and params.get(key) is not None:
                 params[key] = _resolve_sketch(params[key], n=n, key=f"model.{key}")
-        kernel_key = "input_kernel" if self.model_type == "SISOKR" else "kernel"
-        if self.data.get("standardize"):
-            params[kernel_key] = Standardized.from_data(params[kernel_key], X)
+        if self.data.get("standardize") and cls._standardized:
+            params[cls._standardized] = standardized(params[cls._standardized], X)
         options = dataclasses.replace(self.options, overwrite=self.overwrite or self.options.overwrite)
-        cls = SISOKR if self.model_type == "SISOKR" else SketchedKRR
         return cls(**params, store=os.fspath(self.store), options=options)
 
 
@@ -196,25 +195,28 @@ def load_config(path, *, require_train: bool = True) -> FitConfig:
     _unknown(raw, {"model", "data", "store", "engine", "evaluate"}, "")
     model = _table(raw.get("model", {}), "model")
     mtype = model.get("type", "SISOKR")
-    if mtype not in _MODEL_TYPES:
-        raise _err("model.type", f"unknown model type {mtype!r}; use one of {list(_MODEL_TYPES)}")
-    if mtype == "SISOKR":
-        kernels, sketches = ("input_kernel", "output_kernel"), ("input_sketch", "output_sketch")
-    else:
-        kernels, sketches = ("kernel",), ("sketch",)
-    _unknown(model, {"type", "lam", "random_state", *kernels, *sketches}, "model")
+    types = sorted(name for name, cls in MODELS.items() if cls._configurable)
+    if mtype not in types:
+        raise _err("model.type", f"unknown model type {mtype!r}; use one of {types}")
+    kinds = MODELS[mtype]._param_kinds
+    keys = {name for name, kind in kinds.items() if kind in ("kernel", "sketch", "lam", "random_state")}
+    _unknown(model, {"type", *keys}, "model")
     params: dict[str, Any] = {}
-    for k in kernels:
-        if k not in model:
-            raise _err(f"model.{k}", "missing kernel table")
-        params[k] = _kernel(model[k], f"model.{k}")
-    for k in sketches:
-        params[k] = _sketch(model[k], f"model.{k}") if k in model else None
-    params["lam"] = _lam(model.get("lam", 1e-6), "model.lam")
-    rs = model.get("random_state")
-    if rs is not None and (isinstance(rs, bool) or not isinstance(rs, int) or rs < 0):
-        raise _err("model.random_state", f"expected a non-negative integer, got {rs!r}")
-    params["random_state"] = rs
+    for k, kind in kinds.items():
+        if kind == "kernel":
+            if k not in model:
+                raise _err(f"model.{k}", "missing kernel table")
+            params[k] = _kernel(model[k], f"model.{k}")
+    for k, kind in kinds.items():
+        if kind == "sketch":
+            params[k] = _sketch(model[k], f"model.{k}") if k in model else None
+        elif kind == "lam":
+            params[k] = _lam(model.get(k, 1e-6), f"model.{k}")
+        elif kind == "random_state":
+            rs = model.get(k)
+            if rs is not None and (isinstance(rs, bool) or not isinstance(rs, int) or rs < 0):
+                raise _err(f"model.{k}", f"expected a non-negative integer, got {rs!r}")
+            params[k] = rs
 
     data = dict(_table(raw.get("data", {}), "data"))
     _unknown(data, _DATA_KEYS, "data")
@@ -246,8 +248,8 @@ def load_config(path, *, require_train: bool = True) -> FitConfig:
     _unknown(evaluate, {"metrics"}, "evaluate")
     metrics = evaluate.get("metrics")
     if metrics is not None:
-        if not isinstance(metrics, list) or any(m not in _METRICS for m in metrics):
-            raise _err("evaluate.metrics", f"expected a list of {list(_METRICS)}, got {metrics!r}")
+        if not isinstance(metrics, list) or any(m not in METRICS for m in metrics):
+            raise _err("evaluate.metrics", f"expected a list of {list(METRICS)}, got {metrics!r}")
     return FitConfig(path=path, model_type=mtype, model_params=params, data=data, store=store_path,
                      overwrite=overwrite, options=options, metrics=metrics, raw=raw)
 

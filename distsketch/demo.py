@@ -39,6 +39,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from ._base import MissingExtra
+
 __all__ = ["run_demo"]
 
 logger = logging.getLogger(__name__)
@@ -58,7 +60,7 @@ def _require_demo_extras() -> None:
             __import__(module)
         except ImportError as exc:
             package = "scikit-learn" if module == "sklearn" else module
-            raise ImportError(f"the demo needs {package}, which is not installed; "
+            raise MissingExtra(f"the demo needs {package}, which is not installed; "
                               f'install the demo extras with: pip install "distsketch[demo]"',
                               name=module) from exc
 
@@ -194,7 +196,10 @@ def run_demo(output: str | os.PathLike = "demo-output", *, seed: int = 0, progre
     _require_demo_extras()
     from sklearn.datasets import load_digits
 
-    from . import PSparsified, SISOKR, EngineOptions, Gaussian, SubSampling
+    from .kernels import Gaussian
+    from .models import SISOKR
+    from .options import EngineOptions
+    from .sketches import PSparsified, SubSampling
 
     stream = sys.stdout if stream is None else stream
     out = Path(output)

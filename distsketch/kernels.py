@@ -39,18 +39,27 @@ is set to 0 exactly (scikit-learn's ``euclidean_distances`` does the same). Othe
 expansion leaves an absolute error of about 1e-16·‖x‖² on the squared distance of
 coincident points, which Matern with ν = ½ turns into an error of about 1e-8·‖x‖/ℓ on
 k(x, x); the other kernels are second order in that error. Laplacian densifies sparse
-blocks (the caller bounds their size) and uses ``scipy.spatial.distance.cdist``, which
-needs no (n_a, n_b, d) temporary.
+blocks (the caller bounds their size) and uses the backend's L1 distances
+(``scipy.spatial.distance.cdist`` on the host), which need no (n_a, n_b, d) temporary.
 
 Inputs are computed in float64 (float32 and integer blocks are upcast); outputs are
 C-contiguous float64 arrays of shape (n_a, n_b), or are written into a caller's float64 or
-float32 array (``kernel(A, B, out=...)``, how the pass fills its row blocks). Every
-exponential goes through :func:`_exp_inplace`, the single place to swap in another ``exp``.
-Into a float32 array, the exponential kernels (Gaussian, Laplacian, GaussianTanimoto)
-evaluate ``exp`` in float32 from the float64 exponent: numpy's float32 ``exp`` runs about
-3–4× faster than its float64 one (benchmarks/RESULTS.md, pass). The exponent ``e`` is
-rounded to float32 first, so the relative error of the value is about (|e| + 1)·6e-8:
-1.2e-7 where k = 0.37, 1.3e-6 where k = 1e-9 (tests/test_kernels.py).
+float32 array (:meth:`Kernel.fill`, how the pass fills its row blocks).
+
+Backends
+--------
+Every array operation goes through the namespace of the arrays' compute backend
+(:func:`distsketch.backends.backend_of`: numpy for host arrays), so the same kernel code fills
+blocks on any registered backend. Every exponential goes through the backend's
+:meth:`~distsketch.backends.Backend.exp`, the single place to swap in another ``exp``. Into a
+float32 array, the exponential kernels (Gaussian, Laplacian, GaussianTanimoto) evaluate
+``exp`` in float32 from the float64 exponent, which numpy runs several times faster than its
+float64 ``exp`` (rates: benchmarks/RESULTS.md, "pass"). The exponent ``e`` is rounded to
+float32 first, so the relative error of the value is about (|e| + 1)·6e-8: 1.2e-7 where
+k = 0.37, 1.3e-6 where k = 1e-9 (tests/test_kernels.py). Sparse blocks (scipy.sparse) are
+host-only.
+
+Adding a kernel: docs/design.md, "How to add a kernel".
 """
 
 from __future__ import annotations
@@ -63,9 +72,9 @@ from typing import Any, ClassVar, Union
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.spatial.distance import cdist
 
 from ._base import ParamsMixin
+from .backends import Backend, backend_of
 
 __all__ = [
     "KERNELS",
@@ -80,26 +89,17 @@ __all__ = [
     "Standardized",
     "Tanimoto",
     "check_kernel",
+    "kernel_description",
     "kernel_from_config",
 ]
 
 Block = Union[np.ndarray, sp.spmatrix, sp.sparray]
 
+#: Kernel classes by registry name (``kernel_from_config``, TOML ``name = ...``); a subclass
+#: that defines ``_name`` registers itself.
+KERNELS: dict[str, type] = {}
+
 _DIAG_ROWS = 256  # rows per sub-block when CallableKernel.diag evaluates the user function
-
-
-def _exp_inplace(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``exp(a)`` of a float64 array, in place or into ``out`` (float64 or float32).
-
-    Into float32, ``a`` is rounded to float32 and numpy's float32 ``exp`` loop runs
-    (ufunc buffering casts in cache-sized pieces): the exponent's rounding (relative
-    6e-8, so an absolute 6e-8·|a|) plus about 1 float32 ulp. The one hook for another
-    implementation of ``exp``.
-    """
-    if out is None:
-        out = a
-    return np.exp(a, out=out, dtype=out.dtype, casting="same_kind")
-
 
 _SCRATCH = threading.local()
 _SCRATCH_BYTES = 4 << 20  # larger work arrays are allocated per call
@@ -107,7 +107,7 @@ _TILE_BYTES = 4 << 20  # float64 values per row tile when a kernel writes into o
 _TILE_MAX_D = 64  # wider inputs: the GEMM dominates, and tiles would repack B per tile
 
 
-def _scratch(slot: str, shape: tuple[int, int]) -> np.ndarray:
+def _scratch(be: Backend, slot: str, shape: tuple[int, int]):
     """A float64 work array of ``shape`` owned by this thread, contents undefined.
 
     Kernels writing into ``out`` work in row tiles of about 4 MiB; allocating their temporaries
@@ -116,80 +116,87 @@ def _scratch(slot: str, shape: tuple[int, int]) -> np.ndarray:
     allocation above 128 KiB is then a fresh mmap. Arrays above ``_SCRATCH_BYTES`` are not
     kept. The result must not outlive the caller's use of it (the next call reuses it).
     """
+    xp = be.xp
     size = math.prod(shape)
     if 8 * size > _SCRATCH_BYTES:
-        return np.empty(shape)
+        return xp.empty(shape)
     arrays = _SCRATCH.__dict__
-    buf = arrays.get(slot)
+    key = (be.name, slot)
+    buf = arrays.get(key)
     if buf is None or buf.size < size:
-        buf = arrays[slot] = np.empty(size)
+        buf = arrays[key] = xp.empty(size)
     return buf[:size].reshape(shape)
 
 
 # ---------------------------------------------------------------------------- block math
+# Every helper takes the backend ``be`` of its operands and computes in ``be.xp``.
 
 
-def _as_block(X: Any) -> Block:
-    """``X`` as a 2-D float64 ndarray or CSR matrix/array (no copy when already one)."""
+def _as_block(X: Any, be: Backend) -> Block:
+    """``X`` as a 2-D float64 array of backend ``be`` (CSR when sparse; no copy when already one)."""
     if sp.issparse(X):
-        X = X.tocsr().astype(np.float64, copy=False)
+        X = be.asarray(X.tocsr(), dtype=np.float64)
     else:
-        X = np.asarray(X, dtype=np.float64)
+        X = be.asarray(X, dtype=np.float64)
     if X.ndim != 2:
         raise ValueError(f"expected a 2-D block of rows, got an array of shape {X.shape}")
     return X
 
 
-def _dot(A: Block, B: Block) -> np.ndarray:
+def _dot(A: Block, B: Block, be: Backend):
     """Dense ``A @ B.T`` of shape (n_a, n_b), a new array."""
     out = A @ B.T
-    return out.toarray() if sp.issparse(out) else np.asarray(out)
+    return out.toarray() if be.issparse(out) else be.xp.asarray(out)
 
 
-def _sq_norms(A: Block) -> np.ndarray:
+def _sq_norms(A: Block, be: Backend):
     """Squared Euclidean row norms, shape (n_a,)."""
-    if sp.issparse(A):
-        return np.asarray(A.multiply(A).sum(axis=1)).ravel()
-    return np.einsum("ij,ij->i", A, A)
+    xp = be.xp
+    if be.issparse(A):
+        return xp.asarray(A.multiply(A).sum(axis=1)).ravel()
+    return xp.einsum("ij,ij->i", A, A)
 
 
-def _sq_dists(A: Block, B: Block) -> np.ndarray:
+def _sq_dists(A: Block, B: Block, be: Backend):
     """‖a_i − b_j‖² = ‖a_i‖² + ‖b_j‖² − 2⟨a_i, b_j⟩ clipped at 0, shape (n_a, n_b)."""
-    na = _sq_norms(A)
-    nb = na if A is B else _sq_norms(B)
-    D = _dot(A, B)
+    xp = be.xp
+    na = _sq_norms(A, be)
+    nb = na if A is B else _sq_norms(B, be)
+    D = _dot(A, B, be)
     D *= -2.0
     D += na[:, None]
     D += nb[None, :]
-    np.maximum(D, 0.0, out=D)
+    xp.maximum(D, 0.0, out=D)
     if A is B:
-        np.fill_diagonal(D, 0.0)
+        xp.fill_diagonal(D, 0.0)
     return D
 
 
-def _augment_left(A: np.ndarray, gamma: float, out: np.ndarray | None = None) -> np.ndarray:
+def _augment_left(A, gamma: float, be: Backend, out=None):
     """``[2γ a, −γ‖a‖², 1]`` per row, shape (n_a, d + 2)."""
+    xp = be.xp
     d = A.shape[1]
-    Aa = np.empty((A.shape[0], d + 2)) if out is None else out
-    np.multiply(A, 2.0 * gamma, out=Aa[:, :d])
-    Aa[:, d] = _sq_norms(A)
+    Aa = xp.empty((A.shape[0], d + 2)) if out is None else out
+    xp.multiply(A, 2.0 * gamma, out=Aa[:, :d])
+    Aa[:, d] = _sq_norms(A, be)
     Aa[:, d] *= -gamma
     Aa[:, d + 1] = 1.0
     return Aa
 
 
-def _augment_right(B: np.ndarray, gamma: float) -> np.ndarray:
+def _augment_right(B, gamma: float, be: Backend):
     """``[b, 1, −γ‖b‖²]`` per row, shape (n_b, d + 2)."""
+    xp = be.xp
     d = B.shape[1]
-    Ba = np.empty((B.shape[0], d + 2))
+    Ba = xp.empty((B.shape[0], d + 2))
     Ba[:, :d] = B
     Ba[:, d] = 1.0
-    Ba[:, d + 1] = _sq_norms(B)
+    Ba[:, d + 1] = _sq_norms(B, be)
     Ba[:, d + 1] *= -gamma
     return Ba
 
 
-def _neg_scaled_sq_dists(A: np.ndarray, B: np.ndarray, gamma: float) -> np.ndarray:
+def _neg_scaled_sq_dists(A, B, gamma: float, be: Backend):
     """``−γ ‖a_i − b_j‖²`` for dense blocks from one GEMM, clipped at 0, shape (n_a, n_b).
 
     ``−γ‖a − b‖² = ⟨[2γ a, −γ‖a‖², 1], [b, 1, −γ‖b‖²]⟩``: the product of two
@@ -199,30 +206,31 @@ def _neg_scaled_sq_dists(A: np.ndarray, B: np.ndarray, gamma: float) -> np.ndarr
     of the expansion in :func:`_sq_dists`, about 1e-16·γ(‖a‖² + ‖b‖²); the diagonal
     of ``A is B`` is set to 0 exactly.
     """
-    return _neg_scaled_sq_dists_into(A, _augment_right(B, gamma), gamma,
-                                     np.empty((A.shape[0], B.shape[0])), 0 if A is B else None)
+    return _neg_scaled_sq_dists_into(A, _augment_right(B, gamma, be), gamma,
+                                     be.xp.empty((A.shape[0], B.shape[0])), be,
+                                     0 if A is B else None)
 
 
-def _neg_scaled_sq_dists_into(A: np.ndarray, Ba: np.ndarray, gamma: float, T: np.ndarray,
-                              diagonal: int | None = None) -> np.ndarray:
+def _neg_scaled_sq_dists_into(A, Ba, gamma: float, T, be: Backend, diagonal: int | None = None):
     """:func:`_neg_scaled_sq_dists` of rows ``A`` against augmented rows ``Ba``
     (:func:`_augment_right`) into ``T`` (C-contiguous float64); ``diagonal``: the column of
     A's first row in ``Ba`` when A's rows are among Ba's (``A is B``), where the distance
     is set to 0 exactly. A's augmented rows go to this thread's work array."""
-    Aa = _augment_left(A, gamma, out=_scratch("a", (A.shape[0], Ba.shape[1])))
-    np.matmul(Aa, Ba.T, out=T)
-    np.minimum(T, 0.0, out=T)
+    xp = be.xp
+    Aa = _augment_left(A, gamma, be, out=_scratch(be, "a", (A.shape[0], Ba.shape[1])))
+    xp.matmul(Aa, Ba.T, out=T)
+    xp.minimum(T, 0.0, out=T)
     if diagonal is not None:
-        idx = np.arange(T.shape[0])
+        idx = xp.arange(T.shape[0])
         T[idx, idx + diagonal] = 0.0
     return T
 
 
-def _tanimoto(A: Block, B: Block) -> np.ndarray:
+def _tanimoto(A: Block, B: Block, be: Backend):
     """T(a_i, b_j), with T = 1 where both rows are all-zero, shape (n_a, n_b)."""
-    na = _sq_norms(A)
-    nb = na if A is B else _sq_norms(B)
-    G = _dot(A, B)
+    na = _sq_norms(A, be)
+    nb = na if A is B else _sq_norms(B, be)
+    G = _dot(A, B, be)
     den = na[:, None] + nb[None, :]
     den -= G
     both_zero = den == 0.0
@@ -232,8 +240,8 @@ def _tanimoto(A: Block, B: Block) -> np.ndarray:
     return G
 
 
-def _dense(X: Block) -> np.ndarray:
-    return X.toarray() if sp.issparse(X) else X
+def _dense(X: Block, be: Backend):
+    return X.toarray() if be.issparse(X) else X
 
 
 # ---------------------------------------------------------------------------- validation
@@ -267,16 +275,25 @@ class Kernel(ParamsMixin):
     ``set_params``): they have no ``fit`` where validation could wait, and a bad kernel
     should fail where it is written, not inside a task on a worker.
 
-    Subclasses set ``_name`` (the :data:`KERNELS` registry name) and implement
-    ``_validate``, ``_compute(A, B)`` and ``_diag(A)`` on float64 blocks.
+    Subclasses set ``_name`` (their :data:`KERNELS` registry name: defining the class
+    registers it) and implement ``_validate``, ``_compute(A, B, be)`` and ``_diag(A, be)`` on
+    float64 blocks of backend ``be``, computing in ``be.xp``; ``_fill(A, B, out, scale, be)``
+    where a cheaper path than ``out[...] = _compute(A, B, be)`` exists. See docs/design.md,
+    "How to add a kernel".
     """
 
     _name: ClassVar[str]
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("_name")
+        if name:
+            KERNELS.setdefault(name, cls)
+
     def __init__(self) -> None:
         """Parameter-free kernels take no arguments; subclasses with parameters override."""
 
-    def __call__(self, A: Block, B: Block, *, out: np.ndarray | None = None) -> np.ndarray:
+    def __call__(self, A: Block, B: Block, *, out=None):
         """Kernel block ``K[i, j] = k(A[i], B[j])``.
 
         Parameters
@@ -284,24 +301,23 @@ class Kernel(ParamsMixin):
         A : ndarray or scipy.sparse matrix/array, shape (n_a, d)
         B : ndarray or scipy.sparse matrix/array, shape (n_b, d)
         out : ndarray, shape (n_a, n_b), float64 or float32, optional
-            Written in place (any strides) and returned. Into float32 the values are
-            rounded to float32; the exponential kernels then evaluate ``exp`` in float32
-            (module docstring, "Numerics").
+            As for :meth:`fill`.
 
         Returns
         -------
         K : ndarray, shape (n_a, n_b)
-            ``out``, or a new C-contiguous float64 array owned by the caller.
+            ``out``, or a new C-contiguous float64 array (of A's backend) owned by the caller.
         """
         if out is not None:
-            return self._into(A, B, out)
-        A, B = self._operands(A, B)
-        return np.ascontiguousarray(self._compute(A, B), dtype=np.float64)
+            return self.fill(A, B, out)
+        be = backend_of(A)
+        A, B = self._operands(A, B, be)
+        return be.xp.ascontiguousarray(self._compute(A, B, be), dtype=np.float64)
 
-    def _operands(self, A: Block, B: Block) -> tuple[Block, Block]:
+    def _operands(self, A: Block, B: Block, be: Backend) -> tuple[Block, Block]:
         same = A is B
-        A = _as_block(A)
-        B = A if same else _as_block(B)
+        A = _as_block(A, be)
+        B = A if same else _as_block(B, be)
         if A.shape[1] != B.shape[1]:
             raise ValueError(
                 f"{type(self).__name__}: A and B must have the same number of columns, "
@@ -309,21 +325,40 @@ class Kernel(ParamsMixin):
             )
         return A, B
 
-    def _into(self, A: Block, B: Block, out: np.ndarray,
-              scale: np.ndarray | None = None) -> np.ndarray:
-        """``out[i, j] = k(A[i], B[j])`` rounded to ``out``'s dtype, times ``scale[j]`` (and
-        rounded again) when given: the sketched pass's placed columns (gram_dot)."""
-        A, B = self._operands(A, B)
-        if not isinstance(out, np.ndarray) or out.dtype not in (np.float64, np.float32):
+    def fill(self, A: Block, B: Block, out, scale=None):
+        """Write the kernel block into ``out``: ``out[i, j] = k(A[i], B[j]) · scale[j]``.
+
+        How the streaming pass evaluates its blocks (:func:`distsketch.features.gram_dot`):
+        straight into the block it stores, in the compute backend of ``out``.
+
+        Parameters
+        ----------
+        A : array or scipy.sparse matrix/array, shape (n_a, d)
+        B : array or scipy.sparse matrix/array, shape (n_b, d)
+        out : array of a registered backend, shape (n_a, n_b), float64 or float32
+            Written in place (any strides) and returned. Into float32 the values are rounded
+            to float32; the exponential kernels then evaluate ``exp`` in float32 (module
+            docstring, "Backends").
+        scale : array of shape (n_b,), optional
+            Column factors applied after the kernel values (and rounded again): the sketched
+            pass's placed columns, ``k(A, X_J) diag(R_mix)``.
+
+        Returns
+        -------
+        out
+        """
+        be = backend_of(out)
+        if not isinstance(out, be.array_types) or out.dtype not in (np.float64, np.float32):
             raise ValueError(f"{type(self).__name__}: out must be a float64 or float32 "
                              f"ndarray, got {getattr(out, 'dtype', type(out).__name__)}")
+        A, B = self._operands(A, B, be)
         if out.shape != (A.shape[0], B.shape[0]):
             raise ValueError(f"{type(self).__name__}: out has shape {out.shape}, expected "
                              f"(len(A), len(B)) = {(A.shape[0], B.shape[0])}")
-        self._fill(A, B, out, scale)
+        self._fill(A, B, out, scale, be)
         return out
 
-    def diag(self, A: Block) -> np.ndarray:
+    def diag(self, A: Block):
         """``k(A[i], A[i])`` for every row, without forming the Gram matrix.
 
         Parameters
@@ -334,7 +369,8 @@ class Kernel(ParamsMixin):
         -------
         ndarray, shape (n_a,), float64
         """
-        return self._diag(_as_block(A))
+        be = backend_of(A)
+        return self._diag(_as_block(A, be), be)
 
     def to_config(self) -> dict[str, Any]:
         """JSON-serialisable ``{"name": <registry name>, **params}``; inverse of
@@ -362,30 +398,30 @@ class Kernel(ParamsMixin):
     def _validate(self) -> None:
         """Raise ``ValueError`` naming the first invalid parameter (none by default)."""
 
-    def _compute(self, A: Block, B: Block) -> np.ndarray:
+    def _compute(self, A: Block, B: Block, be: Backend):
         raise NotImplementedError
 
-    def _fill(self, A: Block, B: Block, out: np.ndarray, scale: np.ndarray | None) -> None:
-        """:meth:`_into` on checked operands; kernels with a cheaper path override this."""
-        out[...] = self._compute(A, B)
+    def _fill(self, A: Block, B: Block, out, scale, be: Backend) -> None:
+        """:meth:`fill` on checked operands; kernels with a cheaper path override this."""
+        out[...] = self._compute(A, B, be)
         if scale is not None:
             out *= scale
 
-    def _diag(self, A: Block) -> np.ndarray:
-        return np.ones(A.shape[0])
+    def _diag(self, A: Block, be: Backend):
+        return be.xp.ones(A.shape[0])
 
 
 class _ExponentialKernel(Kernel):
     """A kernel ``exp(e(A, B))``: subclasses implement ``_exponent`` (a new float64 array)."""
 
-    def _exponent(self, A: Block, B: Block) -> np.ndarray:
+    def _exponent(self, A: Block, B: Block, be: Backend):
         raise NotImplementedError
 
-    def _compute(self, A: Block, B: Block) -> np.ndarray:
-        return _exp_inplace(self._exponent(A, B))
+    def _compute(self, A: Block, B: Block, be: Backend):
+        return be.exp(self._exponent(A, B, be))
 
-    def _fill(self, A: Block, B: Block, out: np.ndarray, scale: np.ndarray | None) -> None:
-        _exp_inplace(self._exponent(A, B), out=out)
+    def _fill(self, A: Block, B: Block, out, scale, be: Backend) -> None:
+        be.exp(self._exponent(A, B, be), out=out)
         if scale is not None:
             out *= scale
 
@@ -409,34 +445,34 @@ class Gaussian(_ExponentialKernel):
     def _validate(self) -> None:
         _check_positive("Gaussian", "gamma", self.gamma)
 
-    def _exponent(self, A: Block, B: Block) -> np.ndarray:
-        if sp.issparse(A) or sp.issparse(B):
-            D = _sq_dists(A, B)
+    def _exponent(self, A: Block, B: Block, be: Backend):
+        if be.issparse(A) or be.issparse(B):
+            D = _sq_dists(A, B, be)
             D *= -self.gamma
             return D
-        return _neg_scaled_sq_dists(A, B, self.gamma)
+        return _neg_scaled_sq_dists(A, B, self.gamma, be)
 
-    def _fill(self, A: Block, B: Block, out: np.ndarray, scale: np.ndarray | None) -> None:
+    def _fill(self, A: Block, B: Block, out, scale, be: Backend) -> None:
         """Dense blocks in row tiles of about ``_TILE_BYTES`` (small ``d``): the GEMM, clip,
         ``exp``, rounding and scaling of a tile run while it is in cache, the augmented
         ``B`` is built once, the tile temporaries are this thread's work arrays. With
         ``d > _TILE_MAX_D`` the GEMM dominates and one tile takes the whole block."""
-        if sp.issparse(A) or sp.issparse(B):
-            super()._fill(A, B, out, scale)
+        if be.issparse(A) or be.issparse(B):
+            super()._fill(A, B, out, scale, be)
             return
         n_a, n_b = out.shape
         d = A.shape[1]
         same = A is B
-        Ba = _augment_right(B, self.gamma)
+        Ba = _augment_right(B, self.gamma, be)
         rows = max(n_a, 1) if d > _TILE_MAX_D else max(8, _TILE_BYTES // (8 * max(n_b, 1)))
         for r in range(0, n_a, rows):
             e = min(r + rows, n_a)
             dst = out[r:e]
             # the exponent straight into a float64 tile, else into a work array
             direct = dst.dtype == np.float64 and dst.flags.c_contiguous
-            T = dst if direct else _scratch("exponent", (e - r, n_b))
-            _neg_scaled_sq_dists_into(A[r:e], Ba, self.gamma, T, r if same else None)
-            _exp_inplace(T, out=dst)
+            T = dst if direct else _scratch(be, "exponent", (e - r, n_b))
+            _neg_scaled_sq_dists_into(A[r:e], Ba, self.gamma, T, be, r if same else None)
+            be.exp(T, out=dst)
             if scale is not None:
                 dst *= scale
 
@@ -460,9 +496,8 @@ class Laplacian(_ExponentialKernel):
     def _validate(self) -> None:
         _check_positive("Laplacian", "gamma", self.gamma)
 
-    def _exponent(self, A: Block, B: Block) -> np.ndarray:
-        # cdist loops in C without an (n_a, n_b, d) temporary, so no sub-blocking is needed.
-        D = cdist(_dense(A), _dense(B), "cityblock")
+    def _exponent(self, A: Block, B: Block, be: Backend):
+        D = be.cityblock(_dense(A, be), _dense(B, be))
         D *= -self.gamma
         return D
 
@@ -472,11 +507,11 @@ class Linear(Kernel):
 
     _name = "linear"
 
-    def _compute(self, A: Block, B: Block) -> np.ndarray:
-        return _dot(A, B)
+    def _compute(self, A: Block, B: Block, be: Backend):
+        return _dot(A, B, be)
 
-    def _diag(self, A: Block) -> np.ndarray:
-        return _sq_norms(A)
+    def _diag(self, A: Block, be: Backend):
+        return _sq_norms(A, be)
 
 
 class Polynomial(Kernel):
@@ -507,16 +542,16 @@ class Polynomial(Kernel):
         if not _is_real(self.coef0):
             raise ValueError(f"Polynomial: coef0 must be a finite float, got {self.coef0!r}")
 
-    def _compute(self, A: Block, B: Block) -> np.ndarray:
-        return self._transform(_dot(A, B))
+    def _compute(self, A: Block, B: Block, be: Backend):
+        return self._transform(_dot(A, B, be), be)
 
-    def _diag(self, A: Block) -> np.ndarray:
-        return self._transform(_sq_norms(A))
+    def _diag(self, A: Block, be: Backend):
+        return self._transform(_sq_norms(A, be), be)
 
-    def _transform(self, G: np.ndarray) -> np.ndarray:
+    def _transform(self, G, be: Backend):
         G *= self.gamma
         G += self.coef0
-        return np.power(G, int(self.degree), out=G)
+        return be.xp.power(G, int(self.degree), out=G)
 
 
 class Matern(Kernel):
@@ -553,14 +588,15 @@ class Matern(Kernel):
             raise ValueError(f"Matern: nu must be one of 0.5, 1.5, 2.5, got {self.nu!r}")
         _check_positive("Matern", "length_scale", self.length_scale)
 
-    def _compute(self, A: Block, B: Block) -> np.ndarray:
-        s = _sq_dists(A, B)
+    def _compute(self, A: Block, B: Block, be: Backend):
+        xp = be.xp
+        s = _sq_dists(A, B, be)
         s *= 2.0 * self.nu / self.length_scale**2
-        np.sqrt(s, out=s)  # s = √(2ν) r: r, √3 r or √5 r
+        xp.sqrt(s, out=s)  # s = √(2ν) r: r, √3 r or √5 r
         if self.nu == 0.5:
             s *= -1.0
-            return _exp_inplace(s)
-        e = _exp_inplace(-s)
+            return be.exp(s)
+        e = be.exp(-s)
         if self.nu == 1.5:
             poly = s + 1.0  # 1 + √3 r
         else:
@@ -581,8 +617,8 @@ class Tanimoto(Kernel):
 
     _name = "tanimoto"
 
-    def _compute(self, A: Block, B: Block) -> np.ndarray:
-        return _tanimoto(A, B)
+    def _compute(self, A: Block, B: Block, be: Backend):
+        return _tanimoto(A, B, be)
 
 
 class GaussianTanimoto(_ExponentialKernel):
@@ -604,8 +640,8 @@ class GaussianTanimoto(_ExponentialKernel):
     def _validate(self) -> None:
         _check_positive("GaussianTanimoto", "gamma", self.gamma)
 
-    def _exponent(self, A: Block, B: Block) -> np.ndarray:
-        T = _tanimoto(A, B)
+    def _exponent(self, A: Block, B: Block, be: Backend):
+        T = _tanimoto(A, B, be)
         T -= 1.0
         T *= 2.0 * self.gamma  # −γ(2 − 2T) = 2γ(T − 1)
         return T
@@ -642,11 +678,11 @@ class CallableKernel(Kernel):
             f"use a registered kernel {sorted(KERNELS)} to save a config"
         )
 
-    def _compute(self, A: Block, B: Block) -> np.ndarray:
+    def _compute(self, A: Block, B: Block, be: Backend):
         out = self.func(A, B)
-        if sp.issparse(out):
+        if sp.issparse(out) or be.issparse(out):
             out = out.toarray()
-        out = np.array(out, dtype=np.float64)  # a copy: the caller may modify the block
+        out = be.xp.array(out, dtype=np.float64)  # a copy: the caller may modify the block
         expected = (A.shape[0], B.shape[0])
         if out.shape != expected:
             raise ValueError(
@@ -655,11 +691,12 @@ class CallableKernel(Kernel):
             )
         return out
 
-    def _diag(self, A: Block) -> np.ndarray:
-        out = np.empty(A.shape[0])
+    def _diag(self, A: Block, be: Backend):
+        xp = be.xp
+        out = xp.empty(A.shape[0])
         for start in range(0, A.shape[0], _DIAG_ROWS):
             rows = A[start : start + _DIAG_ROWS]
-            out[start : start + _DIAG_ROWS] = np.diag(self(rows, rows))
+            out[start : start + _DIAG_ROWS] = xp.diag(self(rows, rows))
         return out
 
 
@@ -668,7 +705,8 @@ class Standardized(Kernel):
 
     Standardisation belongs to the model, so a saved model predicts from raw inputs. Sparse
     blocks are densified (blocks are bounded by the caller). Build it from training data with
-    :meth:`from_data`.
+    :func:`distsketch.rows.standardized` (what the TOML ``standardize = true`` does) or
+    :meth:`from_data` for in-memory data.
 
     Parameters
     ----------
@@ -699,42 +737,46 @@ class Standardized(Kernel):
             raise ValueError("Standardized: scale must be finite and positive")
 
     @classmethod
-    def from_data(cls, kernel: Kernel, X) -> "Standardized":
-        """Mean and standard deviation of the columns of ``X`` (numpy, sparse, dask or zarr);
-        zero-variance columns get scale 1 (scikit-learn's ``StandardScaler``)."""
-        import dask
-        import dask.array as da
+    def from_moments(cls, kernel: Kernel, mean, var) -> "Standardized":
+        """From column means and variances; zero-variance columns get scale 1 (scikit-learn's
+        ``StandardScaler``)."""
+        std = np.sqrt(np.clip(np.asarray(var, dtype=np.float64), 0.0, None))
+        std[std == 0] = 1.0
+        return cls(kernel, mean, std)
 
+    @classmethod
+    def from_data(cls, kernel: Kernel, X) -> "Standardized":
+        """Mean and standard deviation of the columns of in-memory ``X`` (numpy or sparse);
+        zero-variance columns get scale 1. For dask or zarr data use
+        :func:`distsketch.rows.standardized` (one reduction pass)."""
         if sp.issparse(X):
             X = sp.csr_array(X)
             mean = np.asarray(X.mean(axis=0)).ravel()
             var = np.asarray(X.multiply(X).mean(axis=0)).ravel() - mean**2
         elif isinstance(X, np.ndarray):
             mean, var = X.mean(axis=0), X.var(axis=0)
-        else:  # lazy: one reduction pass
-            arr = X if isinstance(X, da.Array) else da.from_zarr(X)
-            arr = arr.astype(np.float64)
-            mean, var = dask.compute(arr.mean(axis=0), arr.var(axis=0))
-        std = np.sqrt(np.clip(var, 0.0, None))
-        std[std == 0] = 1.0
-        return cls(kernel, mean, std)
+        else:
+            raise ValueError(f"Standardized.from_data: X must be a numpy or scipy.sparse array, got "
+                             f"{type(X).__name__}; use distsketch.rows.standardized(kernel, X) "
+                             f"for dask or zarr data")
+        return cls.from_moments(kernel, mean, var)
 
-    def _transform(self, A: Block) -> np.ndarray:
-        A = _dense(A)
+    def _transform(self, A: Block, be: Backend):
+        A = _dense(A, be)
         if A.shape[1] != self._mean.size:
             raise ValueError(f"Standardized: rows have {A.shape[1]} columns, the scaling {self._mean.size}")
-        return (A - self._mean) / self._scale
+        return (A - be.asarray(self._mean)) / be.asarray(self._scale)
 
-    def _compute(self, A: Block, B: Block) -> np.ndarray:
-        TA = self._transform(A)
-        return self.kernel(TA, TA if B is A else self._transform(B))
+    def _compute(self, A: Block, B: Block, be: Backend):
+        TA = self._transform(A, be)
+        return self.kernel(TA, TA if B is A else self._transform(B, be))
 
-    def _fill(self, A: Block, B: Block, out: np.ndarray, scale: np.ndarray | None) -> None:
-        TA = self._transform(A)
-        self.kernel._into(TA, TA if B is A else self._transform(B), out, scale)
+    def _fill(self, A: Block, B: Block, out, scale, be: Backend) -> None:
+        TA = self._transform(A, be)
+        self.kernel.fill(TA, TA if B is A else self._transform(B, be), out, scale)
 
-    def _diag(self, A: Block) -> np.ndarray:
-        return self.kernel.diag(self._transform(A))
+    def _diag(self, A: Block, be: Backend):
+        return self.kernel.diag(self._transform(A, be))
 
     def to_config(self) -> dict[str, Any]:
         return {"name": self._name, "kernel": self.kernel.to_config(),
@@ -749,17 +791,7 @@ class Standardized(Kernel):
 
 # ---------------------------------------------------------------------------- registry
 
-KERNELS: dict[str, type[Kernel]] = {
-    "gaussian": Gaussian,
-    "rbf": Gaussian,
-    "laplacian": Laplacian,
-    "linear": Linear,
-    "polynomial": Polynomial,
-    "matern": Matern,
-    "tanimoto": Tanimoto,
-    "gaussian_tanimoto": GaussianTanimoto,
-    "standardized": Standardized,
-}
+KERNELS["rbf"] = Gaussian  # scikit-learn's name
 
 
 def kernel_from_config(cfg: Mapping[str, Any]) -> Kernel:
@@ -795,6 +827,16 @@ def kernel_from_config(cfg: Mapping[str, Any]) -> Kernel:
                 f"valid parameters are {valid}"
             )
     return cls(**params)
+
+
+def kernel_description(kernel: Any) -> dict[str, Any]:
+    """JSON description of a kernel, for records and keys: :meth:`Kernel.to_config`, or
+    ``{"callable": "module.qualname"}`` for a user function (never used to rebuild it)."""
+    try:
+        return kernel.to_config()
+    except TypeError:
+        f = getattr(kernel, "func", kernel)
+        return {"callable": f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', repr(f))}"}
 
 
 def check_kernel(kernel: Any, *, name: str) -> Kernel:

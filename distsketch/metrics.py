@@ -12,11 +12,14 @@ Python floats; every one is a mean over samples.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse as sp
 
 __all__ = ["f1_samples", "hamming_loss", "topk_accuracy", "mean_reciprocal_rank", "kernel_loss",
-           "surrogate_mse"]
+           "surrogate_mse", "Metric", "METRICS"]
 
 
 def _binary(Y, argument: str) -> np.ndarray:
@@ -113,7 +116,7 @@ def surrogate_mse(model, X, Y) -> float:
     phi = np.asarray(model.output_features(Y))
     inner = np.einsum("ij,ij->i", phi, g)
     if model.output_projection_ is None:  # exact output side: ‖ĥ‖² = gᵀ K_Y g
-        from .sketches import gram_dot
+        from .features import gram_dot
 
         L = model.output_landmarks_
         Kg = gram_dot(model.output_kernel_, L, L, right=g.T, chunk=model._options().gram_chunk)
@@ -121,3 +124,38 @@ def surrogate_mse(model, X, Y) -> float:
     else:
         norm = np.einsum("ij,ij->i", g, g)
     return float(np.mean(model.output_kernel_.diag(Y) - 2.0 * inner + norm))
+
+
+# --------------------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric of a fitted model on labelled data, by name (``distsketch evaluate``).
+
+    ``func(model, X, Y, pred)``: ``Y`` the true rows as a dense float64 array, ``pred`` the
+    model's ``predict(X)`` (computed once for every metric that ``needs_prediction``).
+    """
+
+    func: Callable
+    needs_prediction: bool = True
+
+
+def _rmse(model, X, Y, pred) -> float:
+    return float(np.sqrt(np.mean((np.asarray(pred).reshape(Y.shape) - Y) ** 2)))
+
+
+def _r2(model, X, Y, pred) -> float:
+    return float(model.score(X, Y)) if hasattr(model, "score") else float("nan")
+
+
+#: Metrics by name, in the order they are listed.
+METRICS: dict[str, Metric] = {
+    "f1_samples": Metric(lambda model, X, Y, pred: f1_samples(Y, pred)),
+    "hamming_loss": Metric(lambda model, X, Y, pred: hamming_loss(Y, pred)),
+    "kernel_loss": Metric(lambda model, X, Y, pred: kernel_loss(model.output_kernel_, Y, pred)),
+    "surrogate_mse": Metric(lambda model, X, Y, pred: surrogate_mse(model, X, Y),
+                            needs_prediction=False),
+    "rmse": Metric(_rmse),
+    "r2": Metric(_r2),
+}

@@ -1,4 +1,4 @@
-"""Estimators: one sketched pipeline, interchangeable sketches.
+"""Estimators of the ridge family: one sketched pipeline, interchangeable sketches.
 
 - :class:`SISOKR` — input and output kernel, each exact (``None``) or sketched: IOKR,
   SIOKR, ISOKR and SISOKR are the same class with different sketches.
@@ -6,219 +6,38 @@
   targets (exact KRR with ``sketch=None``).
 
 Both minimise ``(1/n) Σ_i ‖h(x_i) − y_i‖² + λ ‖h‖²`` over the sketched hypothesis space
-(see :mod:`distsketch.solve` for the closed forms), fit with one streaming pass
-(:mod:`distsketch.accumulate`) and solve any λ from the pass's small sums, with no new
-pass: one eigendecomposition of ``H`` for a sketched input side, one Cholesky factorisation
-of ``K_X + nλI`` per λ for an exact one (see :mod:`distsketch.solve`).
-The estimators only validate, call the module-level functions and keep the small
-(``m × m``-sized) fitted state as numpy arrays.
+(see :mod:`distsketch.solve` for the closed forms), fit with the template of
+:class:`~distsketch.estimator.SketchedEstimator` (one streaming pass, then the driver solve)
+and solve any λ from the pass's small sums, with no new pass. The classes declare their
+parameters, sides and sums, call one ``solve.solve_*`` and keep the small (``m × m``-sized)
+fitted state as numpy arrays; their kernelised sides are :class:`~distsketch.features.FeatureMap`
+objects.
 """
 
 from __future__ import annotations
 
-import logging
 import numbers
-from collections.abc import Sequence
-from typing import Any
 
-import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 
-from ._base import ParamsMixin
-from ._compute import map_local
-from .accumulate import _kernel_config, fit_pass
 from .candidates import CandidateStore, _check_query_sets, candidate_reader, concatenate_sets
-from .decode import Scorer, decode_fixed, decode_ragged
-from .kernels import Linear, check_kernel
-from .options import EngineOptions, check_options, with_blas_limit
-from .rows import RowSource, as_row_source, fingerprint
-from .sketches import RealizedSketch, check_sketch, gram_dot
-from .solve import (
-    EIGEN_PATH_LENGTH,
-    InputSolution,
-    input_basis,
-    krr_coef,
-    sisokr_coef,
-    sisokr_operator,
-    solve_input,
-    solve_input_exact,
-    whitening,
-)
+from .decode import candidate_features, decode_fixed, decode_ragged
+from .estimator import FitSpec, NotFittedError, RidgeEstimator
+from .features import FeatureMap
+from .kernels import Linear
+from .options import with_blas_limit
+from .persist import kernel_from_json, kernel_to_json
+from .rows import as_row_source
+from .solve import krr_coef, krr_sums, sisokr_coef, sisokr_sums, solve_krr, solve_sisokr
 
 __all__ = ["SISOKR", "SketchedKRR", "NotFittedError"]
 
-logger = logging.getLogger(__name__)
+_RIDGE_PARAMS = {"lam": "lam", "random_state": "random_state", "store": "store",
+                 "options": "options"}
 
 
-# --------------------------------------------------------------------------- validation
-
-try:  # scikit-learn is optional; when present, our error is also its NotFittedError
-    from sklearn.exceptions import NotFittedError as _NotFittedBase
-except ImportError:  # pragma: no cover - exercised without scikit-learn
-    class _NotFittedBase(ValueError, AttributeError):
-        pass
-
-
-class NotFittedError(_NotFittedBase):
-    """Raised when a prediction method is called before ``fit`` (a ValueError)."""
-
-
-
-def check_lam(lam: Any) -> tuple[float, ...]:
-    """λ (a positive float) or a sequence of them; returns the path as a tuple."""
-    values = lam if isinstance(lam, (Sequence, np.ndarray)) and not isinstance(lam, str) else [lam]
-    out = []
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v) or v <= 0:
-            raise ValueError(f"lam: the ridge parameter must be a positive finite number "
-                             f"(or a sequence of them), got {lam!r}")
-        out.append(float(v))
-    if not out:
-        raise ValueError("lam: empty sequence; give at least one positive value")
-    return tuple(out)
-
-
-def check_random_state(random_state: Any) -> np.random.Generator:
-    """One generator per fit; ``None`` draws fresh entropy (never the global RNG)."""
-    if random_state is None:
-        return np.random.default_rng()
-    if isinstance(random_state, np.random.Generator):
-        return random_state
-    if isinstance(random_state, np.random.RandomState):
-        return np.random.default_rng(random_state.randint(0, 2**31 - 1))
-    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
-        if random_state < 0:
-            raise ValueError(f"random_state: must be a non-negative integer, got {random_state}")
-        return np.random.default_rng(int(random_state))
-    raise ValueError(f"random_state: expected None, an int or a numpy Generator, got {random_state!r}")
-
-
-def _check_xy(X, Y, *, y_name: str, model: str) -> tuple[RowSource, RowSource]:
-    if Y is None:
-        raise ValueError(f"{y_name}: {model} requires y to be passed, but the target y is None")
-    Xs = as_row_source(X, argument="X")
-    Ys = as_row_source(Y, argument=y_name, allow_1d=True)
-    if Ys.n != Xs.n:
-        raise ValueError(f"{y_name}: has {Ys.n} rows but X has {Xs.n}; "
-                         f"X and {y_name} must hold the same samples")
-    if Xs.n < 2:
-        raise ValueError(f"X: at least 2 samples are needed to fit, got n_samples = {Xs.n}")
-    Xs.check_finite()
-    Ys.check_finite()
-    return Xs, Ys
-
-
-def _solve_input_side(sums: dict, sketch: RealizedSketch, *, n: int, rtol: float,
-                      n_lams: int) -> InputSolution:
-    if sketch.is_identity:  # H = K_X = C itself
-        sol = solve_input_exact(sums["C"], n=n)
-    else:
-        sol = solve_input(sums["G"], sums["B"], n=n, rtol=rtol)
-    # sketched: one eigendecomposition of H for every λ; exact: H + nλI factored per λ
-    # unless the λ path is long (solve.EIGEN_PATH_LENGTH explains both)
-    return sol.with_eigen() if not sol.exact or n_lams > EIGEN_PATH_LENGTH else sol
-
-
-def features(kernel, landmarks, P: np.ndarray | None, X, *, options: EngineOptions, argument: str = "X",
-             n_features: int | None = None, model: str = "the model", post: np.ndarray | None = None):
-    """``k(X, L) P`` row block by row block: ``φ(x) = Pᵀ k(L, x)`` for new points.
-
-    ``P=None`` means the identity (raw kernel features of an exact side). ``post`` (r × k),
-    if given, multiplies each block's features: ``k(X, L) P post``, never holding the
-    intermediate for all rows. Dask input gives a dask array (lazy); numpy / sparse input
-    gives an ndarray.
-    """
-    width = landmarks.shape[0] if P is None else P.shape[1]
-    out_width = width if post is None else post.shape[1]
-    src = as_row_source(X, argument=argument)
-    if n_features is not None and src.shape[1] != n_features:
-        raise ValueError(f"{argument} has {src.shape[1]} features, but {model} is expecting "
-                         f"{n_features} features as input")
-    X = src.data
-    if isinstance(X, da.Array):
-        X = X.rechunk({1: -1})
-        return X.map_blocks(_features_block, kernel, landmarks, P, options.gram_chunk, post,
-                            dtype=np.float64, chunks=(X.chunks[0], (out_width,)))
-    if src.lazy:
-        return np.asarray(features(kernel, landmarks, P, da.from_zarr(X), options=options,
-                                   post=post))
-    src.check_finite()
-    b = max(1, options.block_memory // (8 * (options.gram_chunk + width + out_width)))
-    b = min(b, _FEATURE_ROWS)  # several blocks for the cores; fixed, so results never depend on them
-    out = np.empty((src.n, out_width))
-
-    def block(s: int) -> None:
-        out[s : s + b] = _features_block(src.data[s : s + b], kernel, landmarks, P,
-                                         options.gram_chunk, post)
-
-    map_local(block, list(range(0, src.n, b)))
-    return out
-
-
-_FEATURE_ROWS = 256  # rows per block of features() on in-memory input (BLAS-efficient, many blocks)
-
-
-def _features_block(block, kernel, landmarks, P, chunk, post=None):
-    phi = gram_dot(kernel, block, landmarks, right=P, chunk=chunk)
-    return phi if post is None else phi @ post
-
-
-# --------------------------------------------------------------------------- estimators
-
-
-class _SketchedBase(ParamsMixin):
-    """Shared λ handling of the fitted estimators."""
-
-    @with_blas_limit
-    def set_lam(self, lam: float):
-        """Switch the active λ without touching the data; returns self.
-
-        Any positive λ is allowed, not only those of the fitted ``lam`` sequence: the
-        fit's ``H`` serves every λ (its eigendecomposition, or a Cholesky factorisation of
-        ``K_X + nλI`` with an exact input side).
-        """
-        self._check_fitted()
-        (value,) = check_lam(lam)
-        self.lam_ = value
-        self._update_coef()
-        return self
-
-    def save(self, store, *, overwrite: bool = False) -> str:
-        """Save the fitted model into a store (path or zarr group); see :func:`distsketch.load`.
-
-        ``fit`` already saves into a kept ``store``; use this for a model fitted with
-        ``store=None`` or to copy it elsewhere. Returns the store location.
-        """
-        from .persist import save
-
-        return save(self, store, overwrite=overwrite)
-
-    def _save_to_fit_store(self) -> None:
-        if self.store_ is not None:
-            from .persist import save
-
-            save(self, self.store_, overwrite=True)
-
-    def _check_fitted(self):
-        if not hasattr(self, "input_solution_"):
-            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; "
-                                 f"call fit(X, Y) first")
-
-    def _options(self) -> EngineOptions:
-        return check_options(self.options)
-
-    def __sklearn_tags__(self):
-        """scikit-learn's estimator tags (scikit-learn itself is optional)."""
-        from sklearn.utils import InputTags, RegressorTags, Tags, TargetTags
-
-        return Tags(estimator_type=self._estimator_type, target_tags=TargetTags(
-            required=True, multi_output=True, single_output=self._estimator_type == "regressor"),
-            regressor_tags=RegressorTags() if self._estimator_type == "regressor" else None,
-            input_tags=InputTags(sparse=True, allow_nan=False))
-
-
-class SISOKR(_SketchedBase):
+class SISOKR(RidgeEstimator):
     """Sketch-In-Sketch-Out kernel regression for structured outputs (IOKR family).
 
     Learns ``ĥ(x) = Σ`` over the sketched input space of the projection of the outputs'
@@ -259,6 +78,13 @@ class SISOKR(_SketchedBase):
     Attributes
     ----------
     input_sketch_, output_sketch_ : RealizedSketch
+    input_feature_map_ : FeatureMap
+        ``φ_X(x) = T_Xᵀ R_X k_X(X, x)`` in the eigenbasis of ``H`` (``k_X(X, x)`` for an exact
+        input side on the Cholesky route): ``(input_kernel_, input_landmarks_,
+        input_projection_)``.
+    output_feature_map_ : FeatureMap
+        ``φ_Y(y) = T_Yᵀ R_Y k_Y(Y, y)`` (``k_Y(Y, y)`` for an exact output side): the
+        candidate features of decoding.
     input_landmarks_ : array of shape (s'_X, d_X)
     output_landmarks_ : array of shape (s'_Y, d_Y)
     input_solution_ : InputSolution
@@ -276,12 +102,22 @@ class SISOKR(_SketchedBase):
         Unique training outputs in order of first appearance (default candidates).
     candidate_index_ : ndarray of int
         Training row of each default candidate's first appearance.
+    output_key_ : str
+        ``output_feature_map_.key``: identifies the output side, the cache key of candidate
+        features in a :class:`~distsketch.CandidateStore` (λ does not change it).
     n_features_in_ : int
     store_ : str or None
         Path of the kept store.
     """
 
     _estimator_type = None  # structured prediction: neither classifier nor regressor
+    _param_kinds = {"input_kernel": "kernel", "output_kernel": "kernel",
+                    "input_sketch": "sketch", "output_sketch": "sketch", **_RIDGE_PARAMS}
+    _input = ("input_kernel", "input_sketch")
+    _output = ("output_kernel", "output_sketch")
+    _targets = "Y"
+    _standardized = "input_kernel"
+    _configurable = True
 
     def __init__(self, input_kernel="gaussian", output_kernel="gaussian", *, input_sketch=None,
                  output_sketch=None, lam=1e-6, random_state=None, store=None, options=None):
@@ -294,91 +130,122 @@ class SISOKR(_SketchedBase):
         self.store = store
         self.options = options
 
-    @with_blas_limit
-    def fit(self, X, Y):
-        """Fit on inputs ``X`` (n, d_X) and outputs ``Y`` (n, d_Y); returns self.
+    # -- fit ------------------------------------------------------------------------
+    def _sums(self, spec: FitSpec) -> tuple[str, ...]:
+        return sisokr_sums(x_exact=spec.exact("input_sketch"), y_exact=spec.exact("output_sketch"),
+                           linear_output=isinstance(spec.kernels["output_kernel"], Linear))
 
-        ``X``, ``Y``: numpy, scipy.sparse, dask or zarr arrays with the same rows.
-        """
-        lams = check_lam(self.lam)
-        kx = check_kernel(self.input_kernel, name="input_kernel")
-        ky = check_kernel(self.output_kernel, name="output_kernel")
-        sx = check_sketch(self.input_sketch, argument="input_sketch")
-        sy = check_sketch(self.output_sketch, argument="output_sketch")
-        options = self._options()
-        rng = check_random_state(self.random_state)
-        Xs, Ys = _check_xy(X, Y, y_name="Y", model="SISOKR")
-        sx.check(Xs.n, argument="input_sketch")
-        sy.check(Xs.n, argument="output_sketch")
+    def _solve(self, spec: FitSpec, res) -> None:
+        kx, ky = spec.kernels["input_kernel"], spec.kernels["output_kernel"]
         linear = isinstance(ky, Linear)
-        res = fit_pass(Xs, Ys, x_kernel=kx, x_sketch=sx, y_kernel=ky, y_sketch=sy,
-                       unique_outputs=not linear, rng=rng, store=self.store, options=options,
-                       model="SISOKR")
-        S = res.sums
-        rtol = options.eig_rtol
-        self.input_kernel_, self.output_kernel_ = kx, ky
+        sol = solve_sisokr(res.sums, res.x_sketch, res.y_sketch, res.y_landmarks, n=res.n,
+                           rtol=spec.options.eig_rtol, n_lams=len(spec.lams),
+                           linear_output=linear)
+        chunk = spec.options.gram_chunk
         self.input_sketch_, self.output_sketch_ = res.x_sketch, res.y_sketch
-        self.input_landmarks_, self.output_landmarks_ = res.x_landmarks, res.y_landmarks
-        sol = self.input_solution_ = _solve_input_side(S, res.x_sketch, n=res.n, rtol=rtol,
-                                                       n_lams=len(lams))
-        # input features: (T_X V)ᵀ R_X k_X(X, x) in the eigenbasis of H, or k_X(X, x) itself
-        # (exact input side, Cholesky route)
-        basis = input_basis(sol)
-        self.input_projection_ = None if basis is None else res.x_sketch.transpose_dot(basis)
-        if res.y_sketch.is_identity:  # exact output: raw features k_Y(Y, y), see solve.py
-            self.output_whitening_ = self.output_projection_ = None
-            self.operator_ = sisokr_operator(sol, None, S.get("C"))
-        else:
-            T_Y = self.output_whitening_ = whitening(S["E"], rtol=rtol, argument="output_kernel")
-            self.operator_ = sisokr_operator(sol, T_Y, S.get("M"), S.get("D"))
-            self.output_projection_ = res.y_sketch.transpose_dot(T_Y)
+        self.input_solution_ = sol.input
+        self.input_feature_map_ = FeatureMap(kx, res.x_landmarks, sol.input_projection, chunk)
+        self.output_feature_map_ = FeatureMap(ky, res.y_landmarks, sol.output_projection, chunk)
+        self.output_whitening_ = sol.output_whitening
+        self.operator_ = sol.operator
         if linear:
             self.candidates_ = self.candidate_index_ = None
-            L_Y = _as_dense(res.y_landmarks)
-            self.output_map_ = L_Y if self.output_projection_ is None else self.output_projection_.T @ L_Y
+            self.output_map_ = sol.output_map
         else:
-            rows, first = S["U"]
+            rows, first = res.sums["U"]
             order = np.argsort(first, kind="stable")
             self.candidates_, self.candidate_index_ = rows[order], first[order]
-        self.lams_ = lams
-        self.lam_ = lams[0]
-        self.n_features_in_ = Xs.shape[1]
-        self.n_outputs_ = Ys.shape[1]
-        self.store_ = res.store
+        self._set_lams(spec)
+        self.n_outputs_ = spec.Y.shape[1]
         # identifies the output side (what candidate features depend on), not λ
-        self.output_key_ = fingerprint(
-            np.frombuffer(repr(_kernel_config(ky)).encode(), dtype=np.uint8),
-            res.y_landmarks, self.output_projection_)
+        self.output_key_ = self.output_feature_map_.key
         self._candidate_features = None
-        self._update_coef()
-        self._save_to_fit_store()
-        return self
 
     def _update_coef(self):
         self.coef_ = sisokr_coef(self.input_solution_, self.operator_, self.lam_)
 
-    def _scorer(self) -> Scorer:
-        return Scorer(self.output_kernel_, self.output_landmarks_, self.output_projection_,
-                      self._options().gram_chunk)
+    def _default_metrics(self, Y) -> list[str]:
+        if self.candidates_ is None:  # linear output kernel: vectors
+            return ["rmse", "r2"]
+        Yd = Y.toarray() if hasattr(Y, "toarray") else np.asarray(Y)
+        binary = np.isin(np.unique(Yd), [0, 1]).all()
+        return (["f1_samples", "hamming_loss"] if binary else []) + ["kernel_loss", "surrogate_mse"]
+
+    # -- saving -----------------------------------------------------------------------
+    def _get_state(self):
+        arrays, state = super()._get_state()
+        fi, fo = self.input_feature_map_, self.output_feature_map_
+        arrays.update(input_landmarks=fi.landmarks, input_projection=fi.projection,
+                      output_landmarks=fo.landmarks, output_projection=fo.projection,
+                      output_whitening=self.output_whitening_, operator=self.operator_,
+                      candidates=self.candidates_, candidate_index=self.candidate_index_,
+                      output_map=getattr(self, "output_map_", None))
+        state.update(input_kernel=kernel_to_json(fi.kernel), output_kernel=kernel_to_json(fo.kernel),
+                     n_outputs=self.n_outputs_, output_key=self.output_key_)
+        self._sketch_state("input_sketch", self.input_sketch_, arrays, state)
+        self._sketch_state("output_sketch", self.output_sketch_, arrays, state)
+        return arrays, state
+
+    def _set_state(self, arrays, state):
+        super()._set_state(arrays, state)
+        chunk = self._options().gram_chunk
+        self.input_feature_map_ = FeatureMap(kernel_from_json(state["input_kernel"]),
+                                             arrays["input_landmarks"],
+                                             arrays.get("input_projection"), chunk)
+        self.output_feature_map_ = FeatureMap(kernel_from_json(state["output_kernel"]),
+                                              arrays["output_landmarks"],
+                                              arrays.get("output_projection"), chunk)
+        self.input_sketch_ = self._sketch_from_state("input_sketch", arrays, state)
+        self.output_sketch_ = self._sketch_from_state("output_sketch", arrays, state)
+        self.output_whitening_ = arrays.get("output_whitening")
+        self.operator_ = arrays.get("operator")
+        self.candidates_ = arrays.get("candidates")
+        self.candidate_index_ = arrays.get("candidate_index")
+        if arrays.get("output_map") is not None:
+            self.output_map_ = arrays["output_map"]
+        self.n_outputs_ = int(state["n_outputs"])
+        self.output_key_ = state["output_key"]
+        self._candidate_features = None
+
+    # -- the feature maps' parts ------------------------------------------------------
+    input_kernel_ = property(lambda self: self.input_feature_map_.kernel,
+                             doc="The fitted input kernel.")
+    output_kernel_ = property(lambda self: self.output_feature_map_.kernel,
+                              doc="The fitted output kernel.")
+    input_landmarks_ = property(lambda self: self.input_feature_map_.landmarks,
+                                doc="Input landmarks ``X_J``, (s'_X, d_X).")
+    output_landmarks_ = property(lambda self: self.output_feature_map_.landmarks,
+                                 doc="Output landmarks ``Y_J``, (s'_Y, d_Y).")
+    input_projection_ = property(lambda self: self.input_feature_map_.projection,
+                                 doc="``R_Xmixᵀ (T_X V)`` (s'_X, r_X), or None (exact input, "
+                                     "Cholesky route).")
+    output_projection_ = property(lambda self: self.output_feature_map_.projection,
+                                  doc="``R_Ymixᵀ T_Y`` (s'_Y, r_Y), or None (exact output).")
+
+    def _input_map(self) -> FeatureMap:
+        return self._feature_map(self.input_feature_map_)
+
+    def _output_map(self) -> FeatureMap:
+        return self._feature_map(self.output_feature_map_)
 
     # -- features ----------------------------------------------------------------
     @with_blas_limit
     def input_features(self, X):
         """``φ_X(x) = T_Xᵀ R_X k_X(X_train, x)`` for each row: shape (n_queries, r_X).
 
-        With an exact input side, ``φ_X(x) = k_X(X_train, x)`` (``r_X = n``).
+        With an exact input side, ``φ_X(x) = k_X(X_train, x)`` (``r_X = n``). Dask in, dask out.
         """
         self._check_fitted()
-        return features(self.input_kernel_, self.input_landmarks_, self.input_projection_, X,
-                        options=self._options(), n_features=self.n_features_in_, model="SISOKR")
+        return self._input_map().transform(X, block_memory=self._options().block_memory,
+                                           model="SISOKR")
 
     @with_blas_limit
     def output_features(self, Y):
         """``φ_Y(y) = T_Yᵀ R_Y k_Y(Y_train, y)`` for each row: shape (n_candidates, r_Y)."""
         self._check_fitted()
         Y = _check_width(Y, self.n_outputs_, "candidates")
-        return features(self.output_kernel_, self.output_landmarks_, self.output_projection_, Y,
-                        options=self._options(), argument="candidates")
+        return self._output_map().transform(Y, block_memory=self._options().block_memory,
+                                            argument="candidates", model="SISOKR")
 
     @with_blas_limit
     def surrogate(self, X) -> np.ndarray:
@@ -388,10 +255,8 @@ class SISOKR(_SketchedBase):
         holding ``φ_X`` of all queries.
         """
         self._check_fitted()
-        return np.asarray(features(self.input_kernel_, self.input_landmarks_,
-                                   self.input_projection_, X, options=self._options(),
-                                   n_features=self.n_features_in_, model="SISOKR",
-                                   post=self.coef_.T))
+        return np.asarray(self._input_map().transform(
+            X, post=self.coef_.T, block_memory=self._options().block_memory, model="SISOKR"))
 
     # -- decoding ---------------------------------------------------------------
     @with_blas_limit
@@ -455,12 +320,12 @@ class SISOKR(_SketchedBase):
             raise ValueError("candidates / candidate_sets: give one candidate set for all queries "
                              "(candidates=) or per-query sets (candidate_sets=), not both")
         options = self._options()
-        scorer = self._scorer()
+        fmap = self._output_map()
         if candidate_sets is not None:
             if isinstance(candidate_sets, CandidateStore):
                 store = _check_store(candidate_sets, "ragged", self.n_outputs_)
                 source, offsets, stored_qs = store, store.offsets, store.query_sets
-                read = _cached_reader(store, scorer, self.output_key_, options.progress)
+                read = _cached_reader(store, fmap, self.output_key_, options.progress)
             else:
                 source, offsets = concatenate_sets(candidate_sets, width=self.n_outputs_)
                 _check_finite(source, "candidate_sets")
@@ -471,21 +336,22 @@ class SISOKR(_SketchedBase):
                 raise ValueError("query_sets: required with candidate_sets (one set number per query)")
             G = self.surrogate(X)
             qs = _check_query_sets(query_sets, len(offsets) - 1, n_queries=G.shape[0])
-            idx, scores = decode_ragged(scorer, G, read, offsets=offsets, query_sets=qs, k=int(k),
+            idx, scores = decode_ragged(fmap, G, read, offsets=offsets, query_sets=qs, k=int(k),
                                         block_rows=options.candidate_rows,
                                         split_every=options.split_every, progress=options.progress)
             return idx, scores, lambda best: _take_rows(source, offsets[qs] + best)
         if isinstance(candidates, CandidateStore):
             store = _check_store(candidates, "fixed", self.n_outputs_)
-            read, n_c, take = (_cached_reader(store, scorer, self.output_key_, options.progress),
+            read, n_c, take = (_cached_reader(store, fmap, self.output_key_, options.progress),
                               store.n_candidates, store.rows)
         elif candidates is None:
             if self.candidates_ is None:
                 raise ValueError("candidates: a model with a linear output kernel has no default "
                                  "candidates; pass candidates=")
             if self._candidate_features is None:  # features of the default set, once per fit
-                self._candidate_features = (scorer.features(self.candidates_, parallel=True),
-                                            scorer.diag(self.candidates_))
+                self._candidate_features = (
+                    candidate_features(fmap, self.candidates_, parallel=True),
+                    fmap.diag(self.candidates_))
             phi, kyy = self._candidate_features
             read, n_c = (lambda a, b: ("cached", phi, kyy, a, b)), len(phi)
             take = self.candidates_.__getitem__
@@ -498,7 +364,7 @@ class SISOKR(_SketchedBase):
             read, n_c = candidate_reader(src.data), src.n
             take = lambda best: _take_rows(src, best)  # noqa: E731
         G = self.surrogate(X)
-        idx, scores = decode_fixed(scorer, G, read, n_candidates=n_c, k=int(k),
+        idx, scores = decode_fixed(fmap, G, read, n_candidates=n_c, k=int(k),
                                    block_rows=options.candidate_rows, split_every=options.split_every,
                                    progress=options.progress)
         return idx, scores, take
@@ -536,8 +402,8 @@ def _check_store(store: CandidateStore, kind: str, width: int) -> CandidateStore
     return store
 
 
-def _cached_reader(store: CandidateStore, scorer: Scorer, key: str, progress: bool = False):
-    phi, kyy = store.ensure_features(scorer, key, progress=progress)
+def _cached_reader(store: CandidateStore, fmap: FeatureMap, key: str, progress: bool = False):
+    phi, kyy = store.ensure_features(fmap, key, progress=progress)
     return lambda a, b: ("cached", phi, kyy, a, b)
 
 
@@ -558,7 +424,7 @@ def _take_rows(candidates, index: np.ndarray) -> np.ndarray:
     return result
 
 
-class SketchedKRR(_SketchedBase):
+class SketchedKRR(RidgeEstimator):
     """Sketched kernel ridge regression, scalar or multi-output (exact with ``sketch=None``).
 
     ``f(x) = (R k(X, x))ᵀ β(λ)`` with ``β(λ) = (R K² Rᵀ + nλ R K Rᵀ)^† R K Y`` (eq. 3 of
@@ -575,6 +441,7 @@ class SketchedKRR(_SketchedBase):
     Attributes
     ----------
     sketch_ : RealizedSketch
+    kernel_ : Kernel
     landmarks_ : array of shape (s', d)
     input_solution_ : InputSolution
     dual_coef_ : ndarray of shape (s', n_targets)
@@ -584,6 +451,11 @@ class SketchedKRR(_SketchedBase):
     """
 
     _estimator_type = "regressor"
+    _param_kinds = {"kernel": "kernel", "sketch": "sketch", **_RIDGE_PARAMS}
+    _input = ("kernel", "sketch")
+    _targets = "y"
+    _standardized = "kernel"
+    _configurable = True
 
     def __init__(self, kernel="gaussian", *, sketch=None, lam=1e-6, random_state=None, store=None,
                  options=None):
@@ -594,37 +466,41 @@ class SketchedKRR(_SketchedBase):
         self.store = store
         self.options = options
 
-    @with_blas_limit
-    def fit(self, X, y):
-        """Fit on ``X`` (n, d) and targets ``y`` (n,) or (n, n_targets); returns self."""
-        lams = check_lam(self.lam)
-        k = check_kernel(self.kernel, name="kernel")
-        s = check_sketch(self.sketch, argument="sketch")
-        options = self._options()
-        rng = check_random_state(self.random_state)
-        Xs, Ys = _check_xy(X, y, y_name="y", model="SketchedKRR")
-        s.check(Xs.n, argument="sketch")
-        res = fit_pass(Xs, Ys, x_kernel=k, x_sketch=s, rng=rng, store=self.store, options=options,
-                       model="SketchedKRR")
-        self.kernel_ = k
+    def _sums(self, spec: FitSpec) -> tuple[str, ...]:
+        return krr_sums(x_exact=spec.exact("sketch"))
+
+    def _solve(self, spec: FitSpec, res) -> None:
+        self.kernel_ = spec.kernels["kernel"]
         self.sketch_ = res.x_sketch
         self.landmarks_ = res.x_landmarks
-        self.input_solution_ = _solve_input_side(res.sums, res.x_sketch, n=res.n,
-                                                 rtol=options.eig_rtol, n_lams=len(lams))
         # right-hand side of the solve: b = R_X K_X Y (sketched input), Y itself (exact)
-        self._b = res.sums["Y"] if "Y" in res.sums else res.sums["b"]
-        self._y_1d = Ys.input_ndim == 1
-        self.lams_ = lams
-        self.lam_ = lams[0]
-        self.n_features_in_ = Xs.shape[1]
-        self.store_ = res.store
-        self._update_coef()
-        self._save_to_fit_store()
-        return self
+        self.input_solution_, self._rhs = solve_krr(res.sums, res.x_sketch, n=res.n,
+                                                    rtol=spec.options.eig_rtol,
+                                                    n_lams=len(spec.lams))
+        self._y_1d = spec.Y.input_ndim == 1
+        self._set_lams(spec)
 
     def _update_coef(self):
-        beta = krr_coef(self.input_solution_, self._b, self.lam_)
+        beta = krr_coef(self.input_solution_, self._rhs, self.lam_)
         self.dual_coef_ = self.sketch_.transpose_dot(beta)
+
+    def _default_metrics(self, Y) -> list[str]:
+        return ["rmse", "r2"]
+
+    def _get_state(self):
+        arrays, state = super()._get_state()
+        arrays.update(landmarks=self.landmarks_, rhs=self._rhs)
+        state.update(kernel=kernel_to_json(self.kernel_), y_1d=bool(self._y_1d))
+        self._sketch_state("sketch", self.sketch_, arrays, state)
+        return arrays, state
+
+    def _set_state(self, arrays, state):
+        super()._set_state(arrays, state)
+        self.kernel_ = kernel_from_json(state["kernel"])
+        self.sketch_ = self._sketch_from_state("sketch", arrays, state)
+        self.landmarks_ = arrays["landmarks"]
+        self._rhs = arrays["rhs"]
+        self._y_1d = bool(state["y_1d"])
 
     @with_blas_limit
     def predict(self, X):
@@ -633,8 +509,9 @@ class SketchedKRR(_SketchedBase):
         A dask array input gives a lazy dask array.
         """
         self._check_fitted()
-        out = features(self.kernel_, self.landmarks_, self.dual_coef_, X, options=self._options(),
-                       n_features=self.n_features_in_, model="SketchedKRR")
+        fmap = FeatureMap(self.kernel_, self.landmarks_, self.dual_coef_,
+                          self._options().gram_chunk)
+        out = fmap.transform(X, block_memory=self._options().block_memory, model="SketchedKRR")
         return out[:, 0] if self._y_1d else out
 
     def score(self, X, y) -> float:

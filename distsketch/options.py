@@ -13,15 +13,16 @@ from dataclasses import dataclass, fields
 
 import dask.config
 
+from .backends import BACKENDS
+
 __all__ = ["EngineOptions", "check_options", "blas_limit"]
 
 # Deployment setting, read from dask's configuration (files, DASK_DISTSKETCH__BLAS_THREADS,
 # dask.config.set): BLAS threads while distsketch computes in this process. Parallelism
 # comes from dask tasks, one per core; a multi-threaded BLAS underneath oversubscribes the
-# cores. It helps only the driver's solve on an idle machine: on the 2-vCPU reference machine
-# eigh at m = 2250 took 1.2 s with 2 OpenBLAS threads vs 2.0 s with 1 when idle, but 3.1-3.3 s
-# vs 2.1 s while another process kept one core busy (measured 2026-11-22).
-# ``null`` leaves the BLAS library's own setting alone. See cluster/README.md.
+# cores. It helps only the driver's solve on an idle machine, and hurts it on a busy one
+# (the measurements are in cluster/README.md, §9 "BLAS threads per worker").
+# ``null`` leaves the BLAS library's own setting alone.
 dask.config.update_defaults({"distsketch": {"blas-threads": 1}})
 
 
@@ -84,13 +85,17 @@ class EngineOptions:
         Candidates per decoding task (the score block a task holds is queries × 4096).
     direct_io : bool
         Write the sketched blocks to a local store with O_DIRECT, bypassing the page
-        cache: a 32 MiB block then costs 6 ms of this process's CPU instead of 44 ms for
-        filling new page-cache pages (reference machine; a third of a block's compute),
-        and a store larger than memory does not evict everything else. (A virtual
-        machine's disk emulation may still take CPU from the vCPUs, either way.) False
-        writes through the page cache, which is faster only when the disk is much slower
-        than the pass and the blocks fit in memory. File systems without O_DIRECT (tmpfs
-        before Linux 6.6) and other zarr stores are written the ordinary way either way.
+        cache: a block write then costs a fraction of this process's CPU that filling new
+        page-cache pages costs (measured: benchmarks/RESULTS.md, "pass"), and a store
+        larger than memory does not evict everything else. (A virtual machine's disk
+        emulation may still take CPU from the vCPUs, either way.) False writes through the
+        page cache, which is faster only when the disk is much slower than the pass and the
+        blocks fit in memory. File systems without O_DIRECT (tmpfs before Linux 6.6) and
+        other zarr stores are written the ordinary way either way.
+    backend : str
+        Compute backend of the block math (kernel blocks, block products, partial sums):
+        a name registered in :mod:`distsketch.backends` (``"numpy"``, the default). The
+        driver's small solves always run on the host.
     """
 
     block_rows: int | None = None
@@ -103,6 +108,7 @@ class EngineOptions:
     progress: bool = False
     candidate_rows: int = 16384
     direct_io: bool = True
+    backend: str = "numpy"
 
     @property
     def eig_rtol(self) -> float:
@@ -137,5 +143,8 @@ def check_options(options: EngineOptions | None) -> EngineOptions:
         raise _bad("block_dtype", f"must be 'float64' or 'float32', got {options.block_dtype!r}")
     if options.rtol is not None and not (0.0 < float(options.rtol) < 1.0):
         raise _bad("rtol", f"must be in (0, 1), got {options.rtol!r}")
+    if options.backend not in BACKENDS:
+        raise _bad("backend", f"unknown backend {options.backend!r}; registered backends are "
+                              f"{sorted(BACKENDS)}")
     return options
 

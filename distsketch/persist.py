@@ -6,11 +6,14 @@ Layout added to a fit's store (see :mod:`distsketch.store`)::
                                                                state, checksums}
         <array name>              one array per fitted array (sparse ones as data/indices/indptr)
 
-``params`` are the constructor arguments as JSON (kernels and sketches by config), ``state``
-the small non-array fitted attributes (λ path, realised sketches as spec + n + seed, …),
-``checksums`` a SHA-256 of every array. The store's status becomes ``"solved"`` only after
-everything is written; :func:`load` refuses any other status, another format version, a
-missing array or a checksum mismatch — an incomplete or tampered store never loads.
+``class`` names the estimator in the model registry (:mod:`distsketch._registry`); ``params``
+are the constructor arguments as JSON, converted by the kinds the class declares
+(``_param_kinds``: kernels and sketches by config); ``state`` and the arrays are what the
+estimator's ``_get_state`` returns (λ path, realised sketches as their support and mixing
+arrays, …); ``checksums`` a SHA-256 of every array. The store's status becomes ``"solved"``
+only after everything is written; :func:`load` refuses any other status, another format
+version, a missing array or a checksum mismatch — an incomplete or tampered store never loads.
+This module names no estimator.
 """
 
 from __future__ import annotations
@@ -26,25 +29,27 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 
+from ._registry import get_model
 from ._version import __version__
 from .kernels import CallableKernel, check_kernel, kernel_from_config
-from .options import EngineOptions
+from .options import EngineOptions, blas_limit
 from .sketches import sketch_from_config
-from .options import blas_limit
-from .solve import InputSolution
 from .store import FORMAT_VERSION, FitStore, open_fit_store
 
-__all__ = ["MODEL_FORMAT", "save", "load"]
+__all__ = ["MODEL_FORMAT", "save", "load", "kernel_to_json", "kernel_from_json"]
 
 #: Version of the saved-model layout inside a store.
-MODEL_FORMAT = 2  # 2: the input solution is (T, H[, V, evals]); format 1 stored (T, V, evals)
+#: 3: estimator state from the registry's ``_get_state``, realised sketches stored as arrays;
+#: 2: the input solution is (T, H[, V, evals]); 1 stored (T, V, evals).
+MODEL_FORMAT = 3
 _ATTR = "distsketch_model"
 
 
 # --------------------------------------------------------------------------- values ↔ JSON
 
 
-def _kernel_to_json(kernel: Any) -> Any:
+def kernel_to_json(kernel: Any) -> Any:
+    """A kernel as JSON: its config, or ``{\"callable\": \"module:qualname\"}`` for a function."""
     if isinstance(kernel, str) or kernel is None:
         return kernel
     kernel = check_kernel(kernel, name="kernel")
@@ -58,7 +63,8 @@ def _kernel_to_json(kernel: Any) -> Any:
     return kernel.to_config()
 
 
-def _kernel_from_json(cfg: Any) -> Any:
+def kernel_from_json(cfg: Any) -> Any:
+    """Inverse of :func:`kernel_to_json`."""
     if cfg is None or isinstance(cfg, str):
         return cfg
     if "callable" in cfg:
@@ -71,33 +77,38 @@ def _kernel_from_json(cfg: Any) -> Any:
 
 
 def _params_to_json(est) -> dict:
+    """Constructor arguments as JSON, each converted by its declared kind."""
+    kinds = type(est)._param_kinds
     out = {}
     for name, value in est.get_params(deep=False).items():
-        if name.endswith("kernel"):
-            out[name] = {"kernel": _kernel_to_json(value)}
-        elif name.endswith("sketch"):
+        kind = kinds.get(name, "json")
+        if kind == "kernel":
+            out[name] = {"kernel": kernel_to_json(value)}
+        elif kind == "sketch":
             out[name] = {"sketch": None if value is None else value.to_config()}
-        elif name == "options":
+        elif kind == "options":
             out[name] = {"options": None if value is None else dataclasses.asdict(value)}
-        elif name == "random_state":
+        elif kind == "random_state":
             out[name] = value if value is None or isinstance(value, int) else None
-        elif name == "store":
+        elif kind == "store":
             out[name] = None if value is None else os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
-        elif name == "lam":
+        elif kind == "lam":
             out[name] = np.asarray(value, dtype=float).tolist()
         else:
             out[name] = value
     return out
 
 
-def _params_from_json(params: dict) -> dict:
+def _params_from_json(cls, params: dict) -> dict:
+    kinds = cls._param_kinds
     out = {}
     for name, value in params.items():
-        if isinstance(value, dict) and "kernel" in value:
-            out[name] = _kernel_from_json(value["kernel"])
-        elif isinstance(value, dict) and "sketch" in value:
+        kind = kinds.get(name, "json")
+        if kind == "kernel":
+            out[name] = kernel_from_json(value["kernel"])
+        elif kind == "sketch":
             out[name] = None if value["sketch"] is None else sketch_from_config(value["sketch"])
-        elif isinstance(value, dict) and "options" in value:
+        elif kind == "options":
             out[name] = None if value["options"] is None else EngineOptions(**value["options"])
         else:
             out[name] = value
@@ -147,78 +158,6 @@ def _sha(arr) -> str:
     return h.hexdigest()
 
 
-# --------------------------------------------------------------------------- model state
-
-_COMMON_ARRAYS = ("T", "H", "V", "evals")
-
-
-def _state(est) -> tuple[dict, dict]:
-    """(arrays, json state) of a fitted estimator."""
-    from .models import SISOKR, SketchedKRR
-
-    sol = est.input_solution_
-    arrays = {"T": sol.T, "H": sol.H, "V": sol.V, "evals": sol.evals}
-    state = {"n": sol.n, "lams": list(est.lams_), "lam": est.lam_,
-             "n_features_in": est.n_features_in_, "store": est.store_}
-    if isinstance(est, SISOKR):
-        arrays.update(input_landmarks=est.input_landmarks_, output_landmarks=est.output_landmarks_,
-                      output_whitening=est.output_whitening_, operator=est.operator_,
-                      input_projection=est.input_projection_, output_projection=est.output_projection_,
-                      candidates=est.candidates_, candidate_index=est.candidate_index_,
-                      output_map=getattr(est, "output_map_", None))
-        state.update(input_kernel=_kernel_to_json(est.input_kernel_),
-                     output_kernel=_kernel_to_json(est.output_kernel_),
-                     input_sketch=est.input_sketch_.to_config(),
-                     output_sketch=est.output_sketch_.to_config(),
-                     n_outputs=est.n_outputs_, output_key=est.output_key_)
-    elif isinstance(est, SketchedKRR):
-        arrays.update(landmarks=est.landmarks_, b=est._b)
-        state.update(kernel=_kernel_to_json(est.kernel_), sketch=est.sketch_.to_config(),
-                     y_1d=bool(est._y_1d))
-    else:  # pragma: no cover - only our estimators are saved
-        raise TypeError(f"cannot save {type(est).__name__}")
-    return arrays, state
-
-
-def _realize(cfg: dict):
-    return sketch_from_config(cfg["spec"]).realize(cfg["n"], seed=cfg["seed"])
-
-
-def _restore(cls_name: str, params: dict, arrays: dict, state: dict):
-    from .models import SISOKR, SketchedKRR
-
-    cls = {"SISOKR": SISOKR, "SketchedKRR": SketchedKRR}[cls_name]
-    est = cls(**_params_from_json(params))
-    est.input_solution_ = InputSolution(T=arrays["T"], H=arrays["H"], n=int(state["n"]),
-                                        V=arrays["V"], evals=arrays["evals"])
-    est.lams_ = tuple(state["lams"])
-    est.lam_ = float(state["lam"])
-    est.n_features_in_ = int(state["n_features_in"])
-    est.store_ = state["store"]
-    if cls is SISOKR:
-        est.input_kernel_ = _kernel_from_json(state["input_kernel"])
-        est.output_kernel_ = _kernel_from_json(state["output_kernel"])
-        est.input_sketch_ = _realize(state["input_sketch"])
-        est.output_sketch_ = _realize(state["output_sketch"])
-        for name in ("input_landmarks", "output_landmarks", "output_whitening", "operator",
-                     "input_projection", "output_projection", "candidates", "candidate_index"):
-            setattr(est, name + "_", arrays[name])
-        if arrays["output_map"] is not None:
-            est.output_map_ = arrays["output_map"]
-        est.n_outputs_ = int(state["n_outputs"])
-        est.output_key_ = state["output_key"]
-        est._candidate_features = None
-    else:
-        est.kernel_ = _kernel_from_json(state["kernel"])
-        est.sketch_ = _realize(state["sketch"])
-        est.landmarks_ = arrays["landmarks"]
-        est._b = arrays["b"]
-        est._y_1d = bool(state["y_1d"])
-    with blas_limit():  # the same BLAS threads as fit and set_lam: bitwise the same coefficients
-        est._update_coef()
-    return est
-
-
 # --------------------------------------------------------------------------- public
 
 
@@ -230,7 +169,7 @@ def save(est, store, *, overwrite: bool = False) -> str:
     model is replaced only with ``overwrite=True``. Returns the store location.
     """
     est._check_fitted()
-    arrays, state = _state(est)
+    arrays, state = est._get_state()
     params = _params_to_json(est)
     json.dumps([params, state])  # fail before writing anything if not serialisable
     fs = store if isinstance(store, FitStore) else open_fit_store(store)
@@ -295,10 +234,11 @@ def load(store):
         raise ValueError(f"store {location!r}: saved model format {mmeta.get('model_format')!r} is not "
                          f"{MODEL_FORMAT}; refit the model")
     checksums = mmeta["checksums"]
+    cls = get_model(mmeta.get("class"), what=f"store {location!r}: saved model")
     names = {k.split(".")[0] for k in checksums}
-    arrays = {name: _get(mg, name, checksums) for name in names | set(_COMMON_ARRAYS)}
-    for name in ("output_whitening", "output_projection", "candidates", "candidate_index",
-                 "output_map", "operator", "input_projection"):
-        arrays.setdefault(name, None)  # None is not stored
-    return _restore(mmeta["class"], mmeta["params"], arrays, mmeta["state"])
-
+    arrays = {name: _get(mg, name, checksums) for name in names}
+    est = cls(**_params_from_json(cls, mmeta["params"]))
+    est._set_state(arrays, mmeta["state"])
+    with blas_limit():  # the same BLAS threads as fit and set_lam: bitwise the same coefficients
+        est._update_coef()
+    return est

@@ -7,7 +7,6 @@ both without ever loading a lazy (dask / zarr) input whole.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import dask
@@ -15,7 +14,7 @@ import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["RowSource", "as_row_source", "check_finite_block", "fingerprint"]
+__all__ = ["RowSource", "as_row_source", "check_finite_block", "standardized"]
 
 
 def _is_zarr_array(x: Any) -> bool:
@@ -161,20 +160,15 @@ def check_finite_block(block, *, argument: str, start: int) -> None:
         )
 
 
-def fingerprint(*arrays) -> str:
-    """Short content hash of in-memory arrays (landmarks), recorded with a pass."""
-    h = hashlib.sha256()
-    for a in arrays:
-        if a is None:
-            h.update(b"none")
-            continue
-        if sp.issparse(a):
-            a = sp.csr_array(a)
-            parts = (a.data, a.indices, a.indptr)
-        else:
-            parts = (np.ascontiguousarray(a),)
-        h.update(repr(tuple(a.shape)).encode())
-        for p in parts:
-            h.update(str(p.dtype).encode())
-            h.update(memoryview(np.ascontiguousarray(p)).cast("B"))
-    return h.hexdigest()[:16]
+def standardized(kernel, X):
+    """:class:`~distsketch.kernels.Standardized` ``kernel`` with the column means and standard
+    deviations of ``X`` (numpy, scipy.sparse, dask or zarr; lazy inputs in one reduction
+    pass); zero-variance columns get scale 1 (scikit-learn's ``StandardScaler``)."""
+    from .kernels import Standardized
+
+    if sp.issparse(X) or isinstance(X, np.ndarray):
+        return Standardized.from_data(kernel, X)
+    arr = X if isinstance(X, da.Array) else da.from_zarr(X)
+    arr = arr.astype(np.float64)
+    mean, var = dask.compute(arr.mean(axis=0), arr.var(axis=0))
+    return Standardized.from_moments(kernel, mean, var)

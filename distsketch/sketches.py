@@ -1,6 +1,6 @@
-"""Sketch matrices ``R = R_mix · R_sub`` and their application to kernel blocks.
+"""Sketch matrices ``R = R_mix · R_sub``: specifications and their realisations.
 
-Glossary (DESIGN §2)
+Glossary (docs/design.md, "Math")
 --------------------
 n        number of training rows (columns of ``R``)
 m        sketch size (rows of ``R``)
@@ -10,11 +10,13 @@ R_sub    the ``s' × n`` selection of the rows ``J``
 R_mix    the ``m × s'`` mixing matrix, so that ``R = R_mix R_sub``
 
 A *sketch specification* (``SubSampling(m=500)``) holds only its constructor
-arguments. ``spec.realize(n, seed=...)`` draws a :class:`RealizedSketch`, a function
-of ``(seed, n)`` alone: dense random matrices are generated in fixed tiles of
+arguments. ``spec.realize(n, seed=..., data=None)`` draws a :class:`RealizedSketch`: the
+block operations the pass needs, implemented by :class:`SparseSketch` (support and sparse
+mixing) and :class:`TiledSketch` (dense random matrices generated in fixed tiles of
 :data:`TILE` columns, tile ``t`` from the generator ``default_rng([seed, t])``, so any
 worker can regenerate any block of columns and the draw never depends on how the
-training rows are chunked.
+training rows are chunked). The shipped sketches are functions of ``(seed, n)``; ``data``
+is there for data-dependent ones. Adding a sketch: docs/design.md, "How to add a sketch".
 
 =====================  ==============================  =============================
 sketch                 support J                       R_mix
@@ -41,13 +43,15 @@ projections", JMLR 2021.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Iterator
-from typing import Any
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
 
 from ._base import ParamsMixin
+from .backends import backend_of
 
 __all__ = [
     "TILE",
@@ -59,14 +63,19 @@ __all__ = [
     "GaussianSketch",
     "CountSketch",
     "RealizedSketch",
+    "SparseSketch",
+    "TiledSketch",
+    "SKETCHES",
     "check_sketch",
     "sketch_from_config",
-    "gram_dot",
 ]
 
 #: Width (in columns of R) of the tiles in which random sketch matrices are generated.
 #: Part of the realisation: changing it changes every drawn sketch.
 TILE = 4096
+
+#: Sketch specifications by registry name; a subclass that sets ``name`` registers itself.
+SKETCHES: dict[str, type] = {}
 
 
 def _tile_rng(seed: int, tile: int) -> np.random.Generator:
@@ -87,65 +96,53 @@ def _positive_int(value: Any, *, owner: str, name: str) -> int:
 # --------------------------------------------------------------------------- realised
 
 
-class RealizedSketch:
-    """A drawn sketch ``R`` (m × n), stored as its support ``J`` and mixing matrix ``R_mix``.
+class RealizedSketch(ABC):
+    """A drawn sketch ``R`` (m × n): the block operations the streaming pass and the
+    estimators need (docs/design.md, "Sketches").
 
-    Only O(nnz + s') numbers are held: a sub-sampling sketch of a billion rows is its m
-    indices. The full ``R`` is built by :meth:`matrix` on request (for auditing).
-
-    Parameters
-    ----------
-    spec : Sketch
-        The specification it was drawn from.
-    n : int
-        Number of training rows.
-    seed : int
-        The seed it was drawn from (with ``n``, it determines the sketch).
-    m : int
-        Number of rows of ``R``.
-    support : ndarray of int64, shape (s',), optional
-        Sorted non-null columns ``J``; omitted for sketches generated per tile (all n).
-    mixing : scipy.sparse matrix of shape (m, s'), optional
-        ``R_mix`` of a sparse sketch; omitted for sketches generated per tile.
-    scale : ndarray of shape (m,) or None
-        Set when ``R_mix`` is diagonal (identity, sub-sampling): ``R_mix = diag(scale)``.
+    Two implementations ship: :class:`SparseSketch` (support ``J`` and a sparse ``R_mix``,
+    for every sketch with few non-zeros) and :class:`TiledSketch` (a dense ``R_mix``
+    generated tile by tile from the seed, never whole). A new sketch type usually only
+    draws one of them in its :meth:`Sketch.realize`; a new realisation (a structured
+    transform, say) subclasses this class and implements the abstract methods.
 
     Attributes
     ----------
+    spec : Sketch
+        The specification it was drawn from.
+    n, m : int
+        Columns and rows of ``R``.
+    seed : int or None
+        The seed it was drawn from.
     support : ndarray of int64, shape (s',)
         Sorted training rows ``J`` with a non-null column in ``R``.
+    scale : ndarray of shape (m,) or None
+        Set when ``R_mix`` is diagonal (identity, sub-sampling): ``R_mix = diag(scale)``, so
+        each column of ``C = K Rᵀ`` is one scaled kernel column.
     """
 
-    def __init__(self, spec: "Sketch", n: int, seed: int, m: int, *, support=None, mixing=None,
-                 scale=None):
-        self.spec = spec
-        self.n = int(n)
-        self.seed = int(seed)
-        self.m = int(m)
-        self.scale = scale
-        if mixing is None:  # generated per tile, support = every row
-            self.support = np.arange(self.n, dtype=np.int64)
-            self._mix_csc = self._mix_t = None
-        else:
-            self.support = np.asarray(support, dtype=np.int64)
-            self._mix_csc = sp.csc_array(mixing)
-            # R_mixᵀ (s' × m), CSR so that row slices over the support are cheap.
-            self._mix_t = sp.csr_array(self._mix_csc.T)
+    #: Realisations by ``kind`` (what a saved model records); subclasses with a ``kind``
+    #: register themselves.
+    KINDS: ClassVar[dict[str, type]] = {}
+    kind: ClassVar[str] = ""
 
-    @classmethod
-    def from_entries(cls, spec: "Sketch", n: int, seed: int, m: int, rows, cols, vals,
-                     **kw) -> "RealizedSketch":
-        """Build from the non-zeros ``R[rows, cols] += vals`` (duplicates add up)."""
-        support, local = np.unique(np.asarray(cols, dtype=np.int64), return_inverse=True)
-        R = sp.coo_array((vals, (rows, local)), shape=(m, support.size)).tocsc()
-        R.sum_duplicates()
-        R.eliminate_zeros()
-        keep = np.flatnonzero(np.diff(R.indptr))  # columns whose entries cancelled are dropped
-        if keep.size < support.size:
-            support, R = support[keep], R[:, keep]
-        return cls(spec, n, seed, m, support=support, mixing=R, **kw)
+    spec: "Sketch"
+    n: int
+    m: int
+    seed: int | None
+    scale: np.ndarray | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("kind"):
+            RealizedSketch.KINDS[cls.kind] = cls
 
     # -- description ------------------------------------------------------------
+    @property
+    @abstractmethod
+    def support(self) -> np.ndarray:
+        """Sorted non-null columns ``J`` (int64, shape (s',))."""
+
     @property
     def support_size(self) -> int:
         """``s' = len(J)``."""
@@ -156,122 +153,292 @@ class RealizedSketch:
         return isinstance(self.spec, Identity)
 
     def __repr__(self) -> str:
-        return (
-            f"RealizedSketch({self.spec!r}, n={self.n}, seed={self.seed}, m={self.m}, "
-            f"support_size={self.support_size})"
-        )
+        return (f"{type(self).__name__}({self.spec!r}, n={self.n}, seed={self.seed}, m={self.m}, "
+                f"support_size={self.support_size})")
 
     def to_config(self) -> dict:
         """JSON-serialisable description: specification, n and seed."""
         return {"spec": self.spec.to_config(), "n": self.n, "seed": self.seed}
 
-    # -- matrices ------------------------------------------------------------------
-    def mixing_t_block(self, start: int, stop: int):
-        """``R_mix[:, start:stop]ᵀ`` of shape (stop − start, m), in support coordinates.
+    # -- the block operations -------------------------------------------------------
+    @abstractmethod
+    def support_spans(self, chunk: int) -> list[tuple[int, int]]:
+        """Spans ``[a, b)`` of support positions of about ``chunk`` columns, in order: the
+        landmark columns of one kernel block of the pass."""
 
-        Sparse (CSR) for sparse sketches, dense for sketches generated per tile.
-        """
-        if self._mix_t is not None:
-            return self._mix_t[start:stop]
-        return self._dense_columns(start, stop).T
+    @abstractmethod
+    def mixing_t_block(self, start: int, stop: int):
+        """``R_mix[:, start:stop]ᵀ`` of shape (stop − start, m), in support coordinates
+        (host scipy.sparse CSR or ndarray)."""
+
+    @abstractmethod
+    def left_rows(self, block, start: int, stop: int) -> tuple[np.ndarray, Any]:
+        """The non-zero rows of ``R[:, start:stop] @ block`` for a row block of the data:
+        ``(rows, values)``, ``rows`` sorted int64, ``values`` of shape (len(rows), k) in the
+        backend of ``block``. One term of ``B = R K Rᵀ = Σ_I R[:, I] C_I``."""
+
+    @abstractmethod
+    def transpose_dot(self, T: np.ndarray) -> np.ndarray:
+        """``R_mixᵀ T`` of shape (s', r) (host): projects landmark kernel columns onto features."""
+
+    @abstractmethod
+    def columns(self, start: int, stop: int):
+        """``R[:, start:stop]`` (scipy.sparse CSR, or an ndarray) for auditing."""
 
     @property
+    @abstractmethod
     def mixing(self):
-        """``R_mix`` of shape (m, s'); sparse CSR, or dense for generated sketches."""
-        if self._mix_csc is not None:
-            return sp.csr_array(self._mix_csc)
-        return self._dense_columns(0, self.n)
+        """``R_mix`` of shape (m, s'): scipy.sparse CSR, or an ndarray."""
 
+    @abstractmethod
+    def _state(self) -> tuple[dict[str, Any], dict]:
+        """``(arrays, json)`` from which :meth:`_from_state` rebuilds this realisation."""
+
+    @classmethod
+    @abstractmethod
+    def _from_state(cls, spec: "Sketch", meta: dict, arrays: dict) -> "RealizedSketch":
+        """Inverse of :meth:`_state`."""
+
+    # -- derived ------------------------------------------------------------------
     def matrix(self):
-        """``R`` of shape (m, n): scipy.sparse CSR, or an ndarray for generated sketches."""
+        """``R`` of shape (m, n): scipy.sparse CSR, or an ndarray (auditing)."""
         return self.columns(0, self.n)
+
+    def left_columns(self, block, start: int, stop: int):
+        """``R[:, start:stop] @ block`` of shape (m, k) for training rows ``start:stop``."""
+        rows, values = self.left_rows(block, start, stop)
+        xp = backend_of(values).xp
+        out = xp.zeros((self.m, block.shape[1]))
+        out[rows] = values
+        return out
+
+    def get_state(self) -> tuple[dict[str, Any], dict]:
+        """The realisation as ``(arrays, json)``: what a saved model stores (never a seed to
+        redraw from, except for tiled sketches, whose tiles are a pure function of it)."""
+        arrays, meta = self._state()
+        return arrays, {"kind": self.kind, "spec": self.spec.to_config(), "n": self.n,
+                        "m": self.m, "seed": self.seed, **meta}
+
+    @staticmethod
+    def from_state(arrays: dict, meta: dict) -> "RealizedSketch":
+        """Inverse of :meth:`get_state`."""
+        try:
+            cls = RealizedSketch.KINDS[meta["kind"]]
+        except KeyError:
+            raise ValueError(f"saved sketch: unknown realisation {meta.get('kind')!r}; known: "
+                             f"{sorted(RealizedSketch.KINDS)}") from None
+        return cls._from_state(sketch_from_config(meta["spec"]), meta, arrays)
 
     def _support_span(self, start: int, stop: int) -> tuple[int, int]:
         """Positions ``[a, b)`` of the support rows that fall in training rows ``[start, stop)``."""
         return (int(np.searchsorted(self.support, start)), int(np.searchsorted(self.support, stop)))
 
+
+class SparseSketch(RealizedSketch):
+    """A sketch stored as its support ``J`` and sparse mixing matrix ``R_mix``.
+
+    Only O(nnz + s') numbers are held: a sub-sampling sketch of a billion rows is its m
+    indices.
+
+    Parameters
+    ----------
+    spec : Sketch
+    n : int
+    seed : int or None
+    m : int
+    support : array of int, shape (s',)
+        Sorted non-null columns ``J``.
+    mixing : scipy.sparse matrix of shape (m, s')
+        ``R_mix``.
+    scale : ndarray of shape (m,), optional
+        Set when ``R_mix`` is diagonal: ``R_mix = diag(scale)``.
+    """
+
+    kind = "sparse"
+
+    def __init__(self, spec: "Sketch", n: int, seed: int | None, m: int, *, support, mixing,
+                 scale=None):
+        self.spec = spec
+        self.n = int(n)
+        self.seed = None if seed is None else int(seed)
+        self.m = int(m)
+        self.scale = scale
+        self._support = np.asarray(support, dtype=np.int64)
+        self._mix_csc = sp.csc_array(mixing)
+        # R_mixᵀ (s' × m), CSR so that row slices over the support are cheap.
+        self._mix_t = sp.csr_array(self._mix_csc.T)
+
+    @classmethod
+    def from_entries(cls, spec: "Sketch", n: int, seed: int | None, m: int, rows, cols, vals,
+                     **kw) -> "SparseSketch":
+        """Build from the non-zeros ``R[rows, cols] += vals`` (duplicates add up)."""
+        support, local = np.unique(np.asarray(cols, dtype=np.int64), return_inverse=True)
+        R = sp.coo_array((vals, (rows, local)), shape=(m, support.size)).tocsc()
+        R.sum_duplicates()
+        R.eliminate_zeros()
+        keep = np.flatnonzero(np.diff(R.indptr))  # columns whose entries cancelled are dropped
+        if keep.size < support.size:
+            support, R = support[keep], R[:, keep]
+        return cls(spec, n, seed, m, support=support, mixing=R, **kw)
+
+    @property
+    def support(self) -> np.ndarray:
+        return self._support
+
+    @property
+    def mixing(self):
+        return sp.csr_array(self._mix_csc)
+
+    def mixing_t_block(self, start: int, stop: int):
+        return self._mix_t[start:stop]
+
     def columns(self, start: int, stop: int):
-        """``R[:, start:stop]`` for a block of training rows (sparse CSR, or dense if generated)."""
-        if self._mix_csc is None:
-            return self._dense_columns(start, stop)
         a, b = self._support_span(start, stop)
         part = self._mix_csc[:, a:b].tocoo()
         cols = self.support[a:b][part.col] - start
         return sp.csr_array((part.data, (part.row, cols)), shape=(self.m, stop - start))
+
+    def support_spans(self, chunk: int) -> list[tuple[int, int]]:
+        s, step = self.support_size, max(int(chunk), 1)
+        return [(a, min(a + step, s)) for a in range(0, s, step)]
+
+    def left_rows(self, block, start: int, stop: int):
+        """For a sub-sampling sketch that is the few landmarks inside the block, so a partial
+        sum of ``B`` stays small."""
+        be = backend_of(block)
+        a, b = self._support_span(start, stop)
+        sub = sp.csr_array(self._mix_csc[:, a:b])
+        rows = np.flatnonzero(np.diff(sub.indptr))
+        # R[:, I] block = R_mix[:, J∩I] block[J∩I]: only the support rows of the block
+        values = be.xp.asarray(be.operand(sub[rows]) @ block[self.support[a:b] - start])
+        return rows.astype(np.int64), values.reshape(rows.size, block.shape[1])
+
+    def transpose_dot(self, T: np.ndarray) -> np.ndarray:
+        return np.asarray(self._mix_t @ T)
+
+    def _state(self):
+        return {"support": self._support, "mixing": self.mixing, "scale": self.scale}, {}
+
+    @classmethod
+    def _from_state(cls, spec, meta, arrays):
+        return cls(spec, meta["n"], meta["seed"], meta["m"], support=arrays["support"],
+                   mixing=arrays["mixing"], scale=arrays.get("scale"))
+
+
+class TiledSketch(RealizedSketch):
+    """A dense ``R_mix`` over every training row, generated in tiles of :data:`TILE` columns
+    by ``spec.tile(seed, t, m, width)``, so any worker regenerates any block of columns from
+    ``(seed, t)`` and the whole matrix never exists.
+
+    Parameters
+    ----------
+    spec : Sketch
+        Implements ``tile(seed, t, m, width) -> ndarray (m, width)``.
+    n, seed, m : int
+    """
+
+    kind = "tiled"
+
+    def __init__(self, spec: "Sketch", n: int, seed: int, m: int):
+        self.spec = spec
+        self.n = int(n)
+        self.seed = int(seed)
+        self.m = int(m)
+
+    @property
+    def support(self) -> np.ndarray:
+        return np.arange(self.n, dtype=np.int64)
+
+    @property
+    def support_size(self) -> int:
+        return self.n
+
+    def _support_span(self, start: int, stop: int) -> tuple[int, int]:
+        return start, stop
+
+    @property
+    def mixing(self):
+        return self._dense_columns(0, self.n)
+
+    def mixing_t_block(self, start: int, stop: int):
+        return self._dense_columns(start, stop).T
+
+    def columns(self, start: int, stop: int):
+        return self._dense_columns(start, stop)
 
     def _dense_columns(self, start: int, stop: int) -> np.ndarray:
         out = np.empty((self.m, stop - start))
         for t, a, b in _tiles(self.n):
             lo, hi = max(a, start), min(b, stop)
             if lo < hi:
-                tile = self.spec._dense_tile(self, t, b - a)
+                tile = self.spec.tile(self.seed, t, self.m, b - a)
                 out[:, lo - start : hi - start] = tile[:, lo - a : hi - a]
         return out
 
-    # -- products used by the streaming pass --------------------------------------
     def support_spans(self, chunk: int) -> list[tuple[int, int]]:
-        """Spans ``[a, b)`` of support positions of at most ``chunk`` columns.
-
-        For generated sketches the spans are aligned with the generation tiles so no
-        tile is drawn twice for one block.
-        """
-        s = self.support_size
-        if self._mix_csc is None:
-            step = max(TILE, (max(chunk, 1) // TILE) * TILE)
-        else:
-            step = max(int(chunk), 1)
+        """Aligned with the generation tiles, so no tile is drawn twice for one block."""
+        s = self.n
+        step = max(TILE, (max(chunk, 1) // TILE) * TILE)
         return [(a, min(a + step, s)) for a in range(0, s, step)]
 
-    def left_rows(self, block: np.ndarray, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
-        """The non-zero rows of ``R[:, start:stop] @ block``: ``(rows, values)``.
-
-        ``rows`` (sorted int64) are the rows of ``R`` with a non-zero in training rows
-        ``start:stop``; ``values`` has shape (len(rows), k). For a sub-sampling sketch that is
-        the few landmarks inside the block, so a partial sum of ``B`` stays small.
-        """
-        if self._mix_csc is None:
-            return np.arange(self.m), self._dense_columns(start, stop) @ block
-        a, b = self._support_span(start, stop)
-        sub = sp.csr_array(self._mix_csc[:, a:b])
-        rows = np.flatnonzero(np.diff(sub.indptr))
-        # R[:, I] block = R_mix[:, J∩I] block[J∩I]: only the support rows of the block
-        values = np.asarray(sub[rows] @ block[self.support[a:b] - start]).reshape(rows.size,
-                                                                                 block.shape[1])
-        return rows.astype(np.int64), values
-
-    def left_columns(self, block: np.ndarray, start: int, stop: int) -> np.ndarray:
-        """``R[:, start:stop] @ block`` of shape (m, k) for training rows ``start:stop``.
-
-        Implements one term of ``B = R K Rᵀ = Σ_I R[:, I] C_I`` (DESIGN §2).
-        """
-        rows, values = self.left_rows(block, start, stop)
-        out = np.zeros((self.m, block.shape[1]))
-        out[rows] = values
-        return out
+    def left_rows(self, block, start: int, stop: int):
+        be = backend_of(block)
+        return np.arange(self.m), be.operand(self._dense_columns(start, stop)) @ block
 
     def transpose_dot(self, T: np.ndarray) -> np.ndarray:
-        """``R_mixᵀ T`` of shape (s', r): projects landmark kernel columns onto features."""
-        if self._mix_t is not None:
-            return np.asarray(self._mix_t @ T)
         out = np.empty((self.n, T.shape[1]))
         for t, a, b in _tiles(self.n):
-            out[a:b] = self.spec._dense_tile(self, t, b - a).T @ T
+            out[a:b] = self.spec.tile(self.seed, t, self.m, b - a).T @ T
         return out
+
+    def _state(self):
+        return {}, {}
+
+    @classmethod
+    def _from_state(cls, spec, meta, arrays):
+        return cls(spec, meta["n"], meta["seed"], meta["m"])
 
 
 # --------------------------------------------------------------------------- specs
 
 
 class Sketch(ParamsMixin):
-    """Base class of sketch specifications (constructor arguments only)."""
+    """Base class of sketch specifications (constructor arguments only).
+
+    A subclass sets ``name`` (its :data:`SKETCHES` registry name, used by configs and saved
+    models: defining the class registers it), stores its arguments in ``__init__``, validates
+    them in :meth:`check` and draws a :class:`RealizedSketch` in :meth:`realize` — usually a
+    :class:`SparseSketch` (``SparseSketch.from_entries``) or a :class:`TiledSketch` (then it
+    implements :meth:`tile`). docs/design.md, "How to add a sketch".
+    """
 
     name: str = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("name"):
+            SKETCHES.setdefault(cls.name, cls)
 
     def check(self, n: int, *, argument: str) -> None:
         """Raise ``ValueError`` naming ``argument`` if the sketch cannot be drawn for ``n`` rows."""
 
-    def realize(self, n: int, *, seed: int) -> RealizedSketch:
-        """Draw the sketch for ``n`` training rows from ``seed``."""
+    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
+        """Draw the sketch for ``n`` training rows from ``seed``.
+
+        Parameters
+        ----------
+        n : int
+        seed : int
+        data : distsketch.rows.RowSource, optional
+            The training rows of this side, for data-dependent sketches (leverage scores);
+            the sketches shipped here do not read it. A realisation that depends on the data
+            is saved with the model (:meth:`RealizedSketch.get_state`), never redrawn.
+        """
+        raise NotImplementedError
+
+    def tile(self, seed: int, t: int, m: int, width: int) -> np.ndarray:
+        """Columns ``[t·TILE, t·TILE + width)`` of a :class:`TiledSketch`'s ``R_mix``, (m, width),
+        a pure function of its arguments."""
         raise NotImplementedError
 
     def to_config(self) -> dict:
@@ -283,9 +450,6 @@ class Sketch(ParamsMixin):
     def __hash__(self) -> int:
         return hash((type(self).__name__, tuple(sorted(self.get_params().items()))))
 
-    def _dense_tile(self, sketch: RealizedSketch, tile: int, width: int) -> np.ndarray:
-        raise NotImplementedError
-
     def _m(self) -> int:
         return _positive_int(self.m, owner=type(self).__name__, name="m")
 
@@ -295,10 +459,10 @@ class Identity(Sketch):
 
     name = "identity"
 
-    def realize(self, n: int, *, seed: int) -> RealizedSketch:
+    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
         n = int(n)
-        return RealizedSketch(self, n, seed, n, support=np.arange(n),
-                              mixing=sp.identity(n, format="csc"), scale=np.ones(n))
+        return SparseSketch(self, n, seed, n, support=np.arange(n),
+                            mixing=sp.identity(n, format="csc"), scale=np.ones(n))
 
 
 class SubSampling(Sketch):
@@ -328,13 +492,13 @@ class SubSampling(Sketch):
                 f"use a smaller m or Identity() for the exact model"
             )
 
-    def realize(self, n: int, *, seed: int) -> RealizedSketch:
+    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
         m = self._m()
         rng = np.random.default_rng([int(seed), 0])
         rows = np.sort(rng.choice(n, size=m, replace=False)).astype(np.int64)
         scale = np.full(m, np.sqrt(n / m))
-        return RealizedSketch(self, n, seed, m, support=rows, mixing=sp.diags_array(scale),
-                              scale=scale)
+        return SparseSketch(self, n, seed, m, support=rows, mixing=sp.diags_array(scale),
+                            scale=scale)
 
 
 class PSparsified(Sketch):
@@ -379,7 +543,7 @@ class PSparsified(Sketch):
         except ValueError as exc:
             raise ValueError(f"{argument}: {exc}") from None
 
-    def realize(self, n: int, *, seed: int) -> RealizedSketch:
+    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
         m, p = self._checked()
         rows, cols, vals = [], [], []
         for t, a, b in _tiles(n):
@@ -387,8 +551,8 @@ class PSparsified(Sketch):
             rows.append(r)
             cols.append(c + a)
             vals.append(v)
-        return RealizedSketch.from_entries(self, n, seed, m, np.concatenate(rows),
-                                           np.concatenate(cols), np.concatenate(vals))
+        return SparseSketch.from_entries(self, n, seed, m, np.concatenate(rows),
+                                         np.concatenate(cols), np.concatenate(vals))
 
     def _tile_entries(self, seed: int, tile: int, width: int, m: int, p: float):
         """Non-zeros of one tile: positions ``pos = col * m + row`` of a Bernoulli(p) mask."""
@@ -443,15 +607,15 @@ class Accumulation(Sketch):
         except ValueError as exc:
             raise ValueError(f"{argument}: {exc}") from None
 
-    def realize(self, n: int, *, seed: int) -> RealizedSketch:
+    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
         m = self._m()
         q = _positive_int(self.q, owner="Accumulation", name="q")
         rng = np.random.default_rng([int(seed), 0])
         cols = rng.integers(0, n, size=(m, q))
         signs = rng.integers(0, 2, size=(m, q)) * 2.0 - 1.0
         vals = signs * np.sqrt(n / (m * q))
-        return RealizedSketch.from_entries(self, n, seed, m, np.repeat(np.arange(m), q),
-                                           cols.ravel(), vals.ravel())
+        return SparseSketch.from_entries(self, n, seed, m, np.repeat(np.arange(m), q),
+                                         cols.ravel(), vals.ravel())
 
 
 class GaussianSketch(Sketch):
@@ -474,12 +638,12 @@ class GaussianSketch(Sketch):
         except ValueError as exc:
             raise ValueError(f"{argument}: {exc}") from None
 
-    def realize(self, n: int, *, seed: int) -> RealizedSketch:
-        return RealizedSketch(self, n, seed, self._m())
+    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
+        return TiledSketch(self, n, seed, self._m())
 
-    def _dense_tile(self, sketch: RealizedSketch, tile: int, width: int) -> np.ndarray:
-        g = _tile_rng(sketch.seed, tile).standard_normal((sketch.m, width))
-        g /= np.sqrt(sketch.m)
+    def tile(self, seed: int, t: int, m: int, width: int) -> np.ndarray:
+        g = _tile_rng(seed, t).standard_normal((m, width))
+        g /= np.sqrt(m)
         return g
 
 
@@ -503,21 +667,17 @@ class CountSketch(Sketch):
         except ValueError as exc:
             raise ValueError(f"{argument}: {exc}") from None
 
-    def realize(self, n: int, *, seed: int) -> RealizedSketch:
+    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
         m = self._m()
         rows, signs = [], []
         for t, a, b in _tiles(n):
             rng = _tile_rng(seed, t)
             rows.append(rng.integers(0, m, size=b - a))
             signs.append(rng.integers(0, 2, size=b - a) * 2.0 - 1.0)
-        return RealizedSketch.from_entries(self, n, seed, m, np.concatenate(rows), np.arange(n),
-                                           np.concatenate(signs))
+        return SparseSketch.from_entries(self, n, seed, m, np.concatenate(rows), np.arange(n),
+                                         np.concatenate(signs))
 
 
-SKETCHES: dict[str, type[Sketch]] = {
-    cls.name: cls
-    for cls in (Identity, SubSampling, PSparsified, Accumulation, GaussianSketch, CountSketch)
-}
 
 
 def check_sketch(sketch: Any, *, argument: str) -> Sketch:
@@ -544,79 +704,3 @@ def sketch_from_config(cfg: dict, *, argument: str = "sketch") -> Sketch:
         return SKETCHES[name](**cfg)
     except TypeError as exc:
         raise ValueError(f"{argument}: bad parameters for sketch {name!r}: {exc}") from None
-
-
-# --------------------------------------------------------------------------- block math
-
-
-def gram_dot(
-    kernel: Callable,
-    A,
-    landmarks,
-    sketch: RealizedSketch | None = None,
-    *,
-    right: np.ndarray | None = None,
-    chunk: int = 2048,
-    dtype: Any = np.float64,
-    out: np.ndarray | None = None,
-) -> np.ndarray:
-    """``Σ_c k(A, L_c) F_c`` over spans ``c`` of the landmarks, without a full Gram block.
-
-    With ``sketch`` the factor is ``F = R_mixᵀ`` and the result is the block
-    ``k(A, X_J) R_mixᵀ`` of ``K Rᵀ`` (DESIGN §2, "streaming pass"); with ``right`` it is
-    ``k(A, L) F`` for a dense ``F`` (features of new points); with neither it is
-    ``k(A, L)`` itself. The kernel block held at any time is ``len(A) × chunk``.
-
-    When each output column is one scaled kernel column (a diagonal ``R_mix``, e.g.
-    sub-sampling, or no factor), the kernel writes straight into the result
-    (``Kernel._into``; the Gaussian kernel in cache-sized row tiles, scaling included).
-
-    Parameters
-    ----------
-    kernel : Kernel
-        ``kernel(A, B, out=None) -> (len(A), len(B))``.
-    A : ndarray or sparse, shape (b, d)
-    landmarks : ndarray or sparse, shape (s', d)
-    sketch : RealizedSketch, optional
-    right : ndarray of shape (s', k), optional
-        With neither ``sketch`` nor ``right``, ``F`` is the identity.
-    chunk : int
-        Landmark columns per kernel block.
-    dtype : {float64, float32}
-        Of the result. Written kernel columns are float32 values of the kernel (exponential
-        kernels evaluate ``exp`` in float32, see :mod:`distsketch.kernels`); mixed columns
-        are summed in float64 and rounded once.
-    out : ndarray of shape (b, k) and ``dtype``, optional
-        Written and returned instead of a new array.
-
-    Returns
-    -------
-    ndarray of shape (b, k), ``dtype``
-    """
-    b = A.shape[0]
-    dtype = np.dtype(dtype)
-    if sketch is not None:
-        k = sketch.m
-        spans = sketch.support_spans(chunk)
-    else:
-        s, step = landmarks.shape[0], max(int(chunk), 1)
-        k = s if right is None else right.shape[1]
-        spans = [(a, min(a + step, s)) for a in range(0, s, step)]
-    diagonal = sketch is not None and sketch.scale is not None
-    if diagonal or (sketch is None and right is None):
-        # each output column is one scaled kernel column (R_mix = diag(scale), or no factor)
-        out = np.empty((b, k), dtype=dtype) if out is None else out
-        for a, c in spans:
-            kernel._into(A, landmarks[a:c], out[:, a:c], sketch.scale[a:c] if diagonal else None)
-        return out
-    acc = np.zeros((b, k))
-    for a, c in spans:
-        Kc = kernel(A, landmarks[a:c])
-        if sketch is not None:
-            acc += Kc @ sketch.mixing_t_block(a, c)
-        else:
-            acc += Kc @ right[a:c]
-    if out is not None:
-        np.copyto(out, acc)
-        return out
-    return acc if dtype == np.float64 else acc.astype(dtype)

@@ -1,6 +1,6 @@
 """Driver solve: the small ``m × m`` systems of the SISOKR family and sketched KRR.
 
-Glossary (DESIGN §2)
+Glossary (docs/design.md, "Math")
 --------------------
 C = K_X R_Xᵀ  (n × m_X)        D = K_Y R_Yᵀ  (n × m_Y)
 G = CᵀC      = R_X K_X² R_Xᵀ    B = R_X C     = R_X K_X R_Xᵀ
@@ -33,6 +33,10 @@ Objective normalisation, written once: every model minimises
 Symmetrise, factor, threshold relatively (the whitening of sketched sides); no inverse is
 formed but IOKR's ``(K_X + nλI)^{-1}`` (exact on both sides), whose coefficients are that
 matrix: it comes from the Cholesky factor (``potri``).
+
+The assembly of a model from the pass's sums — which factors, which projections onto the
+landmark columns — is here too (:func:`solve_sisokr`, :func:`solve_krr`,
+:func:`solve_features`); estimators call one of them. numpy and scipy only, no dask.
 """
 
 from __future__ import annotations
@@ -44,8 +48,10 @@ from scipy.linalg import LinAlgError, cho_solve, cholesky
 from scipy.linalg.lapack import dpocon, dpotri, dtrtri
 
 __all__ = [
-    "whitening", "InputSolution", "solve_input", "solve_input_exact", "input_basis",
-    "sisokr_operator", "sisokr_coef", "krr_coef", "EIGEN_PATH_LENGTH",
+    "whitening", "InputSolution", "solve_input", "solve_input_exact", "solve_input_side",
+    "input_basis", "sisokr_operator", "sisokr_coef", "krr_coef", "EIGEN_PATH_LENGTH",
+    "SisokrSolution", "solve_sisokr", "solve_krr", "solve_features", "sisokr_sums", "krr_sums",
+    "feature_sums",
 ]
 
 
@@ -275,3 +281,122 @@ def krr_coef(sol: InputSolution, b: np.ndarray, lam: float) -> np.ndarray:
     if sol.V is not None:
         return basis @ ((basis.T @ b) / (sol.evals + sol.n * float(lam))[:, None])
     return sol.solve(b, lam)  # exact input, Cholesky route
+
+
+# --------------------------------------------------------------------------- assembly
+# What each model needs from the pass (names of distsketch.accumulate.SUM_TERMS) and how it is
+# assembled from those sums. ``x_exact`` / ``y_exact``: the side's sketch is the identity.
+
+
+def sisokr_sums(*, x_exact: bool, y_exact: bool, linear_output: bool) -> tuple[str, ...]:
+    """Sums of the SISOKR family: ``G, B`` (sketched input) or ``C`` (exact input, ``H = K_X``);
+    ``M, E`` (sketched output; ``D, E`` with an exact input, which takes ``D`` itself) or ``C``
+    (exact output: ``k_Y(y, Y) K_Y^† K_Y = k_Y(y, Y)``, so the model needs ``C``); ``U``
+    (unique training outputs, the default candidates) unless the output kernel is linear."""
+    sums = ["C"] if x_exact else ["G", "B"]
+    if y_exact:
+        if "C" not in sums:
+            sums.append("C")
+    else:
+        sums += ["D", "E"] if x_exact else ["M", "E"]
+    if not linear_output:
+        sums.append("U")
+    return tuple(sums)
+
+
+def krr_sums(*, x_exact: bool) -> tuple[str, ...]:
+    """Sums of sketched KRR: ``G, B, b`` (sketched), or ``C, Y`` (exact: ``(K + nλI)^{-1} Y``)."""
+    return ("C", "Y") if x_exact else ("G", "B", "b")
+
+
+def feature_sums(*, x_exact: bool) -> tuple[str, ...]:
+    """Sums of the whitened features: ``B = R K Rᵀ`` alone (``C = K`` when exact)."""
+    return ("C",) if x_exact else ("B",)
+
+
+def solve_input_side(sums: dict, *, exact: bool, n: int, rtol: float, n_lams: int) -> InputSolution:
+    """The λ-independent input solution from the pass's sums.
+
+    Sketched: one eigendecomposition of ``H`` for every λ. Exact: ``H + nλI`` factored per λ
+    unless the λ path is longer than :data:`EIGEN_PATH_LENGTH` (this module's notes explain
+    both).
+    """
+    if exact:  # H = K_X = C itself
+        sol = solve_input_exact(sums["C"], n=n)
+    else:
+        sol = solve_input(sums["G"], sums["B"], n=n, rtol=rtol)
+    return sol.with_eigen() if not sol.exact or n_lams > EIGEN_PATH_LENGTH else sol
+
+
+@dataclass(frozen=True)
+class SisokrSolution:
+    """Everything λ-independent of a SISOKR-family model (``W(λ)`` from :func:`sisokr_coef`).
+
+    Attributes
+    ----------
+    input : InputSolution
+    input_projection : ndarray of shape (s'_X, r_X) or None
+        ``R_Xmixᵀ (T_X V)`` (sketched), ``V`` (exact input, eigen route) or None (exact input,
+        Cholesky route: the features are ``k_X(X, x)`` themselves).
+    output_whitening : ndarray of shape (m_Y, r_Y) or None
+        ``T_Y``; None for an exact output side.
+    output_projection : ndarray of shape (s'_Y, r_Y) or None
+        ``R_Ymixᵀ T_Y``; None for an exact output side (features ``k_Y(Y, y)``).
+    operator : ndarray or None
+        See :func:`sisokr_operator`.
+    output_map : ndarray of shape (r_Y, d_Y) or None
+        Linear output kernel: ``h(x) = output_mapᵀ W φ_X(x)`` (``ψ(y) = y``).
+    """
+
+    input: InputSolution
+    input_projection: np.ndarray | None
+    output_whitening: np.ndarray | None
+    output_projection: np.ndarray | None
+    operator: np.ndarray | None
+    output_map: np.ndarray | None = None
+
+
+def solve_sisokr(sums: dict, x_sketch, y_sketch, y_landmarks, *, n: int, rtol: float,
+                 n_lams: int, linear_output: bool) -> SisokrSolution:
+    """Assemble a SISOKR-family model (docs/design.md, "Driver solve") from the pass's sums.
+
+    ``x_sketch``, ``y_sketch``: the realised sketches (``transpose_dot`` maps sketch
+    coordinates to landmark columns); ``y_landmarks``: the output landmarks (a linear output
+    kernel's ``output_map`` is ``(R_Ymixᵀ T_Y)ᵀ Y_J``).
+    """
+    sol = solve_input_side(sums, exact=x_sketch.is_identity, n=n, rtol=rtol, n_lams=n_lams)
+    # input features: (T_X V)ᵀ R_X k_X(X, x) in the eigenbasis of H, or k_X(X, x) itself
+    # (exact input side, Cholesky route)
+    basis = input_basis(sol)
+    input_projection = None if basis is None else x_sketch.transpose_dot(basis)
+    if y_sketch.is_identity:  # exact output: raw features k_Y(Y, y)
+        T_Y = output_projection = None
+        operator = sisokr_operator(sol, None, sums.get("C"))
+    else:
+        T_Y = whitening(sums["E"], rtol=rtol, argument="output_kernel")
+        operator = sisokr_operator(sol, T_Y, sums.get("M"), sums.get("D"))
+        output_projection = y_sketch.transpose_dot(T_Y)
+    output_map = None
+    if linear_output:
+        L_Y = y_landmarks.toarray() if hasattr(y_landmarks, "toarray") else np.asarray(y_landmarks)
+        output_map = L_Y if output_projection is None else output_projection.T @ L_Y
+    return SisokrSolution(sol, input_projection, T_Y, output_projection, operator, output_map)
+
+
+def solve_krr(sums: dict, x_sketch, *, n: int, rtol: float, n_lams: int
+              ) -> tuple[InputSolution, np.ndarray]:
+    """Sketched KRR's input solution and right-hand side: ``b = R_X K_X Y`` (sketched) or
+    ``Y`` itself (exact), for :func:`krr_coef`."""
+    sol = solve_input_side(sums, exact=x_sketch.is_identity, n=n, rtol=rtol, n_lams=n_lams)
+    return sol, (sums["Y"] if "Y" in sums else sums["b"])
+
+
+def solve_features(sums: dict, x_sketch, *, rtol: float) -> tuple[np.ndarray, np.ndarray]:
+    """Whitened features ``φ(x) = T_Xᵀ R_X k(X, x)``: ``(T_X, R_Xmixᵀ T_X)``.
+
+    ``T_X`` whitens ``B = R_X K R_Xᵀ`` (``K`` itself for an exact side), so the Gram matrix of
+    the features on the training rows is ``K R_Xᵀ B^† R_X K``, the sketched kernel.
+    """
+    B = sums["C"] if x_sketch.is_identity else sums["B"]
+    T = whitening(B, rtol=rtol, argument="kernel")
+    return T, x_sketch.transpose_dot(T)

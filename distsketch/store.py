@@ -6,10 +6,10 @@ Layout (one zarr v3 group per fit)::
         pass/C      (n, m_X)      K_X R_Xᵀ, chunks (block_rows, m_X)
         pass/D      (n, m_Y)      K_Y R_Yᵀ (sketched structured outputs only)
         pass/done   (n_blocks,)   True once block i's C and D rows are written (chunk 1)
-        sums/G, sums/B, sums/M, sums/E, sums/b      tree-reduced partial sums (float64)
-        sums/C                                      C assembled (when a side is exact)
-        sums/D, sums/Y                              D, targets assembled (exact input side)
-        sums/U_rows, sums/U_index                   unique output rows, first training row
+        sums/<name>               the reduced sums the model asked for (float64: G, B, M, E,
+                                  b; C, D, Y assembled for an exact side), see
+                                  distsketch.accumulate
+        sums/U_rows, sums/U_index unique output rows, first training row (a row-set sum)
 
 ``status`` moves ``"pass"`` → ``"pass-complete"`` (all blocks done, sums written)
 → ``"solved"`` (the driver solve is stored). Anything else — a run killed or failed
@@ -44,7 +44,6 @@ logger = logging.getLogger(__name__)
 #: Version of the on-disk layout; a store with another version is refused.
 FORMAT_VERSION = 1
 _ATTR = "distsketch"
-_SUMS = ("G", "B", "M", "E", "b", "C", "D", "Y")
 
 
 #: Alignment of O_DIRECT buffers, file offsets and lengths (a page: at least the logical
@@ -251,28 +250,40 @@ class FitStore:
     def done_blocks(self) -> np.ndarray:
         return np.asarray(self.group["pass/done"][:], dtype=bool)
 
-    def write_sums(self, sums: dict[str, np.ndarray]) -> None:
+    def write_sums(self, sums: dict[str, Any]) -> None:
+        """Store the reduced sums and mark the pass complete.
+
+        A value is an array (float sums are stored as float64) or a pair ``(rows, index)`` of
+        a row set (unique output rows and their first training row), stored as
+        ``<name>_rows`` and ``<name>_index``.
+        """
         if self.temporary:  # never read back
             self._set_meta(status="pass-complete")
             return
         grp = self.group.require_group("sums")
-        for key in _SUMS:
-            if key in sums:
-                grp.create_array(key, data=np.asarray(sums[key], dtype=np.float64),
+        for key, value in sums.items():
+            if isinstance(value, tuple):
+                rows, index = value
+                grp.create_array(f"{key}_rows", data=np.asarray(rows), overwrite=True)
+                grp.create_array(f"{key}_index", data=np.asarray(index, dtype=np.int64),
                                  overwrite=True)
-        if "U" in sums:  # unique output rows and their first training row
-            rows, first = sums["U"]
-            grp.create_array("U_rows", data=np.asarray(rows), overwrite=True)
-            grp.create_array("U_index", data=np.asarray(first, dtype=np.int64), overwrite=True)
+            else:
+                grp.create_array(key, data=np.asarray(value, dtype=np.float64), overwrite=True)
         self._set_meta(status="pass-complete")
 
-    def read_sums(self) -> dict[str, np.ndarray]:
+    def read_sums(self) -> dict[str, Any]:
+        """The sums of a complete pass, by name (row sets as ``(rows, index)`` pairs)."""
         if self.status not in ("pass-complete", "solved"):
             raise ValueError(f"store {self.location!r}: the pass is not complete")
         grp = self.group["sums"]
-        out = {key: np.asarray(grp[key][...]) for key in _SUMS if key in grp}
-        if "U_rows" in grp:
-            out["U"] = (np.asarray(grp["U_rows"][...]), np.asarray(grp["U_index"][...]))
+        names = set(grp.array_keys())
+        out: dict[str, Any] = {}
+        for key in sorted(names):
+            if key.endswith("_rows") and f"{key[:-5]}_index" in names:
+                out[key[:-5]] = (np.asarray(grp[key][...]),
+                                 np.asarray(grp[f"{key[:-5]}_index"][...]))
+            elif not (key.endswith("_index") and f"{key[:-6]}_rows" in names):
+                out[key] = np.asarray(grp[key][...])
         return out
 
     def mark(self, status: str) -> None:

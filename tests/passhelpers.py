@@ -1,11 +1,13 @@
 """Helpers shared by the pass tests and the subprocess they kill (importable by name)."""
 
+import collections
 import sys
 import time
 
 import numpy as np
 
 import distsketch as ds
+from distsketch.store import open_fit_store
 
 N, D, L = 120, 4, 6
 
@@ -24,6 +26,30 @@ def slow_gaussian(A, B):
     """A Gaussian kernel slow enough that a pass can be killed half-way."""
     time.sleep(0.15)
     return _gauss(A, B)
+
+
+def sums_of(path):
+    return open_fit_store(path).read_sums()
+
+
+class CountingGaussian(ds.Gaussian):
+    """Gaussian(gamma) with the same configuration, that counts the training blocks it sees
+    and can raise on one of them (a simulated worker failure)."""
+
+    def __init__(self, gamma=1.0, calls=None, fail_after=None):
+        super().__init__(gamma)
+        self.calls = collections.Counter() if calls is None else calls
+        self.fail_after = fail_after
+
+    def get_params(self, deep=True):
+        return {"gamma": self.gamma}
+
+    def fill(self, A, B, out, scale=None):  # how the pass evaluates its blocks
+        if len(A) == 10:  # a training block (query calls have other sizes)
+            if self.fail_after is not None and self.calls["blocks"] == self.fail_after:
+                raise RuntimeError("simulated failure")
+            self.calls["blocks"] += 1
+        return super().fill(A, B, out, scale)
 
 
 def model(kernel=None, store=None, block_rows=10, **kw):

@@ -7,8 +7,9 @@ import pytest
 import zarr
 
 import distsketch as ds
-from distsketch import decode
-from distsketch.decode import merge_topk, smallest_k
+from distsketch import topk
+from distsketch.features import FeatureMap
+from distsketch.topk import merge_topk, smallest_k
 
 KX, KY = ds.Gaussian(gamma=0.5), ds.Gaussian(gamma=0.3)
 
@@ -46,7 +47,7 @@ def assert_topk_equal(got, want):
 @pytest.fixture
 def small_blocks(monkeypatch):
     """Force many tasks and many scoring sub-blocks on small data."""
-    monkeypatch.setattr(decode, "SCORE_ROWS", 64)
+    monkeypatch.setattr(topk, "SCORE_ROWS", 64)
 
 
 # --------------------------------------------------------------------------- block math
@@ -177,13 +178,13 @@ def test_sets_no_query_uses_are_not_read(fitted, monkeypatch):
     model, Xq, C = fitted
     sets = [C[:10], C[10:2000], C[2000:2010]]
     seen = []
-    original = decode.Scorer.features
+    original = FeatureMap.tiles
 
-    def spy(self, Y):
+    def spy(self, Y, **kw):
         seen.append(len(Y))
-        return original(self, Y)
+        return original(self, Y, **kw)
 
-    monkeypatch.setattr(decode.Scorer, "features", spy)
+    monkeypatch.setattr(FeatureMap, "tiles", spy)
     model.set_params(options=ds.EngineOptions(candidate_rows=100))
     got = model.predict_topk(Xq[:4], candidate_sets=sets, query_sets=np.array([0, 0, 2, 2]), k=2)
     model.set_params(options=None)
@@ -201,10 +202,10 @@ def test_store_features_are_computed_once_per_model(tmp_path, fitted, monkeypatc
     first = model.predict_topk(Xq, store, k=2)
     assert store.cached_features(model.output_key_) is not None
 
-    def refuse(self, Y):
+    def refuse(self, Y, **kw):
         raise AssertionError("features recomputed")
 
-    monkeypatch.setattr(decode.Scorer, "features", refuse)
+    monkeypatch.setattr(FeatureMap, "tiles", refuse)
     reopened = ds.CandidateStore.open(tmp_path / "s")
     model.set_lam(1e-2)  # λ does not change candidate features
     again = model.predict_topk(Xq, reopened, k=2)
@@ -228,15 +229,15 @@ def test_interrupted_feature_pass_resumes(tmp_path, fitted, monkeypatch):
     model, Xq, C = fitted
     store = ds.CandidateStore.create(tmp_path / "s", C, chunk_rows=300)  # 10 blocks
     calls = {"n": 0}
-    original = decode.Scorer.features
+    original = FeatureMap.tiles
 
-    def flaky(self, Y):
+    def flaky(self, Y, **kw):
         calls["n"] += 1
         if calls["n"] == 4:
             raise RuntimeError("simulated failure")
-        return original(self, Y)
+        return original(self, Y, **kw)
 
-    monkeypatch.setattr(decode.Scorer, "features", flaky)
+    monkeypatch.setattr(FeatureMap, "tiles", flaky)
     with dask.config.set(scheduler="synchronous"), pytest.raises(RuntimeError, match="simulated"):
         model.predict_topk(Xq, store, k=2)
     done = np.asarray(store.group[f"features/{model.output_key_}/done"][:])

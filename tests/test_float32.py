@@ -17,8 +17,7 @@ import zarr
 import distsketch as ds
 from distsketch.store import open_fit_store
 from naive import norm_rel_err
-from passhelpers import N, model, problem
-from test_pass import _CountingGaussian, sums_of
+from passhelpers import CountingGaussian, N, model, problem, sums_of
 
 
 def _regression(n=3000, d=5, seed=0):
@@ -87,10 +86,10 @@ def test_resumed_float32_pass_is_bitwise_the_uninterrupted_one(tmp_path):
     path = tmp_path / "s"
     with dask.config.set(scheduler="synchronous"):
         with pytest.raises(RuntimeError, match="simulated failure"):
-            model(kernel=_CountingGaussian(gamma=0.4, fail_after=5), store=path,
+            model(kernel=CountingGaussian(gamma=0.4, fail_after=5), store=path,
                   block_dtype="float32").fit(X, Y)
     assert open_fit_store(path).done_blocks().sum() == 5
-    resumed = _CountingGaussian(gamma=0.4)
+    resumed = CountingGaussian(gamma=0.4)
     model(kernel=resumed, store=path, block_dtype="float32").fit(X, Y)
     assert resumed.calls["blocks"] == N // 10 - 5  # the stored blocks were read, not recomputed
     model(store=tmp_path / "u", block_dtype="float32").fit(X, Y)

@@ -179,7 +179,7 @@ def test_in_memory_features_run_on_all_cores_with_the_same_result():
 
     import dask
 
-    from distsketch._compute import map_local
+    from distsketch.engine import map_local
 
     seen = set()
 

@@ -20,13 +20,9 @@ import distsketch as ds
 from conftest import all_sketches
 from distsketch.store import open_fit_store
 from naive import norm_rel_err, pass_sums
-from passhelpers import N, model, problem, slow_gaussian
+from passhelpers import CountingGaussian, N, model, problem, slow_gaussian, sums_of
 
 HERE = Path(__file__).resolve().parent
-
-
-def sums_of(path):
-    return open_fit_store(path).read_sums()
 
 
 def assert_same_sums(a, b, tol=1e-12):
@@ -191,26 +187,6 @@ def test_pass_reads_training_data_once(tmp_path):
     assert sum(cs_y.gets[k] for k in cs_y.gets if "c/" in k) == 2 * n_chunks
 
 
-class _CountingGaussian(ds.Gaussian):
-    """Gaussian(gamma) with the same configuration, that counts the training blocks it sees
-    and can raise on one of them (a simulated worker failure)."""
-
-    def __init__(self, gamma=1.0, calls=None, fail_after=None):
-        super().__init__(gamma)
-        self.calls = collections.Counter() if calls is None else calls
-        self.fail_after = fail_after
-
-    def get_params(self, deep=True):
-        return {"gamma": self.gamma}
-
-    def _into(self, A, B, out, scale=None):  # how the pass evaluates its blocks
-        if len(A) == 10:  # a training block (query calls have other sizes)
-            if self.fail_after is not None and self.calls["blocks"] == self.fail_after:
-                raise RuntimeError("simulated failure")
-            self.calls["blocks"] += 1
-        return super()._into(A, B, out, scale)
-
-
 def test_failed_pass_resumes_with_identical_sums(tmp_path):
     """float64 blocks: the resumed blocks contribute what they contributed the first time
     (float32 blocks, the default, agree to float32 rounding: tests/test_float32.py)."""
@@ -218,7 +194,7 @@ def test_failed_pass_resumes_with_identical_sums(tmp_path):
     path = tmp_path / "s"
     with dask.config.set(scheduler="synchronous"):
         with pytest.raises(RuntimeError, match="simulated failure"):
-            model(kernel=_CountingGaussian(gamma=0.4, fail_after=5), store=path,
+            model(kernel=CountingGaussian(gamma=0.4, fail_after=5), store=path,
                   block_dtype="float64").fit(X, Y)
     fs = open_fit_store(path)
     assert fs.status == "pass"  # a failed run never looks complete
@@ -226,7 +202,7 @@ def test_failed_pass_resumes_with_identical_sums(tmp_path):
     with pytest.raises(ValueError, match="not complete"):
         fs.read_sums()
     # resume with the same configuration: only the 7 missing blocks are computed
-    resumed = _CountingGaussian(gamma=0.4)
+    resumed = CountingGaussian(gamma=0.4)
     model(kernel=resumed, store=path, block_dtype="float64").fit(X, Y)
     assert resumed.calls["blocks"] == N // 10 - 5
     uninterrupted = tmp_path / "u"
@@ -281,7 +257,7 @@ def test_complete_store_is_reused_without_reading_inputs(tmp_path):
     X, Y = problem()
     path = tmp_path / "s"
     first = model(store=path).fit(X, Y)
-    kernel = _CountingGaussian(gamma=0.4)
+    kernel = CountingGaussian(gamma=0.4)
     again = model(kernel=kernel, store=path).fit(X, Y)
     assert kernel.calls["blocks"] == 0
     np.testing.assert_array_equal(first.coef_, again.coef_)
@@ -365,20 +341,43 @@ def test_temporary_fit_writes_no_blocks_and_equals_a_stored_fit(tmp_path, monkey
     np.testing.assert_array_equal(temporary.coef_, stored.coef_)
 
 
-@pytest.mark.parametrize("kind", ["sisokr", "exact_input", "targets"])
-def test_leaf_task_sums_blocks_as_the_tree_node_would(tmp_path, monkeypatch, kind):
-    """With many blocks per core, one task per first-level tree node (its ``split_every``
-    blocks computed in order and summed incrementally) gives bitwise the sums of one task
-    per block followed by the node's ``_combine``, the layout the reduction order is defined
-    by (DESIGN §2). Half the blocks are read back from the store (a resume), so the nodes
-    mix computed and stored blocks."""
-    import distsketch.accumulate as acc
+def _pass_task_layout(fit) -> collections.Counter:
+    """``{blocks per task: tasks}`` of the pass tasks a call runs, read from the keys dask
+    executes (engine.map_blocks names them ``pass-block-…`` and ``pass-group-…``)."""
+    from dask.callbacks import Callback
 
+    keys = []
+    with Callback(pretask=lambda key, dsk, state: keys.append(str(key))):
+        fit()
+    layout = collections.Counter()
+    for key in keys:
+        if key.startswith("pass-block-"):
+            layout[1] += 1
+        elif key.startswith("pass-group-"):
+            layout[SPLIT] += 1
+    return layout
+
+
+SPLIT = 3  # 12 blocks of 10 rows: 4 first-level nodes of 3
+
+
+@pytest.mark.parametrize("kind", ["sisokr", "exact_input", "targets"])
+def test_leaf_task_sums_blocks_as_the_tree_node_would(tmp_path, kind):
+    """With many blocks per core, one task per first-level tree node (its ``split_every``
+    blocks computed in order and added incrementally) gives bitwise the sums of one task
+    per block followed by the node, the layout the reduction order is defined by
+    (docs/design.md, "The block map-reduce"). Half the blocks are read back from the store (a
+    resume), so the nodes mix computed and stored blocks. The layout follows the scheduler's
+    parallel slots (dask's ``num_workers``): one thread fuses every node but the last (12
+    blocks >= engine.GROUPS_PER_SLOT · 3 · 1), eight threads run one task per block."""
+    from distsketch import engine
+
+    assert engine.GROUPS_PER_SLOT * SPLIT == N // 10
     X, Y = problem()
 
     def fit(path, fail_after=None):
-        kernel = _CountingGaussian(gamma=0.4, fail_after=fail_after)
-        opts = {"block_dtype": "float64"}
+        kernel = CountingGaussian(gamma=0.4, fail_after=fail_after)
+        opts = {"block_dtype": "float64", "split_every": SPLIT}
         if kind == "sisokr":
             return model(kernel=kernel, store=path, **opts).fit(X, Y)
         est = ds.SketchedKRR(kernel, sketch=None if kind == "exact_input" else ds.SubSampling(30),
@@ -386,43 +385,23 @@ def test_leaf_task_sums_blocks_as_the_tree_node_would(tmp_path, monkeypatch, kin
                              options=ds.EngineOptions(block_rows=10, **opts))
         return est.fit(X, Y[:, :2])
 
-    tasks = collections.Counter()
-    group = acc._pass_group
-
-    def counted(plan, items):
-        tasks[len(items)] += 1
-        return group(plan, items)
-
-    monkeypatch.setattr(acc, "_pass_group", counted)
-    monkeypatch.setattr(acc, "_GROUPS_PER_SLOT", 1)  # 12 blocks: 3 nodes of 4
-    layouts = {"fused": (1, {4: 2, 1: 4}),  # 1 core: every node fused but the last
-               "uneven": (3, {1: 12}),  # 3 cores: 2 fused nodes cannot be shared evenly
-               "per_block": (10**9, {1: 12})}
-    for name, (slots, want) in layouts.items():
-        monkeypatch.setattr(acc, "parallel_slots", lambda client=None, s=slots: s)
-        tasks.clear()
-        with dask.config.set(scheduler="synchronous"):
+    layouts = {"fused": (1, {SPLIT: 3, 1: 3}), "per_block": (8, {1: 12})}
+    for name, (threads, want) in layouts.items():
+        with dask.config.set(scheduler="threads", num_workers=threads):
             with pytest.raises(RuntimeError, match="simulated failure"):
                 fit(tmp_path / name, fail_after=6)
-            failed = collections.Counter(tasks)
-            fit(tmp_path / name)
-        assert tasks - failed == want, name  # the resumed run's tasks
-    b = sums_of(tmp_path / "per_block")
-    for name in ("fused", "uneven"):
-        a = sums_of(tmp_path / name)
-        assert set(a) == set(b)
-        for key in a:
-            if key == "U":
-                for u, v in zip(a[key], b[key]):
-                    np.testing.assert_array_equal(u, v)
-            else:
-                np.testing.assert_array_equal(a[key], b[key], err_msg=f"{name} {key}")
+            assert 0 < open_fit_store(tmp_path / name).done_blocks().sum() < N // 10
+            assert _pass_task_layout(lambda: fit(tmp_path / name)) == want, name
+    a, b = sums_of(tmp_path / "fused"), sums_of(tmp_path / "per_block")
+    assert set(a) == set(b)
+    for key in a:
+        for u, v in zip(*((x,) if key != "U" else x for x in (a[key], b[key]))):
+            np.testing.assert_array_equal(u, v, err_msg=key)
 
 
 def test_pass_tasks_keep_every_core_busy():
     """Few blocks per core: one task per block (fused leaves would idle cores)."""
-    import distsketch.accumulate as acc
-    from distsketch._compute import parallel_slots
+    from distsketch.engine import parallel_slots
 
     assert parallel_slots() == (os.cpu_count() or 1)
     with dask.config.set(scheduler="synchronous"):
@@ -430,10 +409,7 @@ def test_pass_tasks_keep_every_core_busy():
     with dask.config.set(num_workers=3):
         assert parallel_slots() == 3
     X, Y = problem()
-    seen = []
-    group = acc._pass_group
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(acc, "_pass_group", lambda plan, items: seen.append(len(items)) or group(plan, items))
-        with dask.config.set(num_workers=2):
-            model().fit(X, Y)  # N // 10 blocks < _GROUPS_PER_SLOT · split_every · 2
-    assert set(seen) == {1} and len(seen) == N // 10
+    with dask.config.set(num_workers=2):
+        # N // 10 blocks < GROUPS_PER_SLOT · split_every · 2
+        layout = _pass_task_layout(lambda: model().fit(X, Y))
+    assert layout == {1: N // 10}

@@ -33,9 +33,9 @@ from distsketch.sketches import (
     RealizedSketch,
     SubSampling,
     check_sketch,
-    gram_dot,
     sketch_from_config,
 )
+from distsketch.features import gram_dot
 
 #: Spans more than one generation tile, so tile boundaries are exercised.
 BIG = TILE + 123

@@ -1,0 +1,308 @@
+"""The estimator seam: one fit template for every model, and the registry that finds them.
+
+Every estimator subclasses :class:`SketchedEstimator` and fits the same way::
+
+    validate (arguments, then data)  →  pass (accumulate.fit_pass, the sums it declares)
+        →  solve (solve.solve_*)  →  coefficients (λ-dependent)  →  save (kept store)
+
+A model declares what differs — its parameters' kinds (:attr:`SketchedEstimator._param_kinds`,
+which also drive saved-model JSON and TOML configs), its kernelised sides, the pass sums it
+needs (:meth:`~SketchedEstimator._sums`), how it solves them (:meth:`~SketchedEstimator._solve`)
+and its fitted state for saving (:meth:`~SketchedEstimator._get_state` /
+:meth:`~SketchedEstimator._set_state`). Defining the class registers it
+(:mod:`distsketch._registry`): :mod:`distsketch.persist`, :mod:`distsketch.config` and
+:mod:`distsketch.cli` find it by name and name no model. docs/design.md, "How to add a model".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from . import persist
+from ._base import ParamsMixin
+from ._registry import register_model
+from .accumulate import PassResult, fit_pass
+from .features import FeatureMap
+from .kernels import Kernel, check_kernel
+from .options import EngineOptions, check_options, with_blas_limit
+from .rows import RowSource, as_row_source
+from .sketches import RealizedSketch, Sketch, check_sketch
+from .solve import InputSolution
+
+__all__ = ["SketchedEstimator", "RidgeEstimator", "NotFittedError", "FitSpec", "check_lam",
+           "check_random_state"]
+
+try:  # scikit-learn is optional; when present, our error is also its NotFittedError
+    from sklearn.exceptions import NotFittedError as _NotFittedBase
+except ImportError:  # pragma: no cover - exercised without scikit-learn
+    class _NotFittedBase(ValueError, AttributeError):
+        pass
+
+
+class NotFittedError(_NotFittedBase):
+    """Raised when a prediction method is called before ``fit`` (a ValueError)."""
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def check_lam(lam: Any, *, argument: str = "lam") -> tuple[float, ...]:
+    """λ (a positive float) or a sequence of them; returns the path as a tuple."""
+    values = lam if isinstance(lam, (Sequence, np.ndarray)) and not isinstance(lam, str) else [lam]
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v) or v <= 0:
+            raise ValueError(f"{argument}: the ridge parameter must be a positive finite number "
+                             f"(or a sequence of them), got {lam!r}")
+        out.append(float(v))
+    if not out:
+        raise ValueError(f"{argument}: empty sequence; give at least one positive value")
+    return tuple(out)
+
+
+def check_random_state(random_state: Any) -> np.random.Generator:
+    """One generator per fit; ``None`` draws fresh entropy (never the global RNG)."""
+    if random_state is None:
+        return np.random.default_rng()
+    if isinstance(random_state, np.random.Generator):
+        return random_state
+    if isinstance(random_state, np.random.RandomState):
+        return np.random.default_rng(random_state.randint(0, 2**31 - 1))
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        if random_state < 0:
+            raise ValueError(f"random_state: must be a non-negative integer, got {random_state}")
+        return np.random.default_rng(int(random_state))
+    raise ValueError(f"random_state: expected None, an int or a numpy Generator, got {random_state!r}")
+
+
+def check_data(X, Y, *, y_name: str | None, model: str) -> tuple[RowSource, RowSource | None]:
+    """Row sources of the training data (``y_name=None``: unsupervised, ``Y`` is ignored)."""
+    if y_name is not None and Y is None:
+        raise ValueError(f"{y_name}: {model} requires y to be passed, but the target y is None")
+    Xs = as_row_source(X, argument="X")
+    Ys = None if y_name is None else as_row_source(Y, argument=y_name, allow_1d=True)
+    if Ys is not None and Ys.n != Xs.n:
+        raise ValueError(f"{y_name}: has {Ys.n} rows but X has {Xs.n}; "
+                         f"X and {y_name} must hold the same samples")
+    if Xs.n < 2:
+        raise ValueError(f"X: at least 2 samples are needed to fit, got n_samples = {Xs.n}")
+    Xs.check_finite()
+    if Ys is not None:
+        Ys.check_finite()
+    return Xs, Ys
+
+
+@dataclass
+class FitSpec:
+    """A validated fit: resolved arguments and row sources, before any pass."""
+
+    X: RowSource
+    Y: RowSource | None
+    kernels: dict[str, Kernel]
+    sketches: dict[str, Sketch]
+    options: EngineOptions
+    rng: np.random.Generator
+    lams: tuple[float, ...] = ()
+
+    def exact(self, sketch_param: str) -> bool:
+        from .sketches import Identity
+
+        return isinstance(self.sketches[sketch_param], Identity)
+
+
+# --------------------------------------------------------------------------- the base class
+
+
+class SketchedEstimator(ParamsMixin):
+    """Base of every distsketch estimator: the fit template, saving, the registry.
+
+    Class attributes a model sets
+    -----------------------------
+    _param_kinds : dict
+        Constructor parameter → kind: ``"kernel"``, ``"sketch"``, ``"lam"``, ``"random_state"``,
+        ``"store"``, ``"options"`` (or ``"json"`` for plain values). Kernels are validated in
+        order, then sketches; saved models and configs convert each by its kind.
+    _input : (kernel param, sketch param)
+        The input side of the pass (``C = K_X R_Xᵀ``).
+    _output : (kernel param, sketch param) or None
+        The output side for structured outputs (``D = K_Y R_Yᵀ``).
+    _targets : str or None
+        Name of the second argument of ``fit`` when the model needs one (``"Y"``, ``"y"``).
+    _standardized : str or None
+        The kernel parameter a config's ``standardize = true`` wraps in
+        :class:`~distsketch.kernels.Standardized`.
+    _configurable : bool
+        Whether ``distsketch fit`` may build it from a TOML config.
+    """
+
+    _param_kinds: ClassVar[dict[str, str]] = {}
+    _input: ClassVar[tuple[str, str]] = ("kernel", "sketch")
+    _output: ClassVar[tuple[str, str] | None] = None
+    _targets: ClassVar[str | None] = "y"
+    _standardized: ClassVar[str | None] = None
+    _configurable: ClassVar[bool] = False
+    _estimator_type: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.__name__.startswith("_") and cls.__dict__.get("_param_kinds"):
+            register_model(cls)
+
+    # -- the template -------------------------------------------------------------
+    @with_blas_limit
+    def fit(self, X, Y=None):
+        """Fit on inputs ``X`` (and targets ``Y`` where the model has them); returns self.
+
+        ``X``, ``Y``: numpy, scipy.sparse, dask or zarr arrays with the same rows.
+        """
+        spec = self._validate(X, Y)
+        kx, sx = self._input
+        out = self._output
+        res = fit_pass(
+            spec.X, spec.Y,
+            x_kernel=spec.kernels[kx], x_sketch=spec.sketches[sx],
+            y_kernel=spec.kernels[out[0]] if out else None,
+            y_sketch=spec.sketches[out[1]] if out else None,
+            sums=self._sums(spec), rng=spec.rng, store=self.store, options=spec.options,
+            model=type(self).__name__,
+        )
+        self._solve(spec, res)
+        self.n_features_in_ = spec.X.shape[1]
+        self.store_ = res.store
+        self._update_coef()
+        self._save_to_fit_store()
+        return self
+
+    def _validate(self, X, Y) -> FitSpec:
+        """Arguments first (in the order lam, kernels, sketches, options, random_state), then
+        the data, then the sketches against the number of rows: every error names its
+        argument and comes before anything is written."""
+        kinds = self._param_kinds
+        lams = check_lam(self.lam) if "lam" in kinds else ()
+        kernels = {name: check_kernel(getattr(self, name), name=name)
+                   for name, kind in kinds.items() if kind == "kernel"}
+        sketches = {name: check_sketch(getattr(self, name), argument=name)
+                    for name, kind in kinds.items() if kind == "sketch"}
+        options = self._options()
+        rng = check_random_state(self.random_state)
+        Xs, Ys = check_data(X, Y, y_name=self._targets, model=type(self).__name__)
+        for name, sketch in sketches.items():
+            sketch.check(Xs.n, argument=name)
+        return FitSpec(Xs, Ys, kernels, sketches, options, rng, lams)
+
+    # -- what a model implements --------------------------------------------------
+    def _sums(self, spec: FitSpec) -> tuple[str, ...]:
+        """Names of the pass sums this model needs (``accumulate.SUM_TERMS``)."""
+        raise NotImplementedError
+
+    def _solve(self, spec: FitSpec, res: PassResult) -> None:
+        """Set the fitted state from the pass's result (calling a ``solve.solve_*``)."""
+        raise NotImplementedError
+
+    def _update_coef(self) -> None:
+        """Recompute the λ-dependent coefficients from the fitted state (none by default)."""
+
+    def _get_state(self) -> tuple[dict[str, Any], dict]:
+        """The fitted state as ``(arrays, json)``: arrays (ndarray, scipy.sparse or None) and
+        JSON values. Subclasses extend the dicts of ``super()._get_state()``."""
+        return {}, {"n_features_in": int(self.n_features_in_), "store": self.store_}
+
+    def _set_state(self, arrays: dict[str, Any], state: dict) -> None:
+        """Inverse of :meth:`_get_state` (then :meth:`_update_coef` runs)."""
+        self.n_features_in_ = int(state["n_features_in"])
+        self.store_ = state["store"]
+
+    def _default_metrics(self, Y) -> list[str]:
+        """Metric names ``distsketch evaluate`` reports by default (:data:`metrics.METRICS`)."""
+        return []
+
+    # -- shared machinery -----------------------------------------------------------
+    def save(self, store, *, overwrite: bool = False) -> str:
+        """Save the fitted model into a store (path or zarr group); see :func:`distsketch.load`.
+
+        ``fit`` already saves into a kept ``store``; use this for a model fitted with
+        ``store=None`` or to copy it elsewhere. Returns the store location.
+        """
+        return persist.save(self, store, overwrite=overwrite)
+
+    def _save_to_fit_store(self) -> None:
+        if self.store_ is not None:
+            persist.save(self, self.store_, overwrite=True)
+
+    def _check_fitted(self):
+        if not hasattr(self, "n_features_in_"):
+            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; "
+                                 f"call fit(X, Y) first")
+
+    def _options(self) -> EngineOptions:
+        return check_options(self.options)
+
+    def _feature_map(self, fmap: FeatureMap) -> FeatureMap:
+        """``fmap`` with the current options' ``gram_chunk``."""
+        chunk = self._options().gram_chunk
+        return fmap if fmap.chunk == chunk else dataclasses.replace(fmap, chunk=chunk)
+
+    @staticmethod
+    def _sketch_state(name: str, sketch: RealizedSketch, arrays: dict, state: dict) -> None:
+        sk_arrays, meta = sketch.get_state()
+        for key, value in sk_arrays.items():
+            arrays[f"{name}__{key}"] = value
+        state[name] = meta
+
+    @staticmethod
+    def _sketch_from_state(name: str, arrays: dict, state: dict) -> RealizedSketch:
+        prefix = f"{name}__"
+        own = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+        return RealizedSketch.from_state(own, state[name])
+
+    def __sklearn_tags__(self):
+        """scikit-learn's estimator tags (scikit-learn itself is optional)."""
+        from sklearn.utils import InputTags, RegressorTags, Tags, TargetTags
+
+        return Tags(estimator_type=self._estimator_type, target_tags=TargetTags(
+            required=True, multi_output=True, single_output=self._estimator_type == "regressor"),
+            regressor_tags=RegressorTags() if self._estimator_type == "regressor" else None,
+            input_tags=InputTags(sparse=True, allow_nan=False))
+
+
+class RidgeEstimator(SketchedEstimator):
+    """Base of the ridge models: ``(1/n) Σ_i ‖h(x_i) − y_i‖² + λ ‖h‖²`` over the sketched
+    space, every λ of a path solved from one pass (:class:`~distsketch.solve.InputSolution`)."""
+
+    @with_blas_limit
+    def set_lam(self, lam: float):
+        """Switch the active λ without touching the data; returns self.
+
+        Any positive λ is allowed, not only those of the fitted ``lam`` sequence: the
+        fit's ``H`` serves every λ (its eigendecomposition, or a Cholesky factorisation of
+        ``K_X + nλI`` with an exact input side).
+        """
+        self._check_fitted()
+        (value,) = check_lam(lam)
+        self.lam_ = value
+        self._update_coef()
+        return self
+
+    def _set_lams(self, spec: FitSpec) -> None:
+        self.lams_ = spec.lams
+        self.lam_ = spec.lams[0]
+
+    def _get_state(self):
+        arrays, state = super()._get_state()
+        sol = self.input_solution_
+        arrays.update(T=sol.T, H=sol.H, V=sol.V, evals=sol.evals)
+        state.update(n=sol.n, lams=list(self.lams_), lam=self.lam_)
+        return arrays, state
+
+    def _set_state(self, arrays, state):
+        super()._set_state(arrays, state)
+        self.input_solution_ = InputSolution(T=arrays.get("T"), H=arrays["H"], n=int(state["n"]),
+                                             V=arrays.get("V"), evals=arrays.get("evals"))
+        self.lams_ = tuple(state["lams"])
+        self.lam_ = float(state["lam"])

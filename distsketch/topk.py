@@ -1,0 +1,126 @@
+"""Top-k block math of decoding: partial top-k of a score block and merges, no dask.
+
+Glossary (docs/design.md, "Decoding")
+-------------------------------------
+g(x) = W φ_X(x)          query surrogate, shape (r_Y,)
+φ_Y(y)                   candidate output features, shape (r_Y,)
+score(x, y) = k_Y(y, y) − 2 φ_Y(y)ᵀ g(x)    smaller is better
+
+Scores are computed in GEMM-shaped blocks ``kyy − 2 G Fᵀ`` (queries × candidates) and reduced
+at once to a partial top-k; partial results merge by (score, index). Ties are broken by the
+lower candidate index everywhere, so a merge tree gives the same result in any shape.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .features import pad_rows
+
+__all__ = ["SCORE_ROWS", "smallest_k", "merge_topk", "score_topk"]
+
+#: Candidate rows per BLAS call inside a task: it bounds the score block (queries × this), and
+#: every call has exactly this many rows (the last tile is zero-padded). BLAS results depend on
+#: a call's shape but not on a row's position in it, so fixed-shape tiles give duplicate
+#: candidates bitwise-equal scores — exact ties, resolved by the lower index — whatever the
+#: task boundaries, chunking or scheduler.
+SCORE_ROWS = 4096
+
+
+def smallest_k(S: np.ndarray, k: int, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row-wise ``k`` smallest scores of ``S`` (q × c), ties broken by the lower ``index``.
+
+    Parameters
+    ----------
+    S : ndarray of shape (q, c)
+    k : int
+    index : ndarray of int64, shape (c,)
+        Candidate index of each column (increasing).
+
+    Returns
+    -------
+    idx : ndarray of int64, shape (q, k)
+        ``-1`` where a row has fewer than ``k`` candidates.
+    scores : ndarray of float64, shape (q, k)
+        ``+inf`` where ``idx`` is ``-1``.
+    """
+    q, c = S.shape
+    if c > k:
+        part = np.argpartition(S, k - 1, axis=1)[:, :k]
+        vals = np.take_along_axis(S, part, axis=1)
+        # a tie at the k-th value may leave a lower index outside the partition: redo those
+        tied = np.flatnonzero((S <= vals.max(axis=1, keepdims=True)).sum(axis=1) > k)
+        cols = index[part]
+        for r in tied:
+            order = np.lexsort((index, S[r]))[:k]
+            cols[r], vals[r] = index[order], S[r, order]
+    else:
+        cols = np.broadcast_to(index, (q, c)).copy()
+        vals = S.copy()
+    return _sorted_padded(cols.astype(np.int64, copy=False), vals, k)
+
+
+def _sorted_padded(idx: np.ndarray, vals: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sort each row by (score, index), invalid (−1) last, and keep/pad to ``k`` columns."""
+    key = np.where(idx < 0, np.iinfo(np.int64).max, idx)
+    vals = np.where(idx < 0, np.inf, vals)
+    order = np.lexsort((key, vals), axis=1)[:, :k]
+    idx = np.take_along_axis(idx, order, axis=1)
+    vals = np.take_along_axis(vals, order, axis=1)
+    if idx.shape[1] < k:
+        pad = k - idx.shape[1]
+        idx = np.pad(idx, ((0, 0), (0, pad)), constant_values=-1)
+        vals = np.pad(vals, ((0, 0), (0, pad)), constant_values=np.inf)
+    return idx, vals
+
+
+def merge_topk(*parts: tuple[np.ndarray, np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Merge partial top-k results of the same queries (one node of the merge tree)."""
+    idx = np.concatenate([p[0] for p in parts], axis=1)
+    vals = np.concatenate([p[1] for p in parts], axis=1)
+    return _sorted_padded(idx, vals, k)
+
+
+def _merge_entries(best: tuple[np.ndarray, np.ndarray], rows: np.ndarray, index: np.ndarray,
+                   vals: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Merge sparse new entries ``(rows, index, vals)`` into a running top-k ``best``."""
+    best_i, best_v = best
+    touched = np.unique(rows)
+    all_r = np.concatenate([np.repeat(touched, k), rows])
+    all_i = np.concatenate([best_i[touched].ravel(), index])
+    all_v = np.concatenate([best_v[touched].ravel(), vals])
+    key = np.where(all_i < 0, np.iinfo(np.int64).max, all_i)
+    all_v = np.where(all_i < 0, np.inf, all_v)
+    order = np.lexsort((key, all_v, all_r))
+    counts = np.bincount(all_r[order], minlength=best_i.shape[0])[touched]
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    take = order[(starts[:, None] + np.arange(k)).ravel()]  # every touched row has >= k entries
+    best_i, best_v = best_i.copy(), best_v.copy()
+    best_i[touched] = all_i[take].reshape(-1, k)
+    best_v[touched] = all_v[take].reshape(-1, k)
+    return best_i, best_v
+
+
+def score_topk(G: np.ndarray, F: np.ndarray, kyy: np.ndarray, k: int, index: np.ndarray, *,
+               pad: bool = True):
+    """Top-k of ``kyy − 2 G Fᵀ`` over tiles of ``SCORE_ROWS`` candidates (bounded score block).
+
+    After the first tile only scores strictly below each query's running k-th best are
+    merged (later tiles hold higher indices, so an equal score loses its tie): the cost per
+    tile is the GEMM plus one comparison pass. ``pad``: give every GEMM the same shape (needed
+    when the candidates of one set are split over several calls).
+    """
+    G2 = -2.0 * G
+    best = None
+    for s in range(0, F.shape[0], SCORE_ROWS):
+        w = min(SCORE_ROWS, F.shape[0] - s)
+        tile = pad_rows(F[s : s + w], SCORE_ROWS) if pad else F[s : s + w]
+        S = (G2 @ tile.T)[:, :w]
+        S += kyy[s : s + w]
+        if best is None:
+            best = smallest_k(S, k, index[s : s + w])
+            continue
+        rows, cols = np.nonzero(S < best[1][:, -1:])
+        if rows.size:
+            best = _merge_entries(best, rows, index[s + cols], S[rows, cols], k)
+    return best
