@@ -46,7 +46,7 @@ from bibtex_multilabel import load  # the example's loader: the same data protoc
 
 REFERENCE = "NumPy IOKR (authors' reference)"
 # SISOKR paper (El Ahmad et al., AISTATS 2024), Bibtex: Table 3 wall times (s) and F1 (%).
-# SIOKR / ISOKR are not listed in DESIGN.md or the issue, so they stay blank here.
+# SIOKR / ISOKR paper figures are not in the project's notes (only IOKR and SISOKR), so they stay blank here.
 PAPER = {"IOKR": {"fit_s": 2.54, "predict_s": 1.18, "f1": 44.9},
          "SIOKR": {}, "ISOKR": {},
          "SISOKR": {"fit_s": 1.41, "predict_s": 0.46, "f1": 44.1}}
@@ -231,7 +231,7 @@ def main() -> None:
         "inference / paper | F1 | paper F1 |\n"
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows) +
         "\n\nPaper = El Ahmad et al., *Sketch In, Sketch Out* (AISTATS 2024), Bibtex, Table 3 for times and "
-        "the reported F1; SIOKR / ISOKR figures are not listed in DESIGN.md or the issue and are left blank. "
+        "the reported F1; SIOKR / ISOKR paper figures are not in the project's notes (only IOKR and SISOKR) and are left blank. "
         "The paper's hardware differs: the NumPy reference row measures this machine against the paper's "
         f"IOKR (×{hw['fit_vs_paper']:.2f} train, ×{hw['predict_vs_paper']:.2f} inference), so the columns "
         "`/ NumPy IOKR` are the hardware-independent comparison."

@@ -198,7 +198,7 @@ def kernel_variants(repeats: int) -> dict:
     from threadpoolctl import threadpool_limits
 
     import distsketch as ds
-    from distsketch.sketches import gram_dot
+    from distsketch.blocks import gram_dot
 
     rng = np.random.default_rng(0)
     A, B = rng.standard_normal((4096, D)), rng.standard_normal((M, D))

@@ -1,4 +1,6 @@
-"""Parameter handling shared by estimators, kernels and sketch specifications.
+"""Small pieces shared across the package: parameter handling of estimators, kernels and
+sketch specifications (:class:`ParamsMixin`), the ridge-parameter validator used by estimators
+and configs (:func:`check_lam`), and :class:`MissingExtra`.
 
 The contract is scikit-learn's, without importing scikit-learn: ``__init__`` stores its
 arguments verbatim under the same names, ``get_params`` reads them back from the
@@ -8,9 +10,13 @@ signature, ``set_params`` writes them, and ``__repr__`` shows the non-default on
 from __future__ import annotations
 
 import inspect
+import numbers
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["ParamsMixin", "MissingExtra"]
+import numpy as np
+
+__all__ = ["ParamsMixin", "MissingExtra", "check_lam"]
 
 
 class MissingExtra(ImportError):
@@ -86,3 +92,17 @@ def _same(a: Any, b: Any) -> bool:
         return bool(a is b or a == b)
     except Exception:  # arrays and other objects without a scalar ==
         return a is b
+
+
+def check_lam(lam: Any, *, argument: str = "lam") -> tuple[float, ...]:
+    """λ (a positive float) or a sequence of them; returns the path as a tuple."""
+    values = lam if isinstance(lam, (Sequence, np.ndarray)) and not isinstance(lam, str) else [lam]
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v) or v <= 0:
+            raise ValueError(f"{argument}: the ridge parameter must be a positive number "
+                             f"(finite; or a sequence of them), got {lam!r}")
+        out.append(float(v))
+    if not out:
+        raise ValueError(f"{argument}: empty sequence; give at least one positive value")
+    return tuple(out)

@@ -37,10 +37,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from ._hashing import fingerprint
-from .backends import get_backend
+from .backends import dense, get_backend
 from .engine import Reducer, Stored, distributed_client, map_reduce, row_blocks, share
 from .features import FeatureMap
 from .kernels import kernel_description
@@ -49,7 +48,7 @@ from .rows import RowSource, check_finite_block
 from .sketches import RealizedSketch, Sketch
 from .store import open_fit_store, write_rows
 
-__all__ = ["SUM_TERMS", "PassPlan", "PassResult", "fit_pass", "run_pass"]
+__all__ = ["SUM_TERMS", "SumTerm", "PassPlan", "PassResult", "fit_pass", "run_pass"]
 
 logger = logging.getLogger(__name__)
 
@@ -104,12 +103,18 @@ class PassPlan:
 
     @property
     def needs_d(self) -> bool:
-        return bool({"M", "E", "D"} & set(self.sums))
+        """Whether a sum needs ``D_I`` (computed, and stored)."""
+        return any(SUM_TERMS[s].reads_d for s in self.sums)
+
+    @property
+    def needs_y(self) -> bool:
+        """Whether a sum reads the output / target rows (also of blocks read back)."""
+        return any(SUM_TERMS[s].reads_y for s in self.sums)
 
     @property
     def keeps_blocks(self) -> bool:
         """Whether the result holds the blocks themselves (an exact side): no buffer reuse."""
-        return bool({"C", "D"} & set(self.sums))
+        return any(SUM_TERMS[s].keeps_blocks for s in self.sums)
 
     @property
     def n_blocks(self) -> int:
@@ -174,10 +179,6 @@ class RowSparse:
         return out
 
 
-def _dense(block) -> np.ndarray:
-    return block.toarray() if sp.issparse(block) else np.asarray(block)
-
-
 def _unique_rows(Y: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:
     """Unique rows of a block and the global index of their first occurrence."""
     rows, first = np.unique(Y, axis=0, return_index=True)
@@ -208,7 +209,7 @@ class BlockView:
         return self.backend.to_numpy(a)
 
     def targets(self) -> np.ndarray:
-        return _dense(self.y).astype(np.float64, copy=False)
+        return dense(self.y).astype(np.float64, copy=False)
 
 
 def _term_G(v: BlockView):
@@ -247,14 +248,46 @@ def _term_Y(v: BlockView):
 
 
 def _term_U(v: BlockView):
-    return _unique_rows(_dense(v.y), v.start)
+    return _unique_rows(dense(v.y), v.start)
 
 
-#: The partial sums a pass can compute, by name: ``term(block) -> partial`` (an ndarray, a
-#: :class:`RowSparse`, a :class:`RowStack`, or ``U``'s (rows, first index) pair).
-SUM_TERMS = {"G": _term_G, "B": _term_B, "M": _term_M, "E": _term_E, "b": _term_b,
-             "C": _term_C, "D": _term_D, "Y": _term_Y, "U": _term_U}
-_TERMS_NEEDING_Y = {"b", "Y", "U"}
+@dataclass(frozen=True)
+class SumTerm:
+    """One partial sum of the pass.
+
+    Attributes
+    ----------
+    func : callable
+        ``func(block: BlockView) -> partial``: an ndarray (added), a :class:`RowSparse`
+        (added row-wise, densified at the end), a :class:`RowStack` (placed, assembled into
+        n rows at the end) or a ``(rows, first index)`` row set (merged).
+    reads_y : bool
+        Reads the block's output / target rows (read again for blocks resumed from the store).
+    reads_d : bool
+        Needs the output block ``D_I`` (computed and stored).
+    keeps_blocks : bool
+        Holds the block itself, so the task may not reuse its block arrays.
+    """
+
+    func: Any
+    reads_y: bool = False
+    reads_d: bool = False
+    keeps_blocks: bool = False
+
+
+#: The partial sums a pass can compute, by name; a model asks for some of them
+#: (:mod:`distsketch.solve`'s ``*_sums``). A new sum is one entry here.
+SUM_TERMS = {
+    "G": SumTerm(_term_G),
+    "B": SumTerm(_term_B),
+    "M": SumTerm(_term_M, reads_d=True),
+    "E": SumTerm(_term_E, reads_d=True),
+    "b": SumTerm(_term_b, reads_y=True),
+    "C": SumTerm(_term_C, keeps_blocks=True),
+    "D": SumTerm(_term_D, reads_d=True, keeps_blocks=True),
+    "Y": SumTerm(_term_Y, reads_y=True),
+    "U": SumTerm(_term_U, reads_y=True),
+}
 
 
 class PassSums(Reducer):
@@ -292,7 +325,7 @@ def _block_sums(plan: PassPlan, i: int, C, D, yb, ws) -> dict:
     if D is not None:
         D = _float64(D, ws, "D64", be.xp)
     view = BlockView(plan, s, e, C, D, yb, be)
-    return {name: SUM_TERMS[name](view) for name in plan.sums}
+    return {name: SUM_TERMS[name].func(view) for name in plan.sums}
 
 
 def _pass_block(plan: PassPlan, item: tuple, ws) -> dict:
@@ -378,7 +411,7 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
     client = distributed_client()
     done = (np.zeros(plan.n_blocks, dtype=bool) if plan.done is None
             else np.asarray(plan.done[:], dtype=bool))
-    need_y_for_stored = bool(_TERMS_NEEDING_Y & set(plan.sums))
+    need_y_for_stored = plan.needs_y
     x_blocks = row_blocks(x, plan.block_rows, client=client)
     y_blocks = (row_blocks(y, plan.block_rows, client=client) if y is not None
                 else [None] * plan.n_blocks)
@@ -400,12 +433,11 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
     seconds = time.perf_counter() - start
     logger.info("pass: %d rows in %.3f s (%.0f rows/s)", plan.n, seconds, plan.n / seconds,
                 extra={"pass_seconds": seconds, "pass_rows": plan.n})
-    for key in ("C", "D", "Y"):
-        if key in result:
-            result[key] = result[key].assemble(plan.n)
-    for key in ("B", "E"):
-        if key in result:
-            result[key] = result[key].toarray()
+    for key, value in result.items():
+        if isinstance(value, RowStack):
+            result[key] = value.assemble(plan.n)
+        elif isinstance(value, RowSparse):
+            result[key] = value.toarray()
     return result
 
 
@@ -480,7 +512,7 @@ def fit_pass(
     dtype = "float64" if exact else options.block_dtype
     native = X.native_rows or (Y.native_rows if Y is not None else None)
     b = _choose_block_rows(options, n, width, native, np.dtype(dtype))
-    needs_d = bool({"M", "E", "D"} & set(sums))
+    needs_d = any(SUM_TERMS[s].reads_d for s in sums)
     if Y is None:
         output = None
     elif ys is None:

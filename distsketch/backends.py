@@ -22,7 +22,8 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["Backend", "NumpyBackend", "register_backend", "get_backend", "backend_of", "BACKENDS"]
+__all__ = ["Backend", "NumpyBackend", "register_backend", "get_backend", "backend_of", "BACKENDS",
+           "dense"]
 
 
 class Backend:
@@ -145,3 +146,12 @@ def backend_of(a) -> Backend:
             _BY_TYPE[t] = b
             return b
     return NUMPY
+
+
+def dense(a):
+    """``a`` as a dense array of its backend: sparse matrices densified (``toarray``), anything
+    else converted with the backend's ``asarray`` (lists and scalars as numpy)."""
+    be = backend_of(a)
+    if be.issparse(a):
+        return a.toarray()
+    return be.xp.asarray(a)

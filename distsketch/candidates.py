@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import logging
 import os
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
 import dask.array as da
 import numpy as np
-import scipy.sparse as sp
 import zarr
 
+from .backends import dense
 from .decode import candidate_features
 from .engine import compute, distributed_client, map_blocks, share
 from .features import FeatureMap
@@ -58,10 +57,6 @@ def _load_path(item: Any) -> Any:
     return load_dataset(item, x_key="X", y_key=None)[0]
 
 
-def _dense_rows(a) -> np.ndarray:
-    return a.toarray() if sp.issparse(a) else np.asarray(a)
-
-
 def concatenate_sets(sets: Sequence, *, width: int | None = None, argument: str = "candidate_sets"):
     """In-memory ragged collection from a sequence of 2-D arrays (or paths).
 
@@ -78,7 +73,7 @@ def concatenate_sets(sets: Sequence, *, width: int | None = None, argument: str 
         raise ValueError(f"{argument}: no candidate sets given")
     arrays, sizes = [], []
     for i, s in enumerate(sets):
-        a = _dense_rows(_load_path(s))
+        a = dense(_load_path(s))
         if a.ndim != 2:
             raise ValueError(f"{argument}[{i}]: expected a 2-D array of candidate rows, got {a.ndim}-D")
         if a.shape[0] == 0:
@@ -177,7 +172,7 @@ class CandidateStore:
                                  dtype=dtype)
         for s in range(0, n, chunk_rows):
             block = src.data[s : s + chunk_rows]
-            arr[s : s + chunk_rows] = _dense_rows(block.compute() if isinstance(block, da.Array) else block)
+            arr[s : s + chunk_rows] = dense(block.compute() if isinstance(block, da.Array) else block)
         if offsets is not None:
             group.create_array("offsets", data=offsets)
             if query_sets is not None:

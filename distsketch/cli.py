@@ -171,6 +171,7 @@ def cmd_predict(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
+    from .backends import dense
     from .metrics import METRICS
 
     stored = _stored_cli_config(args.store)
@@ -191,7 +192,7 @@ def cmd_evaluate(args) -> int:
         needs_pred = any(METRICS[m].needs_prediction for m in names if m in METRICS)
         pred = model.predict(X) if needs_pred else None
         seconds = time.perf_counter() - t
-        Yd = np.asarray(Y.toarray() if hasattr(Y, "toarray") else Y, dtype=np.float64)
+        Yd = np.asarray(dense(Y), dtype=np.float64)
         results = {name: METRICS[name].func(model, X, Yd, pred) for name in names}
     results["predict_seconds"] = seconds
     if args.json:

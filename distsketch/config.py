@@ -3,7 +3,7 @@
 Example (``distsketch fit bibtex.toml``)::
 
     [model]
-    type = "SISOKR"                 # a registered model: "SISOKR", "SketchedKRR"
+    type = "SISOKR"                 # a registered model: "SISOKR" (the default), "SketchedKRR"
     lam = 1e-5                      # or a grid: [1e-6, 1e-5, 1e-4] (first is active)
     random_state = 0
 
@@ -50,6 +50,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from ._base import check_lam
 from ._registry import MODELS
 from .kernels import Kernel, kernel_from_config
 from .metrics import METRICS
@@ -163,13 +164,11 @@ def _resolve_sketch(table: dict, *, n: int, key: str):
 
 
 def _lam(value: Any, key: str):
-    values = value if isinstance(value, list) else [value]
-    if not values:
-        raise _err(key, "empty list; give at least one positive value")
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v != v:
-            raise _err(key, f"the ridge parameter must be a positive number (or a list of them), got {value!r}")
-    return [float(v) for v in values] if isinstance(value, list) else float(value)
+    try:
+        values = check_lam(value, argument=key)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return list(values) if isinstance(value, list) else values[0]
 
 
 def _path(value: Any, base: Path, key: str, *, must_exist: bool = True) -> Path:
@@ -194,8 +193,9 @@ def load_config(path, *, require_train: bool = True) -> FitConfig:
     base = path.resolve().parent
     _unknown(raw, {"model", "data", "store", "engine", "evaluate"}, "")
     model = _table(raw.get("model", {}), "model")
-    mtype = model.get("type", "SISOKR")
     types = sorted(name for name, cls in MODELS.items() if cls._configurable)
+    default = [name for name, cls in MODELS.items() if cls._configurable == "default"]
+    mtype = model.get("type", default[0] if default else None)
     if mtype not in types:
         raise _err("model.type", f"unknown model type {mtype!r}; use one of {types}")
     kinds = MODELS[mtype]._param_kinds

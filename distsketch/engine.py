@@ -22,8 +22,8 @@ given as ``Stored`` references instead of fresh inputs, so the same block functi
 
 With many blocks per core, :func:`map_blocks` computes each first-level node of the tree in
 one task (its ``split_every`` blocks in order, added as the node would add them): bitwise the
-same result, a quarter of the partial results held and transferred. The blocks of one such
-task share a :class:`Workspace`, so block-sized arrays are allocated once per task.
+same result, with ``1/split_every`` of the partial results held and transferred. The blocks
+of one such task share a :class:`Workspace`, so block-sized arrays are allocated once per task.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import dask.local
 import numpy as np
 from dask.delayed import Delayed, delayed
 
-from .rows import RowSource, as_row_source
+from .rows import as_row_source
 
 __all__ = [
     "Reducer", "Stored", "Workspace", "map_blocks", "tree_reduce", "map_reduce", "compute",

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from . import persist
-from ._base import ParamsMixin
+from ._base import ParamsMixin, check_lam
 from ._registry import register_model
 from .accumulate import PassResult, fit_pass
 from .features import FeatureMap
@@ -50,20 +49,6 @@ class NotFittedError(_NotFittedBase):
 
 
 # --------------------------------------------------------------------------- validation
-
-
-def check_lam(lam: Any, *, argument: str = "lam") -> tuple[float, ...]:
-    """λ (a positive float) or a sequence of them; returns the path as a tuple."""
-    values = lam if isinstance(lam, (Sequence, np.ndarray)) and not isinstance(lam, str) else [lam]
-    out = []
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v) or v <= 0:
-            raise ValueError(f"{argument}: the ridge parameter must be a positive finite number "
-                             f"(or a sequence of them), got {lam!r}")
-        out.append(float(v))
-    if not out:
-        raise ValueError(f"{argument}: empty sequence; give at least one positive value")
-    return tuple(out)
 
 
 def check_random_state(random_state: Any) -> np.random.Generator:
@@ -137,8 +122,9 @@ class SketchedEstimator(ParamsMixin):
     _standardized : str or None
         The kernel parameter a config's ``standardize = true`` wraps in
         :class:`~distsketch.kernels.Standardized`.
-    _configurable : bool
-        Whether ``distsketch fit`` may build it from a TOML config.
+    _configurable : bool or "default"
+        Whether ``distsketch fit`` may build it from a TOML config (``"default"``: also the
+        model of a config that names no ``[model] type``).
     """
 
     _param_kinds: ClassVar[dict[str, str]] = {}
@@ -146,7 +132,7 @@ class SketchedEstimator(ParamsMixin):
     _output: ClassVar[tuple[str, str] | None] = None
     _targets: ClassVar[str | None] = "y"
     _standardized: ClassVar[str | None] = None
-    _configurable: ClassVar[bool] = False
+    _configurable: ClassVar[bool | str] = False
     _estimator_type: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -249,17 +235,24 @@ class SketchedEstimator(ParamsMixin):
         return fmap if fmap.chunk == chunk else dataclasses.replace(fmap, chunk=chunk)
 
     @staticmethod
-    def _sketch_state(name: str, sketch: RealizedSketch, arrays: dict, state: dict) -> None:
+    def _put_side(side: str, kernel, sketch: RealizedSketch, landmarks, arrays: dict,
+                  state: dict) -> None:
+        """Save a kernelised side: its kernel (JSON), landmarks and realised sketch (arrays)."""
+        arrays[f"{side}_landmarks"] = landmarks
+        state[f"{side}_kernel"] = persist.kernel_to_json(kernel)
         sk_arrays, meta = sketch.get_state()
         for key, value in sk_arrays.items():
-            arrays[f"{name}__{key}"] = value
-        state[name] = meta
+            arrays[f"{side}_sketch__{key}"] = value
+        state[f"{side}_sketch"] = meta
 
     @staticmethod
-    def _sketch_from_state(name: str, arrays: dict, state: dict) -> RealizedSketch:
-        prefix = f"{name}__"
+    def _get_side(side: str, arrays: dict, state: dict) -> tuple:
+        """Inverse of :meth:`_put_side`: ``(kernel, realised sketch, landmarks)``."""
+        prefix = f"{side}_sketch__"
         own = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
-        return RealizedSketch.from_state(own, state[name])
+        return (persist.kernel_from_json(state[f"{side}_kernel"]),
+                RealizedSketch.from_state(own, state[f"{side}_sketch"]),
+                arrays[f"{side}_landmarks"])
 
     def __sklearn_tags__(self):
         """scikit-learn's estimator tags (scikit-learn itself is optional)."""

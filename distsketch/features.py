@@ -1,4 +1,4 @@
-"""Feature maps and the block product: the kernel side of every block of work.
+"""Feature maps: the kernel side of every block of work.
 
 Glossary (docs/design.md, "Math")
 ---------------------------------
@@ -7,13 +7,10 @@ P          projection (s', r): ``R_mixᵀ T`` for whitened features, any dense m
            realised sketch (``P = R_mixᵀ``, the pass's ``C = K Rᵀ``) or None (identity)
 φ(x)       ``Pᵀ k(L, x)``; for a block of rows ``A``: ``k(A, L) P`` (b × r)
 
-:func:`gram_dot` is the block product every pass and prediction runs: ``Σ_c k(A, L_c) P_c``
-over spans ``c`` of the landmarks, never holding more than ``len(A) × chunk`` kernel values.
 :class:`FeatureMap` bundles ``(kernel, landmarks, projection)``, the one object the pass,
-decoding, the estimators and saved models use for a kernelised side.
-
-This module imports no dask: :meth:`FeatureMap.transform` hands inputs that need scheduling
-(dask, zarr, many in-memory rows) to :func:`distsketch.engine.transform_rows`.
+decoding, the estimators and saved models use for a kernelised side. Its block method is the
+block product (:func:`distsketch.blocks.gram_dot`); :meth:`FeatureMap.transform` maps it over
+any input's rows through the engine (dask in, dask out).
 """
 
 from __future__ import annotations
@@ -23,113 +20,14 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from ._hashing import fingerprint
-from .backends import backend_of
+from .blocks import as_float, gram_dot, pad_rows
+from .engine import map_local, transform_rows
 from .kernels import kernel_description
 from .sketches import RealizedSketch
 
-__all__ = ["gram_dot", "FeatureMap", "pad_rows"]
-
-
-def pad_rows(A, rows: int):
-    """``A`` with zero rows appended up to ``rows`` (a fixed BLAS call shape)."""
-    missing = rows - A.shape[0]
-    if missing <= 0:
-        return A
-    if sp.issparse(A):
-        return sp.vstack([A, sp.csr_array((missing, A.shape[1]), dtype=A.dtype)], format="csr")
-    out = np.zeros((rows, A.shape[1]), dtype=A.dtype)
-    out[: A.shape[0]] = A
-    return out
-
-
-def _as_float(Y):
-    if sp.issparse(Y):
-        return Y
-    Y = np.asarray(Y)
-    return Y if Y.dtype.kind == "f" else Y.astype(np.float64)
-
-
-def gram_dot(
-    kernel,
-    A,
-    landmarks,
-    sketch: RealizedSketch | None = None,
-    *,
-    right: np.ndarray | None = None,
-    chunk: int = 2048,
-    dtype: Any = np.float64,
-    out=None,
-):
-    """``Σ_c k(A, L_c) F_c`` over spans ``c`` of the landmarks, without a full Gram block.
-
-    With ``sketch`` the factor is ``F = R_mixᵀ`` and the result is the block
-    ``C_I = k(A, X_J) R_mixᵀ`` of ``K Rᵀ`` (docs/design.md, "The streaming pass"); with
-    ``right`` it is ``k(A, L) F`` for a dense ``F`` (features of new points); with neither it
-    is ``k(A, L)`` itself. The kernel block held at any time is ``len(A) × chunk``.
-
-    When each output column is one scaled kernel column (a diagonal ``R_mix``, e.g.
-    sub-sampling, or no factor), the kernel writes straight into the result
-    (:meth:`Kernel.fill <distsketch.kernels.Kernel.fill>`; the Gaussian kernel in cache-sized
-    row tiles, scaling included).
-
-    Computed in the backend of ``out`` (or of ``A``): ``A`` and ``landmarks`` must belong to it;
-    the sketch's host matrices are converted by :meth:`Backend.operand
-    <distsketch.backends.Backend.operand>`.
-
-    Parameters
-    ----------
-    kernel : Kernel
-    A : array or sparse, shape (b, d)
-    landmarks : array or sparse, shape (s', d)
-    sketch : RealizedSketch, optional
-    right : ndarray of shape (s', k), optional
-        With neither ``sketch`` nor ``right``, ``F`` is the identity.
-    chunk : int
-        Landmark columns per kernel block.
-    dtype : {float64, float32}
-        Of the result. Written kernel columns are float32 values of the kernel (exponential
-        kernels evaluate ``exp`` in float32, see :mod:`distsketch.kernels`); mixed columns
-        are summed in float64 and rounded once.
-    out : array of shape (b, k) and ``dtype``, optional
-        Written and returned instead of a new array.
-
-    Returns
-    -------
-    array of shape (b, k), ``dtype``
-    """
-    be = backend_of(A if out is None else out)
-    xp = be.xp
-    b = A.shape[0]
-    dtype = np.dtype(dtype)
-    if sketch is not None:
-        k = sketch.m
-        spans = sketch.support_spans(chunk)
-    else:
-        s, step = landmarks.shape[0], max(int(chunk), 1)
-        k = s if right is None else right.shape[1]
-        spans = [(a, min(a + step, s)) for a in range(0, s, step)]
-    diagonal = sketch is not None and sketch.scale is not None
-    if diagonal or (sketch is None and right is None):
-        # each output column is one scaled kernel column (R_mix = diag(scale), or no factor)
-        out = xp.empty((b, k), dtype=dtype) if out is None else out
-        for a, c in spans:
-            kernel.fill(A, landmarks[a:c], out[:, a:c],
-                        be.asarray(sketch.scale[a:c]) if diagonal else None)
-        return out
-    acc = xp.zeros((b, k))
-    for a, c in spans:
-        Kc = kernel(A, landmarks[a:c])
-        if sketch is not None:
-            acc += Kc @ be.operand(sketch.mixing_t_block(a, c))
-        else:
-            acc += Kc @ be.operand(right[a:c])
-    if out is not None:
-        xp.copyto(out, acc)
-        return out
-    return acc if dtype == np.float64 else acc.astype(dtype)
+__all__ = ["FeatureMap"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -191,8 +89,6 @@ class FeatureMap:
         ndarray computed on all local cores in fixed blocks of rows (results never depend on
         the number of threads). See :func:`distsketch.engine.transform_rows`.
         """
-        from .engine import transform_rows
-
         width = self.width if post is None else post.shape[1]
         if n_features is None:
             n_features = self.n_features_in
@@ -210,13 +106,11 @@ class FeatureMap:
         out = np.empty((Y.shape[0], self.width))
 
         def tile(s: int) -> None:
-            padded = pad_rows(_as_float(Y[s:s + rows]), rows)
+            padded = pad_rows(as_float(Y[s:s + rows]), rows)
             out[s:s + rows] = self.block(padded)[:min(rows, Y.shape[0] - s)]
 
         starts = list(range(0, Y.shape[0], rows))
         if parallel:
-            from .engine import map_local
-
             map_local(tile, starts)
         else:
             for s in starts:
@@ -225,7 +119,7 @@ class FeatureMap:
 
     def diag(self, A) -> np.ndarray:
         """``k(a, a)`` of each row of ``A`` (n,), float64 (integer and boolean rows as float)."""
-        return np.asarray(self.kernel.diag(_as_float(A)), dtype=np.float64)
+        return np.asarray(self.kernel.diag(as_float(A)), dtype=np.float64)
 
     @cached_property
     def key(self) -> str:

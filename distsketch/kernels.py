@@ -74,7 +74,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._base import ParamsMixin
-from .backends import Backend, backend_of
+from .backends import Backend, backend_of, dense
 
 __all__ = [
     "KERNELS",
@@ -145,8 +145,7 @@ def _as_block(X: Any, be: Backend) -> Block:
 
 def _dot(A: Block, B: Block, be: Backend):
     """Dense ``A @ B.T`` of shape (n_a, n_b), a new array."""
-    out = A @ B.T
-    return out.toarray() if be.issparse(out) else be.xp.asarray(out)
+    return dense(A @ B.T)
 
 
 def _sq_norms(A: Block, be: Backend):
@@ -240,10 +239,6 @@ def _tanimoto(A: Block, B: Block, be: Backend):
     return G
 
 
-def _dense(X: Block, be: Backend):
-    return X.toarray() if be.issparse(X) else X
-
-
 # ---------------------------------------------------------------------------- validation
 
 
@@ -288,7 +283,7 @@ class Kernel(ParamsMixin):
         super().__init_subclass__(**kwargs)
         name = cls.__dict__.get("_name")
         if name:
-            KERNELS.setdefault(name, cls)
+            KERNELS[name] = cls  # a later class of the same name replaces it
 
     def __init__(self) -> None:
         """Parameter-free kernels take no arguments; subclasses with parameters override."""
@@ -328,7 +323,7 @@ class Kernel(ParamsMixin):
     def fill(self, A: Block, B: Block, out, scale=None):
         """Write the kernel block into ``out``: ``out[i, j] = k(A[i], B[j]) · scale[j]``.
 
-        How the streaming pass evaluates its blocks (:func:`distsketch.features.gram_dot`):
+        How the streaming pass evaluates its blocks (:func:`distsketch.blocks.gram_dot`):
         straight into the block it stores, in the compute backend of ``out``.
 
         Parameters
@@ -497,7 +492,7 @@ class Laplacian(_ExponentialKernel):
         _check_positive("Laplacian", "gamma", self.gamma)
 
     def _exponent(self, A: Block, B: Block, be: Backend):
-        D = be.cityblock(_dense(A, be), _dense(B, be))
+        D = be.cityblock(dense(A), dense(B))
         D *= -self.gamma
         return D
 
@@ -762,7 +757,7 @@ class Standardized(Kernel):
         return cls.from_moments(kernel, mean, var)
 
     def _transform(self, A: Block, be: Backend):
-        A = _dense(A, be)
+        A = dense(A)
         if A.shape[1] != self._mean.size:
             raise ValueError(f"Standardized: rows have {A.shape[1]} columns, the scaling {self._mean.size}")
         return (A - be.asarray(self._mean)) / be.asarray(self._scale)

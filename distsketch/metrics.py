@@ -16,14 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
+
+from .backends import dense
 
 __all__ = ["f1_samples", "hamming_loss", "topk_accuracy", "mean_reciprocal_rank", "kernel_loss",
            "surrogate_mse", "Metric", "METRICS"]
 
 
 def _binary(Y, argument: str) -> np.ndarray:
-    Y = Y.toarray() if sp.issparse(Y) else np.asarray(Y)
+    Y = dense(Y)
     if Y.ndim != 2:
         raise ValueError(f"{argument}: expected a 2-D label matrix (n_samples, n_labels)")
     return Y != 0
@@ -112,11 +113,11 @@ def surrogate_mse(model, X, Y) -> float:
     Y : array of shape (n, d_Y)
     """
     g = model.surrogate(X)
-    Y = np.asarray(Y.toarray() if sp.issparse(Y) else Y, dtype=np.float64)
+    Y = np.asarray(dense(Y), dtype=np.float64)
     phi = np.asarray(model.output_features(Y))
     inner = np.einsum("ij,ij->i", phi, g)
     if model.output_projection_ is None:  # exact output side: ‖ĥ‖² = gᵀ K_Y g
-        from .features import gram_dot
+        from .blocks import gram_dot
 
         L = model.output_landmarks_
         Kg = gram_dot(model.output_kernel_, L, L, right=g.T, chunk=model._options().gram_chunk)

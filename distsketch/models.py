@@ -19,15 +19,14 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
-import scipy.sparse as sp
 
+from .backends import dense
 from .candidates import CandidateStore, _check_query_sets, candidate_reader, concatenate_sets
 from .decode import candidate_features, decode_fixed, decode_ragged
 from .estimator import FitSpec, NotFittedError, RidgeEstimator
 from .features import FeatureMap
 from .kernels import Linear
 from .options import with_blas_limit
-from .persist import kernel_from_json, kernel_to_json
 from .rows import as_row_source
 from .solve import krr_coef, krr_sums, sisokr_coef, sisokr_sums, solve_krr, solve_sisokr
 
@@ -40,10 +39,10 @@ _RIDGE_PARAMS = {"lam": "lam", "random_state": "random_state", "store": "store",
 class SISOKR(RidgeEstimator):
     """Sketch-In-Sketch-Out kernel regression for structured outputs (IOKR family).
 
-    Learns ``ĥ(x) = Σ`` over the sketched input space of the projection of the outputs'
-    feature maps ``ψ(y)`` onto the sketched output space, and predicts by decoding
-    ``argmin_y k_Y(y, y) − 2⟨ĥ(x), ψ(y)⟩`` over candidates (Prop. 1 of El Ahmad et al.,
-    AISTATS 2024). ``input_sketch=None`` / ``output_sketch=None`` keep that side exact:
+    Learns a surrogate ``ĥ`` from the sketched input space to the sketched output space — kernel
+    ridge regression of the outputs' feature maps ``ψ(y)``, projected onto the span of the
+    output sketch — and predicts by decoding ``argmin_y k_Y(y, y) − 2⟨ĥ(x), ψ(y)⟩`` over
+    candidates (Prop. 1 of El Ahmad et al., AISTATS 2024). ``input_sketch=None`` / ``output_sketch=None`` keep that side exact:
 
     ======== ================ ================
     model    input_sketch     output_sketch
@@ -117,7 +116,7 @@ class SISOKR(RidgeEstimator):
     _output = ("output_kernel", "output_sketch")
     _targets = "Y"
     _standardized = "input_kernel"
-    _configurable = True
+    _configurable = "default"  # the model of a config without [model] type
 
     def __init__(self, input_kernel="gaussian", output_kernel="gaussian", *, input_sketch=None,
                  output_sketch=None, lam=1e-6, random_state=None, store=None, options=None):
@@ -167,7 +166,7 @@ class SISOKR(RidgeEstimator):
     def _default_metrics(self, Y) -> list[str]:
         if self.candidates_ is None:  # linear output kernel: vectors
             return ["rmse", "r2"]
-        Yd = Y.toarray() if hasattr(Y, "toarray") else np.asarray(Y)
+        Yd = dense(Y)
         binary = np.isin(np.unique(Yd), [0, 1]).all()
         return (["f1_samples", "hamming_loss"] if binary else []) + ["kernel_loss", "surrogate_mse"]
 
@@ -175,28 +174,22 @@ class SISOKR(RidgeEstimator):
     def _get_state(self):
         arrays, state = super()._get_state()
         fi, fo = self.input_feature_map_, self.output_feature_map_
-        arrays.update(input_landmarks=fi.landmarks, input_projection=fi.projection,
-                      output_landmarks=fo.landmarks, output_projection=fo.projection,
+        self._put_side("input", fi.kernel, self.input_sketch_, fi.landmarks, arrays, state)
+        self._put_side("output", fo.kernel, self.output_sketch_, fo.landmarks, arrays, state)
+        arrays.update(input_projection=fi.projection, output_projection=fo.projection,
                       output_whitening=self.output_whitening_, operator=self.operator_,
                       candidates=self.candidates_, candidate_index=self.candidate_index_,
                       output_map=getattr(self, "output_map_", None))
-        state.update(input_kernel=kernel_to_json(fi.kernel), output_kernel=kernel_to_json(fo.kernel),
-                     n_outputs=self.n_outputs_, output_key=self.output_key_)
-        self._sketch_state("input_sketch", self.input_sketch_, arrays, state)
-        self._sketch_state("output_sketch", self.output_sketch_, arrays, state)
+        state.update(n_outputs=self.n_outputs_, output_key=self.output_key_)
         return arrays, state
 
     def _set_state(self, arrays, state):
         super()._set_state(arrays, state)
         chunk = self._options().gram_chunk
-        self.input_feature_map_ = FeatureMap(kernel_from_json(state["input_kernel"]),
-                                             arrays["input_landmarks"],
-                                             arrays.get("input_projection"), chunk)
-        self.output_feature_map_ = FeatureMap(kernel_from_json(state["output_kernel"]),
-                                              arrays["output_landmarks"],
-                                              arrays.get("output_projection"), chunk)
-        self.input_sketch_ = self._sketch_from_state("input_sketch", arrays, state)
-        self.output_sketch_ = self._sketch_from_state("output_sketch", arrays, state)
+        kx, self.input_sketch_, lx = self._get_side("input", arrays, state)
+        ky, self.output_sketch_, ly = self._get_side("output", arrays, state)
+        self.input_feature_map_ = FeatureMap(kx, lx, arrays.get("input_projection"), chunk)
+        self.output_feature_map_ = FeatureMap(ky, ly, arrays.get("output_projection"), chunk)
         self.output_whitening_ = arrays.get("output_whitening")
         self.operator_ = arrays.get("operator")
         self.candidates_ = arrays.get("candidates")
@@ -277,9 +270,10 @@ class SISOKR(RidgeEstimator):
         if cand.shape[0] == 0:
             raise ValueError("candidates: empty candidate set")
         g = self.surrogate(X)
-        phi = np.asarray(self.output_features(cand))
-        kyy = self.output_kernel_.diag(cand)
-        return kyy[None, :] - 2.0 * (g @ phi.T)
+        fmap = self._output_map()
+        # the fixed-shape tiles of decoding: the scores predict_topk ranks, bitwise
+        phi = candidate_features(fmap, as_row_source(cand, argument="candidates").data)
+        return fmap.diag(cand)[None, :] - 2.0 * (g @ phi.T)
 
     @with_blas_limit
     def predict_topk(self, X, candidates=None, *, k: int = 1, candidate_sets=None, query_sets=None):
@@ -388,7 +382,7 @@ class SISOKR(RidgeEstimator):
         if candidates is None and candidate_sets is None and self.candidates_ is None:
             return self.surrogate(X) @ self.output_map_  # linear output kernel: h(x) itself
         idx, _, take = self._decode(X, candidates, 1, candidate_sets, query_sets)
-        return _as_dense(take(idx[:, 0]))
+        return dense(take(idx[:, 0]))
 
 
 def _check_store(store: CandidateStore, kind: str, width: int) -> CandidateStore:
@@ -418,7 +412,7 @@ def _take_rows(candidates, index: np.ndarray) -> np.ndarray:
         return candidates.rows(index)
     src = as_row_source(candidates, argument="candidates")
     order = np.argsort(index, kind="stable")
-    out = _as_dense(src.take(index[order]))
+    out = dense(src.take(index[order]))
     result = np.empty_like(out)
     result[order] = out
     return result
@@ -428,7 +422,7 @@ class SketchedKRR(RidgeEstimator):
     """Sketched kernel ridge regression, scalar or multi-output (exact with ``sketch=None``).
 
     ``f(x) = (R k(X, x))ᵀ β(λ)`` with ``β(λ) = (R K² Rᵀ + nλ R K Rᵀ)^† R K Y`` (eq. 3 of
-    Chen & Yang, JMLR 2021; El Ahmad et al., TMLR 2023), minimising
+    Chen & Yang, AISTATS 2021; El Ahmad et al., TMLR 2023), minimising
     ``(1/n) Σ ‖f(x_i) − y_i‖² + λ‖f‖²``.
 
     Parameters
@@ -489,16 +483,14 @@ class SketchedKRR(RidgeEstimator):
 
     def _get_state(self):
         arrays, state = super()._get_state()
-        arrays.update(landmarks=self.landmarks_, rhs=self._rhs)
-        state.update(kernel=kernel_to_json(self.kernel_), y_1d=bool(self._y_1d))
-        self._sketch_state("sketch", self.sketch_, arrays, state)
+        self._put_side("input", self.kernel_, self.sketch_, self.landmarks_, arrays, state)
+        arrays.update(rhs=self._rhs)
+        state.update(y_1d=bool(self._y_1d))
         return arrays, state
 
     def _set_state(self, arrays, state):
         super()._set_state(arrays, state)
-        self.kernel_ = kernel_from_json(state["kernel"])
-        self.sketch_ = self._sketch_from_state("sketch", arrays, state)
-        self.landmarks_ = arrays["landmarks"]
+        self.kernel_, self.sketch_, self.landmarks_ = self._get_side("input", arrays, state)
         self._rhs = arrays["rhs"]
         self._y_1d = bool(state["y_1d"])
 
@@ -521,10 +513,6 @@ class SketchedKRR(RidgeEstimator):
         ss_res = ((y - pred) ** 2).sum(axis=0)
         ss_tot = ((y - y.mean(axis=0)) ** 2).sum(axis=0)
         return float(np.mean(1.0 - ss_res / ss_tot))
-
-
-def _as_dense(a):
-    return a.toarray() if sp.issparse(a) else np.asarray(a)
 
 
 def _check_width(Y, width: int, argument: str):

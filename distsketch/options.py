@@ -66,10 +66,10 @@ class EngineOptions:
         float64 sums of exactly the stored values, so a resumed fit is bitwise the
         uninterrupted one and ``store=None`` fits the same model, for either dtype.
         float32 (default) halves the store and its I/O and evaluates the exponentials of
-        the Gaussian, Laplacian and GaussianTanimoto kernels in float32 (3–4× numpy's
-        float64 ``exp`` rate): kernel values to float32 rounding (relative about 1e-7),
-        which the solve amplifies by its conditioning (tests: within 1e-4 of every closed
-        form, the same test error). float64 gives the closed forms to rounding. An exact
+        the Gaussian, Laplacian and GaussianTanimoto kernels in float32 (several times numpy's
+        float64 ``exp`` rate: benchmarks/RESULTS.md, "pass"): kernel values to float32
+        rounding (relative about 1e-7), which the solve amplifies by its conditioning
+        (tests: within 1e-4 of every closed form, the same test error). float64 gives the closed forms to rounding. An exact
         (identity) side always uses float64 blocks: its n × n Gram matrix is factored as
         it is.
     rtol : float or None

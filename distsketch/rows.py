@@ -130,7 +130,7 @@ class RowSource:
         if self.kind in ("numpy", "sparse"):
             return self.data[rows]
         # through dask, one stored chunk at a time (zarr's own orthogonal selection holds
-        # many decoded chunks at once: measured +50 MiB peak RSS at 1.6 M rows)
+        # many decoded chunks at once, which raised the peak RSS of the scaling benchmark)
         arr = self.data if self.kind == "dask" else da.from_zarr(self.data)
         (out,) = dask.compute(arr[rows])
         return np.asarray(out)

@@ -37,7 +37,7 @@ invariant to a scalar rescaling of ``R``, so the scaling only matters for auditi
 References: El Ahmad, Brogat-Motte, Laforgue, d'Alché-Buc, "Sketch In, Sketch Out",
 AISTATS 2024; El Ahmad, Laforgue, d'Alché-Buc, "Fast kernel methods for generic
 Lipschitz losses via p-sparsified sketches", TMLR 2023; Chen & Yang, "Accumulations of
-projections", JMLR 2021.
+projections", AISTATS 2021.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._base import ParamsMixin
+from ._hashing import fingerprint
 from .backends import backend_of
 
 __all__ = [
@@ -391,12 +392,27 @@ class TiledSketch(RealizedSketch):
             out[a:b] = self.spec.tile(self.seed, t, self.m, b - a).T @ T
         return out
 
+    def _tile_fingerprints(self) -> list[str]:
+        """Fingerprints of the first and last generation tiles."""
+        tiles = list(_tiles(self.n))
+        return [fingerprint(self.spec.tile(self.seed, t, self.m, b - a))
+                for t, a, b in {tiles[0], tiles[-1]}]
+
     def _state(self):
-        return {}, {}
+        # The tiles are a pure function of (seed, t): storing the dense m × n mixing would add
+        # nothing but size. What is stored is a fingerprint of two tiles, checked on loading, so
+        # a generator that draws differently (another numpy) is refused, never used silently.
+        return {}, {"tile_fingerprints": sorted(self._tile_fingerprints())}
 
     @classmethod
     def _from_state(cls, spec, meta, arrays):
-        return cls(spec, meta["n"], meta["seed"], meta["m"])
+        sketch = cls(spec, meta["n"], meta["seed"], meta["m"])
+        if sorted(sketch._tile_fingerprints()) != meta.get("tile_fingerprints"):
+            raise ValueError(
+                f"saved sketch: {spec!r} regenerated from its seed differs from the sketch the "
+                f"model was fitted with (a numpy whose random generator draws differently); "
+                f"refit the model with this installation")
+        return sketch
 
 
 # --------------------------------------------------------------------------- specs
@@ -417,7 +433,7 @@ class Sketch(ParamsMixin):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if cls.__dict__.get("name"):
-            SKETCHES.setdefault(cls.name, cls)
+            SKETCHES[cls.name] = cls  # a later class of the same name replaces it
 
     def check(self, n: int, *, argument: str) -> None:
         """Raise ``ValueError`` naming ``argument`` if the sketch cannot be drawn for ``n`` rows."""
@@ -441,6 +457,11 @@ class Sketch(ParamsMixin):
         a pure function of its arguments."""
         raise NotImplementedError
 
+    def deterministic(self, n: int) -> bool:
+        """Whether the drawn matrix for ``n`` rows is the same for every seed (no randomness
+        left: the identity, sub-sampling every row)."""
+        return False
+
     def to_config(self) -> dict:
         return {"name": self.name, **self.get_params(deep=False)}
 
@@ -458,6 +479,9 @@ class Identity(Sketch):
     """No sketching: ``R = I_n`` (exact IOKR / KRR)."""
 
     name = "identity"
+
+    def deterministic(self, n: int) -> bool:
+        return True
 
     def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
         n = int(n)
@@ -491,6 +515,9 @@ class SubSampling(Sketch):
                 f"{argument}: SubSampling(m={m}) needs m <= n_samples = {n}; "
                 f"use a smaller m or Identity() for the exact model"
             )
+
+    def deterministic(self, n: int) -> bool:
+        return self.m == n
 
     def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
         m = self._m()
@@ -583,7 +610,7 @@ class Accumulation(Sketch):
     """Accumulation sketch: the sum of ``q`` signed uniform sub-sampling matrices.
 
     Each of the ``m`` rows receives ``q`` entries ``±sqrt(n/(m q))`` at columns drawn
-    uniformly with replacement (Chen & Yang, JMLR 2021, eq. 2; ``p_j = 1/n``).
+    uniformly with replacement (Chen & Yang, AISTATS 2021, eq. 2; ``p_j = 1/n``).
     Repeated columns within a row add up.
 
     Parameters

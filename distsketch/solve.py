@@ -21,7 +21,7 @@ Objective normalisation, written once: every model minimises
 
   which equals the dense closed form
   ``k_Y(y,Y) R_Yᵀ (R_Y K_Y R_Yᵀ)^† R_Y K_Y K_X R_Xᵀ (R_X K_X² R_Xᵀ + nλ R_X K_X R_Xᵀ)^† R_X k_X(X,x)``.
-- Sketched KRR (eq. 3 of Chen & Yang, JMLR 2021)::
+- Sketched KRR (eq. 3 of Chen & Yang, AISTATS 2021)::
 
       β(λ) = T_X (H + nλI)^{-1} T_Xᵀ b,   f(x) = (R_X k_X(X, x))ᵀ β(λ)
 
@@ -46,6 +46,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.linalg import LinAlgError, cho_solve, cholesky
 from scipy.linalg.lapack import dpocon, dpotri, dtrtri
+
+from .backends import dense
 
 __all__ = [
     "whitening", "InputSolution", "solve_input", "solve_input_exact", "solve_input_side",
@@ -378,7 +380,7 @@ def solve_sisokr(sums: dict, x_sketch, y_sketch, y_landmarks, *, n: int, rtol: f
         output_projection = y_sketch.transpose_dot(T_Y)
     output_map = None
     if linear_output:
-        L_Y = y_landmarks.toarray() if hasattr(y_landmarks, "toarray") else np.asarray(y_landmarks)
+        L_Y = dense(y_landmarks)
         output_map = L_Y if output_projection is None else output_projection.T @ L_Y
     return SisokrSolution(sol, input_projection, T_Y, output_projection, operator, output_map)
 

@@ -12,9 +12,11 @@ Layout (one zarr v3 group per fit)::
         sums/U_rows, sums/U_index unique output rows, first training row (a row-set sum)
 
 ``status`` moves ``"pass"`` → ``"pass-complete"`` (all blocks done, sums written)
-→ ``"solved"`` (the driver solve is stored). Anything else — a run killed or failed
-mid-way — is an incomplete store: it resumes when fitted again with the same
-configuration, and is never read as a finished pass.
+→ ``"saving-model"`` (a model being written by :mod:`distsketch.persist`) → ``"solved"``
+(the model is stored). A store written by ``save`` alone, without a pass, starts as
+``"model-only"``. Anything else — a run killed or failed mid-way — is an incomplete store: it
+resumes when fitted again with the same configuration, and is never read as a finished pass
+or loaded as a model.
 """
 
 from __future__ import annotations
@@ -26,16 +28,25 @@ import os
 import threading
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import zarr
+from zarr.buffer import default_buffer_prototype
 from zarr.codecs import BytesCodec
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.sync import sync
 from zarr.storage import LocalStore
 
+try:  # zarr's public synchronous store protocol (zarr 3.1); older stores go through ``set``
+    from zarr.abc.store import SupportsSetSync
+    from zarr.storage import GpuMemoryStore
+except ImportError:  # pragma: no cover - depends on the installed zarr
+    SupportsSetSync = GpuMemoryStore = None
+
 from ._version import __version__
+
+if TYPE_CHECKING:
+    from zarr.abc.buffer import Buffer
+    from zarr.abc.store import Store
 
 __all__ = ["FORMAT_VERSION", "FitStore", "open_fit_store", "write_rows"]
 
@@ -68,10 +79,9 @@ def _direct_put(path: Path, block: np.ndarray, dtype: np.dtype) -> bool:
     """Write ``block`` as little-endian ``dtype`` bytes to ``path``, bypassing the page cache.
 
     O_DIRECT hands the buffer to the disk by DMA, so a write costs little of this
-    process's CPU, where a buffered write of a new file costs the CPU of allocating and
-    filling page-cache pages (measured on the reference machine: a 32 MiB float64 block in
-    6 ms of CPU, the copy into the aligned buffer included, against 44 ms;
-    ``benchmarks/bench_pass.py``).
+    process's CPU (the copy into the aligned buffer included), where a buffered write of
+    a new file costs the CPU of allocating and filling page-cache pages; see the "pass"
+    section of ``benchmarks/RESULTS.md`` for measurements.
     The block is converted into a page-aligned buffer (unless it is aligned already),
     padded to a whole page and truncated back, and written to a temporary file renamed
     into place, as zarr's local store does. Returns False where the file system refuses
@@ -128,29 +138,35 @@ def write_rows(array: zarr.Array, start: int, block: np.ndarray, *, direct: bool
     (``compressors=None``: the codec chain is the little-endian bytes codec alone), so
     the chunk's encoded form is the block's own memory, converted to the array's dtype.
     Such a block goes to the store as one object instead of through zarr's codec
-    pipeline, which copies it twice first (3–6× slower for 32 MiB blocks here): on a
-    local store, by default, as one O_DIRECT file write (:func:`_direct_put`; ``direct``
-    False, or a file system without O_DIRECT, writes through the page cache), elsewhere
-    with ``store.set``. Any other write (a partial last chunk, a compressed or big-endian
-    array) takes zarr's ordinary path. Either way the stored bytes are the same.
+    pipeline, which copies it twice first (much slower for large blocks; see the "pass"
+    section of ``benchmarks/RESULTS.md``): on a local store, by default, as one O_DIRECT
+    file write (:func:`_direct_put`; ``direct`` False, or a file system without O_DIRECT,
+    writes through the page cache), elsewhere with the store's ``set``
+    (:func:`_store_set`). Any other write (a partial last chunk, a compressed, filtered,
+    sharded, big-endian or zarr v2 array) takes zarr's ordinary path. Either way the
+    stored bytes are the same.
     """
     rows, cols = array.chunks
     index = start // rows
-    codecs = array.metadata.codecs if array.metadata.zarr_format == 3 else ()
+    # the codec chain is the little-endian bytes codec alone (a zarr v2 array has no
+    # serializer; a sharded one reports its inner serializer, hence the shards test)
+    serializer = array.serializer
     chunked = (
         start % rows == 0
         and cols == array.shape[1]
         and block.shape == (rows, cols)
-        and len(codecs) == 1
-        and isinstance(codecs[0], BytesCodec)
-        and getattr(codecs[0].endian, "value", None) == "little"
+        and isinstance(serializer, BytesCodec)
+        and getattr(serializer.endian, "value", None) == "little"
+        and not array.filters
+        and not array.compressors
+        and array.shards is None
     )
     if not chunked:
         array[start:start + len(block)] = block
         return
     dtype = np.dtype(array.dtype).newbyteorder("<")
-    store = array.store_path.store
-    prefix = array.store_path.path
+    store = array.store
+    prefix = array.path
     key = array.metadata.encode_chunk_key((index, 0))
     key = f"{prefix}/{key}" if prefix else key
     if (direct and hasattr(os, "O_DIRECT") and isinstance(store, LocalStore)
@@ -161,7 +177,37 @@ def write_rows(array: zarr.Array, start: int, block: np.ndarray, *, direct: bool
         _NO_DIRECT.add(str(store.root))
     data = np.ascontiguousarray(block, dtype=dtype)
     buffer = default_buffer_prototype().buffer.from_bytes(memoryview(data).cast("B"))
-    sync(store.set(key, buffer))
+    _store_set(store, key, buffer)
+
+
+def _store_set(store: Store, key: str, buffer: Buffer) -> None:
+    """``store.set(key, buffer)`` from synchronous code (any thread, a dask worker's included).
+
+    Stores with zarr's public synchronous API (:class:`zarr.abc.store.SupportsSetSync`:
+    the local and memory stores) are written with ``set_sync``, which needs no event
+    loop. ``GpuMemoryStore`` inherits ``MemoryStore.set_sync`` without the conversion to
+    a GPU buffer that its ``set`` makes, so it goes through ``set`` like other stores.
+    """
+    if (SupportsSetSync is not None and isinstance(store, SupportsSetSync)
+            and not isinstance(store, GpuMemoryStore)):
+        store.set_sync(key, buffer)
+    else:
+        _run_on_zarr_loop(store.set(key, buffer))
+
+
+def _run_on_zarr_loop(coro: Any) -> Any:
+    """Run a store coroutine to completion on zarr's own event loop; returns its result.
+
+    The one zarr internal used here: zarr (3.1) has no public way to run a coroutine of
+    an async-only store (fsspec, obstore, zip, wrapper stores) from synchronous code.
+    ``asyncio.run`` is no substitute: such stores may hold clients bound to zarr's loop
+    (its I/O thread), and it fails in a thread whose event loop is running. zarr's
+    ``sync`` hands the coroutine to that loop and blocks this thread until it finishes,
+    from any thread but the loop's own, as zarr's synchronous API does itself.
+    """
+    from zarr.core.sync import sync
+
+    return sync(coro)
 
 
 class FitStore:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .features import pad_rows
+from .blocks import pad_rows
 
 __all__ = ["SCORE_ROWS", "smallest_k", "merge_topk", "score_topk"]
 

@@ -13,7 +13,6 @@ import numpy as np
 from .estimator import FitSpec, SketchedEstimator
 from .features import FeatureMap
 from .options import with_blas_limit
-from .persist import kernel_from_json, kernel_to_json
 from .solve import feature_sums, solve_features
 
 __all__ = ["SketchedFeatures"]
@@ -115,17 +114,13 @@ class SketchedFeatures(SketchedEstimator):
 
     def _get_state(self):
         arrays, state = super()._get_state()
-        arrays.update(landmarks=self.landmarks_, whitening=self.whitening_,
-                      projection=self.feature_map_.projection)
-        state.update(kernel=kernel_to_json(self.kernel_))
-        self._sketch_state("sketch", self.sketch_, arrays, state)
+        self._put_side("input", self.kernel_, self.sketch_, self.landmarks_, arrays, state)
+        arrays.update(whitening=self.whitening_, projection=self.feature_map_.projection)
         return arrays, state
 
     def _set_state(self, arrays, state):
         super()._set_state(arrays, state)
-        self.kernel_ = kernel_from_json(state["kernel"])
-        self.sketch_ = self._sketch_from_state("sketch", arrays, state)
-        self.landmarks_ = arrays["landmarks"]
+        self.kernel_, self.sketch_, self.landmarks_ = self._get_side("input", arrays, state)
         self.whitening_ = arrays["whitening"]
         self.feature_map_ = FeatureMap(self.kernel_, self.landmarks_, arrays["projection"],
                                        self._options().gram_chunk)

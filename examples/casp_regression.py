@@ -25,7 +25,7 @@ Paper setting
 -------------
 CASP ("Physicochemical Properties of Protein Tertiary Structure", UCI; 45 730 rows, 9
 features, target RMSD) is one of the scalar regression sets of the accumulation-sketch
-appendix (Chen & Yang, JMLR 2021; also used in El Ahmad et al., TMLR 2023). This script
+appendix (Chen & Yang, AISTATS 2021; also used in El Ahmad et al., TMLR 2023). This script
 does not reproduce a table of those papers; its protocol is:
 
 - seeded (``--seed``) 80/20 train/test split; 20 % of the training rows are carved out as
@@ -37,7 +37,7 @@ does not reproduce a table of those papers; its protocol is:
 - Gaussian kernel ``k(a, b) = exp(−γ‖a − b‖²)`` with ``γ = 1/(2σ²)``, σ by the median
   heuristic: the median Euclidean distance between pairs of standardised fit-part rows,
   estimated on a random subsample of 2 000 rows;
-- the library's λ convention (DESIGN.md §2, :mod:`distsketch.solve`): every model minimises
+- the library's λ convention (docs/design.md, "Driver solve"; :mod:`distsketch.solve`): every model minimises
   ``(1/n) Σ_i (f(x_i) − y_i)² + λ‖f‖²``, so exact KRR solves ``(K + nλI) α = y`` with n its
   own number of rows and Ridge gets ``alpha = n · λ`` (Ridge minimises the *sum* of squared
   residuals plus ``alpha‖w‖²``); the three methods search the same λ grid.

@@ -30,7 +30,7 @@ El Ahmad, Brogat-Motte, Laforgue & d'Alché-Buc, "Sketch In, Sketch Out" (AISTAT
 Fig. 2 (synthetic least squares): n = 10 000 training points, input and output dimension
 d = 300, linear kernels, input covariance eigenvalues decaying like ``k^(−3/2)``, output
 covariance eigenvalues ``0.2 · k^(−1/10)``. The paper's exact generator, sketch type and
-λ are not restated in ``DESIGN.md`` and its reference code for this figure is not
+λ are not restated in the project's design notes and its reference code for this figure is not
 available offline, so this script uses the following documented generator (eigenbases
 are taken as the coordinate axes: both kernels are linear, so rotating inputs or outputs
 by orthogonal matrices changes no kernel value and no error; this loses no generality):

@@ -17,19 +17,32 @@ def data_dir(name: str) -> Path:
     return path
 
 
-def all_sketches(n: int):
-    """One instance of every sketch type, sized for n rows (ids for parametrize)."""
-    m = max(2, (3 * n) // 8)
-    return {
-        "identity": ds.Identity(),
-        "subsampling": ds.SubSampling(m),
-        "subsampling_m_eq_n": ds.SubSampling(n),
-        "psparse_rademacher": ds.PSparsified(m, p=0.15, kind="rademacher"),
-        "psparse_gaussian": ds.PSparsified(m, p=0.15, kind="gaussian"),
-        "accumulation": ds.Accumulation(m, q=3),
-        "gaussian": ds.GaussianSketch(m),
-        "count": ds.CountSketch(m),
-    }
+#: THE list of sketch types every sketch-parametrised test runs on: one line per sketch, a
+#: factory of the sketch size m (``None`` for a sketch without one). A new sketch type is one
+#: line here (docs/design.md, "How to add a sketch").
+SKETCH_TYPES = {
+    "identity": lambda m: ds.Identity(),
+    "subsampling": lambda m: ds.SubSampling(m),
+    "psparse_rademacher": lambda m: ds.PSparsified(m, p=0.15, kind="rademacher"),
+    "psparse_gaussian": lambda m: ds.PSparsified(m, p=0.15, kind="gaussian"),
+    "accumulation": lambda m: ds.Accumulation(m, q=3),
+    "gaussian": lambda m: ds.GaussianSketch(m),
+    "count": lambda m: ds.CountSketch(m),
+}
+
+
+def all_sketches(n: int, m: int | None = None):
+    """One instance of every sketch type of :data:`SKETCH_TYPES` for n rows, sketch size m
+    (default 3n/8), plus sub-sampling with m = n (ids for parametrize)."""
+    m = max(2, (3 * n) // 8) if m is None else m
+    out = {name: make(m) for name, make in SKETCH_TYPES.items()}
+    out["subsampling_m_eq_n"] = ds.SubSampling(n)
+    return out
+
+
+def random_sketches(m: int):
+    """Every sketch type that draws at random (all but the identity), size m."""
+    return {name: make(m) for name, make in SKETCH_TYPES.items() if name != "identity"}
 
 
 @pytest.fixture

@@ -106,6 +106,41 @@ def test_verbose_shows_traceback(workdir):
     assert out.returncode == 2 and "Traceback" in out.stderr
 
 
+@pytest.mark.parametrize(("error", "code"), [
+    (ValueError("bad value"), 2), (FileNotFoundError("no such file"), 2),
+    (ds._base.MissingExtra("needs scikit-learn"), 2),
+    (KeyError("internal"), 1), (OSError(28, "No space left on device"), 1),
+    (RuntimeError("boom"), 1), (ImportError("cannot import name x"), 1),
+])
+def test_exit_codes_user_errors_2_failures_1(monkeypatch, capsys, error, code):
+    """Exit 2 for what a user can fix (a bad value, a missing file or extra); anything else is a
+    failure of distsketch or the machine: exit 1, one line, and a hint to rerun with -v."""
+    import distsketch.cli as cli
+
+    def command(args):
+        raise error
+
+    monkeypatch.setattr(cli, "cmd_info", command)
+    assert main(["info", "anything"]) == code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    if code == 2:
+        assert err[0].startswith("distsketch: error: ")
+    else:
+        assert err[0].startswith(f"distsketch: failed: {type(error).__name__}: ")
+        assert err[0].endswith("(rerun with -v for the traceback)")
+        assert main(["-v", "info", "anything"]) == 1
+        assert "Traceback" in capsys.readouterr().err
+
+
+def test_unknown_metric_is_refused_before_predicting(workdir, capsys):
+    assert main(["-q", "fit", str(workdir / "fit.toml")]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(workdir / "fit.zarr"), "--metrics", "f1_samples", "acc"]) == 2
+    err = capsys.readouterr().err
+    assert "--metrics: unknown metric 'acc'; known metrics are" in err and "'rmse'" in err
+
+
 def test_sketch_too_large_for_data_is_caught_before_writing(workdir):
     bad = variant(workdir, "m = 60", "m = 500")
     out = run_cli("fit", bad, cwd=workdir)

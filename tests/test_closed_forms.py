@@ -1,4 +1,4 @@
-"""Every estimator path against the papers' dense closed forms (DESIGN §2 equivalences)."""
+"""Every estimator path against the papers' dense closed forms (docs/design.md, "Driver solve")."""
 
 import numpy as np
 import pytest

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import pickle
 import re
 
 import numpy as np
@@ -13,6 +12,7 @@ import scipy.sparse as sp
 from numpy.testing import assert_allclose
 
 from distsketch import kernels
+from distsketch.testing import FLOAT32_EXP_ULPS, KernelContract
 from distsketch.kernels import (
     KERNELS,
     CallableKernel,
@@ -272,20 +272,11 @@ EXPONENTIAL = (Gaussian, Laplacian, GaussianTanimoto)
 
 
 @pytest.mark.parametrize("kernel", ALL_KERNELS, ids=kernel_id)
-def test_out_float64_is_the_kernel_block_bitwise(kernel, A, B):
-    want = kernel(A, B)
-    out = np.full((len(A), len(B) + 3), np.nan)[:, 1:-2]  # a strided view of a bigger array
-    assert kernel(A, B, out=out) is out
-    np.testing.assert_array_equal(out, want)
-    out = np.full((len(A), len(B)), np.nan)  # contiguous: Gaussian writes the exponent here
-    np.testing.assert_array_equal(kernel(A, B, out=out), want)
-    np.testing.assert_array_equal(kernel(A, A, out=np.empty((len(A), len(A)))), kernel(A, A))
-
-
-@pytest.mark.parametrize("kernel", ALL_KERNELS, ids=kernel_id)
 def test_out_float32_rounds_the_kernel_values(kernel, A, B):
     """Into float32: exponential kernels evaluate exp in float32 from the float64 exponent
-    e = log k, so |k32 − k| <= (|e| + 1)·2⁻²⁴·k plus the final rounding; other kernels are
+    e = log k, so |k32 − k| <= (|e| + 4)·2⁻²⁴·k: the exponent's rounding |e|·2⁻²⁴, numpy's
+    float32 exp (validated by numpy to within 3 ulp, SIMD paths differ by CPU) and the final
+    rounding (FLOAT32_EXP_ULPS in distsketch.testing); other kernels are
     their float64 values rounded."""
     rng = np.random.default_rng(5)
     A, B = A + 0.3 * rng.random(A.shape), B + 0.3 * rng.random(B.shape)  # a spread of values
@@ -294,14 +285,14 @@ def test_out_float32_rounds_the_kernel_values(kernel, A, B):
     assert got.dtype == np.float32
     if isinstance(kernel, EXPONENTIAL):
         e = np.log(want)
-        bound = (np.abs(e) + 2.0) * 2.0**-24 * want
+        bound = (np.abs(e) + FLOAT32_EXP_ULPS) * 2.0**-24 * want
         assert np.all(np.abs(got - want) <= bound), kernel
     else:
         np.testing.assert_array_equal(got, want.astype(np.float32))
 
 
 def test_out_float32_exponential_on_a_wide_range():
-    """Kernel values from 1 down to 1e-30: the relative error stays (|e| + 2)·2⁻²⁴."""
+    """Kernel values from 1 down to 1e-30: the relative error stays (|e| + 4)·2⁻²⁴."""
     rng = np.random.default_rng(8)
     A, B = rng.normal(size=(300, 4)), rng.normal(size=(200, 4)) * 3
     for kernel in (Gaussian(gamma=0.5), Laplacian(gamma=1.0)):
@@ -310,7 +301,7 @@ def test_out_float32_exponential_on_a_wide_range():
         keep = want > 1e-30  # float32's normal range ends at 1.2e-38
         e = np.log(want[keep])
         rel = np.abs(got[keep] - want[keep]) / want[keep]
-        assert np.all(rel <= (np.abs(e) + 2.0) * 2.0**-24), kernel
+        assert np.all(rel <= (np.abs(e) + FLOAT32_EXP_ULPS) * 2.0**-24), kernel
         assert rel.max() > 2.0**-24  # the exponent's rounding shows: not just a final rounding
 
 
@@ -330,14 +321,6 @@ def test_gaussian_row_tiles_equal_one_tile(monkeypatch, dtype):
     assert_allclose(np.diag(tiled), scale.astype(dtype), rtol=0, atol=0)
     want = (k(A, A) * scale).astype(dtype)
     assert_allclose(tiled, want, rtol=1e-15 if dtype == np.float64 else 5e-7)
-
-
-@pytest.mark.parametrize("d", [3, 100])  # row tiles, and one tile for wide inputs
-def test_out_empty_blocks(kernel, d):
-    A, B = np.ones((0, d)), np.ones((4, d))
-    for dtype in (np.float64, np.float32):
-        assert kernel(A, B, out=np.empty((0, 4), dtype)).shape == (0, 4)
-        assert kernel(B, A, out=np.empty((4, 0), dtype)).shape == (4, 0)
 
 
 @pytest.mark.parametrize(("out", "match"), [
@@ -539,58 +522,9 @@ def test_callable_kernel_diag_in_sub_blocks(monkeypatch):
 # ---------------------------------------------------------------------------- shared contract
 
 
-@pytest.fixture(params=ALL_KERNELS, ids=kernel_id)
-def kernel(request) -> Kernel:
-    return request.param
+class TestKernelContract(KernelContract):
+    """distsketch.testing.KernelContract on every kernel (zarr's ``StoreTests`` habit)."""
 
-
-class TestKernelContract:
-    """Properties every kernel must have (zarr's ``StoreTests`` habit)."""
-
-    def test_shape_dtype_layout(self, kernel, A, B):
-        K = kernel(A, B)
-        assert K.shape == (len(A), len(B))
-        assert K.dtype == np.float64 and K.flags.c_contiguous
-
-    def test_empty_blocks(self, kernel, A, B):
-        assert kernel(A[:0], B).shape == (0, len(B))
-        assert kernel(A, B[:0]).shape == (len(A), 0)
-        assert kernel.diag(A[:0]).shape == (0,)
-
-    @pytest.mark.parametrize("fmt", [sp.csr_matrix, sp.csr_array, sp.csc_matrix])
-    def test_sparse_and_dense_agree(self, kernel, A, B, fmt):
-        expected = kernel(A, B)
-        for Ax, Bx in [(fmt(A), fmt(B)), (fmt(A), B), (A, fmt(B))]:
-            K = kernel(Ax, Bx)
-            assert isinstance(K, np.ndarray) and K.flags.c_contiguous
-            assert_allclose(K, expected, rtol=1e-13, atol=1e-15)
-        assert_allclose(kernel.diag(fmt(A)), kernel.diag(A), rtol=1e-13)
-
-    def test_diag_matches_gram(self, kernel, A):
-        assert_allclose(kernel.diag(A), np.diag(kernel(A, A)), rtol=1e-13, atol=1e-15)
-        assert kernel.diag(A).shape == (len(A),)
-
-    def test_symmetric(self, kernel, A):
-        K = kernel(A, A)
-        assert_allclose(K, K.T, rtol=1e-13, atol=1e-15)
-
-    def test_positive_semi_definite(self, kernel):
-        X = _sparsify(np.random.default_rng(5).random((30, 4)), 0.2)
-        X[[3, 17]] = 0.0
-        eigenvalues = np.linalg.eigvalsh(kernel(X, X))
-        assert eigenvalues.min() >= -1e-12 * eigenvalues.max()
-
-    def test_block_consistency(self, kernel, A, B):
-        whole = kernel(A, B)
-        rows = np.vstack([kernel(A[i : i + 4], B) for i in range(0, len(A), 4)])
-        cols = np.hstack([kernel(A, B[j : j + 3]) for j in range(0, len(B), 3)])
-        assert_allclose(rows, whole, rtol=1e-13, atol=1e-15)
-        assert_allclose(cols, whole, rtol=1e-13, atol=1e-15)
-
-    def test_pickle_round_trip(self, kernel, A, B):
-        again = pickle.loads(pickle.dumps(kernel))
-        assert again == kernel and hash(again) == hash(kernel) and again is not kernel
-        np.testing.assert_array_equal(again(A, B), kernel(A, B))
-
-    def test_get_params_round_trip(self, kernel):
-        assert type(kernel)(**kernel.get_params()) == kernel
+    @pytest.fixture(params=ALL_KERNELS, ids=kernel_id)
+    def kernel(self, request) -> Kernel:
+        return request.param

@@ -1,5 +1,5 @@
 """Sketches: a shared contract for every sketch type, exact structure per type, and Monte Carlo
-checks of the distributions (DESIGN §2, the sketch table).
+checks of the distributions (docs/design.md, "Sketches").
 
 Every random check uses fixed seeds, so it is deterministic; its tolerance is stated in standard
 errors of the statistic (5–6 SE, i.e. a two-sided normal tail below 1e-6 for a correct
@@ -9,9 +9,7 @@ scaling, a wrong mask probability or a correlated draw many SE outside the band.
 
 from __future__ import annotations
 
-import json
 import math
-import pickle
 import time
 import tracemalloc
 
@@ -35,276 +33,45 @@ from distsketch.sketches import (
     check_sketch,
     sketch_from_config,
 )
-from distsketch.features import gram_dot
+from conftest import SKETCH_TYPES, all_sketches, random_sketches
+from distsketch.blocks import gram_dot
+from distsketch.testing import SketchContract, assert_rel_close, assert_same, dense, gram_inputs
 
 #: Spans more than one generation tile, so tile boundaries are exercised.
 BIG = TILE + 123
 
-#: (specification, n) per contract case. Small m at BIG keeps dense comparisons cheap.
-CASES = {
-    "identity-50": (Identity(), 50),
-    "subsampling-50": (SubSampling(12), 50),
-    "subsampling_m_eq_n-50": (SubSampling(50), 50),
-    "psparse_rademacher-50": (PSparsified(12, p=0.15), 50),
-    "psparse_gaussian-50": (PSparsified(12, p=0.15, kind="gaussian"), 50),
-    "accumulation-50": (Accumulation(12, q=3), 50),
-    "gaussian-50": (GaussianSketch(12), 50),
-    "count-50": (CountSketch(12), 50),
-    "identity-big": (Identity(), BIG),
-    "subsampling-big": (SubSampling(40), BIG),
-    "psparse_rademacher-big": (PSparsified(6, p=0.05), BIG),
-    "psparse_gaussian-big": (PSparsified(5, p=0.05, kind="gaussian"), BIG),
-    "accumulation-big": (Accumulation(30, q=4), BIG),
-    "gaussian-big": (GaussianSketch(4), BIG),
-    "count-big": (CountSketch(5), BIG),
-}
+#: (specification, n) per contract case: every sketch type of conftest.SKETCH_TYPES at n = 50
+#: and at n = BIG (small m there keeps dense comparisons cheap).
+CASES = {**{f"{name}-50": (spec, 50) for name, spec in all_sketches(50, m=12).items()},
+         **{f"{name}-big": (spec, BIG) for name, spec in all_sketches(BIG, m=5).items()}}
 
 KERNEL = Gaussian(gamma=0.5)
 ALL_NAMES = ["accumulation", "count", "gaussian", "identity", "p_sparsified", "subsampling"]
 
 
-# ---------------------------------------------------------------------------- helpers
-
-
-def dense(x) -> np.ndarray:
-    return x.toarray() if sp.issparse(x) else np.asarray(x)
-
-
-def assert_same(a, b) -> None:
-    """Bitwise equality of two matrices (both sparse or both dense), never densifying sparse."""
-    assert a.shape == b.shape
-    assert sp.issparse(a) == sp.issparse(b), (type(a), type(b))
-    if sp.issparse(a):
-        assert (sp.csr_array(a) != sp.csr_array(b)).nnz == 0
-    else:
-        assert_array_equal(a, b, strict=True)
-
-
-def nonnull_columns(R) -> np.ndarray:
-    """Columns of R holding a non-zero value (explicitly stored zeros do not count)."""
-    if sp.issparse(R):
-        c = sp.csc_array(R, copy=True)
-        c.sum_duplicates()
-        c.eliminate_zeros()
-        return np.flatnonzero(np.diff(c.indptr))
-    return np.flatnonzero((R != 0).any(axis=0))
-
-
-def col_spans(n: int) -> list[tuple[int, int]]:
-    """Spans of [0, n): whole, edges, middle, empty, and across the first tile boundary."""
-    spans = [(0, n), (0, 1), (n // 3, n // 2 + 1), (n - 1, n), (7, 7)]
-    if n > TILE + 5:
-        spans += [(TILE - 3, TILE + 5), (TILE - 1, TILE), (TILE, n), (1, TILE + 1)]
-    return spans
-
-
-def deterministic(spec, n) -> bool:
-    """Sketches whose draw does not depend on the seed at all."""
-    return isinstance(spec, Identity) or (isinstance(spec, SubSampling) and spec.m == n)
-
-
-def gram_inputs(n: int, kind: str, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 3))
-    X[rng.random(X.shape) < 0.4] = 0.0
-    A = rng.normal(size=(9, 3))
-    A[rng.random(A.shape) < 0.4] = 0.0
-    if kind == "csr":
-        return sp.csr_array(A), sp.csr_array(X)
-    return A, X
-
-
-def assert_rel_close(got, expected, rel=1e-12):
-    """Entry-wise, relative to the block's largest entry (sums reordered across chunks)."""
-    scale = max(float(np.abs(expected).max(initial=0.0)), 1e-300)
-    assert_allclose(got, expected, rtol=rel, atol=rel * scale)
-
-
 # ---------------------------------------------------------------------------- shared contract
 
 
-@pytest.fixture(params=list(CASES), ids=list(CASES))
-def case(request):
-    return CASES[request.param]
+class TestSketchContract(SketchContract):
+    """distsketch.testing.SketchContract on every sketch type, at n = 50 and n = TILE + 123."""
 
-
-class TestSketchContract:
-    """Run for every sketch type, at n = 50 and at n = TILE + 123."""
-
-    def test_realize_shape_and_types(self, case):
-        spec, n = case
-        spec.check(n, argument="sketch")  # valid settings do not raise
-        R = spec.realize(n, seed=3)
-        assert isinstance(R, RealizedSketch)
-        assert (R.n, R.seed) == (n, 3)
-        assert R.m == (n if isinstance(spec, Identity) else spec.m)
-        M = R.matrix()
-        assert M.shape == (R.m, n)
-        if isinstance(spec, GaussianSketch):
-            assert isinstance(M, np.ndarray)
-        else:
-            assert sp.issparse(M) and M.format == "csr"
-        assert M.dtype == np.float64
-
-    def test_factorisation_R_equals_mixing_times_selection(self, case):
-        spec, n = case
-        R = spec.realize(n, seed=4)
-        M, J, mix = R.matrix(), R.support, R.mixing
-        assert J.dtype == np.int64 and J.ndim == 1
-        assert np.all(np.diff(J) > 0)  # sorted and unique
-        assert J.size == 0 or (J[0] >= 0 and J[-1] < n)
-        assert R.support_size == J.size
-        # Exactly the non-null columns: everything else is zero, nothing null is kept.
-        assert_array_equal(J, nonnull_columns(M))
-        assert mix.shape == (R.m, J.size)
-        assert sp.issparse(mix) == sp.issparse(M)
-        assert_same(M[:, J], mix)
-        s = J.size
-        R_sub = sp.csr_array((np.ones(s), (np.arange(s), J)), shape=(s, n))
-        assert_same(mix @ R_sub, M)
-
-    def test_scale_only_for_diagonal_mixing(self, case):
-        spec, n = case
-        R = spec.realize(n, seed=5)
-        if isinstance(spec, (Identity, SubSampling)):
-            assert R.scale is not None and R.scale.shape == (R.m,) == (R.support_size,)
-            assert_same(sp.csr_array(sp.diags_array(R.scale)), sp.csr_array(R.mixing))
-        else:
-            assert R.scale is None
-
-    def test_same_seed_same_matrix_bitwise(self, case):
-        spec, n = case
-        np.random.seed(0)  # the legacy global state must play no part
-        R1 = spec.realize(n, seed=11)
-        np.random.seed(1)
-        np.random.random(17)
-        R2 = spec.realize(n, seed=np.int64(11))
-        assert_same(R1.matrix(), R2.matrix())
-        assert_array_equal(R1.support, R2.support)
-        assert_same(R1.mixing, R2.mixing)
-
-    def test_different_seed_different_matrix(self, case):
-        spec, n = case
-        A, B = spec.realize(n, seed=1).matrix(), spec.realize(n, seed=2).matrix()
-        if deterministic(spec, n):
-            assert_same(A, B)
-        elif sp.issparse(A):
-            assert (A != B).nnz > 0
-        else:
-            assert not np.array_equal(A, B)
-
-    def test_columns_match_matrix(self, case):
-        spec, n = case
-        R = spec.realize(n, seed=6)
-        M = R.matrix()
-        for a, b in col_spans(n):
-            C = R.columns(a, b)
-            assert C.shape == (R.m, b - a), (a, b)
-            assert_same(C, M[:, a:b])
-
-    def test_mixing_t_block_matches_mixing(self, case):
-        spec, n = case
-        R = spec.realize(n, seed=7)
-        mix = R.mixing
-        s = R.support_size
-        for a, b in col_spans(s):
-            block = R.mixing_t_block(a, b)
-            assert block.shape == (b - a, R.m), (a, b)
-            assert_same(block, mix[:, a:b].T)
-
-    def test_left_columns_matches_matrix_product(self, case):
-        spec, n = case
-        R = spec.realize(n, seed=8)
-        M = R.matrix()
-        rng = np.random.default_rng(0)
-        for a, b in col_spans(n):
-            block = rng.normal(size=(b - a, 3))
-            got = R.left_columns(block, a, b)
-            assert isinstance(got, np.ndarray) and got.shape == (R.m, 3), (a, b)
-            expected = np.asarray(M[:, a:b] @ block)
-            assert_rel_close(got, expected)
-
-    def test_transpose_dot_matches_mixing(self, case):
-        spec, n = case
-        R = spec.realize(n, seed=9)
-        T = np.random.default_rng(1).normal(size=(R.m, 4))
-        got = R.transpose_dot(T)
-        assert isinstance(got, np.ndarray) and got.shape == (R.support_size, 4)
-        assert_rel_close(got, np.asarray(R.mixing.T @ T))
-
-    @pytest.mark.parametrize("chunk", [1, 7, TILE, 3 * TILE + 1])
-    def test_support_spans_cover_support_in_order(self, case, chunk):
-        spec, n = case
-        R = spec.realize(n, seed=10)
-        spans = R.support_spans(chunk)
-        s = R.support_size
-        assert spans[0][0] == 0 and spans[-1][1] == s
-        for (_, b), (c, _) in zip(spans, spans[1:]):
-            assert b == c
-        for a, b in spans:
-            assert 0 < b - a <= max(chunk, TILE)
-            if isinstance(spec, GaussianSketch):
-                assert a % TILE == 0  # aligned with the generation tiles
-            else:
-                assert b - a <= chunk  # gram_dot's promise: one len(A) × chunk block at a time
+    @pytest.fixture(params=list(CASES), ids=list(CASES))
+    def case(self, request):
+        return CASES[request.param]
 
     @pytest.mark.parametrize("inputs", ["dense", "csr"])
-    @pytest.mark.parametrize("chunk", [1, 7, 10**6])
-    def test_gram_dot_equals_dense_product(self, case, chunk, inputs):
-        spec, n = case
-        R = spec.realize(n, seed=12)
-        A, X = gram_inputs(n, inputs)
-        L = X[R.support]
-        got = gram_dot(KERNEL, A, L, R, chunk=chunk)
-        expected = np.asarray(KERNEL(A, L) @ R.mixing.T)
-        assert isinstance(got, np.ndarray) and got.dtype == np.float64
-        assert got.shape == (9, R.m)
-        assert_rel_close(got, expected)
-
-    @pytest.mark.parametrize("inputs", ["dense", "csr"])
-    def test_gram_dot_float32_and_row_tiles(self, case, inputs, monkeypatch):
-        """dtype=float32: placed columns are the kernel written into float32 (float32
-        exponentials) and scaled; mixed columns are the float64 result rounded once. Row
-        tiles (forced to the minimum, 8 rows: tiles of 8 and 1 here) give the same values as
-        one tile, to rounding (BLAS
-        may sum a 1-row product in another order)."""
+    def test_gram_dot_row_tiles(self, case, inputs, monkeypatch):
+        """Row tiles (forced to the minimum, 8 rows: tiles of 8 and 1 here) give the same
+        values as one tile, to rounding (BLAS may sum a 1-row product in another order)."""
         spec, n = case
         R = spec.realize(n, seed=15)
         A, X = gram_inputs(n, inputs)
         L = X[R.support]
-        got = gram_dot(KERNEL, A, L, R, chunk=7, dtype=np.float32)
-        assert got.dtype == np.float32 and got.shape == (9, R.m)
         f64 = gram_dot(KERNEL, A, L, R, chunk=7)
-        if R.scale is not None:  # placed: each column one scaled kernel column
-            want = KERNEL(A, L, out=np.empty((9, len(R.support)), np.float32)) * R.scale
-            assert_array_equal(got, want.astype(np.float32))
-        else:
-            assert_array_equal(got, f64.astype(np.float32))
-        assert_rel_close(got, f64, rel=1e-6)
+        f32 = gram_dot(KERNEL, A, L, R, chunk=7, dtype=np.float32)
         monkeypatch.setattr(kernels, "_TILE_BYTES", 16)  # the minimum tile: 8 rows
         assert_rel_close(gram_dot(KERNEL, A, L, R, chunk=7), f64, rel=1e-15)
-        assert_rel_close(gram_dot(KERNEL, A, L, R, chunk=7, dtype=np.float32), got, rel=1.2e-7)
-
-    def test_pickle_round_trip(self, case):
-        spec, n = case
-        R = spec.realize(n, seed=13)
-        R2 = pickle.loads(pickle.dumps(R))
-        assert (R2.m, R2.n, R2.seed) == (R.m, R.n, R.seed)
-        assert R2.spec == spec
-        assert_array_equal(R2.support, R.support)
-        assert_same(R2.matrix(), R.matrix())
-
-    def test_config_round_trip(self, case):
-        spec, n = case
-        cfg = json.loads(json.dumps(spec.to_config()))
-        back = sketch_from_config(cfg)
-        assert type(back) is type(spec)
-        assert back == spec and hash(back) == hash(spec)
-        R = spec.realize(n, seed=14)
-        rcfg = json.loads(json.dumps(R.to_config()))
-        assert rcfg == {"spec": cfg, "n": n, "seed": 14}
-        again = sketch_from_config(rcfg["spec"]).realize(rcfg["n"], seed=rcfg["seed"])
-        assert_same(again.matrix(), R.matrix())
+        assert_rel_close(gram_dot(KERNEL, A, L, R, chunk=7, dtype=np.float32), f32, rel=1.2e-7)
 
 
 # ---------------------------------------------------------------------------- gram_dot, right=
@@ -373,13 +140,9 @@ def test_subsampling_check_rejects_m_greater_than_n():
 # ---------------------------------------------------------------------------- argument checks
 
 BAD_M = [0, -2, 2.5, True, "3", None]
-SPEC_WITH_M = [
-    pytest.param(lambda m: SubSampling(m), id="subsampling"),
-    pytest.param(lambda m: PSparsified(m, 0.5), id="p_sparsified"),
-    pytest.param(lambda m: Accumulation(m, 2), id="accumulation"),
-    pytest.param(lambda m: GaussianSketch(m), id="gaussian"),
-    pytest.param(lambda m: CountSketch(m), id="count"),
-]
+#: Every sketch type with a size m, as factories of m (from conftest.SKETCH_TYPES).
+SPEC_WITH_M = [pytest.param(make, id=name) for name, make in SKETCH_TYPES.items()
+               if name != "identity"]
 
 
 @pytest.mark.parametrize("make", SPEC_WITH_M)
@@ -389,11 +152,7 @@ def test_check_rejects_bad_m_naming_argument(make):
             make(m).check(100, argument="input_sketch")
 
 
-@pytest.mark.parametrize(
-    "make", [lambda m: SubSampling(m), lambda m: PSparsified(m, 0.5), lambda m: Accumulation(m),
-             lambda m: GaussianSketch(m), lambda m: CountSketch(m)],
-    ids=["subsampling", "p_sparsified", "accumulation", "gaussian", "count"],
-)
+@pytest.mark.parametrize("make", SPEC_WITH_M)
 def test_realize_rejects_bad_m(make):
     for m in BAD_M:
         with pytest.raises(ValueError, match=r"\bm\b"):
@@ -589,14 +348,7 @@ def test_count_sketch_one_sign_per_column():
 
 # ---------------------------------------------------------------------------- E[RᵀR] = I
 
-MC_SPECS = [
-    SubSampling(3),
-    PSparsified(4, 0.3),
-    PSparsified(4, 0.3, kind="gaussian"),
-    Accumulation(4, q=2),
-    GaussianSketch(4),
-    CountSketch(3),
-]
+MC_SPECS = list(random_sketches(4).values()) + [SubSampling(3)]
 
 
 @pytest.mark.parametrize("spec", MC_SPECS, ids=repr)
@@ -657,3 +409,20 @@ def test_spec_equality_and_hash():
     assert PSparsified(5, 0.1) != PSparsified(5, 0.1, kind="gaussian")
     assert Identity() == Identity() and Identity() != SubSampling(1)
     assert len({Accumulation(3, 2), Accumulation(3, 2), Accumulation(3, 3)}) == 2
+
+
+def test_tiled_sketch_refuses_a_generator_that_draws_differently():
+    """A saved tiled sketch is regenerated from its seed, checked against the fingerprints of
+    its tiles: a generator that draws differently (another numpy) is refused."""
+    R = GaussianSketch(4).realize(TILE + 10, seed=3)
+    arrays, meta = R.get_state()
+    assert len(meta["tile_fingerprints"]) == 2
+    assert_same(RealizedSketch.from_state(arrays, meta).matrix(), R.matrix())
+
+    class Drifted(GaussianSketch):
+        def tile(self, seed, t, m, width):
+            return super().tile(seed + 1, t, m, width)
+
+    meta = dict(meta, spec=GaussianSketch(4).to_config())
+    with pytest.raises(ValueError, match="regenerated from its seed differs"):
+        type(R)._from_state(Drifted(4), meta, arrays)
