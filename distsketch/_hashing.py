@@ -1,14 +1,16 @@
-"""Content fingerprints of in-memory arrays (landmarks, projections), recorded with a pass and
-used as cache keys of candidate features. numpy and scipy only."""
+"""Content hashes: fingerprints of landmarks and projections (cache keys of candidate
+features), of the data each pass block was computed from (its identity), and checksums of
+stored blocks and sums (their integrity). numpy, scipy and the standard library only."""
 
 from __future__ import annotations
 
 import hashlib
+import zlib
 
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["fingerprint"]
+__all__ = ["fingerprint", "data_fingerprint", "checksum"]
 
 
 def fingerprint(*arrays) -> str:
@@ -28,3 +30,33 @@ def fingerprint(*arrays) -> str:
             h.update(str(p.dtype).encode())
             h.update(memoryview(np.ascontiguousarray(p)).cast("B"))
     return h.hexdigest()[:16]
+
+
+def data_fingerprint(block) -> int:
+    """64-bit content hash of a block of rows (BLAKE2b): its dtype, shape and values; sparse
+    blocks in canonical CSR form (summed duplicates, sorted indices). Nonzero.
+
+    The identity of the data a pass was computed from: recorded per block, compared when the
+    block is resumed or the pass reused.
+    """
+    h = hashlib.blake2b(digest_size=8)
+    if sp.issparse(block):
+        a = sp.csr_array(block, copy=True)
+        a.sum_duplicates()
+        a.sort_indices()
+        h.update(f"csr{a.shape}{a.dtype.str}".encode())
+        parts = (a.data, a.indices, a.indptr)
+    else:
+        a = np.ascontiguousarray(block)
+        h.update(f"nd{a.shape}{a.dtype.str}".encode())
+        parts = (a,)
+    for p in parts:
+        h.update(memoryview(np.ascontiguousarray(p)).cast("B"))
+    return int.from_bytes(h.digest(), "little") or 1
+
+
+def checksum(array) -> int:
+    """CRC-32 of an array's bytes (C order; its own dtype), for integrity of stored blocks and
+    sums. Nonzero (a stored 0 means "no record"). zlib releases the GIL while it runs."""
+    a = np.ascontiguousarray(array)
+    return (zlib.crc32(memoryview(a).cast("B")) + 1) & 0xFFFFFFFFFFFFFFFF

@@ -39,14 +39,16 @@ from typing import Any
 import numpy as np
 
 from ._hashing import fingerprint
+from ._hashing import checksum, data_fingerprint
 from .backends import dense, get_backend
-from .engine import Reducer, Stored, distributed_client, map_reduce, row_blocks, share
+from .engine import (Reducer, compute, distributed_client, map_blocks, map_reduce, row_blocks,
+                     share)
 from .features import FeatureMap
 from .kernels import kernel_description
 from .options import EngineOptions
 from .rows import RowSource, check_finite_block
 from .sketches import RealizedSketch, Sketch
-from .store import open_fit_store, write_rows
+from .store import _CSUM, _DSUM, _TOKEN, _XFP, _YFP, RECORD, FitStore, StoreError, write_rows
 
 __all__ = ["SUM_TERMS", "SumTerm", "PassPlan", "PassResult", "fit_pass", "run_pass"]
 
@@ -66,9 +68,14 @@ class PassPlan:
         Output side (``D_I``) for structured outputs.
     sums : tuple of str
         Names of :data:`SUM_TERMS` to compute.
-    C, D, done : zarr.Array or None
-        Store arrays written by the tasks; None for a temporary fit (``store=None``),
-        whose blocks are not written anywhere.
+    C, D, records : zarr.Array or None
+        Store arrays written by the tasks (``records``: ``pass/blocks``, one row per block:
+        fit token, data fingerprints, checksums; see :mod:`distsketch.store`); None for a
+        temporary fit (``store=None``), whose blocks are not written anywhere.
+    token : int
+        The fit token written with each block (0 for a temporary fit).
+    location : str
+        The store's location, for messages.
     dtype : numpy dtype
         Dtype of the blocks, computed and stored (the sums are float64 of their values).
     check_x, check_y : bool
@@ -86,12 +93,14 @@ class PassPlan:
     sums: tuple
     C: Any
     D: Any
-    done: Any
+    records: Any
     dtype: Any
     check_x: bool
     check_y: bool
     direct_io: bool = True
     backend: str = "numpy"
+    token: int = 0
+    location: str = "<memory>"
 
     @property
     def x_sketch(self) -> RealizedSketch:
@@ -328,22 +337,64 @@ def _block_sums(plan: PassPlan, i: int, C, D, yb, ws) -> dict:
     return {name: SUM_TERMS[name].func(view) for name in plan.sums}
 
 
+class BlockRecords:
+    """The records of the blocks a pass used, ``{i: (token, x, y, c, d)}``: ``+=`` merges."""
+
+    def __init__(self, records: dict):
+        self.records = records
+
+    def copy(self) -> "BlockRecords":
+        return BlockRecords(dict(self.records))
+
+    def __iadd__(self, other: "BlockRecords") -> "BlockRecords":
+        self.records.update(other.records)
+        return self
+
+
+def _fingerprints(plan: PassPlan, xb, yb) -> tuple[int, int]:
+    return data_fingerprint(xb), (0 if yb is None else data_fingerprint(yb))
+
+
+def _stored_block(plan: PassPlan, i: int, record: tuple, xfp: int, yfp: int):
+    """Blocks ``C`` (and ``D``) of block ``i`` read back from the store, or None when they fail
+    their checksums (damaged, deleted or truncated chunks)."""
+    s, e = plan.rows(i)
+    _stored_block_identity(plan, i, record, xfp, yfp)
+    try:
+        C = plan.C[s:e]
+        D = plan.D[s:e] if plan.needs_d else None
+        if checksum(C) == record[_CSUM] and (D is None or checksum(D) == record[_DSUM]):
+            return C, D
+    except Exception as exc:  # a truncated or unreadable chunk
+        logger.debug("store %s: block %d unreadable: %s", plan.location, i, exc)
+    logger.warning("store %s: block %d (rows %d–%d) fails its checksum (damaged or deleted); "
+                   "recomputing it", plan.location, i, s, e - 1)
+    return None
+
+
 def _pass_block(plan: PassPlan, item: tuple, ws) -> dict:
     """The block function of the pass: compute (or read back), store and sum one row block.
 
-    ``item`` is ``(i, stored, a, d, y)``: fresh input rows ``a`` (and ``y``), or — when
-    ``stored`` — the block's ``C`` rows ``a`` and ``D`` rows ``d`` read back from the store of
-    an earlier run. Block arrays come from the task's workspace (reused by the blocks of a
-    fused task) unless the sums keep the blocks themselves.
+    ``item`` is ``(i, record, x, y)``: the block's input rows and, for a block an earlier run
+    stored, its record (fit token, data fingerprints, checksums). A stored block is used when
+    its inputs have the recorded fingerprints (else the data changed: refused) and its ``C``,
+    ``D`` the recorded checksums (else it is recomputed). Block arrays come from the task's
+    workspace (reused by the blocks of a fused task) unless the sums keep the blocks.
     """
-    i, stored, a, d, yb = item
+    i, record, xb, yb = item
     if plan.keeps_blocks:
         ws = None
-    if stored:
-        be = get_backend(plan.backend)
-        return _block_sums(plan, i, be.asarray(a), None if d is None else be.asarray(d), yb, ws)
     be = get_backend(plan.backend)
     s, e = plan.rows(i)
+    xfp, yfp = _fingerprints(plan, xb, yb) if plan.records is not None else (0, 0)
+    if record is not None:
+        stored = _stored_block(plan, i, record, xfp, yfp)
+        if stored is not None:
+            C, D = stored
+            sums = _block_sums(plan, i, be.asarray(C), None if D is None else be.asarray(D),
+                               yb, ws)
+            sums["_records"] = BlockRecords({i: tuple(int(v) for v in record)})
+            return sums
 
     def block(name: str, m: int):
         shape = (e - s, m)
@@ -351,32 +402,42 @@ def _pass_block(plan: PassPlan, item: tuple, ws) -> dict:
             name, shape, plan.dtype, be.xp)
 
     if plan.check_x:
-        check_finite_block(a, argument="X", start=s)
+        check_finite_block(xb, argument="X", start=s)
     if plan.check_y and yb is not None:
         check_finite_block(yb, argument="Y", start=s)
-    C = plan.x.block(a, dtype=plan.dtype, out=block("C", plan.x_sketch.m))
+    C = plan.x.block(xb, dtype=plan.dtype, out=block("C", plan.x_sketch.m))
     D = None
     if plan.needs_d:
         D = plan.y.block(yb, dtype=plan.dtype, out=block("D", plan.y_sketch.m))
-    # the store writes run in an I/O thread beside the partial sums (both only read the
-    # blocks); the task ends when its blocks and its done flag are written
+    # the store writes (and their checksums) run in an I/O thread beside the partial sums
+    # (both only read the blocks); the task ends when its blocks and record are written
     written = None
-    if plan.done is not None:
+    if plan.records is not None:
         written = _io_pool().submit(_write_block, plan, i, be.to_numpy(C),
-                                    None if D is None else be.to_numpy(D))
+                                    None if D is None else be.to_numpy(D), xfp, yfp)
     sums = _block_sums(plan, i, C, D, yb, ws)
     if written is not None:
-        written.result()  # re-raises a failed write
+        sums["_records"] = BlockRecords({i: written.result()})  # re-raises a failed write
     return sums
 
 
-def _write_block(plan: PassPlan, i: int, C: np.ndarray, D: np.ndarray | None) -> None:
-    """Write block ``i`` of ``C`` (and ``D``), then its done flag (I/O thread)."""
-    s, _ = plan.rows(i)
-    write_rows(plan.C, s, C, direct=plan.direct_io)
-    if plan.D is not None and D is not None:
-        write_rows(plan.D, s, D, direct=plan.direct_io)
-    plan.done[i] = True  # only after both blocks are fully written
+def _write_block(plan: PassPlan, i: int, C: np.ndarray, D: np.ndarray | None, xfp: int,
+                 yfp: int) -> tuple:
+    """Write block ``i`` of ``C`` (and ``D``), then its record (I/O thread); returns it."""
+    s, e = plan.rows(i)
+    try:
+        write_rows(plan.C, s, C, direct=plan.direct_io)
+        if plan.D is not None and D is not None:
+            write_rows(plan.D, s, D, direct=plan.direct_io)
+        stored_dtype = np.dtype(plan.C.dtype)
+        record = (plan.token, xfp, yfp, checksum(C.astype(stored_dtype, copy=False)),
+                  0 if D is None else checksum(D.astype(stored_dtype, copy=False)))
+        # only after both blocks are fully written: the record is what marks the block done
+        plan.records[i] = np.asarray(record, dtype=np.uint64)
+    except OSError as exc:
+        raise OSError(exc.errno, f"store {plan.location!r}: writing block {i} (rows {s}–{e - 1}) "
+                                 f"failed: {exc.strerror or exc}") from exc
+    return record
 
 
 _IO_POOL: ThreadPoolExecutor | None = None
@@ -399,8 +460,11 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
              progress: bool = False) -> dict:
     """Run (or resume) the pass over all row blocks and return the reduced sums.
 
-    Blocks flagged done in the store are read back instead of recomputed; their input
-    rows are not read (only the output / target rows when a sum needs them).
+    Blocks recorded in the store are read back instead of recomputed, after checking that
+    their input rows are the recorded ones (one read of the data) and that the blocks pass
+    their checksums (damaged ones are recomputed). At the end, every block's record in the
+    store must be the one this fit wrote or verified: a block rewritten meanwhile by another
+    writer (orphaned workers of an earlier fit) is refused.
 
     Returns
     -------
@@ -409,21 +473,14 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
         ``E`` dense (m × m), ``U`` as (unique rows, first-occurrence indices).
     """
     client = distributed_client()
-    done = (np.zeros(plan.n_blocks, dtype=bool) if plan.done is None
-            else np.asarray(plan.done[:], dtype=bool))
-    need_y_for_stored = plan.needs_y
+    records = (np.zeros((plan.n_blocks, len(RECORD)), dtype=np.uint64) if plan.records is None
+               else np.asarray(plan.records[:], dtype=np.uint64))
+    done = records[:, _TOKEN] != 0
     x_blocks = row_blocks(x, plan.block_rows, client=client)
     y_blocks = (row_blocks(y, plan.block_rows, client=client) if y is not None
                 else [None] * plan.n_blocks)
-    items = []
-    for i in range(plan.n_blocks):
-        if done[i]:
-            s, e = plan.rows(i)
-            stored_d = Stored(plan.D, s, e) if plan.needs_d else None
-            items.append((i, True, Stored(plan.C, s, e), stored_d,
-                          y_blocks[i] if need_y_for_stored else None))
-        else:
-            items.append((i, False, x_blocks[i], None, y_blocks[i]))
+    items = [(i, tuple(int(v) for v in records[i]) if done[i] else None, x_blocks[i], y_blocks[i])
+             for i in range(plan.n_blocks)]
     logger.info("pass: %d blocks (%d already in the store), %d rows per block",
                 plan.n_blocks, int(done.sum()), plan.block_rows)
     plan_ref = share(plan, name="pass-plan", client=client)
@@ -433,12 +490,63 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
     seconds = time.perf_counter() - start
     logger.info("pass: %d rows in %.3f s (%.0f rows/s)", plan.n, seconds, plan.n / seconds,
                 extra={"pass_seconds": seconds, "pass_rows": plan.n})
+    used = result.pop("_records", None)
+    if plan.records is not None:
+        _check_records(plan, used.records)
     for key, value in result.items():
         if isinstance(value, RowStack):
             result[key] = value.assemble(plan.n)
         elif isinstance(value, RowSparse):
             result[key] = value.toarray()
     return result
+
+
+def _check_records(plan: PassPlan, used: dict) -> None:
+    """Every block's record in the store is the one this pass wrote or verified."""
+    now = np.asarray(plan.records[:], dtype=np.uint64)
+    for i in range(plan.n_blocks):
+        if tuple(int(v) for v in now[i]) != used.get(i):
+            s, e = plan.rows(i)
+            raise StoreError(
+                f"store {plan.location!r}: block {i} (rows {s}–{e - 1}) was rewritten by another "
+                f"writer during this fit (orphaned workers of an earlier fit?); fit again to "
+                f"recompute it")
+
+
+def verify_data(plan: PassPlan, x: RowSource, y: RowSource | None, *,
+                progress: bool = False) -> None:
+    """Check that the data are those a complete pass was computed from: every block's input
+    rows have their recorded fingerprints (one read of the data, no kernel evaluation)."""
+    records = np.asarray(plan.records[:], dtype=np.uint64)
+    client = distributed_client()
+    x_blocks = row_blocks(x, plan.block_rows, client=client)
+    y_blocks = (row_blocks(y, plan.block_rows, client=client) if y is not None
+                else [None] * plan.n_blocks)
+    items = [(i, x_blocks[i], y_blocks[i]) for i in range(plan.n_blocks)]
+    found = compute(map_blocks(_fingerprint_block, items, name="verify-data"),
+                    progress=progress, what="verify data")
+    for i, (xfp, yfp) in enumerate(found):
+        record = (0,) * len(RECORD) if records[i, _TOKEN] == 0 else tuple(int(v) for v in records[i])
+        _stored_block_identity(plan, i, record, xfp, yfp)
+
+
+def _fingerprint_block(shared, item, ws) -> tuple[int, int]:
+    i, xb, yb = item
+    return data_fingerprint(xb), (0 if yb is None else data_fingerprint(yb))
+
+
+def _stored_block_identity(plan: PassPlan, i: int, record: tuple, xfp: int, yfp: int) -> None:
+    if record[_TOKEN] == 0:
+        raise StoreError(f"store {plan.location!r}: block {i} has no record although the pass "
+                         f"is marked complete (damaged store); fit again with "
+                         f"EngineOptions(overwrite=True)")
+    if (xfp, yfp) != (record[_XFP], record[_YFP]):
+        s, e = plan.rows(i)
+        which = "X" if xfp != record[_XFP] else "Y"
+        raise StoreError(
+            f"store {plan.location!r}: the training data differ from those the stored pass was "
+            f"computed from ({which}, rows {s}–{e - 1}, block {i}); fit on the same data, or "
+            f"use EngineOptions(overwrite=True) or a new store path")
 
 
 # --------------------------------------------------------------------------- a whole fit
@@ -483,21 +591,31 @@ def fit_pass(
     y_kernel=None,
     y_sketch: Sketch | None = None,
     rng: np.random.Generator,
-    store: Any,
+    store: FitStore,
     options: EngineOptions,
     model: str,
+    reuse_seeds: bool = False,
 ) -> PassResult:
-    """Draw the sketches, gather landmarks and run (or resume) the streaming pass.
+    """Draw the sketches, gather landmarks and run (or resume, or reuse) the streaming pass.
 
     ``y_kernel=None``: ``Y`` holds vector targets (sums ``b``, ``Y``) or is None (input side
     only); otherwise ``Y`` goes through the output kernel (sums ``M, E, D``). ``sums`` names
-    the :data:`SUM_TERMS` the model needs.
+    the :data:`SUM_TERMS` the model needs. ``store`` is the fit's open :class:`FitStore`.
+    ``reuse_seeds`` (a fit without a ``random_state``): take the sketch seeds a pass recorded
+    in the store, so that fitting again resumes it.
     """
     unknown = set(sums) - set(SUM_TERMS)
     if unknown:
         raise ValueError(f"fit_pass: unknown sums {sorted(unknown)}; known: {sorted(SUM_TERMS)}")
     n = X.n
     seeds = [int(s) for s in rng.integers(0, 2**63 - 1, size=2)]
+    recorded = store.meta.get("pass") if reuse_seeds else None
+    if recorded:
+        found = [(recorded.get(side) or {}).get("sketch", {}).get("seed")
+                 for side in ("input", "output")]
+        seeds = [f if isinstance(f, int) else s for f, s in zip(found, seeds)]
+        logger.info("store %s: random_state=None, resuming with the sketch seeds it recorded",
+                    store.location)
     xs = x_sketch.realize(n, seed=seeds[0], data=X)
     ys = y_sketch.realize(n, seed=seeds[1], data=Y) if y_kernel is not None else None
     x_land = X.take(xs.support)
@@ -533,26 +651,28 @@ def fit_pass(
         "output": output,
         "unique_outputs": "U" in sums,
     })
-    fs = open_fit_store(store)
-    try:
-        fs.prepare_pass(config, overwrite=options.overwrite)
-        if fs.status in ("pass-complete", "solved"):
-            logger.info("store %s: pass already complete, reusing its sums", fs.location)
+    fs = store
+    fs.prepare_pass(config, overwrite=options.overwrite)
+    C, D, records = fs.pass_arrays()
+    plan = PassPlan(
+        n=n, block_rows=b,
+        x=FeatureMap(x_kernel, x_land, xs, options.gram_chunk),
+        y=FeatureMap(y_kernel, y_land, ys, options.gram_chunk) if ys is not None else None,
+        sums=tuple(sums), C=C, D=D, records=records, dtype=np.dtype(dtype),
+        check_x=X.lazy, check_y=Y is not None and Y.lazy, direct_io=options.direct_io,
+        backend=options.backend, token=0 if fs.temporary else fs.token, location=fs.location,
+    )
+    result = None
+    if fs.pass_complete:
+        verify_data(plan, X, Y, progress=options.progress)
+        try:
             result = fs.read_sums()
-        else:
-            C, D, done = fs.pass_arrays()
-            plan = PassPlan(
-                n=n, block_rows=b,
-                x=FeatureMap(x_kernel, x_land, xs, options.gram_chunk),
-                y=FeatureMap(y_kernel, y_land, ys, options.gram_chunk) if ys is not None else None,
-                sums=tuple(sums), C=C, D=D, done=done, dtype=np.dtype(dtype),
-                check_x=X.lazy, check_y=Y is not None and Y.lazy, direct_io=options.direct_io,
-                backend=options.backend,
-            )
-            result = run_pass(plan, X, Y, split_every=options.split_every,
-                              progress=options.progress)
-            fs.write_sums(result)
-        return PassResult(n=n, x_sketch=xs, x_landmarks=x_land, y_sketch=ys, y_landmarks=y_land,
-                          sums=result, store=None if fs.temporary else fs.location)
-    finally:
-        fs.discard()
+            logger.info("store %s: pass already complete, reusing its sums", fs.location)
+        except StoreError as exc:  # damaged sums: recompute them from the verified blocks
+            logger.warning("%s; recomputing the sums from the stored blocks", exc)
+            fs.mark("pass")
+    if result is None:
+        result = run_pass(plan, X, Y, split_every=options.split_every, progress=options.progress)
+        fs.write_sums(result)
+    return PassResult(n=n, x_sketch=xs, x_landmarks=x_land, y_sketch=ys, y_landmarks=y_land,
+                      sums=result, store=None if fs.temporary else fs.location)

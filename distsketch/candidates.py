@@ -29,6 +29,7 @@ import dask.array as da
 import numpy as np
 import zarr
 
+from . import topk
 from .backends import dense
 from .decode import candidate_features
 from .engine import compute, distributed_client, map_blocks, share
@@ -152,8 +153,14 @@ class CandidateStore:
         if (candidates is None) == (sets is None):
             raise ValueError("CandidateStore.create: give exactly one of candidates= (a fixed set) "
                              "or sets= (per-query sets)")
-        if os.path.exists(os.fspath(path)) and os.listdir(os.fspath(path)) and not overwrite:
-            raise ValueError(f"CandidateStore.create: {os.fspath(path)!r} exists; pass overwrite=True")
+        where = os.fspath(path)
+        if os.path.exists(where) and os.listdir(where):
+            if not overwrite:
+                raise ValueError(f"CandidateStore.create: {where!r} exists; pass overwrite=True")
+            if not _is_candidate_store(where):  # never delete what distsketch did not write
+                raise ValueError(f"CandidateStore.create: {where!r} is not a candidate store; "
+                                 f"overwrite=True replaces only a candidate store: use a new "
+                                 f"or empty path")
         if candidates is not None:
             src = RowSource(_load_path(candidates), argument="candidates")
             n, width, n_sets, offsets = src.n, src.shape[1], 1, None
@@ -261,7 +268,7 @@ class CandidateStore:
         done = np.asarray(g["done"][:])
         client = distributed_client()
         shared = (share(fmap, name="features-map", client=client), self.candidates,
-                  g["phi"], g["kyy"], g["done"])
+                  g["phi"], g["kyy"], g["done"], topk.SCORE_ROWS)
         items = [(int(i), int(i) * rows, min((int(i) + 1) * rows, self.n_candidates))
                  for i in np.flatnonzero(~done)]
         logger.info("candidate store %s: computing features for %d of %d blocks",
@@ -275,13 +282,20 @@ class CandidateStore:
 
 def _feature_block(shared, item, ws) -> int:
     """Features of one block of stored candidates, written with its done flag."""
-    fmap, cand, phi, kyy, done = shared
+    fmap, cand, phi, kyy, done, tile = shared
     i, start, stop = item
     rows = cand[start:stop]
-    phi[start:stop] = candidate_features(fmap, rows)
+    phi[start:stop] = candidate_features(fmap, rows, rows=tile)
     kyy[start:stop] = fmap.diag(rows)
     done[i] = True
     return stop - start
+
+
+def _is_candidate_store(path: str) -> bool:
+    try:
+        return _ATTR in zarr.open_group(path, mode="r").attrs
+    except Exception:
+        return False
 
 
 def _check_offsets(offsets: np.ndarray, n: int) -> None:

@@ -131,10 +131,10 @@ def _with_progress(options, progress: bool):
     return dataclasses.replace(options or EngineOptions(), progress=progress)
 
 
-def _load_model(store: str):
+def _load_model(args):
     from .persist import load
 
-    return load(store)
+    return load(args.store, trusted=args.trusted)
 
 
 def _input_file(path: str, store: str, *, key: str, targets: bool):
@@ -147,7 +147,7 @@ def _input_file(path: str, store: str, *, key: str, targets: bool):
 
 
 def cmd_predict(args) -> int:
-    model = _load_model(args.store)
+    model = _load_model(args)
     X, _ = _input_file(args.input, args.store, key="--input", targets=False)
     candidates = None
     if args.candidates:
@@ -178,7 +178,7 @@ def cmd_evaluate(args) -> int:
     test = args.test or stored.get("data", {}).get("test")
     if not test:
         raise ValueError("--test: no test data given and none recorded in the store's config")
-    model = _load_model(args.store)
+    model = _load_model(args)
     X, Y = _input_file(test, args.store, key="--test", targets=True)
     if Y is None:
         raise ValueError(f"--test: {test} holds no targets")
@@ -217,7 +217,8 @@ def cmd_info(args) -> int:
          f"written by distsketch {meta.get('version')})")
     pass_cfg = meta.get("pass")
     if pass_cfg:
-        done = np.asarray(group["pass/done"][:]) if "pass/done" in group else np.zeros(0, bool)
+        done = (np.asarray(group["pass/blocks"][:, 0]) != 0 if "pass/blocks" in group
+                else np.zeros(0, bool))
         _out(f"pass:           {pass_cfg['model']} on n = {pass_cfg['n']:,} rows, "
              f"{int(done.sum())}/{done.size} row blocks of {pass_cfg['block_rows']} done, "
              f"blocks {pass_cfg['block_dtype']}")
@@ -277,6 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--candidates-key", default="X", help="array name of the candidates in .npz/.h5/.zarr")
     pr.add_argument("--k", type=int, default=1, help="return the top-k candidates (indices, scores)")
     pr.add_argument("--topk", action="store_true", help="write indices/scores even for k = 1")
+    pr.add_argument("--trusted", action="store_true",
+                    help="allow loading a model whose kernel is a user function (imports it)")
     _add_scheduler(pr)
     pr.set_defaults(func=cmd_predict)
 
@@ -286,6 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--metrics", nargs="+", metavar="NAME",
                     help="metric names (default: by task): " + ", ".join(_METRIC_NAMES))
     ev.add_argument("--json", action="store_true", help="print one JSON object")
+    ev.add_argument("--trusted", action="store_true",
+                    help="allow loading a model whose kernel is a user function (imports it)")
     _add_scheduler(ev)
     ev.set_defaults(func=cmd_evaluate)
 

@@ -30,10 +30,11 @@ from .topk import merge_topk, score_topk
 __all__ = ["candidate_features", "decode_fixed", "decode_ragged", "TopK"]
 
 
-def candidate_features(fmap: FeatureMap, Y, *, parallel: bool = False) -> np.ndarray:
-    """``φ_Y`` of candidate rows ``Y`` (c × r_Y) in fixed-shape tiles of ``topk.SCORE_ROWS``
-    rows (:meth:`FeatureMap.tiles`), so duplicate candidates tie exactly."""
-    return fmap.tiles(Y, rows=topk.SCORE_ROWS, parallel=parallel)
+def candidate_features(fmap: FeatureMap, Y, *, parallel: bool = False,
+                       rows: int | None = None) -> np.ndarray:
+    """``φ_Y`` of candidate rows ``Y`` (c × r_Y) in fixed-shape tiles of ``rows`` rows (default
+    ``topk.SCORE_ROWS``; :meth:`FeatureMap.tiles`), so duplicate candidates tie exactly."""
+    return fmap.tiles(Y, rows=topk.SCORE_ROWS if rows is None else rows, parallel=parallel)
 
 
 class TopK(Reducer):
@@ -57,7 +58,7 @@ class RaggedTopK(TopK):
 # --------------------------------------------------------------------------- tasks
 
 
-def _features_of(fmap: FeatureMap, cand):
+def _features_of(fmap: FeatureMap, cand, rows: int):
     """Candidate features: computed from raw rows, or read from a store (``("cached", …)``)."""
     if isinstance(cand, tuple) and cand and cand[0] == "cached":
         _, phi, kyy, start, stop = cand
@@ -65,15 +66,16 @@ def _features_of(fmap: FeatureMap, cand):
     if isinstance(cand, tuple) and cand and cand[0] == "zarr":
         _, arr, start, stop = cand
         cand = arr[start:stop]
-    return candidate_features(fmap, cand), fmap.diag(cand)
+    return candidate_features(fmap, cand, rows=rows), fmap.diag(cand)
 
 
 def _fixed_block(shared, item, ws):
     """Top-k of all queries ``G`` against one candidate block (rows offset …)."""
-    fmap, G, k = shared
+    fmap, G, k, rows = shared
     cand, offset = item
-    F, kyy = _features_of(fmap, cand)
-    return score_topk(G, F, kyy, k, np.arange(offset, offset + F.shape[0], dtype=np.int64))
+    F, kyy = _features_of(fmap, cand, rows)
+    return score_topk(G, F, kyy, k, np.arange(offset, offset + F.shape[0], dtype=np.int64),
+                      rows=rows)
 
 
 def _ragged_block(shared, item, ws):
@@ -85,16 +87,16 @@ def _ragged_block(shared, item, ws):
     them, ``whole`` whether ``[a, b)`` is the entire set (else a piece of a large set, merged
     with the other pieces).
     """
-    fmap, G, k = shared
+    fmap, G, k, rows = shared
     cand, span_start, groups = item
-    F, kyy = _features_of(fmap, cand)
+    F, kyy = _features_of(fmap, cand, rows)
     out_q, out_i, out_s = [], [], []
     for a, b, base, queries, whole in groups:
         lo, hi = a - span_start, b - span_start
         # a whole set of one tile is one GEMM; sets split over calls use fixed-shape tiles
         idx, vals = score_topk(G[queries], F[lo:hi], kyy[lo:hi], k,
                                np.arange(a - base, b - base, dtype=np.int64),
-                               pad=not whole or (b - a) > topk.SCORE_ROWS)
+                               pad=not whole or (b - a) > rows, rows=rows)
         out_q.append(queries)
         out_i.append(idx)
         out_s.append(vals)
@@ -139,7 +141,7 @@ def decode_fixed(fmap: FeatureMap, G: np.ndarray, candidates, *, n_candidates: i
     for qs in range(0, G.shape[0], query_rows):
         Gq = share(np.ascontiguousarray(G[qs : qs + query_rows]), name=f"decode-g-{qs}",
                    client=client)
-        leaves = map_blocks(_fixed_block, blocks, shared=(fmap_ref, Gq, k),
+        leaves = map_blocks(_fixed_block, blocks, shared=(fmap_ref, Gq, k, topk.SCORE_ROWS),
                             name=f"decode-{qs}")
         finals.append(tree_reduce(leaves, reducer, split_every=split_every, name=f"decode-{qs}"))
     results = compute(finals, progress=progress, what="decode")
@@ -163,7 +165,7 @@ def decode_ragged(fmap: FeatureMap, G: np.ndarray, candidates, *, offsets: np.nd
     """
     client = distributed_client()
     shared = (share(fmap, name="decode-features", client=client),
-              share(np.ascontiguousarray(G), name="decode-g", client=client), k)
+              share(np.ascontiguousarray(G), name="decode-g", client=client), k, topk.SCORE_ROWS)
     order = np.argsort(query_sets, kind="stable")
     used, starts = np.unique(query_sets[order], return_index=True)
     members = np.split(order, starts[1:])

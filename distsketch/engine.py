@@ -92,7 +92,12 @@ def share(obj: Any, *, name: str, client=None) -> Any:
 
 
 def compute(objs: list, *, progress: bool = False, what: str = "") -> list:
-    """Compute delayed objects on the active scheduler, with dask's progress display."""
+    """Compute delayed objects on the active scheduler, with dask's progress display.
+
+    On a distributed cluster, losing the workers that held this computation's only copy of
+    some data (all of them, or a single worker when data was not replicated) fails with one
+    message saying so and that fitting again on a kept store resumes.
+    """
     client = distributed_client()
     if client is not None:
         if progress:
@@ -102,13 +107,33 @@ def compute(objs: list, *, progress: bool = False, what: str = "") -> list:
             from distributed import progress as show
 
             show(futures)
-        return client.gather(futures)
+        try:
+            return client.gather(futures)
+        except Exception as exc:
+            if _lost_workers(exc):
+                raise RuntimeError(
+                    f"{what or 'distsketch'}: the dask cluster lost the workers holding this "
+                    f"computation's data ({type(exc).__name__}: {str(exc)[:200]}); run it again "
+                    f"once workers are back: a fit with a kept store resumes from the blocks "
+                    f"already written") from exc
+            raise
     if progress:
         from dask.diagnostics import ProgressBar
 
         with ProgressBar():
             return list(dask.compute(*objs))
     return list(dask.compute(*objs))
+
+
+def _lost_workers(exc: BaseException) -> bool:
+    """Whether a distributed failure means workers (and the data only they held) were lost."""
+    from concurrent.futures import CancelledError
+
+    try:
+        from distributed.scheduler import KilledWorker
+    except ImportError:  # pragma: no cover
+        KilledWorker = ()
+    return isinstance(exc, (CancelledError, KilledWorker)) or "lost dependencies" in str(exc)
 
 
 def map_local(func, items: list) -> list:
@@ -153,8 +178,10 @@ def row_blocks(source, block_rows: int, *, argument: str = "X", client=None) -> 
     """Task arguments for the row blocks ``[i·b, (i+1)·b)`` of an input.
 
     In-memory rows are sliced (and scattered once each on a distributed ``client``, never put
-    inside the graph); dask and zarr inputs give one ``Delayed`` per block, read by the task.
-    A stored array whose chunks are the blocks can instead be read with :class:`Stored`.
+    inside the graph, and replicated on two workers when the cluster has them, so that losing
+    one worker loses no input); dask and zarr inputs give one ``Delayed`` per block, read by the
+    task (the cluster reads them again if a worker is lost). A stored array whose chunks are the
+    blocks can instead be read with :class:`Stored`.
     """
     src = as_row_source(source, argument=argument)
     blocks = src.blocks(block_rows)
@@ -164,6 +191,8 @@ def row_blocks(source, block_rows: int, *, argument: str = "X", client=None) -> 
     if not local:
         return blocks
     futures = client.scatter([blocks[j] for j in local], hash=False)
+    if len(client.scheduler_info().get("workers", {})) >= 2:
+        client.replicate(futures, n=2)
     out = list(blocks)
     for j, f in zip(local, futures):
         out[j] = f

@@ -27,6 +27,7 @@ from . import persist
 from ._base import ParamsMixin, check_lam
 from ._registry import register_model
 from .accumulate import PassResult, fit_pass
+from .store import open_fit_store
 from .features import FeatureMap
 from .kernels import Kernel, check_kernel
 from .options import EngineOptions, check_options, with_blas_limit
@@ -150,19 +151,22 @@ class SketchedEstimator(ParamsMixin):
         spec = self._validate(X, Y)
         kx, sx = self._input
         out = self._output
-        res = fit_pass(
-            spec.X, spec.Y,
-            x_kernel=spec.kernels[kx], x_sketch=spec.sketches[sx],
-            y_kernel=spec.kernels[out[0]] if out else None,
-            y_sketch=spec.sketches[out[1]] if out else None,
-            sums=self._sums(spec), rng=spec.rng, store=self.store, options=spec.options,
-            model=type(self).__name__,
-        )
-        self._solve(spec, res)
-        self.n_features_in_ = spec.X.shape[1]
-        self.store_ = res.store
-        self._update_coef()
-        self._save_to_fit_store()
+        # the store's lock is held from the pass to the saved model: one writer at a time
+        with open_fit_store(self.store, lock=True) as fs:
+            res = fit_pass(
+                spec.X, spec.Y,
+                x_kernel=spec.kernels[kx], x_sketch=spec.sketches[sx],
+                y_kernel=spec.kernels[out[0]] if out else None,
+                y_sketch=spec.sketches[out[1]] if out else None,
+                sums=self._sums(spec), rng=spec.rng, store=fs, options=spec.options,
+                model=type(self).__name__, reuse_seeds=self.random_state is None,
+            )
+            self._solve(spec, res)
+            self.n_features_in_ = spec.X.shape[1]
+            self.store_ = res.store
+            self._update_coef()
+            if not fs.temporary:
+                persist.save(self, fs, overwrite=True)
         return self
 
     def _validate(self, X, Y) -> FitSpec:
@@ -180,6 +184,9 @@ class SketchedEstimator(ParamsMixin):
         Xs, Ys = check_data(X, Y, y_name=self._targets, model=type(self).__name__)
         for name, sketch in sketches.items():
             sketch.check(Xs.n, argument=name)
+        if self.store is not None:
+            for name, kernel in kernels.items():
+                persist.check_savable(kernel, argument=name)
         return FitSpec(Xs, Ys, kernels, sketches, options, rng, lams)
 
     # -- what a model implements --------------------------------------------------
@@ -216,10 +223,6 @@ class SketchedEstimator(ParamsMixin):
         ``store=None`` or to copy it elsewhere. Returns the store location.
         """
         return persist.save(self, store, overwrite=overwrite)
-
-    def _save_to_fit_store(self) -> None:
-        if self.store_ is not None:
-            persist.save(self, self.store_, overwrite=True)
 
     def _check_fitted(self):
         if not hasattr(self, "n_features_in_"):

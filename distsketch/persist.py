@@ -48,23 +48,44 @@ _ATTR = "distsketch_model"
 # --------------------------------------------------------------------------- values ↔ JSON
 
 
+def _callable_name(kernel: CallableKernel) -> str:
+    f = kernel.func
+    return f"{getattr(f, '__module__', '') or ''}:{getattr(f, '__qualname__', '') or ''}"
+
+
+def check_savable(kernel: Any, *, argument: str) -> None:
+    """Refuse, before any pass, a user-function kernel that a saved model cannot name: a
+    lambda or a nested function (their names are not unique: two lambdas would share one
+    record), or a function of ``__main__`` (no other process can import it)."""
+    if not isinstance(kernel, CallableKernel):
+        return
+    name = _callable_name(kernel)
+    module, _, qual = name.partition(":")
+    if "<" in qual or not module or not qual:
+        why = "a lambda or nested function has no unique importable name"
+    elif module == "__main__":
+        why = "a function of the __main__ script cannot be imported by another process"
+    else:
+        return
+    raise ValueError(f"{argument}: {kernel._label()} cannot be saved with the model ({why}); "
+                     f"define it at module level of an importable module, or fit with "
+                     f"store=None")
+
+
 def kernel_to_json(kernel: Any) -> Any:
     """A kernel as JSON: its config, or ``{\"callable\": \"module:qualname\"}`` for a function."""
     if isinstance(kernel, str) or kernel is None:
         return kernel
     kernel = check_kernel(kernel, name="kernel")
     if isinstance(kernel, CallableKernel):
-        f = kernel.func
-        name = f"{getattr(f, '__module__', '')}:{getattr(f, '__qualname__', '')}"
-        if "<" in name or name.startswith(":"):
-            raise ValueError(f"cannot save a model whose kernel is {kernel._label()}: only registered "
-                             f"kernels and importable module-level functions can be saved")
-        return {"callable": name}
+        check_savable(kernel, argument="kernel")
+        return {"callable": _callable_name(kernel)}
     return kernel.to_config()
 
 
 def kernel_from_json(cfg: Any) -> Any:
-    """Inverse of :func:`kernel_to_json`."""
+    """Inverse of :func:`kernel_to_json`. A user function is imported by name: :func:`load`
+    allows that only for a store the caller trusts."""
     if cfg is None or isinstance(cfg, str):
         return cfg
     if "callable" in cfg:
@@ -74,6 +95,23 @@ def kernel_from_json(cfg: Any) -> Any:
             obj = getattr(obj, part)
         return CallableKernel(obj)
     return kernel_from_config(cfg)
+
+
+def _callables(obj: Any) -> list[str]:
+    """The user-function names recorded anywhere in saved JSON."""
+    if isinstance(obj, dict):
+        found = [obj["callable"]] if isinstance(obj.get("callable"), str) else []
+        return found + [c for v in obj.values() for c in _callables(v)]
+    if isinstance(obj, list):
+        return [c for v in obj for c in _callables(v)]
+    return []
+
+
+def _manifest(meta: dict) -> str:
+    """SHA-256 of a saved model's JSON (class, format, params, state and the arrays'
+    checksums): one digest covering the whole model."""
+    body = {k: meta[k] for k in ("model_format", "class", "params", "state", "checksums")}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def _params_to_json(est) -> dict:
@@ -172,7 +210,13 @@ def save(est, store, *, overwrite: bool = False) -> str:
     arrays, state = est._get_state()
     params = _params_to_json(est)
     json.dumps([params, state])  # fail before writing anything if not serialisable
-    fs = store if isinstance(store, FitStore) else open_fit_store(store)
+    if isinstance(store, FitStore):
+        return _save(est, store, arrays, params, state, overwrite=overwrite)
+    with open_fit_store(store, lock=True) as fs:
+        return _save(est, fs, arrays, params, state, overwrite=overwrite)
+
+
+def _save(est, fs: FitStore, arrays: dict, params: dict, state: dict, *, overwrite: bool) -> str:
     meta = fs.meta
     if not meta:
         fs.group.attrs["distsketch"] = {"format_version": FORMAT_VERSION, "version": __version__,
@@ -189,15 +233,26 @@ def save(est, store, *, overwrite: bool = False) -> str:
     checksums: dict[str, str] = {}
     for name, value in arrays.items():
         _put(group, name, value, checksums)
-    group.attrs[_ATTR] = {"model_format": MODEL_FORMAT, "class": type(est).__name__,
-                          "version": __version__, "params": params, "state": state,
-                          "checksums": checksums}
+    mmeta = {"model_format": MODEL_FORMAT, "class": type(est).__name__,
+             "version": __version__, "params": params, "state": state, "checksums": checksums}
+    mmeta["manifest"] = _manifest(mmeta)
+    group.attrs[_ATTR] = mmeta
     fs.mark("solved")
     return fs.location
 
 
-def load(store):
+def load(store, *, trusted: bool = False):
     """Load a fitted estimator saved in a store (a path or a zarr group).
+
+    Loading runs no code named by the store: a model whose kernel is a user function (saved as
+    ``module:qualname``) is refused unless ``trusted=True``, since loading it imports that
+    module. Built-in kernels need no opt-in.
+
+    Parameters
+    ----------
+    store : path or zarr.Group
+    trusted : bool
+        Allow importing the user-function kernel a store names (only for stores you trust).
 
     Raises
     ------
@@ -205,18 +260,28 @@ def load(store):
         If the path does not exist.
     ValueError
         If the store is not a distsketch store, was written by another format version, holds
-        an incomplete fit (a pass or save that did not finish), or fails its checksums.
+        an incomplete fit (a pass or save that did not finish), fails its checksums or its
+        manifest (edited JSON), or names a user function and ``trusted`` is False.
     """
     if isinstance(store, (str, os.PathLike)):
         if not os.path.isdir(os.fspath(store)):
             raise FileNotFoundError(f"store {os.fspath(store)!r} does not exist")
-        group = zarr.open_group(os.fspath(store), mode="r")
         location = os.fspath(store)
+        try:
+            group = zarr.open_group(location, mode="r")
+        except Exception as exc:
+            raise ValueError(f"store {location!r} is not a distsketch store or its metadata is "
+                             f"damaged ({type(exc).__name__}: {exc})") from None
     elif isinstance(store, zarr.Group):
         group, location = store, str(store.store_path)
     else:
         raise ValueError(f"store: expected a path or a zarr.Group, got {store!r}")
-    meta = dict(group.attrs.get("distsketch", {}))
+    try:
+        meta = dict(group.attrs.get("distsketch", {}))
+        mmeta = dict(group["model"].attrs.get(_ATTR, {})) if "model" in group else None
+    except Exception as exc:
+        raise ValueError(f"store {location!r}: its metadata is damaged ({type(exc).__name__}: "
+                         f"{exc}); refit the model") from None
     if not meta:
         raise ValueError(f"store {location!r} is not a distsketch store")
     if meta.get("format_version") != FORMAT_VERSION:
@@ -226,13 +291,25 @@ def load(store):
     if meta.get("status") != "solved":
         raise ValueError(f"store {location!r} holds an incomplete fit (status {meta.get('status')!r}); "
                          f"fit again on this store to complete it")
-    if "model" not in group:
+    if mmeta is None:
         raise ValueError(f"store {location!r}: saved model is missing (tampered store)")
     mg = group["model"]
-    mmeta = dict(mg.attrs.get(_ATTR, {}))
     if mmeta.get("model_format") != MODEL_FORMAT:
         raise ValueError(f"store {location!r}: saved model format {mmeta.get('model_format')!r} is not "
                          f"{MODEL_FORMAT}; refit the model")
+    try:
+        intact = mmeta.get("manifest") == _manifest(mmeta)
+    except (KeyError, TypeError):
+        intact = False
+    if not intact:
+        raise ValueError(f"store {location!r}: the saved model's metadata does not match its "
+                         f"manifest digest (edited or damaged); refit the model")
+    names = _callables([mmeta["params"], mmeta["state"]])
+    if names and not trusted:
+        raise ValueError(f"store {location!r}: the model's kernel is the Python function "
+                         f"{names[0]!r}, which loading would import and run; if you trust this "
+                         f"store, load it with distsketch.load(path, trusted=True) "
+                         f"(command line: --trusted)")
     checksums = mmeta["checksums"]
     cls = get_model(mmeta.get("class"), what=f"store {location!r}: saved model")
     names = {k.split(".")[0] for k in checksums}

@@ -47,6 +47,9 @@ class RowSource:
         self.input_ndim = getattr(data, "ndim", None)
         if isinstance(data, da.Array):
             kind = "dask"
+            if any(np.isnan(c) for dim in data.chunks for c in dim):
+                raise ValueError(f"{argument}: a dask array with unknown chunk sizes (shape "
+                                 f"{data.shape}); call {argument}.compute_chunk_sizes() first")
         elif _is_zarr_array(data):
             kind = "zarr"
         elif sp.issparse(data):
@@ -59,6 +62,9 @@ class RowSource:
                 if data.dtype == object:
                     data = data.astype(np.float64)
             except (TypeError, ValueError) as exc:  # ragged lists, strings, dicts: keep the type
+                if "NAType" in str(exc):  # pandas' missing values: a value problem
+                    raise ValueError(f"{argument}: holds missing values (pd.NA); impute or drop "
+                                     f"those rows first") from None
                 raise type(exc)(f"{argument}: cannot be read as a numeric array ({exc})") from None
         if np.issubdtype(data.dtype, np.complexfloating):
             raise ValueError(f"{argument}: Complex data not supported; got dtype {data.dtype}")

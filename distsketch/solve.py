@@ -62,6 +62,17 @@ def _sym(A: np.ndarray) -> np.ndarray:
     return 0.5 * (A + A.T)
 
 
+def _check_finite_sum(A: np.ndarray, *, what: str, argument: str) -> None:
+    """A pass sum with NaN or infinity means the kernel overflowed on the data (a squared
+    norm beyond float64's 1.8e308, say): say so, naming the argument, instead of failing later
+    in a factorisation."""
+    if not np.isfinite(A).all():
+        raise ValueError(
+            f"{argument}: {what} holds NaN or infinity: the kernel overflowed on the data (its "
+            f"values or squared distances exceed float64's range); scale the inputs (e.g. "
+            f"standardize them)")
+
+
 # The Cholesky whitening is used only when LAPACK's estimate of the reciprocal condition
 # number exceeds rtol by this factor. The estimate of ‖B⁻¹‖₁ is a lower bound, rarely off
 # by more than 10× (Higham, "Accuracy and Stability of Numerical Algorithms", §15.3), and
@@ -91,6 +102,7 @@ def whitening(B: np.ndarray, *, rtol: float, argument: str = "kernel") -> np.nda
     -------
     ndarray of shape (m, r)
     """
+    _check_finite_sum(B, what="the sketched Gram matrix R K Rᵀ", argument=argument)
     B = _sym(B)
     T = _cholesky_whitening(B, rtol=rtol)
     if T is not None:
@@ -210,14 +222,17 @@ class InputSolution:
         return inv
 
 
-def solve_input(G: np.ndarray, B: np.ndarray, *, n: int, rtol: float) -> InputSolution:
+def solve_input(G: np.ndarray, B: np.ndarray, *, n: int, rtol: float,
+                argument: str = "input_kernel") -> InputSolution:
     """Sketched input side: whiten ``B`` and form ``H = T_Xᵀ G T_X``."""
-    T = whitening(B, rtol=rtol, argument="input_kernel")
+    _check_finite_sum(G, what="the sum CᵀC", argument=argument)
+    T = whitening(B, rtol=rtol, argument=argument)
     return InputSolution(T=T, H=_sym(T.T @ _sym(G) @ T), n=int(n))
 
 
-def solve_input_exact(K: np.ndarray, *, n: int) -> InputSolution:
+def solve_input_exact(K: np.ndarray, *, n: int, argument: str = "input_kernel") -> InputSolution:
     """Exact input side (``R_X = I``): ``H = K_X``, input features ``k_X(X, x)``."""
+    _check_finite_sum(K, what="the Gram matrix K_X", argument=argument)
     return InputSolution(T=None, H=np.asarray(K, dtype=np.float64), n=int(n))
 
 
@@ -316,7 +331,8 @@ def feature_sums(*, x_exact: bool) -> tuple[str, ...]:
     return ("C",) if x_exact else ("B",)
 
 
-def solve_input_side(sums: dict, *, exact: bool, n: int, rtol: float, n_lams: int) -> InputSolution:
+def solve_input_side(sums: dict, *, exact: bool, n: int, rtol: float, n_lams: int,
+                     argument: str = "input_kernel") -> InputSolution:
     """The λ-independent input solution from the pass's sums.
 
     Sketched: one eigendecomposition of ``H`` for every λ. Exact: ``H + nλI`` factored per λ
@@ -324,9 +340,9 @@ def solve_input_side(sums: dict, *, exact: bool, n: int, rtol: float, n_lams: in
     both).
     """
     if exact:  # H = K_X = C itself
-        sol = solve_input_exact(sums["C"], n=n)
+        sol = solve_input_exact(sums["C"], n=n, argument=argument)
     else:
-        sol = solve_input(sums["G"], sums["B"], n=n, rtol=rtol)
+        sol = solve_input(sums["G"], sums["B"], n=n, rtol=rtol, argument=argument)
     return sol.with_eigen() if not sol.exact or n_lams > EIGEN_PATH_LENGTH else sol
 
 
@@ -389,7 +405,8 @@ def solve_krr(sums: dict, x_sketch, *, n: int, rtol: float, n_lams: int
               ) -> tuple[InputSolution, np.ndarray]:
     """Sketched KRR's input solution and right-hand side: ``b = R_X K_X Y`` (sketched) or
     ``Y`` itself (exact), for :func:`krr_coef`."""
-    sol = solve_input_side(sums, exact=x_sketch.is_identity, n=n, rtol=rtol, n_lams=n_lams)
+    sol = solve_input_side(sums, exact=x_sketch.is_identity, n=n, rtol=rtol, n_lams=n_lams,
+                           argument="kernel")
     return sol, (sums["Y"] if "Y" in sums else sums["b"])
 
 
@@ -400,5 +417,5 @@ def solve_features(sums: dict, x_sketch, *, rtol: float) -> tuple[np.ndarray, np
     the features on the training rows is ``K R_Xᵀ B^† R_X K``, the sketched kernel.
     """
     B = sums["C"] if x_sketch.is_identity else sums["B"]
-    T = whitening(B, rtol=rtol, argument="kernel")
+    T = whitening(B, rtol=rtol, argument="kernel")  # refuses non-finite sums, naming the kernel
     return T, x_sketch.transpose_dot(T)

@@ -25,7 +25,9 @@ import errno
 import logging
 import mmap
 import os
+import socket
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,18 +44,21 @@ try:  # zarr's public synchronous store protocol (zarr 3.1); older stores go thr
 except ImportError:  # pragma: no cover - depends on the installed zarr
     SupportsSetSync = GpuMemoryStore = None
 
+from ._hashing import checksum
 from ._version import __version__
 
 if TYPE_CHECKING:
     from zarr.abc.buffer import Buffer
     from zarr.abc.store import Store
 
-__all__ = ["FORMAT_VERSION", "FitStore", "open_fit_store", "write_rows"]
+__all__ = ["FORMAT_VERSION", "FitStore", "StoreError", "StoreLock", "RECORD", "open_fit_store",
+           "write_rows"]
 
 logger = logging.getLogger(__name__)
 
 #: Version of the on-disk layout; a store with another version is refused.
-FORMAT_VERSION = 1
+#: 2: per-block records (fit token, data fingerprints, checksums), checksummed sums, a lock.
+FORMAT_VERSION = 2
 _ATTR = "distsketch"
 
 
@@ -210,21 +215,96 @@ def _run_on_zarr_loop(coro: Any) -> Any:
     return sync(coro)
 
 
+class StoreError(ValueError):
+    """A store that cannot be used as asked: damaged, held by another fit, or not ours.
+    The message names the store and what to do."""
+
+
+#: Columns of ``pass/blocks``, one uint64 row per row block (0 everywhere: not done).
+RECORD = ("token", "x", "y", "c", "d")
+_TOKEN, _XFP, _YFP, _CSUM, _DSUM = range(len(RECORD))
+
+
+def new_token() -> int:
+    """A fit token: a random nonzero 63-bit integer naming one fit attempt's writes."""
+    return int.from_bytes(os.urandom(8), "little") >> 1 or 1
+
+
+class StoreLock:
+    """An advisory lock on a local store: ``fcntl.flock`` on the store's directory, held by
+    one fit from opening to its saved model (the holder is named in the store's metadata).
+    The directory itself is locked, so the store holds no file zarr does not know."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self._fd: int | None = None
+
+    def acquire(self, *, location: str, holder) -> None:
+        """Take the lock or raise :class:`StoreError`; ``holder()`` names the current holder."""
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX: no lock
+            logger.warning("store %s: no file locking on this platform", location)
+            return
+        os.makedirs(self.directory, exist_ok=True)
+        fd = os.open(self.directory, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise StoreError(
+                    f"store {location!r} is being written by another fit ({holder()}); wait "
+                    f"for it to finish, or fit into another store path") from None
+            raise
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+
 class FitStore:
     """Handle on the zarr group of one fit.
 
-    Use :func:`open_fit_store` to create one.
+    Use :func:`open_fit_store` to create one; as a context manager it releases the store's
+    lock (:meth:`close`) on exit.
+
+    Attributes
+    ----------
+    token : int
+        This handle's fit token, written with every block it writes (``pass/blocks``), so
+        that blocks written by another fit (or by orphaned workers of a dead one) are never
+        counted as this fit's.
     """
 
-    def __init__(self, group: zarr.Group, *, location: str, temporary: bool):
+    def __init__(self, group: zarr.Group, *, location: str, temporary: bool,
+                 lock: StoreLock | None = None):
         self.group = group
         self.location = location
         self.temporary = temporary
+        self.lock = lock
+        self.token = new_token()
+
+    def __enter__(self) -> "FitStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     # -- metadata -----------------------------------------------------------------
     @property
     def meta(self) -> dict:
-        return dict(self.group.attrs.get(_ATTR, {}))
+        try:
+            meta = self.group.attrs.get(_ATTR, {})
+        except Exception as exc:  # unreadable zarr.json
+            raise StoreError(f"store {self.location!r}: its metadata cannot be read ({exc}); "
+                             f"fit into a new path") from None
+        if not isinstance(meta, dict):
+            raise StoreError(f"store {self.location!r}: its metadata is damaged (distsketch "
+                             f"attributes are not a mapping); fit into a new path")
+        return dict(meta)
 
     def _set_meta(self, **updates: Any) -> None:
         meta = self.meta
@@ -235,42 +315,50 @@ class FitStore:
     def status(self) -> str | None:
         return self.meta.get("status")
 
+    @property
+    def pass_complete(self) -> bool:
+        """Whether the sums of the recorded pass are stored (status ``pass-complete``,
+        ``saving-model`` or ``solved``)."""
+        meta = self.meta
+        return "sums" in meta and meta.get("status") in ("pass-complete", "saving-model",
+                                                          "solved")
+
     # -- the pass -----------------------------------------------------------------
     def prepare_pass(self, config: dict, *, overwrite: bool) -> bool:
         """Create the pass arrays for ``config``, or keep them if they match (resume).
 
         Returns True when an existing pass with the same configuration was found.
-        Raises ``ValueError`` if the store holds a different fit and ``overwrite`` is
-        False, before anything is written.
+        Raises ``ValueError`` if the store holds a different fit (or a saved model without a
+        pass) and ``overwrite`` is False, before anything is written.
         """
         meta = self.meta
-        existing = meta.get("pass")
-        if existing is not None:
+        if meta:
             version = meta.get("format_version")
             if version != FORMAT_VERSION:
-                raise ValueError(
+                raise StoreError(
                     f"store {self.location!r} was written with store format {version}, this "
-                    f"is distsketch {__version__} (format {FORMAT_VERSION}); refit into a new store"
-                )
+                    f"is distsketch {__version__} (format {FORMAT_VERSION}); refit into a new store")
+            existing = meta.get("pass")
             if existing == config:
                 logger.info("store %s: resuming the pass recorded there", self.location)
                 return True
             if not overwrite:
-                changed = _differences(existing, config)
-                raise ValueError(
-                    f"store: {self.location!r} already holds a fit with a different "
-                    f"configuration (differs in {changed}); to resume it fit with the same "
-                    f"data, random_state and options, otherwise use a new path or "
-                    f"EngineOptions(overwrite=True)"
-                )
+                what = (f"a fit with a different configuration (differs in "
+                        f"{_differences(existing, config)})" if existing is not None
+                        else "a saved model")
+                raise StoreError(
+                    f"store: {self.location!r} already holds {what}; to resume a fit, fit "
+                    f"with the same data, random_state and options, otherwise use a new path "
+                    f"or EngineOptions(overwrite=True)")
             logger.info("store %s: overwriting a different fit", self.location)
-        for name in list(self.group.keys()):
-            del self.group[name]
+            for name in list(self.group.keys()):
+                del self.group[name]
         self.group.attrs[_ATTR] = {
             "format_version": FORMAT_VERSION,
             "version": __version__,
             "status": "pass",
             "pass": config,
+            "holder": _holder(self.token),
         }
         if self.temporary:  # nothing to resume from: the blocks are not written
             return False
@@ -282,63 +370,93 @@ class FitStore:
             if m:
                 grp.create_array(name, shape=(n, m), chunks=(b, m), dtype=dtype,
                                  fill_value=0.0, compressors=None)
-        grp.create_array("done", shape=(n_blocks,), chunks=(1,), dtype=bool, fill_value=False)
+        grp.create_array("blocks", shape=(n_blocks, len(RECORD)), chunks=(1, len(RECORD)),
+                         dtype="uint64", fill_value=0, compressors=None)
         return False
 
     def pass_arrays(self) -> tuple[zarr.Array | None, zarr.Array | None, zarr.Array | None]:
-        """``C``, ``D`` (or None) and the per-block ``done`` flags; all None for a temporary
-        fit, whose pass keeps only its sums."""
+        """``C``, ``D`` (or None) and the per-block records ``pass/blocks``; all None for a
+        temporary fit, whose pass keeps only its sums."""
         if self.temporary:
             return None, None, None
         grp = self.group["pass"]
-        return grp["C"], (grp["D"] if "D" in grp else None), grp["done"]
+        return grp["C"], (grp["D"] if "D" in grp else None), grp["blocks"]
+
+    def records(self) -> np.ndarray:
+        """The per-block records (n_blocks × len(RECORD), uint64; a row of zeros: not done)."""
+        return np.asarray(self.group["pass/blocks"][:], dtype=np.uint64)
 
     def done_blocks(self) -> np.ndarray:
-        return np.asarray(self.group["pass/done"][:], dtype=bool)
+        """Which row blocks are stored (their record is written)."""
+        return self.records()[:, _TOKEN] != 0
 
     def write_sums(self, sums: dict[str, Any]) -> None:
-        """Store the reduced sums and mark the pass complete.
+        """Store the reduced sums with their checksums and mark the pass complete.
 
         A value is an array (float sums are stored as float64) or a pair ``(rows, index)`` of
         a row set (unique output rows and their first training row), stored as
         ``<name>_rows`` and ``<name>_index``.
         """
         if self.temporary:  # never read back
-            self._set_meta(status="pass-complete")
+            self._set_meta(status="pass-complete", sums={})
             return
         grp = self.group.require_group("sums")
+        digests = {}
         for key, value in sums.items():
             if isinstance(value, tuple):
                 rows, index = value
-                grp.create_array(f"{key}_rows", data=np.asarray(rows), overwrite=True)
-                grp.create_array(f"{key}_index", data=np.asarray(index, dtype=np.int64),
-                                 overwrite=True)
+                arrays = {f"{key}_rows": np.asarray(rows),
+                          f"{key}_index": np.asarray(index, dtype=np.int64)}
             else:
-                grp.create_array(key, data=np.asarray(value, dtype=np.float64), overwrite=True)
-        self._set_meta(status="pass-complete")
+                arrays = {key: np.asarray(value, dtype=np.float64)}
+            for name, arr in arrays.items():
+                grp.create_array(name, data=arr, overwrite=True)
+                digests[name] = _array_digest(arr)
+        self._set_meta(status="pass-complete", sums=digests)
 
     def read_sums(self) -> dict[str, Any]:
-        """The sums of a complete pass, by name (row sets as ``(rows, index)`` pairs)."""
-        if self.status not in ("pass-complete", "solved"):
-            raise ValueError(f"store {self.location!r}: the pass is not complete")
-        grp = self.group["sums"]
-        names = set(grp.array_keys())
+        """The sums of a complete pass, by name (row sets as ``(rows, index)`` pairs), each
+        checked against its recorded checksum."""
+        if not self.pass_complete:
+            raise StoreError(f"store {self.location!r}: the pass is not complete")
+        digests = self.meta["sums"]
+        arrays = {}
+        for name, digest in digests.items():
+            try:
+                arr = np.asarray(self.group["sums"][name][...])
+            except Exception as exc:
+                raise StoreError(f"store {self.location!r}: sums/{name} cannot be read ({exc})"
+                                 f"; fit again with EngineOptions(overwrite=True)") from None
+            if _array_digest(arr) != digest:
+                raise StoreError(f"store {self.location!r}: sums/{name} does not match its "
+                                 f"checksum (damaged); fit again with "
+                                 f"EngineOptions(overwrite=True)")
+            arrays[name] = arr
         out: dict[str, Any] = {}
-        for key in sorted(names):
-            if key.endswith("_rows") and f"{key[:-5]}_index" in names:
-                out[key[:-5]] = (np.asarray(grp[key][...]),
-                                 np.asarray(grp[f"{key[:-5]}_index"][...]))
-            elif not (key.endswith("_index") and f"{key[:-6]}_rows" in names):
-                out[key] = np.asarray(grp[key][...])
+        for key in sorted(arrays):
+            if key.endswith("_rows") and f"{key[:-5]}_index" in arrays:
+                out[key[:-5]] = (arrays[key], arrays[f"{key[:-5]}_index"])
+            elif not (key.endswith("_index") and f"{key[:-6]}_rows" in arrays):
+                out[key] = arrays[key]
         return out
 
     def mark(self, status: str) -> None:
         self._set_meta(status=status)
 
-    def discard(self) -> None:
-        """Forget a temporary store (it lives in memory; nothing is on disk)."""
+    def close(self) -> None:
+        """Release the store's lock (and forget a temporary store, which lives in memory)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
         if self.temporary:
             self.group = None
+
+    discard = close
+
+
+def _array_digest(arr: np.ndarray) -> str:
+    """CRC-32 of an array with its dtype and shape, as stored in the metadata."""
+    return f"{np.dtype(arr.dtype).str}{tuple(arr.shape)}:{checksum(arr):x}"
 
 
 def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
@@ -351,8 +469,34 @@ def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [prefix.rstrip(".")]
 
 
-def open_fit_store(store: Any) -> FitStore:
-    """Open (or create) the group of a fit.
+def _is_distsketch(group: zarr.Group) -> bool:
+    try:
+        return _ATTR in group.attrs
+    except Exception:
+        return False
+
+
+def _refuse_foreign(group: zarr.Group | None, location: str, directory: str | None) -> None:
+    """Never write into what distsketch did not write: a non-empty directory that is not a
+    zarr group, or a zarr group with content that is not a distsketch store."""
+    if directory is not None and os.path.isdir(directory):
+        entries = os.listdir(directory)
+        if entries and not os.path.exists(os.path.join(directory, "zarr.json")):
+            raise StoreError(
+                f"store: {location!r} is a non-empty directory that is not a distsketch store "
+                f"(it holds {sorted(entries)[:3]}); distsketch never deletes what it did not "
+                f"write: use a new or empty path")
+    if group is not None and not _is_distsketch(group):
+        members = sorted(group.keys())
+        if members or dict(group.attrs):
+            raise StoreError(
+                f"store: {location!r} is a zarr group that is not a distsketch store (it holds "
+                f"{members[:3] or 'attributes'}); distsketch never deletes what it did not "
+                f"write, overwrite=True or not: use a new or empty path")
+
+
+def open_fit_store(store: Any, *, lock: bool = False) -> FitStore:
+    """Open (or create) the group of a fit, refusing what is not a distsketch store.
 
     Parameters
     ----------
@@ -360,15 +504,49 @@ def open_fit_store(store: Any) -> FitStore:
         ``None``: a temporary fit, its metadata and sums in a zarr ``MemoryStore`` and
         no pass blocks written anywhere (nothing could resume from them);
         a path (kept) is opened with zarr's local store.
+    lock : bool
+        Take the store's fit lock (local stores), released by ``close``: a second writer is
+        refused with an error naming the holder. Writers (a fit, ``save``) take it; readers
+        need not.
     """
     if store is None:
         group = zarr.open_group(zarr.storage.MemoryStore(), mode="a")
         return FitStore(group, location="<memory>", temporary=True)
     if isinstance(store, zarr.Group):
-        return FitStore(store, location=str(store.store_path), temporary=False)
-    if isinstance(store, (str, os.PathLike)):
+        directory = (str(store.store.root / store.path) if isinstance(store.store, LocalStore)
+                     else None)
+        location = str(store.store_path)
+        group = store
+    elif isinstance(store, (str, os.PathLike)):
         path = os.fspath(store)
+        if not path.strip():
+            raise StoreError("store: an empty path; give a directory path for the fit's store, "
+                             "or store=None to keep nothing")
         if os.path.exists(path) and not os.path.isdir(path):
-            raise ValueError(f"store: {path!r} exists and is not a directory")
-        return FitStore(zarr.open_group(path, mode="a"), location=path, temporary=False)
-    raise ValueError(f"store: expected None, a directory path or a zarr.Group, got {store!r}")
+            raise StoreError(f"store: {path!r} exists and is not a directory")
+        # absolute: the arrays are pickled into tasks, which may run on workers started in
+        # another working directory
+        directory, location, group = os.path.abspath(path), path, None
+    else:
+        raise ValueError(f"store: expected None, a directory path or a zarr.Group, got {store!r}")
+    _refuse_foreign(group, location, directory)
+    if group is None:
+        try:
+            group = zarr.open_group(directory, mode="a")
+        except Exception as exc:
+            raise StoreError(f"store {location!r}: cannot be opened as a zarr group ({exc}); "
+                             f"its metadata is damaged or it is not a store: use a new path"
+                             ) from None
+        _refuse_foreign(group, location, None)
+    fs = FitStore(group, location=location, temporary=False)
+    if lock and directory is not None:
+        fs.lock = StoreLock(directory)
+        fs.lock.acquire(location=location, holder=lambda: fs.meta.get("holder", "unknown"))
+        if fs.meta:
+            fs._set_meta(holder=_holder(fs.token))
+    return fs
+
+
+def _holder(token: int) -> str:
+    return (f"pid {os.getpid()} on host {socket.gethostname()} since "
+            f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}, fit token {token:x}")

@@ -102,19 +102,22 @@ def _merge_entries(best: tuple[np.ndarray, np.ndarray], rows: np.ndarray, index:
 
 
 def score_topk(G: np.ndarray, F: np.ndarray, kyy: np.ndarray, k: int, index: np.ndarray, *,
-               pad: bool = True):
+               pad: bool = True, rows: int | None = None):
     """Top-k of ``kyy − 2 G Fᵀ`` over tiles of ``SCORE_ROWS`` candidates (bounded score block).
 
     After the first tile only scores strictly below each query's running k-th best are
     merged (later tiles hold higher indices, so an equal score loses its tie): the cost per
     tile is the GEMM plus one comparison pass. ``pad``: give every GEMM the same shape (needed
-    when the candidates of one set are split over several calls).
+    when the candidates of one set are split over several calls). ``rows``: the tile (default
+    :data:`SCORE_ROWS`, read when a decoding graph is built and shipped with it, so every
+    worker tiles alike).
     """
     G2 = -2.0 * G
     best = None
-    for s in range(0, F.shape[0], SCORE_ROWS):
-        w = min(SCORE_ROWS, F.shape[0] - s)
-        tile = pad_rows(F[s : s + w], SCORE_ROWS) if pad else F[s : s + w]
+    tile_rows = SCORE_ROWS if rows is None else rows
+    for s in range(0, F.shape[0], tile_rows):
+        w = min(tile_rows, F.shape[0] - s)
+        tile = pad_rows(F[s : s + w], tile_rows) if pad else F[s : s + w]
         S = (G2 @ tile.T)[:, :w]
         S += kyy[s : s + w]
         if best is None:

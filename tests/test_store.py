@@ -68,12 +68,35 @@ def test_direct_write_converts_and_aligns(tmp_path, dtype):
     assert not list(tmp_path.rglob("*.partial"))
 
 
-def test_direct_write_bypasses_the_page_cache_where_supported(tmp_path, monkeypatch):
+def _direct_io_supported(directory) -> bool:
+    """Whether this file system takes an O_DIRECT write of one aligned page."""
+    if not hasattr(os, "O_DIRECT"):
+        return False
+    path = os.path.join(directory, "o_direct.probe")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600)
+    except OSError:
+        return False
+    try:
+        os.write(fd, mmap.mmap(-1, 4096))
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+@pytest.fixture
+def direct_io(tmp_path):
+    if not _direct_io_supported(tmp_path):
+        pytest.skip(f"the file system of {tmp_path} does not support O_DIRECT writes")
+
+
+def test_direct_write_bypasses_the_page_cache_where_supported(tmp_path, monkeypatch, direct_io):
     """Local stores open the chunk file with O_DIRECT; a file system that refuses it
     (EINVAL, as tmpfs did before Linux 6.6) is written through the page cache instead,
     and remembered so later blocks do not retry."""
-    if not hasattr(os, "O_DIRECT"):
-        pytest.skip("no O_DIRECT on this platform")
     flags = []
     real_open = os.open
 
@@ -100,7 +123,7 @@ def test_direct_write_bypasses_the_page_cache_where_supported(tmp_path, monkeypa
     assert not list(tmp_path.rglob("*.partial"))
 
 
-def test_failed_direct_write_leaves_no_chunk(tmp_path, monkeypatch):
+def test_failed_direct_write_leaves_no_chunk(tmp_path, monkeypatch, direct_io):
     """A write that fails (here: disk full) raises and leaves neither the chunk nor its
     temporary file, so the block is not mistaken for written."""
     z = zarr.create_array(tmp_path / "a.zarr", shape=(8, 3), chunks=(4, 3), dtype="float64",
