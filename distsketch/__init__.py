@@ -25,6 +25,7 @@ from .estimator import NotFittedError
 from .models import SISOKR, SketchedKRR
 from .options import EngineOptions
 from .persist import load
+from .store import StoreDirectory
 from .transformers import SketchedFeatures
 from .sketches import (
     Accumulation,
@@ -41,6 +42,7 @@ __all__ = [
     "SketchedKRR",
     "SketchedFeatures",
     "CandidateStore",
+    "StoreDirectory",
     "NotFittedError",
     "EngineOptions",
     "load",

@@ -36,19 +36,20 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import dask
 import numpy as np
 
-from ._hashing import fingerprint
-from ._hashing import checksum, data_fingerprint
+from ._hashing import checksum, data_fingerprint, fingerprint
 from .backends import dense, get_backend
-from .engine import (Reducer, compute, distributed_client, map_blocks, map_reduce, row_blocks,
-                     share)
+from .engine import (Reducer, WorkersLost, compute, distributed_client, map_blocks, map_reduce,
+                     row_blocks, share, workers_back)
 from .features import FeatureMap
 from .kernels import kernel_description
 from .options import EngineOptions
 from .rows import RowSource, check_finite_block
 from .sketches import RealizedSketch, Sketch
-from .store import _CSUM, _DSUM, _TOKEN, _XFP, _YFP, RECORD, FitStore, StoreError, write_rows
+from .store import (_CSUM, _DSUM, _TOKEN, _XFP, _YFP, RECORD, DataChanged, FitStore,
+                    StoreDirectory, StoreError, open_fit_store, write_rows)
 
 __all__ = ["SUM_TERMS", "SumTerm", "PassPlan", "PassResult", "fit_pass", "run_pass"]
 
@@ -473,20 +474,28 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
         ``E`` dense (m × m), ``U`` as (unique rows, first-occurrence indices).
     """
     client = distributed_client()
-    records = (np.zeros((plan.n_blocks, len(RECORD)), dtype=np.uint64) if plan.records is None
-               else np.asarray(plan.records[:], dtype=np.uint64))
-    done = records[:, _TOKEN] != 0
-    x_blocks = row_blocks(x, plan.block_rows, client=client)
-    y_blocks = (row_blocks(y, plan.block_rows, client=client) if y is not None
-                else [None] * plan.n_blocks)
-    items = [(i, tuple(int(v) for v in records[i]) if done[i] else None, x_blocks[i], y_blocks[i])
-             for i in range(plan.n_blocks)]
-    logger.info("pass: %d blocks (%d already in the store), %d rows per block",
-                plan.n_blocks, int(done.sum()), plan.block_rows)
-    plan_ref = share(plan, name="pass-plan", client=client)
+    attempt, lost = 0, None
     start = time.perf_counter()
-    result = map_reduce(_pass_block, items, reducer=PASS_SUMS, shared=plan_ref,
-                        split_every=split_every, fuse=True, name="pass", progress=progress)
+    while True:
+        try:
+            items = _pass_items(plan, x, y, client)
+            plan_ref = share(plan, name="pass-plan", client=client)
+        except Exception as exc:
+            if lost is not None:  # the cluster still has no worker to send the blocks to
+                raise lost from exc
+            raise
+        try:
+            result = map_reduce(_pass_block, items, reducer=PASS_SUMS, shared=plan_ref,
+                                split_every=split_every, fuse=True, name="pass",
+                                progress=progress)
+            break
+        except WorkersLost as exc:
+            lost, attempt = exc, attempt + 1
+            retries = int(dask.config.get("distsketch.pass-retries", 3))
+            if client is None or attempt > retries or not workers_back(client):
+                raise
+            logger.warning("%s; resending the in-memory blocks and resuming from the blocks "
+                           "stored so far (attempt %d of %d)", exc, attempt, retries)
     seconds = time.perf_counter() - start
     logger.info("pass: %d rows in %.3f s (%.0f rows/s)", plan.n, seconds, plan.n / seconds,
                 extra={"pass_seconds": seconds, "pass_rows": plan.n})
@@ -499,6 +508,21 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
         elif isinstance(value, RowSparse):
             result[key] = value.toarray()
     return result
+
+
+def _pass_items(plan: PassPlan, x: RowSource, y: RowSource | None, client) -> list:
+    """One item per block: ``(i, record or None, x rows, y rows)`` (records read now: a
+    retried pass resumes from the blocks stored by the attempt before)."""
+    records = (np.zeros((plan.n_blocks, len(RECORD)), dtype=np.uint64) if plan.records is None
+               else np.asarray(plan.records[:], dtype=np.uint64))
+    done = records[:, _TOKEN] != 0
+    x_blocks = row_blocks(x, plan.block_rows, client=client)
+    y_blocks = (row_blocks(y, plan.block_rows, client=client) if y is not None
+                else [None] * plan.n_blocks)
+    logger.info("pass: %d blocks (%d already in the store), %d rows per block",
+                plan.n_blocks, int(done.sum()), plan.block_rows)
+    return [(i, tuple(int(v) for v in records[i]) if done[i] else None, x_blocks[i], y_blocks[i])
+            for i in range(plan.n_blocks)]
 
 
 def _check_records(plan: PassPlan, used: dict) -> None:
@@ -543,7 +567,7 @@ def _stored_block_identity(plan: PassPlan, i: int, record: tuple, xfp: int, yfp:
     if (xfp, yfp) != (record[_XFP], record[_YFP]):
         s, e = plan.rows(i)
         which = "X" if xfp != record[_XFP] else "Y"
-        raise StoreError(
+        raise DataChanged(
             f"store {plan.location!r}: the training data differ from those the stored pass was "
             f"computed from ({which}, rows {s}–{e - 1}, block {i}); fit on the same data, or "
             f"use EngineOptions(overwrite=True) or a new store path")
@@ -567,6 +591,7 @@ class PassResult:
     y_landmarks: Any
     sums: dict
     store: str | None
+    fs: FitStore | None = None  # open (and locked) until the caller closes it
 
 
 def _choose_block_rows(options: EngineOptions, n: int, width: int, native: int | None,
@@ -591,7 +616,7 @@ def fit_pass(
     y_kernel=None,
     y_sketch: Sketch | None = None,
     rng: np.random.Generator,
-    store: FitStore,
+    store: Any,
     options: EngineOptions,
     model: str,
     reuse_seeds: bool = False,
@@ -600,22 +625,39 @@ def fit_pass(
 
     ``y_kernel=None``: ``Y`` holds vector targets (sums ``b``, ``Y``) or is None (input side
     only); otherwise ``Y`` goes through the output kernel (sums ``M, E, D``). ``sums`` names
-    the :data:`SUM_TERMS` the model needs. ``store`` is the fit's open :class:`FitStore`.
-    ``reuse_seeds`` (a fit without a ``random_state``): take the sketch seeds a pass recorded
-    in the store, so that fitting again resumes it.
+    the :data:`SUM_TERMS` the model needs. ``store`` is the estimator's ``store`` argument
+    (None, a path, a zarr group or a :class:`~distsketch.store.StoreDirectory`): it is opened
+    and locked here and returned open in ``PassResult.fs``; the caller saves its model there
+    and closes it. ``reuse_seeds`` (a fit without a ``random_state``): take the sketch seeds a
+    pass recorded in the store, so that fitting again resumes it.
     """
     unknown = set(sums) - set(SUM_TERMS)
     if unknown:
         raise ValueError(f"fit_pass: unknown sums {sorted(unknown)}; known: {sorted(SUM_TERMS)}")
+    directory = store if isinstance(store, StoreDirectory) else None
+    fs = None if directory is not None else open_fit_store(store, lock=True)
+    try:
+        return _fit_pass(X, Y, x_kernel=x_kernel, x_sketch=x_sketch, sums=sums,
+                         y_kernel=y_kernel, y_sketch=y_sketch, rng=rng, fs=fs,
+                         directory=directory, options=options, model=model,
+                         reuse_seeds=reuse_seeds)
+    except BaseException:
+        if fs is not None:
+            fs.close()
+        raise
+
+
+def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, directory,
+              options, model, reuse_seeds) -> PassResult:
     n = X.n
     seeds = [int(s) for s in rng.integers(0, 2**63 - 1, size=2)]
-    recorded = store.meta.get("pass") if reuse_seeds else None
+    recorded = fs.meta.get("pass") if reuse_seeds and fs is not None else None
     if recorded:
         found = [(recorded.get(side) or {}).get("sketch", {}).get("seed")
                  for side in ("input", "output")]
         seeds = [f if isinstance(f, int) else s for f, s in zip(found, seeds)]
         logger.info("store %s: random_state=None, resuming with the sketch seeds it recorded",
-                    store.location)
+                    fs.location)
     xs = x_sketch.realize(n, seed=seeds[0], data=X)
     ys = y_sketch.realize(n, seed=seeds[1], data=Y) if y_kernel is not None else None
     x_land = X.take(xs.support)
@@ -651,28 +693,42 @@ def fit_pass(
         "output": output,
         "unique_outputs": "U" in sums,
     })
-    fs = store
+    if directory is not None:
+        fs = directory.open(config)
     fs.prepare_pass(config, overwrite=options.overwrite)
-    C, D, records = fs.pass_arrays()
-    plan = PassPlan(
-        n=n, block_rows=b,
-        x=FeatureMap(x_kernel, x_land, xs, options.gram_chunk),
-        y=FeatureMap(y_kernel, y_land, ys, options.gram_chunk) if ys is not None else None,
-        sums=tuple(sums), C=C, D=D, records=records, dtype=np.dtype(dtype),
-        check_x=X.lazy, check_y=Y is not None and Y.lazy, direct_io=options.direct_io,
-        backend=options.backend, token=0 if fs.temporary else fs.token, location=fs.location,
-    )
-    result = None
-    if fs.pass_complete:
-        verify_data(plan, X, Y, progress=options.progress)
-        try:
-            result = fs.read_sums()
-            logger.info("store %s: pass already complete, reusing its sums", fs.location)
-        except StoreError as exc:  # damaged sums: recompute them from the verified blocks
-            logger.warning("%s; recomputing the sums from the stored blocks", exc)
-            fs.mark("pass")
-    if result is None:
+
+    def plan_of():
+        C, D, records = fs.pass_arrays()
+        return PassPlan(
+            n=n, block_rows=b,
+            x=FeatureMap(x_kernel, x_land, xs, options.gram_chunk),
+            y=FeatureMap(y_kernel, y_land, ys, options.gram_chunk) if ys is not None else None,
+            sums=tuple(sums), C=C, D=D, records=records, dtype=np.dtype(dtype),
+            check_x=X.lazy, check_y=Y is not None and Y.lazy, direct_io=options.direct_io,
+            backend=options.backend, token=0 if fs.temporary else fs.token,
+            location=fs.location)
+
+    def complete(plan):
+        if fs.pass_complete:
+            verify_data(plan, X, Y, progress=options.progress)
+            try:
+                result = fs.read_sums()
+                logger.info("store %s: pass already complete, reusing its sums", fs.location)
+                return result
+            except StoreError as exc:  # damaged sums: recompute them from the verified blocks
+                logger.warning("%s; recomputing the sums from the stored blocks", exc)
+                fs.mark("pass")
         result = run_pass(plan, X, Y, split_every=options.split_every, progress=options.progress)
         fs.write_sums(result)
+        return result
+
+    try:
+        result = complete(plan_of())
+    except DataChanged as exc:
+        if not options.overwrite:
+            raise
+        logger.warning("%s; overwrite=True: computing the pass afresh", exc)
+        fs.reset(config)
+        result = complete(plan_of())
     return PassResult(n=n, x_sketch=xs, x_landmarks=x_land, y_sketch=ys, y_landmarks=y_land,
-                      sums=result, store=None if fs.temporary else fs.location)
+                      sums=result, store=None if fs.temporary else fs.location, fs=fs)

@@ -46,6 +46,7 @@ from .rows import as_row_source
 __all__ = [
     "Reducer", "Stored", "Workspace", "map_blocks", "tree_reduce", "map_reduce", "compute",
     "row_blocks", "transform_rows", "share", "map_local", "parallel_slots", "distributed_client",
+    "WorkersLost", "workers_back",
 ]
 
 logger = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ def compute(objs: list, *, progress: bool = False, what: str = "") -> list:
             return client.gather(futures)
         except Exception as exc:
             if _lost_workers(exc):
-                raise RuntimeError(
+                raise WorkersLost(
                     f"{what or 'distsketch'}: the dask cluster lost the workers holding this "
                     f"computation's data ({type(exc).__name__}: {str(exc)[:200]}); run it again "
                     f"once workers are back: a fit with a kept store resumes from the blocks "
@@ -123,6 +124,22 @@ def compute(objs: list, *, progress: bool = False, what: str = "") -> list:
         with ProgressBar():
             return list(dask.compute(*objs))
     return list(dask.compute(*objs))
+
+
+class WorkersLost(RuntimeError):
+    """A distributed computation lost workers holding data it needed (scattered inputs)."""
+
+
+def workers_back(client, timeout: float | None = None) -> bool:
+    """Wait (``distsketch.worker-wait`` seconds of dask config by default) until the cluster has
+    a worker again; whether it has."""
+    if timeout is None:
+        timeout = float(dask.config.get("distsketch.worker-wait", 60))
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+        return True
+    except Exception:  # TimeoutError, or a closed scheduler
+        return False
 
 
 def _lost_workers(exc: BaseException) -> bool:
@@ -178,9 +195,9 @@ def row_blocks(source, block_rows: int, *, argument: str = "X", client=None) -> 
     """Task arguments for the row blocks ``[i·b, (i+1)·b)`` of an input.
 
     In-memory rows are sliced (and scattered once each on a distributed ``client``, never put
-    inside the graph, and replicated on two workers when the cluster has them, so that losing
-    one worker loses no input); dask and zarr inputs give one ``Delayed`` per block, read by the
-    task (the cluster reads them again if a worker is lost). A stored array whose chunks are the
+    inside the graph: a worker lost with them loses them, and the caller sends them again, see
+    :class:`WorkersLost`); dask and zarr inputs give one ``Delayed`` per block, read by the task
+    (the cluster reads them again if a worker is lost). A stored array whose chunks are the
     blocks can instead be read with :class:`Stored`.
     """
     src = as_row_source(source, argument=argument)
@@ -191,8 +208,6 @@ def row_blocks(source, block_rows: int, *, argument: str = "X", client=None) -> 
     if not local:
         return blocks
     futures = client.scatter([blocks[j] for j in local], hash=False)
-    if len(client.scheduler_info().get("workers", {})) >= 2:
-        client.replicate(futures, n=2)
     out = list(blocks)
     for j, f in zip(local, futures):
         out[j] = f

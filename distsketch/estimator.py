@@ -27,7 +27,6 @@ from . import persist
 from ._base import ParamsMixin, check_lam
 from ._registry import register_model
 from .accumulate import PassResult, fit_pass
-from .store import open_fit_store
 from .features import FeatureMap
 from .kernels import Kernel, check_kernel
 from .options import EngineOptions, check_options, with_blas_limit
@@ -151,16 +150,16 @@ class SketchedEstimator(ParamsMixin):
         spec = self._validate(X, Y)
         kx, sx = self._input
         out = self._output
+        res = fit_pass(
+            spec.X, spec.Y,
+            x_kernel=spec.kernels[kx], x_sketch=spec.sketches[sx],
+            y_kernel=spec.kernels[out[0]] if out else None,
+            y_sketch=spec.sketches[out[1]] if out else None,
+            sums=self._sums(spec), rng=spec.rng, store=self.store, options=spec.options,
+            model=type(self).__name__, reuse_seeds=self.random_state is None,
+        )
         # the store's lock is held from the pass to the saved model: one writer at a time
-        with open_fit_store(self.store, lock=True) as fs:
-            res = fit_pass(
-                spec.X, spec.Y,
-                x_kernel=spec.kernels[kx], x_sketch=spec.sketches[sx],
-                y_kernel=spec.kernels[out[0]] if out else None,
-                y_sketch=spec.sketches[out[1]] if out else None,
-                sums=self._sums(spec), rng=spec.rng, store=fs, options=spec.options,
-                model=type(self).__name__, reuse_seeds=self.random_state is None,
-            )
+        with res.fs as fs:
             self._solve(spec, res)
             self.n_features_in_ = spec.X.shape[1]
             self.store_ = res.store

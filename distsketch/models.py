@@ -66,11 +66,13 @@ class SISOKR(RidgeEstimator):
         active after ``fit`` and :meth:`set_lam` switches.
     random_state : None, int or numpy.random.Generator
         Seeds the sketches (one generator per fit).
-    store : None, path or zarr.Group
+    store : None, path, zarr.Group or StoreDirectory
         Where the pass is written. ``None``: nothing is written (the sums stay in memory;
         an interrupted fit starts over).
         A path is kept, and a fit interrupted there resumes when fitted again with the
-        same data, ``random_state`` and options.
+        same data, ``random_state`` and options (README, "What the store guarantees").
+        :class:`~distsketch.StoreDirectory` keeps one store per pass configuration, for
+        estimators that are cloned and refitted (``GridSearchCV``).
     options : EngineOptions or None
         Engine knobs (block rows, dtype, thresholds); they do not change the model.
 

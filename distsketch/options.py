@@ -23,7 +23,11 @@ __all__ = ["EngineOptions", "check_options", "blas_limit"]
 # cores. It helps only the driver's solve on an idle machine, and hurts it on a busy one
 # (the measurements are in cluster/README.md, §9 "BLAS threads per worker").
 # ``null`` leaves the BLAS library's own setting alone.
-dask.config.update_defaults({"distsketch": {"blas-threads": 1}})
+dask.config.update_defaults({"distsketch": {"blas-threads": 1, "worker-wait": 60,
+                                            "pass-retries": 3}})
+# ``worker-wait``: seconds a fit waits for a dask cluster that lost its workers to have one
+# again before giving up (``pass-retries`` times at most), resending the in-memory blocks and
+# resuming from the blocks already stored.
 
 
 def blas_limit():

@@ -34,7 +34,7 @@ from ._version import __version__
 from .kernels import CallableKernel, check_kernel, kernel_from_config
 from .options import EngineOptions, blas_limit
 from .sketches import sketch_from_config
-from .store import FORMAT_VERSION, FitStore, open_fit_store
+from .store import FORMAT_VERSION, FitStore, StoreDirectory, open_fit_store
 
 __all__ = ["MODEL_FORMAT", "save", "load", "kernel_to_json", "kernel_from_json"]
 
@@ -61,10 +61,10 @@ def check_savable(kernel: Any, *, argument: str) -> None:
         return
     name = _callable_name(kernel)
     module, _, qual = name.partition(":")
-    if "<" in qual or not module or not qual:
-        why = "a lambda or nested function has no unique importable name"
-    elif module == "__main__":
+    if module == "__main__":
         why = "a function of the __main__ script cannot be imported by another process"
+    elif "<" in qual or not module or not qual:
+        why = "a lambda or nested function has no unique importable name"
     else:
         return
     raise ValueError(f"{argument}: {kernel._label()} cannot be saved with the model ({why}); "
@@ -129,7 +129,10 @@ def _params_to_json(est) -> dict:
         elif kind == "random_state":
             out[name] = value if value is None or isinstance(value, int) else None
         elif kind == "store":
-            out[name] = None if value is None else os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+            if isinstance(value, StoreDirectory):
+                out[name] = {"store_directory": os.fspath(value.path)}
+            else:
+                out[name] = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
         elif kind == "lam":
             out[name] = np.asarray(value, dtype=float).tolist()
         else:
@@ -148,6 +151,8 @@ def _params_from_json(cls, params: dict) -> dict:
             out[name] = None if value["sketch"] is None else sketch_from_config(value["sketch"])
         elif kind == "options":
             out[name] = None if value["options"] is None else EngineOptions(**value["options"])
+        elif kind == "store" and isinstance(value, dict):
+            out[name] = StoreDirectory(value["store_directory"])
         else:
             out[name] = value
     return out

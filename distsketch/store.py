@@ -22,6 +22,8 @@ or loaded as a model.
 from __future__ import annotations
 
 import errno
+import hashlib
+import json
 import logging
 import mmap
 import os
@@ -51,8 +53,8 @@ if TYPE_CHECKING:
     from zarr.abc.buffer import Buffer
     from zarr.abc.store import Store
 
-__all__ = ["FORMAT_VERSION", "FitStore", "StoreError", "StoreLock", "RECORD", "open_fit_store",
-           "write_rows"]
+__all__ = ["FORMAT_VERSION", "FitStore", "StoreDirectory", "StoreError", "DataChanged",
+           "StoreLock", "RECORD", "open_fit_store", "write_rows"]
 
 logger = logging.getLogger(__name__)
 
@@ -220,6 +222,10 @@ class StoreError(ValueError):
     The message names the store and what to do."""
 
 
+class DataChanged(StoreError):
+    """The training data differ from those a stored pass was computed from."""
+
+
 #: Columns of ``pass/blocks``, one uint64 row per row block (0 everywhere: not done).
 RECORD = ("token", "x", "y", "c", "d")
 _TOKEN, _XFP, _YFP, _CSUM, _DSUM = range(len(RECORD))
@@ -351,8 +357,13 @@ class FitStore:
                     f"with the same data, random_state and options, otherwise use a new path "
                     f"or EngineOptions(overwrite=True)")
             logger.info("store %s: overwriting a different fit", self.location)
-            for name in list(self.group.keys()):
-                del self.group[name]
+        self.reset(config)
+        return False
+
+    def reset(self, config: dict) -> None:
+        """Start the pass of ``config`` afresh: the store's arrays replaced by empty ones."""
+        for name in list(self.group.keys()):
+            del self.group[name]
         self.group.attrs[_ATTR] = {
             "format_version": FORMAT_VERSION,
             "version": __version__,
@@ -361,7 +372,7 @@ class FitStore:
             "holder": _holder(self.token),
         }
         if self.temporary:  # nothing to resume from: the blocks are not written
-            return False
+            return
         n, b = config["n"], config["block_rows"]
         n_blocks = -(-n // b)
         grp = self.group.require_group("pass")
@@ -372,7 +383,6 @@ class FitStore:
                                  fill_value=0.0, compressors=None)
         grp.create_array("blocks", shape=(n_blocks, len(RECORD)), chunks=(1, len(RECORD)),
                          dtype="uint64", fill_value=0, compressors=None)
-        return False
 
     def pass_arrays(self) -> tuple[zarr.Array | None, zarr.Array | None, zarr.Array | None]:
         """``C``, ``D`` (or None) and the per-block records ``pass/blocks``; all None for a
@@ -506,8 +516,8 @@ def open_fit_store(store: Any, *, lock: bool = False) -> FitStore:
         a path (kept) is opened with zarr's local store.
     lock : bool
         Take the store's fit lock (local stores), released by ``close``: a second writer is
-        refused with an error naming the holder. Writers (a fit, ``save``) take it; readers
-        need not.
+        refused with an error naming the holder. Writers (a fit, ``save``) take it; without
+        it the store is opened read-only (it must exist), for inspection.
     """
     if store is None:
         group = zarr.open_group(zarr.storage.MemoryStore(), mode="a")
@@ -531,8 +541,11 @@ def open_fit_store(store: Any, *, lock: bool = False) -> FitStore:
         raise ValueError(f"store: expected None, a directory path or a zarr.Group, got {store!r}")
     _refuse_foreign(group, location, directory)
     if group is None:
+        if not lock and not os.path.isdir(directory):
+            raise FileNotFoundError(f"store {location!r} does not exist")
         try:
-            group = zarr.open_group(directory, mode="a")
+            # a reader (no lock) never creates or changes a store
+            group = zarr.open_group(directory, mode="a" if lock else "r")
         except Exception as exc:
             raise StoreError(f"store {location!r}: cannot be opened as a zarr group ({exc}); "
                              f"its metadata is damaged or it is not a store: use a new path"
@@ -545,6 +558,52 @@ def open_fit_store(store: Any, *, lock: bool = False) -> FitStore:
         if fs.meta:
             fs._set_meta(holder=_holder(fs.token))
     return fs
+
+
+class StoreDirectory:
+    """A directory of fit stores, one per pass configuration: ``store=StoreDirectory(path)``.
+
+    For estimators that are cloned and fitted many times — ``GridSearchCV``,
+    ``cross_val_score``, a λ or kernel search — with stores kept: each fit opens (resumes,
+    reuses) the store ``path/<key>`` of its own pass, ``key`` a hash of the pass configuration
+    (model, kernels, realised sketches with their seeds, landmarks, data shape, block layout),
+    so folds never collide and a refit of the same configuration resumes or reuses its store
+    (its data verified block by block). Give a ``random_state``: without one every fit draws
+    new sketches, hence a new store. Each store holds its own blocks: mind the disk.
+    ``store_`` of a fitted estimator is the store it used.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The directory (created on the first fit).
+    """
+
+    def __init__(self, path):
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"StoreDirectory({os.fspath(self.path)!r})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, StoreDirectory) and os.fspath(other.path) == os.fspath(self.path)
+
+    def __hash__(self) -> int:
+        return hash(os.fspath(self.path))
+
+    def location(self, config: dict) -> str:
+        """The store path of a pass configuration."""
+        key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+        return os.path.join(os.fspath(self.path), f"{config.get('model', 'fit')}-{key}.zarr")
+
+    def open(self, config: dict) -> "FitStore":
+        """Open (and lock) the store of ``config``."""
+        path = os.fspath(self.path)
+        if not path.strip():
+            raise StoreError("store: StoreDirectory of an empty path; give a directory path")
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise StoreError(f"store: StoreDirectory {path!r} exists and is not a directory")
+        os.makedirs(path, exist_ok=True)
+        return open_fit_store(self.location(config), lock=True)
 
 
 def _holder(token: int) -> str:

@@ -1,0 +1,197 @@
+"""Fault injection: a pass whose driver or worker is killed at a random block, then completed,
+gives bitwise the sums (and model) of an undisturbed fit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import dask
+import numpy as np
+import pytest
+import zarr
+
+import distsketch as ds
+from distsketch.store import open_fit_store
+from passhelpers import N, model, problem, slow_gaussian, sums_of
+
+HERE = Path(__file__).resolve().parent
+BLOCKS = N // 10
+
+
+def _slow_model(store):
+    return model(kernel=ds.kernels.CallableKernel(slow_gaussian), store=store, block_dtype="float64")
+
+
+def _done(store) -> int:
+    try:
+        return int(open_fit_store(store).done_blocks().sum())
+    except Exception:  # the store is being created
+        return 0
+
+
+def _assert_same_sums(a_path, b_path):
+    a, b = sums_of(a_path), sums_of(b_path)
+    assert set(a) == set(b)
+    for key in ("G", "B", "M", "E"):
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+@pytest.fixture(scope="module")
+def undisturbed(tmp_path_factory):
+    """The reference: the same fit, never interrupted (data read from zarr, as in the kills)."""
+    tmp = tmp_path_factory.mktemp("undisturbed")
+    X, Y = problem()
+    z = zarr.create_array(str(tmp / "x.zarr"), shape=X.shape, chunks=(10, X.shape[1]), dtype="f8")
+    z[:] = X
+    with dask.config.set(scheduler="synchronous"):
+        fitted = _slow_model(tmp / "whole").fit(zarr.open_array(str(tmp / "x.zarr"), mode="r"), Y)
+    return tmp, fitted
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_driver_killed_at_a_random_block_resumes_bitwise(tmp_path, undisturbed, seed):
+    """SIGKILL the fitting process once a random number of blocks is stored, fit again on the
+    same store in this process: only the missing blocks are computed, and the sums and the
+    model are bitwise those of an undisturbed fit (float64 blocks)."""
+    ref_dir, reference = undisturbed
+    kill_at = int(np.random.default_rng(seed).integers(2, BLOCKS - 2))
+    store = tmp_path / "killed"
+    env = dict(os.environ, PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, str(HERE / "passhelpers.py"), str(store),
+                             str(ref_dir / "x.zarr")], env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while _done(store) < kill_at:
+            assert proc.poll() is None, "the fit finished before it could be killed"
+            assert time.monotonic() < deadline, "no progress"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    fs = open_fit_store(store)
+    assert fs.status == "pass" and not fs.pass_complete  # a killed run never looks complete
+    stored = int(fs.done_blocks().sum())
+    assert kill_at <= stored < BLOCKS
+    X, Y = problem()
+    with dask.config.set(scheduler="synchronous"):
+        resumed = _slow_model(store).fit(zarr.open_array(str(ref_dir / "x.zarr"), mode="r"), Y)
+    _assert_same_sums(store, ref_dir / "whole")
+    np.testing.assert_array_equal(resumed.coef_, reference.coef_)
+    del X
+
+
+def _kill(client, workers) -> None:
+    try:
+        client.run(lambda: os.kill(os.getpid(), signal.SIGKILL), workers=list(workers))
+    except Exception:  # the connection to a killed worker closes mid-call
+        pass
+
+
+def _fit_in_thread(store, X, Y):
+    out = {}
+
+    def run():
+        try:
+            out["model"] = _slow_model(store).fit(X, Y)
+        except Exception as exc:  # reported by the test
+            out["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, out
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.parametrize(("seed", "source", "victims"),
+                         [(0, "numpy", 1), (1, "numpy", 1), (2, "zarr", 1), (3, "numpy", 2)],
+                         ids=["numpy-one", "numpy-one-again", "zarr-one", "numpy-all"])
+def test_worker_killed_mid_pass_completes_with_the_same_model(tmp_path, undisturbed, seed,
+                                                                source, victims):
+    """A 2-worker LocalCluster; one worker (or both) is SIGKILLed once a random number of blocks
+    is stored, and its nanny restarts it. Lazy inputs are read again; in-memory blocks lost with
+    a worker are sent again and the pass resumes from the blocks stored so far: the fit
+    completes with bitwise the undisturbed model."""
+    distributed = pytest.importorskip("distributed")
+    ref_dir, reference = undisturbed
+    X, Y = problem()
+    data = X if source == "numpy" else zarr.open_array(str(ref_dir / "x.zarr"), mode="r")
+    kill_at = int(np.random.default_rng(seed).integers(2, BLOCKS - 3))
+    store = tmp_path / "s"
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        thread, out = _fit_in_thread(store, data, Y)
+        deadline = time.monotonic() + 120
+        while _done(store) < kill_at and thread.is_alive():
+            assert time.monotonic() < deadline, "no progress"
+            time.sleep(0.02)
+        assert thread.is_alive(), "the fit finished before a worker could be killed"
+        _kill(client, list(client.scheduler_info()["workers"])[:victims])
+        thread.join(300)
+    assert "error" not in out, out.get("error")
+    _assert_same_sums(store, ref_dir / "whole")
+    np.testing.assert_array_equal(out["model"].coef_, reference.coef_)
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_workers_that_never_come_back_give_one_clear_message(tmp_path, undisturbed):
+    """Workers without a nanny (nothing restarts them) all killed mid-pass: after
+    ``distsketch.worker-wait`` seconds the fit stops with one message saying that fitting again
+    on the same store resumes, and it does."""
+    distributed = pytest.importorskip("distributed")
+    import shutil
+
+    dask_cli = shutil.which("dask", path=str(Path(sys.executable).parent)) or shutil.which("dask")
+    if dask_cli is None:
+        pytest.skip("the `dask` command (distributed) is not on PATH")
+    ref_dir, reference = undisturbed
+    X, Y = problem()
+    store = tmp_path / "s"
+    sched_file = tmp_path / "scheduler.json"
+    env = dict(os.environ, PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    procs = [subprocess.Popen([dask_cli, "scheduler", "--host", "127.0.0.1", "--port", "0",
+                               "--no-dashboard", "--scheduler-file", str(sched_file)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        for _ in range(2):
+            procs.append(subprocess.Popen([dask_cli, "worker", "--scheduler-file", str(sched_file),
+                                           "--nthreads", "1", "--no-nanny", "--no-dashboard",
+                                           "--host", "127.0.0.1"], env=env,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        deadline = time.monotonic() + 60
+        while not sched_file.exists():
+            assert time.monotonic() < deadline, "scheduler did not start"
+            time.sleep(0.1)
+        with distributed.Client(scheduler_file=str(sched_file), timeout=30) as client, \
+                dask.config.set({"distsketch.worker-wait": 3}):
+            client.wait_for_workers(2, timeout=60)
+            thread, out = _fit_in_thread(store, X, Y)
+            while _done(store) < 3 and thread.is_alive():
+                assert time.monotonic() < deadline + 120, "no progress"
+                time.sleep(0.02)
+            for p in procs[1:]:
+                p.kill()
+            thread.join(300)
+    finally:
+        for p in procs[::-1]:
+            p.kill()
+            p.wait(timeout=30)
+    error = out.get("error")
+    assert isinstance(error, RuntimeError), out
+    assert str(error).startswith("pass: the dask cluster lost the workers holding this "
+                                 "computation's data")
+    assert "a fit with a kept store resumes" in str(error)
+    with dask.config.set(scheduler="synchronous"):
+        resumed = _slow_model(store).fit(X, Y)  # "fit again": it resumes
+    np.testing.assert_array_equal(resumed.coef_, reference.coef_)
