@@ -2,10 +2,14 @@
 
 Layout (one zarr v3 group per fit)::
 
-    <store>/                      attrs["distsketch"] = {format_version, version, status, pass}
+    <store>/                      attrs["distsketch"] = {format_version, version, status, pass,
+                                                         holder, sums: {name: digest}}
         pass/C      (n, m_X)      K_X R_Xᵀ, chunks (block_rows, m_X)
         pass/D      (n, m_Y)      K_Y R_Yᵀ (sketched structured outputs only)
-        pass/done   (n_blocks,)   True once block i's C and D rows are written (chunk 1)
+        pass/blocks (n_blocks, 5) uint64 record per block (:data:`RECORD`): the writing fit's
+                                  token, fingerprints of the block's input and output/target
+                                  rows, CRC-32 of its C and D chunks; written after them, so
+                                  a nonzero record means the block is done (chunk (1, 5))
         sums/<name>               the reduced sums the model asked for (float64: G, B, M, E,
                                   b; C, D, Y assembled for an exact side), see
                                   distsketch.accumulate
@@ -17,6 +21,10 @@ Layout (one zarr v3 group per fit)::
 ``"model-only"``. Anything else — a run killed or failed mid-way — is an incomplete store: it
 resumes when fitted again with the same configuration, and is never read as a finished pass
 or loaded as a model.
+
+What a store guarantees — data identity, checksums, one writer, never deleting what distsketch
+did not write — is described in docs/design.md, "The store", and README, "What the store
+guarantees".
 """
 
 from __future__ import annotations
