@@ -475,7 +475,6 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
     """
     client = distributed_client()
     attempt, lost = 0, None
-    start = time.perf_counter()
     while True:
         try:
             items = _pass_items(plan, x, y, client)
@@ -484,6 +483,7 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
             if lost is not None:  # the cluster still has no worker to send the blocks to
                 raise lost from exc
             raise
+        start = time.perf_counter()  # the pass proper: the inputs are on the workers by now
         try:
             result = map_reduce(_pass_block, items, reducer=PASS_SUMS, shared=plan_ref,
                                 split_every=split_every, fuse=True, name="pass",
