@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import logging
 import os
 import platform
 import re
@@ -89,3 +90,24 @@ def record(name: str, markdown: str, data: dict) -> None:
     pattern = re.compile(rf"<!-- {re.escape(name)} -->.*?<!-- /{re.escape(name)} -->\n", re.S)
     text = pattern.sub(lambda _: section, text) if pattern.search(text) else text + "\n" + section
     RESULTS_MD.write_text(text)
+
+
+class PassTimes(logging.Handler):
+    """Collects the pass wall time that ``distsketch.accumulate`` logs after each pass."""
+
+    def __init__(self):
+        super().__init__(level=logging.INFO)
+        self.seconds: list[float] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if hasattr(record, "pass_seconds"):
+            self.seconds.append(record.pass_seconds)
+
+
+def watch_pass() -> PassTimes:
+    """A :class:`PassTimes` attached to distsketch's pass logger (INFO)."""
+    times = PassTimes()
+    logger = logging.getLogger("distsketch.accumulate")
+    logger.addHandler(times)
+    logger.setLevel(logging.INFO)
+    return times

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -38,24 +37,12 @@ MODES = {"threaded": "threaded scheduler", "memory": "threaded scheduler, `store
 def child(mode: str, n: int, workdir: str) -> None:
     """One timed fit (run with the tree to measure first on PYTHONPATH); prints JSON."""
     import distsketch as ds
+    from bench_pass import GAMMA, LAM, M, data
 
-    d = 20
-    rng = np.random.default_rng(0)
-    X = rng.standard_normal((n, d))
-    y = np.sin(X @ (np.ones(d) / np.sqrt(d))) + 0.1 * rng.standard_normal(n)
-    seconds = {}
-
-    class Pass(logging.Handler):
-        def emit(self, rec):
-            if hasattr(rec, "pass_seconds"):
-                seconds["pass"] = rec.pass_seconds
-
-    log = logging.getLogger("distsketch")
-    log.addHandler(Pass())
-    log.setLevel(logging.INFO)
+    X, y = data(n)
+    times = _common.watch_pass()
     store = tempfile.mkdtemp(dir=workdir)
-    est = ds.SketchedKRR(ds.Gaussian(1 / (2 * d)), sketch=ds.SubSampling(1000), lam=1e-6,
-                         random_state=0,
+    est = ds.SketchedKRR(ds.Gaussian(GAMMA), sketch=ds.SubSampling(M), lam=LAM, random_state=0,
                          store=None if mode == "memory" else os.path.join(store, "fit.zarr"))
 
     def fit():
@@ -73,7 +60,7 @@ def child(mode: str, n: int, workdir: str) -> None:
                           processes=True, dashboard_address=None) as cluster, Client(cluster):
             total = fit()
     shutil.rmtree(store, ignore_errors=True)
-    print(json.dumps({"fit": total, "pass": seconds["pass"], "module": ds.__file__}))
+    print(json.dumps({"fit": total, "pass": times.seconds[-1], "module": ds.__file__}))
 
 
 def main() -> None:

@@ -40,7 +40,6 @@ import threading
 import time
 from pathlib import Path
 
-import dask
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -136,19 +135,7 @@ def pass_flops(n: int) -> float:
     return n * (1.0 * M * M + 2.0 * M * (D + 2) + 2.0 * M)
 
 
-class _PassTimes(logging.Handler):
-    """Collects the pass wall time that ``distsketch.accumulate`` logs after each pass."""
-
-    def __init__(self):
-        super().__init__(level=logging.INFO)
-        self.seconds: list[float] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if hasattr(record, "pass_seconds"):
-            self.seconds.append(record.pass_seconds)
-
-
-PASS_TIMES = _PassTimes()
+PASS_TIMES = _common.PassTimes()
 
 
 def fit_seconds(X, y, store: Path | None, **options) -> tuple[float, float, float]:

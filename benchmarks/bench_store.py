@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import logging
 import os
 import shutil
 import sys
@@ -34,27 +33,17 @@ D, M = 20, 1000
 
 def child(mode: str, n: int, store: str) -> None:
     import distsketch as ds
+    from bench_pass import GAMMA, LAM, data
 
-    rng = np.random.default_rng(0)
-    X = rng.standard_normal((n, D))
-    y = np.sin(X @ (np.ones(D) / np.sqrt(D))) + 0.1 * rng.standard_normal(n)
-    seconds = {}
-
-    class Pass(logging.Handler):
-        def emit(self, rec):
-            if hasattr(rec, "pass_seconds"):
-                seconds["pass"] = rec.pass_seconds
-
-    log = logging.getLogger("distsketch")
-    log.addHandler(Pass())
-    log.setLevel(logging.INFO)
-    est = ds.SketchedKRR(ds.Gaussian(1 / (2 * D)), sketch=ds.SubSampling(M), lam=1e-6,
+    X, y = data(n)
+    times = _common.watch_pass()
+    est = ds.SketchedKRR(ds.Gaussian(GAMMA), sketch=ds.SubSampling(M), lam=LAM,
                          random_state=0, store=None if mode == "memory" else store)
     os.sync()
     t = time.perf_counter()
     est.fit(X, y)
     fit = time.perf_counter() - t
-    print(json.dumps({"fit": fit, "pass": seconds.get("pass")}))
+    print(json.dumps({"fit": fit, "pass": times.seconds[-1] if times.seconds else None}))
 
 
 def rates(repeats: int = 5) -> dict:

@@ -1,17 +1,15 @@
 """The distsketch command line: configs, errors, fit/predict/evaluate/info, a real dask cluster."""
 
 import os
-import shutil
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import distsketch as ds
 from distsketch.cli import main
+from clusterhelpers import dask_processes
 from distsketch.config import ConfigError, load_config
 
 CONFIG = """
@@ -221,33 +219,9 @@ def test_version_and_missing_config():
     assert out.returncode == 2 and out.stderr.strip() == "distsketch: error: config file not found: /nonexistent/x.toml"
 
 
-def _wait_for_workers(scheduler_file, n, timeout=60):
-    from distributed import Client
-
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(scheduler_file):
-        assert time.monotonic() < deadline, "scheduler did not start"
-        time.sleep(0.2)
-    with Client(scheduler_file=str(scheduler_file), timeout=30) as client:
-        client.wait_for_workers(n, timeout=timeout)
-        return client.scheduler.address
-
-
 @pytest.mark.cluster
 def test_fit_against_a_real_scheduler_and_two_workers_equals_threaded(workdir):
-    dask_cli = shutil.which("dask", path=str(Path(sys.executable).parent)) or shutil.which("dask")
-    if dask_cli is None:
-        pytest.skip("the `dask` command (distributed) is not on PATH")
-    sched_file = workdir / "scheduler.json"
-    procs = [subprocess.Popen([dask_cli, "scheduler", "--host", "127.0.0.1", "--port", "0",
-                               "--no-dashboard", "--scheduler-file", str(sched_file)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    try:
-        for _ in range(2):
-            procs.append(subprocess.Popen([dask_cli, "worker", "--scheduler-file", str(sched_file),
-                                           "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"],
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        address = _wait_for_workers(sched_file, 2)
+    with dask_processes(workdir, 2) as (sched_file, address, _):
         assert address.startswith("tcp://127.0.0.1:")
         out = run_cli("-q", "fit", "fit.toml", "--store", "cluster.zarr", "--scheduler", address, cwd=workdir)
         assert out.returncode == 0, out.stderr
@@ -255,11 +229,6 @@ def test_fit_against_a_real_scheduler_and_two_workers_equals_threaded(workdir):
         out_file = run_cli("-q", "fit", "fit.toml", "--store", "file.zarr", "--scheduler-file", sched_file,
                            cwd=workdir)
         assert out_file.returncode == 0, out_file.stderr
-    finally:
-        for p in procs[::-1]:
-            p.terminate()
-        for p in procs:
-            p.wait(timeout=30)
     out = run_cli("-q", "fit", "fit.toml", "--store", "threads.zarr", cwd=workdir)
     assert out.returncode == 0, out.stderr
     ref = ds.load(workdir / "threads.zarr")

@@ -18,6 +18,7 @@ import zarr
 
 import distsketch as ds
 from distsketch.store import open_fit_store
+from clusterhelpers import dask_processes
 from passhelpers import N, model, problem, slow_gaussian, sums_of
 
 HERE = Path(__file__).resolve().parent
@@ -150,43 +151,21 @@ def test_workers_that_never_come_back_give_one_clear_message(tmp_path, undisturb
     ``distsketch.worker-wait`` seconds the fit stops with one message saying that fitting again
     on the same store resumes, and it does."""
     distributed = pytest.importorskip("distributed")
-    import shutil
-
-    dask_cli = shutil.which("dask", path=str(Path(sys.executable).parent)) or shutil.which("dask")
-    if dask_cli is None:
-        pytest.skip("the `dask` command (distributed) is not on PATH")
     ref_dir, reference = undisturbed
     X, Y = problem()
     store = tmp_path / "s"
-    sched_file = tmp_path / "scheduler.json"
     env = dict(os.environ, PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    procs = [subprocess.Popen([dask_cli, "scheduler", "--host", "127.0.0.1", "--port", "0",
-                               "--no-dashboard", "--scheduler-file", str(sched_file)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    try:
-        for _ in range(2):
-            procs.append(subprocess.Popen([dask_cli, "worker", "--scheduler-file", str(sched_file),
-                                           "--nthreads", "1", "--no-nanny", "--no-dashboard",
-                                           "--host", "127.0.0.1"], env=env,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        deadline = time.monotonic() + 60
-        while not sched_file.exists():
-            assert time.monotonic() < deadline, "scheduler did not start"
-            time.sleep(0.1)
-        with distributed.Client(scheduler_file=str(sched_file), timeout=30) as client, \
-                dask.config.set({"distsketch.worker-wait": 3}):
-            client.wait_for_workers(2, timeout=60)
-            thread, out = _fit_in_thread(store, X, Y)
-            while _done(store) < 3 and thread.is_alive():
-                assert time.monotonic() < deadline + 120, "no progress"
-                time.sleep(0.02)
-            for p in procs[1:]:
-                p.kill()
-            thread.join(300)
-    finally:
-        for p in procs[::-1]:
+    with dask_processes(tmp_path, 2, nanny=False, env=env) as (sched_file, _, workers), \
+            distributed.Client(scheduler_file=str(sched_file), timeout=30), \
+            dask.config.set({"distsketch.worker-wait": 3}):
+        thread, out = _fit_in_thread(store, X, Y)
+        deadline = time.monotonic() + 120
+        while _done(store) < 3 and thread.is_alive():
+            assert time.monotonic() < deadline, "no progress"
+            time.sleep(0.02)
+        for p in workers:
             p.kill()
-            p.wait(timeout=30)
+        thread.join(300)
     error = out.get("error")
     assert isinstance(error, RuntimeError), out
     assert str(error).startswith("pass: the dask cluster lost the workers holding this "

@@ -6,7 +6,6 @@ fit. Each test here failed on the code before these guarantees (store format 1).
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import subprocess
