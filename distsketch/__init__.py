@@ -2,13 +2,14 @@
 trained out of core with one streaming pass on Dask.
 
 Estimators: :class:`SISOKR` (IOKR / SIOKR / ISOKR / SISOKR by choice of sketches),
-:class:`SketchedKRR` and the transformer :class:`SketchedFeatures`. Kernels live in
+:class:`SketchedKRR`, the Lipschitz-loss machines :class:`SketchedRegressor` and
+:class:`SketchedQuantileRegressor` (losses in :mod:`distsketch.losses`) and the transformer :class:`SketchedFeatures`. Kernels live in
 :mod:`distsketch.kernels`, sketches in :mod:`distsketch.sketches`, engine knobs in
 :class:`EngineOptions`, the block map-reduce in :mod:`distsketch.engine`. The layout and how
 to extend each part: docs/design.md.
 """
 
-from . import kernels, metrics, sketches
+from . import kernels, losses, metrics, sketches
 from ._version import __version__
 from .kernels import (
     Gaussian,
@@ -23,6 +24,7 @@ from .kernels import (
 from .candidates import CandidateStore
 from .estimator import NotFittedError
 from .models import SISOKR, SketchedKRR
+from .regressors import SketchedQuantileRegressor, SketchedRegressor
 from .options import EngineOptions
 from .persist import load
 from .store import StoreDirectory
@@ -40,6 +42,8 @@ __all__ = [
     "__version__",
     "SISOKR",
     "SketchedKRR",
+    "SketchedRegressor",
+    "SketchedQuantileRegressor",
     "SketchedFeatures",
     "CandidateStore",
     "StoreDirectory",
@@ -47,6 +51,7 @@ __all__ = [
     "EngineOptions",
     "load",
     "metrics",
+    "losses",
     "kernels",
     "sketches",
     "Gaussian",

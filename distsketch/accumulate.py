@@ -8,6 +8,7 @@ For each row block ``I`` (docs/design.md, "The streaming pass") a task computes:
 and the partial sums the model asked for, each a *sum term* of :data:`SUM_TERMS`::
 
     G += C_Iᵀ C_I     B += R_X[:, I] C_I     b += C_Iᵀ Y_I
+    s += C_Iᵀ 1       y1 += Y_Iᵀ 1           (intercepts)
     M += D_Iᵀ C_I     E += R_Y[:, I] D_I
     C, D, Y           the row blocks themselves, placed (an exact side: n × m)
     U                 unique output rows and their first training row
@@ -244,6 +245,15 @@ def _term_b(v: BlockView):
     return v.host(v.C.T @ v.backend.asarray(v.targets()))
 
 
+def _term_s(v: BlockView):
+    return v.host(v.C.sum(axis=0))
+
+
+def _term_y1(v: BlockView):
+    Yb = v.targets()
+    return Yb.reshape(len(Yb), -1).sum(axis=0)
+
+
 def _term_C(v: BlockView):
     return RowStack([(v.start, v.host(v.C))])
 
@@ -293,6 +303,8 @@ SUM_TERMS = {
     "M": SumTerm(_term_M, reads_d=True),
     "E": SumTerm(_term_E, reads_d=True),
     "b": SumTerm(_term_b, reads_y=True),
+    "s": SumTerm(_term_s),
+    "y1": SumTerm(_term_y1, reads_y=True),
     "C": SumTerm(_term_C, keeps_blocks=True),
     "D": SumTerm(_term_D, reads_d=True, keeps_blocks=True),
     "Y": SumTerm(_term_Y, reads_y=True),
@@ -713,8 +725,15 @@ def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, di
             verify_data(plan, X, Y, progress=options.progress)
             try:
                 result = fs.read_sums()
-                logger.info("store %s: pass already complete, reusing its sums", fs.location)
-                return result
+                missing = [s for s in sums if s not in result]
+                if not missing:
+                    logger.info("store %s: pass already complete, reusing its sums",
+                                fs.location)
+                    return result
+                # written by a model that needed fewer sums: add them from the stored blocks
+                logger.info("store %s: computing the sums %s from the stored blocks",
+                            fs.location, missing)
+                fs.mark("pass")
             except StoreError as exc:  # damaged sums: recompute them from the verified blocks
                 logger.warning("%s; recomputing the sums from the stored blocks", exc)
                 fs.mark("pass")

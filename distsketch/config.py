@@ -196,10 +196,15 @@ def load_config(path, *, require_train: bool = True) -> FitConfig:
     types = sorted(name for name, cls in MODELS.items() if cls._configurable)
     default = [name for name, cls in MODELS.items() if cls._configurable == "default"]
     mtype = model.get("type", default[0] if default else None)
+    aliases = {alias: name for name, cls in MODELS.items() if cls._configurable
+               for alias in cls._aliases}
+    mtype = aliases.get(mtype, mtype)
     if mtype not in types:
-        raise _err("model.type", f"unknown model type {mtype!r}; use one of {types}")
+        raise _err("model.type", f"unknown model type {mtype!r}; use one of "
+                                 f"{types + sorted(aliases)}")
     kinds = MODELS[mtype]._param_kinds
-    keys = {name for name, kind in kinds.items() if kind in ("kernel", "sketch", "lam", "random_state")}
+    keys = {name for name, kind in kinds.items()
+            if kind in ("kernel", "sketch", "lam", "random_state", "loss", "matrix", "json")}
     _unknown(model, {"type", *keys}, "model")
     params: dict[str, Any] = {}
     for k, kind in kinds.items():
@@ -212,6 +217,22 @@ def load_config(path, *, require_train: bool = True) -> FitConfig:
             params[k] = _sketch(model[k], f"model.{k}") if k in model else None
         elif kind == "lam":
             params[k] = _lam(model.get(k, 1e-6), f"model.{k}")
+        elif kind == "loss" and k in model:
+            from .losses import check_loss
+
+            value = model[k]
+            try:  # a name, or a table {type = "huber", kappa = 1.0}
+                check_loss(dict(value) if isinstance(value, dict) else value, 1)
+            except (ValueError, TypeError) as exc:
+                if "one per output" not in str(exc):
+                    raise _err(f"model.{k}", str(exc).removeprefix("loss: ")) from None
+            params[k] = dict(value) if isinstance(value, dict) else value
+            if isinstance(value, dict):
+                from .losses import loss_from_config
+
+                params[k] = loss_from_config(dict(value))
+        elif kind in ("matrix", "json") and k in model:
+            params[k] = model[k]  # validated by the estimator when it fits
         elif kind == "random_state":
             rs = model.get(k)
             if rs is not None and (isinstance(rs, bool) or not isinstance(rs, int) or rs < 0):

@@ -125,6 +125,12 @@ class SketchedEstimator(ParamsMixin):
     _configurable : bool or "default"
         Whether ``distsketch fit`` may build it from a TOML config (``"default"``: also the
         model of a config that names no ``[model] type``).
+    _aliases : tuple of str
+        Short names a config's ``[model] type`` may use for it (``"regressor"``).
+    _pass_model : str or None
+        The model name recorded in the pass configuration (default: the class name). Models
+        whose passes are the same (sketched KRR and the Lipschitz-loss machines) share it, so
+        a store written by one is reused by the other.
     """
 
     _param_kinds: ClassVar[dict[str, str]] = {}
@@ -134,6 +140,8 @@ class SketchedEstimator(ParamsMixin):
     _standardized: ClassVar[str | None] = None
     _configurable: ClassVar[bool | str] = False
     _estimator_type: ClassVar[str | None] = None
+    _pass_model: ClassVar[str | None] = None
+    _aliases: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -156,7 +164,8 @@ class SketchedEstimator(ParamsMixin):
             y_kernel=spec.kernels[out[0]] if out else None,
             y_sketch=spec.sketches[out[1]] if out else None,
             sums=self._sums(spec), rng=spec.rng, store=self.store, options=spec.options,
-            model=type(self).__name__, reuse_seeds=self.random_state is None,
+            model=self._pass_model or type(self).__name__,
+            reuse_seeds=self.random_state is None,
         )
         # the store's lock is held from the pass to the saved model: one writer at a time
         with res.fs as fs:

@@ -20,7 +20,7 @@ import numpy as np
 from .backends import dense
 
 __all__ = ["f1_samples", "hamming_loss", "topk_accuracy", "mean_reciprocal_rank", "kernel_loss",
-           "surrogate_mse", "Metric", "METRICS"]
+           "surrogate_mse", "pinball_loss", "crossing_loss", "arrmse", "Metric", "METRICS"]
 
 
 def _binary(Y, argument: str) -> np.ndarray:
@@ -127,6 +127,40 @@ def surrogate_mse(model, X, Y) -> float:
     return float(np.mean(model.output_kernel_.diag(Y) - 2.0 * inner + norm))
 
 
+def pinball_loss(y, Q, quantiles) -> float:
+    """Mean over samples of ``Σ_j ρ_{τ_j}(y − q_j)``, ``ρ_τ(u) = max(τu, (τ − 1)u)``.
+
+    Parameters
+    ----------
+    y : array of shape (n,) or (n, 1)
+    Q : array of shape (n, d)
+        Predicted quantiles, one column per level.
+    quantiles : array of shape (d,)
+    """
+    y = np.asarray(y, dtype=np.float64).reshape(-1, 1)
+    Q = np.asarray(Q, dtype=np.float64).reshape(len(y), -1)
+    tau = np.asarray(quantiles, dtype=np.float64).reshape(1, -1)
+    u = y - Q
+    return float(np.mean(np.maximum(tau * u, (tau - 1.0) * u).sum(axis=1)))
+
+
+def crossing_loss(Q) -> float:
+    """Mean over samples of ``Σ_j max(0, q_j − q_{j+1})`` for quantiles predicted at
+    increasing levels (columns of ``Q``, (n, d)): 0 when no two quantile curves cross."""
+    Q = np.asarray(Q, dtype=np.float64)
+    return float(np.mean(np.maximum(0.0, Q[:, :-1] - Q[:, 1:]).sum(axis=1)))
+
+
+def arrmse(Y, pred, Y_train_mean=None) -> float:
+    """Average relative RMSE over outputs (multi-target regression, Spyromitros-Xioufis et al.):
+    ``mean_j sqrt(Σ_i (y_ij − ŷ_ij)² / Σ_i (y_ij − ȳ_j)²)``, ``ȳ`` the training mean (default:
+    the mean of ``Y``)."""
+    Y = np.asarray(Y, dtype=np.float64)
+    P = np.asarray(pred, dtype=np.float64).reshape(Y.shape)
+    mean = Y.mean(axis=0) if Y_train_mean is None else np.asarray(Y_train_mean, dtype=np.float64)
+    return float(np.mean(np.sqrt(((Y - P) ** 2).sum(axis=0) / ((Y - mean) ** 2).sum(axis=0))))
+
+
 # --------------------------------------------------------------------------- registry
 
 
@@ -158,5 +192,9 @@ METRICS: dict[str, Metric] = {
     "surrogate_mse": Metric(lambda model, X, Y, pred: surrogate_mse(model, X, Y),
                             needs_prediction=False),
     "rmse": Metric(_rmse),
+    "mae": Metric(lambda model, X, Y, pred: float(np.mean(np.abs(
+        np.asarray(pred).reshape(Y.shape) - Y)))),
     "r2": Metric(_r2),
+    "pinball": Metric(lambda model, X, Y, pred: pinball_loss(Y, pred, model.quantiles_)),
+    "crossing": Metric(lambda model, X, Y, pred: crossing_loss(pred)),
 }

@@ -502,10 +502,7 @@ class SketchedKRR(RidgeEstimator):
 
         A dask array input gives a lazy dask array.
         """
-        self._check_fitted()
-        fmap = FeatureMap(self.kernel_, self.landmarks_, self.dual_coef_,
-                          self._options().gram_chunk)
-        out = fmap.transform(X, block_memory=self._options().block_memory, model="SketchedKRR")
+        out = kernel_expansion(self, X)
         return out[:, 0] if self._y_1d else out
 
     def score(self, X, y) -> float:
@@ -515,6 +512,14 @@ class SketchedKRR(RidgeEstimator):
         ss_res = ((y - pred) ** 2).sum(axis=0)
         ss_tot = ((y - y.mean(axis=0)) ** 2).sum(axis=0)
         return float(np.mean(1.0 - ss_res / ss_tot))
+
+
+def kernel_expansion(est, X):
+    """``k(x, est.landmarks_) @ est.dual_coef_`` of a fitted estimator (dask in, dask out)."""
+    est._check_fitted()
+    options = est._options()
+    fmap = FeatureMap(est.kernel_, est.landmarks_, est.dual_coef_, options.gram_chunk)
+    return fmap.transform(X, block_memory=options.block_memory, model=type(est).__name__)
 
 
 def _check_width(Y, width: int, argument: str):

@@ -135,6 +135,14 @@ def _params_to_json(est) -> dict:
                 out[name] = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
         elif kind == "lam":
             out[name] = np.asarray(value, dtype=float).tolist()
+        elif kind == "loss":
+            out[name] = value if isinstance(value, str) else {"loss": value.to_config()}
+        elif kind == "matrix":
+            out[name] = None if value is None else np.asarray(value, dtype=float).tolist()
+        elif isinstance(value, (np.ndarray, tuple)):
+            out[name] = np.asarray(value).tolist()
+        elif isinstance(value, (np.bool_, np.integer, np.floating)):
+            out[name] = value.item()
         else:
             out[name] = value
     return out
@@ -153,6 +161,10 @@ def _params_from_json(cls, params: dict) -> dict:
             out[name] = None if value["options"] is None else EngineOptions(**value["options"])
         elif kind == "store" and isinstance(value, dict):
             out[name] = StoreDirectory(value["store_directory"])
+        elif kind == "loss" and isinstance(value, dict):
+            from .losses import loss_from_config
+
+            out[name] = loss_from_config(value["loss"])
         else:
             out[name] = value
     return out

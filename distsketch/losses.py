@@ -1,0 +1,436 @@
+"""Losses of the Lipschitz-loss machines (:class:`~distsketch.SketchedRegressor`): one class each.
+
+A loss ``h`` acts on the residual ``r = f(x) − y`` of one row (d outputs) and carries, in one
+object, everything the solver (:mod:`distsketch.newton`) asks of it:
+
+- :meth:`~Loss.value` — ``h(r)`` per row, or its Moreau envelope ``h_μ`` for ``μ > 0``;
+- :meth:`~Loss.gradient` — ``∇h_μ(r)`` per row (a subgradient of ``h`` for ``μ = 0``);
+- :meth:`~Loss.curvature` — the (generalised) Hessian ``∇²h_μ(r) = base·I + Δ_r`` as the rows
+  where ``Δ_r ≠ 0`` and their ``Δ`` (a scalar, a diagonal or a full d × d matrix per row), so
+  that a pass forms the weighted Gram ``Σ_i Δ_i ⊗ c̃_i c̃_iᵀ`` over those rows only;
+- the convex conjugate ``h*`` (:meth:`~Loss.dual_scale`, :meth:`~Loss.conjugate_sum`), for the
+  duality gap that certifies a solution, and its smoothing ``h*_μ = h* + (μ/2)‖·‖²``.
+
+Two families:
+
+- *radial* losses of ``t = ‖r‖₂`` (the scalar loss for d = 1): :class:`Squared`
+  (``½t²``), :class:`Huber` (``½t²`` if ``t ≤ κ`` else ``κt − κ²/2``) and
+  :class:`EpsilonInsensitive` (``max(t − ε, 0)``). Their Hessian is
+  ``g(t)·I + (p''(t) − g(t))·r̂r̂ᵀ`` with ``g = p'(t)/t``; conjugates
+  ``h*(β) = (q/2)‖β‖² + e‖β‖`` on the ball ``‖β‖ ≤ ρ`` (Squared: q = 1, ρ = ∞; Huber: q = 1,
+  ρ = κ; ε-insensitive: e = ε, ρ = 1).
+- *separable* losses summed over outputs: :class:`Pinball` ``Σ_j ρ_{τ_j}(y_j − f_j)``
+  (quantile regression), conjugate ``0`` on the box ``β_j ∈ [−τ_j, 1 − τ_j]``.
+
+Smoothing (ε-insensitive and pinball, which are not differentiable): the Moreau envelope
+``h_μ(r) = min_z h(z) + ‖r − z‖²/(2μ)`` has a ``1/μ``-Lipschitz gradient and
+``0 ≤ h − h_μ ≤ μL²/2`` (L: Lipschitz constant of ``h``); its conjugate is ``h* + (μ/2)‖β‖²``.
+Losses are picklable value objects with scikit-learn's ``get_params`` (compared by value),
+validated by :meth:`~Loss.check` when a fit starts, so a bad one fails before anything is
+written. A new loss is one class here (and its name in :data:`LOSSES`).
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._base import ParamsMixin
+
+__all__ = ["Loss", "Squared", "Huber", "EpsilonInsensitive", "Pinball", "Curvature", "LOSSES",
+           "check_loss", "loss_from_config"]
+
+
+@dataclass
+class Curvature:
+    """``∇²h_μ(r_i) = base·I + Δ_i`` for a block's rows; ``Δ_i`` nonzero only on ``rows``.
+
+    Attributes
+    ----------
+    base : float
+    kind : {"scalar", "diag", "full"}
+        ``Δ_i = values[k]·I`` (values (k,)), ``diag(values[k])`` (values (k, d)) or
+        ``values[k]`` (values (k, d, d)).
+    rows : ndarray of int64, shape (k,)
+        Rows (in the block) where ``Δ_i ≠ 0``.
+    values : ndarray
+    """
+
+    base: float
+    kind: str
+    rows: np.ndarray
+    values: np.ndarray
+
+
+def _positive(value: Any, *, name: str, loss: str, allow_zero: bool = False) -> float:
+    ok = (isinstance(value, numbers.Real) and not isinstance(value, bool)
+          and np.isfinite(value) and (value >= 0 if allow_zero else value > 0))
+    if not ok:
+        what = "a non-negative" if allow_zero else "a positive"
+        raise ValueError(f"loss: {loss}({name}={value!r}): {name} must be {what} finite number")
+    return float(value)
+
+
+class Loss(ParamsMixin):
+    """Base class of the losses (see the module's notes for the contract)."""
+
+    name = "loss"
+    #: Whether the loss is non-differentiable and the solver smooths it (Moreau envelope).
+    smoothed = False
+
+    def __eq__(self, other) -> bool:
+        return type(self) is type(other) and self.to_config() == other.to_config()
+
+    def __hash__(self) -> int:
+        return hash(repr(self.to_config()))
+
+    def to_config(self) -> dict:
+        """JSON description: ``{"type": name, **parameters}`` (:func:`loss_from_config`)."""
+        params = {k: (list(v) if isinstance(v, (tuple, list, np.ndarray)) else v)
+                  for k, v in self.get_params(deep=False).items()}
+        return {"type": self.name, **params}
+
+    def check(self, d: int) -> None:
+        """Validate the parameters for ``d`` outputs; ``ValueError`` naming them."""
+
+    # -- what the solver asks ----------------------------------------------------------
+    def value(self, R: np.ndarray, mu: float = 0.0) -> np.ndarray:
+        """``h_μ(r_i)`` per row (``h`` itself for ``μ = 0``): shape (b,)."""
+        raise NotImplementedError
+
+    def gradient(self, R: np.ndarray, mu: float = 0.0) -> np.ndarray:
+        """``∇h_μ(r_i)`` per row: shape (b, d). Lies in the domain of ``h*`` (bounded)."""
+        raise NotImplementedError
+
+    def curvature(self, R: np.ndarray, mu: float = 0.0, *, exact: bool = True) -> Curvature:
+        """``∇²h_μ(r_i) − base·I`` where nonzero. ``exact=False`` may return a scalar
+        majorant ``w_i I ⪰ ∇²h_μ(r_i)`` instead of a full matrix (cheaper Grams)."""
+        raise NotImplementedError
+
+    def curvature_kind(self, d: int, *, exact: bool = True) -> str:
+        """The ``kind`` :meth:`curvature` returns for ``d`` outputs."""
+        raise NotImplementedError
+
+    def entry_bounds(self, d: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per-output bounds of a gradient entry (losses with :meth:`band`)."""
+        return np.full(d, -np.inf), np.full(d, np.inf)
+
+    def band(self, R: np.ndarray, mu: float):
+        """Entries ``(i, j)`` in the smoothing band of ``h_μ`` with the value ``r_ij`` takes
+        on the kink (the *active set* of the non-smooth problem), for the KKT polish of
+        :mod:`distsketch.newton`: ``(rows, cols, kink)``. None when the loss has no such
+        linear description (smooth losses, radial losses with d > 1)."""
+        return None
+
+    def lipschitz_sq(self, d: int) -> float:
+        """``L²`` with ``h − h_μ ≤ μL²/2`` (per row)."""
+        return 0.0
+
+    def dual_scale(self, c: np.ndarray) -> np.ndarray | float:
+        """``t`` with ``t(α_i − c)`` in the domain of ``h*`` for every ``α_i`` of
+        :meth:`gradient` (``c``: the mean gradient subtracted for the intercept)."""
+        raise NotImplementedError
+
+    def conjugate_sum(self, stats: dict, t, c: np.ndarray, n: int, mu: float) -> float:
+        """An upper bound of ``Σ_i h*_μ(β_i)`` for ``β_i = t(α_i − c)`` from block sums:
+        ``stats["aa"]`` = per-column ``Σ α_ij²``, ``stats["an"]`` = ``Σ ‖α_i‖`` (exact when
+        ``c = 0``)."""
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------- radial losses
+
+
+class _Radial(Loss):
+    """A loss ``p(‖r‖)``; subclasses give the profile ``p`` and its derivatives."""
+
+    #: conjugate ``(q/2)‖β‖² + e‖β‖`` on ``‖β‖ ≤ radius``
+    def _conj(self) -> tuple[float, float, float]:
+        raise NotImplementedError
+
+    def _profile(self, t: np.ndarray, mu: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(p(t), g(t) = p'(t)/t, p''(t))`` elementwise (the limit of ``g`` at 0)."""
+        raise NotImplementedError
+
+    _base = 0.0  # ∇²h = base·I where the profile is quadratic-free (Huber, squared: 1)
+
+    @staticmethod
+    def _norms(R: np.ndarray) -> np.ndarray:
+        return np.sqrt(np.einsum("ij,ij->i", R, R)) if R.shape[1] > 1 else np.abs(R[:, 0])
+
+    def value(self, R, mu=0.0):
+        return self._profile(self._norms(R), mu)[0]
+
+    def gradient(self, R, mu=0.0):
+        return R * self._profile(self._norms(R), mu)[1][:, None]
+
+    def curvature_kind(self, d, *, exact=True):
+        return "scalar" if d == 1 or not exact else "full"
+
+    def curvature(self, R, mu=0.0, *, exact=True):
+        t = self._norms(R)
+        _, g, p2 = self._profile(t, mu)
+        d = R.shape[1]
+        base = self._base
+        if d == 1 and (exact or not self.smoothed):
+            w = p2 - base
+            rows = np.flatnonzero(w)
+            return Curvature(base, "scalar", rows, w[rows])
+        if not exact:  # a scalar majorant: the largest eigenvalue of g I + (p2 − g) r̂r̂ᵀ
+            w = np.maximum(g, p2) - base
+            rows = np.flatnonzero(w)
+            return Curvature(base, "scalar", rows, w[rows])
+        rows = np.flatnonzero((g != base) | (p2 != base))
+        t_r = t[rows]
+        safe = np.where(t_r > 0, t_r, 1.0)
+        u = R[rows] / safe[:, None]
+        vals = (g[rows] - base)[:, None, None] * np.eye(d) \
+            + (p2[rows] - g[rows])[:, None, None] * (u[:, :, None] * u[:, None, :])
+        return Curvature(base, "full", rows, vals)
+
+    def dual_scale(self, c):
+        _, _, radius = self._conj()
+        nc = float(np.linalg.norm(c))
+        if not np.isfinite(radius) or nc == 0.0:
+            return 1.0
+        return radius / (radius + nc)
+
+    def conjugate_sum(self, stats, t, c, n, mu):
+        q, e, _ = self._conj()
+        q = q + mu
+        total = 0.0
+        if q:
+            total += 0.5 * q * float(t) ** 2 * float(np.sum(stats["aa"]) - n * np.dot(c, c))
+        if e:
+            total += e * float(t) * (float(stats["an"]) + n * float(np.linalg.norm(c)))
+        return total
+
+
+class Squared(_Radial):
+    """``h(r) = ½‖r‖²`` (kernel ridge regression: equals :class:`~distsketch.SketchedKRR`)."""
+
+    name = "squared"
+    _base = 1.0
+
+    def _conj(self):
+        return 1.0, 0.0, np.inf
+
+    def _profile(self, t, mu):
+        return 0.5 * t * t, np.ones_like(t), np.ones_like(t)
+
+
+class Huber(_Radial):
+    """κ-Huber: ``½‖r‖²`` if ``‖r‖ ≤ κ``, else ``κ‖r‖ − κ²/2`` (robust regression).
+
+    Parameters
+    ----------
+    kappa : float > 0
+        Threshold between the quadratic and the linear part, in units of the targets
+        (κ → ∞: the squared loss).
+    """
+
+    name = "huber"
+    _base = 1.0
+
+    def __init__(self, kappa: float = 1.0):
+        self.kappa = kappa
+
+    def check(self, d):
+        _positive(self.kappa, name="kappa", loss="Huber")
+
+    def _conj(self):
+        return 1.0, 0.0, float(self.kappa)
+
+    def _profile(self, t, mu):
+        k = float(self.kappa)
+        inside = t <= k
+        safe = np.where(inside, 1.0, t)
+        p = np.where(inside, 0.5 * t * t, k * t - 0.5 * k * k)
+        g = np.where(inside, 1.0, k / safe)
+        p2 = inside.astype(np.float64)
+        return p, g, p2
+
+
+class EpsilonInsensitive(_Radial):
+    """ε-insensitive: ``max(‖r‖ − ε, 0)`` (support vector regression; multi-output: ``‖r‖₂``).
+
+    Parameters
+    ----------
+    epsilon : float >= 0
+        Width of the insensitive tube, in units of the targets.
+    """
+
+    name = "epsilon_insensitive"
+    smoothed = True
+
+    def __init__(self, epsilon: float = 0.1):
+        self.epsilon = epsilon
+
+    def check(self, d):
+        _positive(self.epsilon, name="epsilon", loss="EpsilonInsensitive", allow_zero=True)
+
+    def _conj(self):
+        return 0.0, float(self.epsilon), 1.0
+
+    def lipschitz_sq(self, d):
+        return 1.0
+
+    def entry_bounds(self, d):
+        return np.full(d, -1.0), np.full(d, 1.0)
+
+    def band(self, R, mu):
+        if R.shape[1] != 1 or mu <= 0:
+            return None
+        r = R[:, 0]
+        over = np.abs(r) - float(self.epsilon)
+        rows = np.flatnonzero((over > 0) & (over <= mu))
+        return rows, np.zeros(len(rows), dtype=np.int64), np.sign(r[rows]) * float(self.epsilon)
+
+    def _profile(self, t, mu):
+        eps = float(self.epsilon)
+        safe = np.where(t > 0, t, 1.0)
+        over = t - eps
+        if mu <= 0:
+            out = over > 0
+            return (np.maximum(over, 0.0), np.where(out, 1.0 / safe, 0.0),
+                    np.zeros_like(t))
+        band = (over > 0) & (over <= mu)
+        beyond = over > mu
+        p = np.where(band, over * over / (2 * mu), np.where(beyond, over - 0.5 * mu, 0.0))
+        g = np.where(band, over / (mu * safe), np.where(beyond, 1.0 / safe, 0.0))
+        p2 = np.where(band, 1.0 / mu, 0.0)
+        return p, g, p2
+
+
+# --------------------------------------------------------------------------- separable losses
+
+
+class Pinball(Loss):
+    """Pinball (quantile) loss ``Σ_j ρ_{τ_j}(y_j − f_j)``, ``ρ_τ(u) = max(τu, (τ − 1)u)``.
+
+    Parameters
+    ----------
+    tau : float in (0, 1), or a sequence of them (one per output)
+        Quantile level(s). A scalar applies to every output.
+    """
+
+    name = "pinball"
+    smoothed = True
+
+    def __init__(self, tau=0.5):
+        self.tau = tau
+
+    def taus(self, d: int) -> np.ndarray:
+        tau = np.atleast_1d(np.asarray(self.tau, dtype=np.float64))
+        return np.full(d, tau[0]) if tau.size == 1 else tau
+
+    def check(self, d):
+        tau = self.tau
+        values = list(tau) if isinstance(tau, (list, tuple, np.ndarray)) else [tau]
+        for v in values:
+            if (isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v)
+                    or not 0.0 < v < 1.0):
+                raise ValueError(f"loss: Pinball(tau={tau!r}): every tau must lie strictly "
+                                 f"between 0 and 1")
+        if len(values) not in (1, d):
+            raise ValueError(f"loss: Pinball(tau={tau!r}): give one tau, or one per output "
+                             f"({d} outputs)")
+
+    def lipschitz_sq(self, d):
+        tau = self.taus(d)
+        return float(np.sum(np.maximum(tau, 1.0 - tau) ** 2))
+
+    def entry_bounds(self, d):
+        return self._bounds(d)
+
+    def band(self, R, mu):
+        if mu <= 0:
+            return None
+        lo, hi = self._bounds(R.shape[1])
+        rows, cols = np.nonzero((R >= mu * lo) & (R <= mu * hi))
+        return rows, cols, np.zeros(len(rows))
+
+    def _bounds(self, d):
+        tau = self.taus(d)
+        return -tau, 1.0 - tau
+
+    def value(self, R, mu=0.0):
+        lo, hi = self._bounds(R.shape[1])
+        if mu <= 0:
+            return np.maximum(lo * R, hi * R).sum(axis=1)
+        a, b = mu * lo, mu * hi  # the quadratic band [μ·lo, μ·hi] around 0
+        v = np.where(R < a, lo * R - 0.5 * mu * lo * lo,
+                     np.where(R > b, hi * R - 0.5 * mu * hi * hi, R * R / (2 * mu)))
+        return v.sum(axis=1)
+
+    def gradient(self, R, mu=0.0):
+        lo, hi = self._bounds(R.shape[1])
+        if mu <= 0:
+            return np.where(R > 0, hi, np.where(R < 0, lo, 0.0)) + np.zeros_like(R)
+        return np.clip(R / mu, lo, hi)
+
+    def curvature_kind(self, d, *, exact=True):
+        return "scalar" if d == 1 else "diag"
+
+    def curvature(self, R, mu=0.0, *, exact=True):
+        lo, hi = self._bounds(R.shape[1])
+        if mu <= 0:
+            w = np.zeros_like(R)
+        else:
+            band = (R >= mu * lo) & (R <= mu * hi)
+            if exact:
+                w = band / mu
+            else:  # the secant weight α/r outside the band (IRLS), 1/μ inside
+                safe = np.where(band, 1.0, R)
+                w = np.where(band, 1.0 / mu, np.clip(R / mu, lo, hi) / safe)
+        if R.shape[1] == 1:
+            rows = np.flatnonzero(w[:, 0])
+            return Curvature(0.0, "scalar", rows, w[rows, 0])
+        rows = np.flatnonzero(w.any(axis=1))
+        return Curvature(0.0, "diag", rows, w[rows])
+
+    def dual_scale(self, c):
+        lo, hi = self._bounds(len(c))
+        t = np.ones(len(c))
+        pos, neg = c > 0, c < 0
+        t[pos] = lo[pos] / (lo[pos] - c[pos])
+        t[neg] = hi[neg] / (hi[neg] - c[neg])
+        return t
+
+    def conjugate_sum(self, stats, t, c, n, mu):
+        if not mu:
+            return 0.0
+        t = np.asarray(t, dtype=np.float64)
+        return 0.5 * mu * float(np.sum(t * t * (stats["aa"] - n * c * c)))
+
+
+#: Loss names for ``loss=`` strings and configs.
+LOSSES = {cls.name: cls for cls in (Squared, Huber, EpsilonInsensitive, Pinball)}
+
+
+def loss_from_config(config: dict) -> Loss:
+    """Inverse of :meth:`Loss.to_config`."""
+    config = dict(config)
+    name = config.pop("type", None)
+    if name not in LOSSES:
+        raise ValueError(f"loss: unknown loss {name!r}; known: {sorted(LOSSES)}")
+    return LOSSES[name](**config)
+
+
+def check_loss(loss: Any, d: int) -> Loss:
+    """A validated :class:`Loss` for ``d`` outputs from a loss object, a name or a config dict."""
+    if isinstance(loss, str):
+        if loss not in LOSSES:
+            raise ValueError(f"loss: unknown loss {loss!r}; use one of {sorted(LOSSES)} or an "
+                             f"object from distsketch.losses")
+        loss = LOSSES[loss]()
+    elif isinstance(loss, dict):
+        loss = loss_from_config(loss)
+    if not isinstance(loss, Loss):
+        raise ValueError(f"loss: expected a name ({sorted(LOSSES)}) or a distsketch.losses "
+                         f"object, got {loss!r}")
+    loss.check(d)
+    return loss

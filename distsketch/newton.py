@@ -1,0 +1,556 @@
+"""Driver of the Lipschitz-loss machines: Newton iterations, one sweep over the blocks each.
+
+The problem (docs/design.md, "Lipschitz losses"), in the pipeline's whitened features
+``φ(x) = Tᵀ R k(X, x)`` (r of them; ``Φ = C T`` on the training rows), with d outputs, the
+output matrix ``M = S²`` (``S = M^{1/2}``) and an optional intercept ``b₀``::
+
+    P(Ξ, b₀) = (1/n) Σ_i h(S Ξᵀ φ_i + b₀ − y_i) + (λ/2) ‖Ξ‖²_F          Ξ: r × d
+    f(x)     = S Ξᵀ φ(x) + b₀ = k(x, X_J) R_mixᵀ (T Ξ S) + b₀
+
+Its Fenchel dual, with ``β_i ∈ dom h*`` (and ``Σ_i β_i = 0`` with an intercept)::
+
+    D(β) = −(1/n) Σ_i [y_iᵀ β_i + h*(β_i)] − (1/(2λn²)) ‖Φᵀ β S‖²_F,     P ≥ D,
+
+equal at the optimum, where ``λ n Ξ = −Φᵀ β S``. Every iterate gives a feasible ``β``: the
+gradients ``α_i = ∇h_μ(r_i)`` (in ``dom h*``), centred and scaled back into the domain when
+there is an intercept (``β = t(α − ᾱ)``, :meth:`~distsketch.losses.Loss.dual_scale`). The
+relative gap ``(P − D)/P`` certifies the iterate: the fit stops when it is ≤ ``tol``.
+
+Each iteration is one sweep (:mod:`distsketch.sweep`) that returns, at the iterate, the loss,
+the gradient ``Cᵀα`` and the weighted Grams of the (generalised) Hessian, and the losses along
+the previous Newton direction on a grid of step sizes (a backtracking line search with no
+extra pass when the full step is taken, as near the solution). The driver forms the Newton
+system of size ``r·d + d`` — or ``d`` systems of size ``r + 1`` (one factorisation for
+``M = I``) when the Hessian weights are scalar per row, in the eigenbasis of ``M`` — and
+solves it. Non-smooth losses (ε-insensitive, pinball) are replaced by their Moreau envelopes
+``h_μ`` with μ decreased by 10 whenever the smoothed problem's gap falls below a tenth of
+the true gap (continuation), so Newton converges on each and the true gap certifies the end.
+The first iterate is the closed-form squared-loss solution from the pass's sums (exact for
+``loss="squared"``, which is :class:`~distsketch.SketchedKRR` with an intercept and ``M``).
+
+The iterate after every sweep is written to the store (``solver/<key>``, with its checksums):
+a fit killed mid-iterations resumes from the last one and ends with the identical model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.linalg import LinAlgError, cho_factor, cho_solve
+
+from ._hashing import checksum
+from .losses import Loss
+from .sweep import Iterate
+
+__all__ = ["Problem", "Solution", "solve_path", "warm_start", "ConvergenceWarning"]
+
+logger = logging.getLogger(__name__)
+
+try:  # scikit-learn's, when installed, so that its filters apply
+    from sklearn.exceptions import ConvergenceWarning
+except ImportError:  # pragma: no cover - exercised without scikit-learn
+    class ConvergenceWarning(UserWarning):
+        """The solver stopped at ``max_iter`` before reaching ``tol``."""
+
+#: Step sizes of the line search: 1, 1/2, …, 2^-12 (losses of all of them in one sweep).
+GRID = tuple(2.0 ** -k for k in range(13))
+#: Steps along a KKT polish whose true objective a polish sweep reports.
+POLISH_GRID = tuple(2.0 ** -k for k in range(1, 9))
+#: Levenberg–Marquardt damping of smoothed losses: ``damp/μ · [C 1]ᵀ[C 1]/n`` is added to
+#: the Hessian (a band of weight ``damp/μ`` over every row), ×DAMP_UP after a step shorter
+#: than 1 (at least DAMP_MIN), ×DAMP_DOWN after a full one.
+DAMP_UP, DAMP_DOWN, DAMP_MIN = 10.0, 0.1, 1e-4
+#: Armijo's sufficient-decrease constant.
+ARMIJO = 1e-4
+#: Smoothing continuation: μ ← μ·MU_FACTOR once the smoothed gap is below GAP_RATIO × true gap.
+MU_FACTOR = 0.1
+GAP_RATIO = 0.1
+#: Secant weights outside the smoothing band for smoothed losses (see solve_lam).
+SECANT = False
+#: Format of the solver state in a store (part of its key).
+STATE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Problem:
+    """λ-independent data of the problem, all m-sized.
+
+    Attributes
+    ----------
+    T : ndarray (m, r)
+        Whitening of ``B = R K Rᵀ`` (features ``Φ = C T``).
+    S : ndarray (d, d)
+        ``M^{1/2}``; ``nu``, ``U``: ``M = U diag(nu) Uᵀ``.
+    Gt : ndarray (m+1, m+1)
+        ``[C 1]ᵀ[C 1]`` (``G``, ``Cᵀ1``, ``n``).
+    b : ndarray (m, d)
+        ``Cᵀ Y`` (targets broadcast to d outputs); ``y1``: ``Σ_i y_i`` (d,).
+    """
+
+    T: np.ndarray
+    S: np.ndarray
+    nu: np.ndarray
+    U: np.ndarray
+    Gt: np.ndarray
+    b: np.ndarray
+    y1: np.ndarray
+    n: int
+    loss: Loss
+    intercept: bool
+    exact_curvature: bool = True
+
+    @property
+    def r(self) -> int:
+        return self.T.shape[1]
+
+    @property
+    def d(self) -> int:
+        return self.S.shape[0]
+
+    def coef(self, Xi: np.ndarray) -> np.ndarray:
+        """``A = T Ξ S`` (m, d): predictions ``C A + b₀`` on the training rows."""
+        return self.T @ Xi @ self.S
+
+
+@dataclass
+class Solution:
+    """The solution for one λ (and how it was reached)."""
+
+    lam: float
+    Xi: np.ndarray
+    b0: np.ndarray
+    objective: float
+    gap: float
+    n_iter: int
+    converged: bool
+    history: list = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- the Newton step
+
+
+def _feature_grams(prob: Problem, Q: np.ndarray, kind: str, base: float) -> np.ndarray:
+    """``(1/n) P̃ᵀ (Q + base·G̃) P̃`` with ``P̃ = diag(T, 1)``, per kind."""
+    m, r = prob.T.shape
+    Pt = np.zeros((m + 1, r + 1))
+    Pt[:m, :r] = prob.T
+    Pt[m, r] = 1.0
+    n = prob.n
+
+    def tf(A):
+        return Pt.T @ A @ Pt / n
+
+    if kind == "scalar":
+        return tf(Q + base * prob.Gt)
+    d = prob.d
+    out = np.zeros((d, d, r + 1, r + 1))
+    for j in range(d):
+        if kind == "diag":
+            out[j, j] = tf(Q[j] + base * prob.Gt)
+        else:
+            for k in range(d):
+                out[j, k] = tf(Q[j, k] + (base * prob.Gt if j == k else 0.0))
+    return out
+
+
+def _solve_spd(K: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """``K⁻¹ rhs`` for a symmetric PSD ``K``: Cholesky, or the eigendecomposition with the
+    numerically null directions dropped."""
+    K = 0.5 * (K + K.T)
+    try:
+        return cho_solve(cho_factor(K, lower=True, check_finite=False), rhs, check_finite=False)
+    except LinAlgError:
+        w, V = np.linalg.eigh(K)
+        keep = w > max(w[-1], 0.0) * 1e-13
+        return V[:, keep] @ ((V[:, keep].T @ rhs) / w[keep][:, None])
+
+
+def newton_direction(prob: Problem, lam: float, stats: dict, kind: str, base: float,
+                     gXi: np.ndarray, gb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(ΔΞ, Δb₀) = −∇²P⁻¹ ∇P`` from a sweep's Grams (the intercept block damped by λ)."""
+    r, d = prob.r, prob.d
+    Qf = _feature_grams(prob, stats["Q"], kind, base)
+    ib = prob.intercept
+    if kind == "scalar":  # decoupled in the eigenbasis of M: one (r+1) system per eigenvalue
+        gR = gXi @ prob.U
+        gbR = prob.U.T @ gb
+        dR = np.empty_like(gR)
+        dbR = np.zeros(d)
+        for nu in np.unique(prob.nu):
+            cols = np.flatnonzero(prob.nu == nu)
+            sq = math.sqrt(max(nu, 0.0))
+            size = r + 1 if ib else r
+            K = np.empty((size, size))
+            K[:r, :r] = nu * Qf[:r, :r]
+            K[:r, :r].flat[:: r + 1] += lam
+            rhs = np.empty((size, len(cols)))
+            rhs[:r] = gR[:, cols]
+            if ib:
+                K[:r, r] = K[r, :r] = sq * Qf[:r, r]
+                K[r, r] = Qf[r, r] + lam
+                rhs[r] = gbR[cols]
+            x = -_solve_spd(K, rhs)
+            dR[:, cols] = x[:r]
+            if ib:
+                dbR[cols] = x[r]
+        return dR @ prob.U.T, prob.U @ dbR
+    S = prob.S
+    HXX = np.einsum("ja,kc,jkpq->apcq", S, S, Qf[:, :, :r, :r]).reshape(d * r, d * r)
+    HXX.flat[:: d * r + 1] += lam
+    g = gXi.T.reshape(-1)
+    if ib:
+        HXb = np.einsum("ja,jkp->apk", S, Qf[:, :, :r, r]).reshape(d * r, d)
+        Hbb = Qf[:, :, r, r] + lam * np.eye(d)
+        H = np.block([[HXX, HXb], [HXb.T, Hbb]])
+        g = np.concatenate([g, gb])
+    else:
+        H = HXX
+    x = -_solve_spd(H, g[:, None])[:, 0]
+    dXi = x[: d * r].reshape(d, r).T
+    db = x[d * r:] if ib else np.zeros(d)
+    return dXi, db
+
+
+# --------------------------------------------------------------------------- objective, dual
+
+
+def _gradient(prob: Problem, lam: float, stats: dict, Xi: np.ndarray):
+    n = prob.n
+    gXi = prob.T.T @ stats["Ca"] @ prob.S / n + lam * Xi
+    gb = stats["sa"] / n if prob.intercept else np.zeros(prob.d)
+    return gXi, gb
+
+
+def dual_values(prob: Problem, lam: float, stats: dict, mu: float) -> tuple[float, float]:
+    """``(D_μ, D)``: the smoothed and the true dual at the sweep's gradients (see module)."""
+    n, d = prob.n, prob.d
+    loss = prob.loss
+    if prob.intercept:
+        c = stats["sa"] / n
+        t = np.broadcast_to(np.asarray(loss.dual_scale(c), dtype=np.float64), (d,))
+    else:
+        c = np.zeros(d)
+        t = np.ones(d)
+    CtB = (stats["Ca"] - np.outer(stats["s"], c)) * t
+    Z = prob.T.T @ CtB @ prob.S
+    quad = float(np.sum(Z * Z)) / (2.0 * lam * n * n)
+    ytb = float(np.sum(t * (stats["ya"] - c * np.broadcast_to(stats["sy"], (d,)))))
+    scale = float(t[0]) if np.all(t == t[0]) else t
+    conj_mu = loss.conjugate_sum(stats, scale, c, n, mu)
+    conj = loss.conjugate_sum(stats, scale, c, n, 0.0) if mu else conj_mu
+    return (-ytb - conj_mu) / n - quad, (-ytb - conj) / n - quad
+
+
+def warm_start(prob: Problem, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """The squared-loss solution (closed form from the pass's sums): one Newton step from 0."""
+    stats = {"Q": np.zeros_like(prob.Gt)}
+    gXi = -prob.T.T @ prob.b @ prob.S / prob.n
+    gb = -prob.y1 / prob.n if prob.intercept else np.zeros(prob.d)
+    return newton_direction(prob, lam, stats, "scalar", 1.0, gXi, gb)
+
+
+# --------------------------------------------------------------------------- state in the store
+
+
+class SolverState:
+    """The iterations' state in a store group (``solver/<key>``), double-buffered: arrays go
+    to the slot not in use, then the attributes (with the arrays' checksums) switch to it."""
+
+    ARRAYS = ("Xi", "b0", "dXi", "db0", "fix_C", "fix_col", "fix_y", "fix_beta")
+
+    def __init__(self, group):
+        self.group = group
+
+    def load(self) -> dict | None:
+        if self.group is None:
+            return None
+        meta = self.group.attrs.get("state")
+        if not isinstance(meta, dict):
+            return None
+        slot = meta["slot"]
+        out = dict(meta)
+        try:
+            for name in self.ARRAYS:
+                key = f"{name}_{slot}"
+                if meta["checksums"].get(name) is None:
+                    out[name] = None
+                    continue
+                arr = np.asarray(self.group[key][...])
+                if checksum(arr) != meta["checksums"][name]:
+                    raise ValueError(f"{key} fails its checksum")
+                out[name] = arr
+        except Exception as exc:
+            logger.warning("solver state in the store is damaged (%s); starting the iterations "
+                           "for this λ again", exc)
+            return None
+        return out
+
+    def save(self, state: dict) -> None:
+        if self.group is None:
+            return
+        old = self.group.attrs.get("state")
+        slot = 1 - old["slot"] if isinstance(old, dict) else 0
+        sums = {}
+        for name in self.ARRAYS:
+            value = state.get(name)
+            if value is None:
+                sums[name] = None
+                continue
+            arr = np.asarray(value, dtype=np.float64)
+            self.group.create_array(f"{name}_{slot}", data=arr, overwrite=True)
+            sums[name] = checksum(arr)
+        meta = {k: v for k, v in state.items() if k not in self.ARRAYS}
+        meta.update(slot=slot, checksums=sums)
+        self.group.attrs["state"] = meta
+
+
+def state_key(config: dict) -> str:
+    """Key of a solver state: a hash of everything that determines the iterations."""
+    import hashlib
+
+    text = json.dumps({**config, "version": STATE_VERSION}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+# --------------------------------------------------------------------------- the iterations
+
+
+def _objective(prob: Problem, lam: float, loss_sum: float, Xi: np.ndarray) -> float:
+    return float(loss_sum) / prob.n + 0.5 * lam * float(np.sum(Xi * Xi))
+
+
+def polish(prob: Problem, lam: float, s: dict) -> tuple[np.ndarray, np.ndarray] | None:
+    """The KKT point of the non-smooth problem on the active set of a sweep (``collect``).
+
+    Entries in the smoothing band are held on their kink (``f_j(x_i) = y_ij + kink``), the
+    others keep their gradient (``α_out``, a constant of the non-smooth loss there): the
+    equality-constrained quadratic program ``min (λ/2)‖Ξ‖² + ⟨g_out, (Ξ, b₀)⟩ s.t. A (Ξ, b₀) = t``,
+    solved through its multipliers ν (``λΞ = −g_out − A_Ξᵀν``, size ``|E| + d``). Exact when
+    the active set is the solution's: the next sweep's duality gap says whether it is.
+    """
+    k = len(s["E_row"])
+    if k == 0:
+        return None
+    r, d, n = prob.r, prob.d, prob.n
+    cols = s["E_col"]
+    Phi = s["E_C"] @ prob.T
+    AX = np.concatenate([prob.S[cols, a][:, None] * Phi for a in range(d)], axis=1)
+    gX = (prob.T.T @ s["Ca_out"] @ prob.S / n).T.reshape(-1)
+    rhs = s["E_target"] + AX @ gX / lam
+    K = -(AX @ AX.T) / lam
+    if prob.intercept:
+        Ab = np.zeros((k, d))
+        Ab[np.arange(k), cols] = 1.0
+        K = np.block([[K, Ab], [Ab.T, np.zeros((d, d))]])
+        rhs = np.concatenate([rhs, -s["sa_out"] / n])
+    sol = np.linalg.lstsq(K, rhs, rcond=None)[0]
+    nu = sol[:k]
+    Xi = (-(gX + AX.T @ nu) / lam).reshape(d, r).T
+    b0 = sol[k:] if prob.intercept else np.zeros(d)
+    # the dual variables of the held entries: β_e = n ν_e (λ n Ξ = −Φᵀ β S)
+    fix = {"fix_C": s["E_C"], "fix_col": cols.astype(np.float64), "fix_y": s["E_y"],
+           "fix_beta": n * nu}
+    return Xi, b0, fix
+
+
+def _with_fix(prob: Problem, Xi: np.ndarray, b0: np.ndarray, s: dict, fix: dict, mu: float):
+    """The sweep's dual sums with the held entries' gradients replaced by the polish's
+    multipliers ``β_e`` (clipped to ``dom h*``): the dual point of the polished iterate."""
+    loss, d = prob.loss, prob.d
+    C, cols, y = fix["fix_C"], fix["fix_col"].astype(np.int64), fix["fix_y"]
+    k = len(cols)
+    F = C @ prob.coef(Xi) + b0
+    R = np.zeros((k, d))
+    R[np.arange(k), cols] = F[np.arange(k), cols] - y
+    old = loss.gradient(R, mu)[np.arange(k), cols]
+    lo, hi = loss.entry_bounds(d)
+    new = np.clip(fix["fix_beta"], lo[cols], hi[cols])
+    delta = new - old
+    out = dict(s)
+    Ca = s["Ca"].copy()
+    sa, aa, ya = s["sa"].copy(), s["aa"].copy(), s["ya"].copy()
+    for j in range(d):
+        sel = cols == j
+        Ca[:, j] += C[sel].T @ delta[sel]
+        sa[j] += delta[sel].sum()
+        aa[j] += float(np.sum(new[sel] ** 2 - old[sel] ** 2))
+        ya[j] += float(np.dot(y[sel], delta[sel]))
+    out.update(Ca=Ca, sa=sa, aa=aa, ya=ya,
+               an=s["an"] + float(np.sum(np.abs(new) - np.abs(old))))
+    return out
+
+
+_FIX = ("fix_C", "fix_col", "fix_y", "fix_beta")
+
+#: Most band entries the KKT polish gathers on the driver (rows of C): beyond, no polish.
+POLISH_ENTRIES = 20000
+
+
+def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_iter: int,
+              state: SolverState | None = None) -> Solution:
+    """Newton iterations (with smoothing continuation and KKT polish) for one λ."""
+    loss = prob.loss
+    d = prob.d
+    # smoothed losses: secant (IRLS) weights outside the smoothing band, which keep the steps
+    # to the scale of the residuals where a Newton step on a small band would overshoot
+    exact = prob.exact_curvature and not (loss.smoothed and SECANT)
+    kind = loss.curvature_kind(d, exact=exact)
+    base = float(getattr(loss, "_base", 0.0))
+    cap = min(POLISH_ENTRIES, max(1000, 8 * (prob.r + 1) * d))
+    st = state.load() if state is not None else None
+    if st is not None and st.get("done"):
+        logger.info("λ = %.3g: solution found in the store (%d iterations)", lam, st["n_iter"])
+        return Solution(lam, st["Xi"], st["b0"], st["objective"], st["gap"], st["n_iter"],
+                        st["converged"], st.get("history", []))
+    if st is not None:
+        logger.info("λ = %.3g: resuming the iterations at iteration %d", lam, st["n_iter"])
+        v = st
+    else:
+        v = {"Xi": np.array(Xi0, dtype=np.float64), "b0": np.array(b00, dtype=np.float64),
+             "dXi": None, "db0": None, "mode": None, "n_iter": 0, "p_at": 0.0, "slope": 0.0,
+             "p_ref": 0.0, "nband": -1.0, "damp": 0.0, "history": [],
+             "mu": -1.0 if loss.smoothed else 0.0}  # -1: μ from the first sweep's residuals
+    lsq = loss.lipschitz_sq(d)
+    while True:
+        if v["n_iter"] >= max_iter:  # stopped between evaluations: report the last gap
+            return _finish(prob, lam, v, tol, state, None, why=f"max_iter = {max_iter}")
+        Xi, b0, dXi, db0, mode, mu = v["Xi"], v["b0"], v["dXi"], v["db0"], v["mode"], v["mu"]
+        probe = mu < 0
+        grid = GRID if mode == "newton" else POLISH_GRID if mode == "polish" else ()
+        it = Iterate(loss, prob.coef(Xi), b0, None if dXi is None else prob.coef(dXi), db0,
+                     0.0 if probe else mu, grid, grid_mu=0.0 if mode == "polish" else None, gram=not probe, exact=exact,
+                     collect=0 <= v["nband"] <= cap)
+        s = sweeper(it)
+        v["n_iter"] += 1
+        v["dXi"] = v["db0"] = v["mode"] = None
+        fixd = {k: v.pop(k, None) for k in _FIX}
+        if "nband" in s:
+            v["nband"] = float(s["nband"])
+        if mode == "newton":
+            vals = np.array([_objective(prob, lam, s["grid"][k], Xi + t * dXi)
+                             for k, t in enumerate(GRID)])
+            ok = np.flatnonzero(vals <= v["p_at"] + ARMIJO * np.asarray(GRID) * v["slope"])
+            logger.debug("line search: step %s, decrease %.3g (slope %.3g)",
+                         GRID[ok[0]] if ok.size else None, v["p_at"] - vals.min(), v["slope"])
+            if loss.smoothed:  # Levenberg–Marquardt: damp more after a short step
+                v["damp"] = (v.get("damp", 0.0) * DAMP_DOWN if ok.size and ok[0] == 0
+                             else max(v.get("damp", 0.0), DAMP_MIN) * DAMP_UP)
+            if not (ok.size and ok[0] == 0):  # not the full step: evaluate where we land
+                k = int(ok[0]) if ok.size else int(np.argmin(vals))
+                if ok.size or vals[k] < v["p_at"]:
+                    v["Xi"], v["b0"] = Xi + GRID[k] * dXi, b0 + GRID[k] * db0
+                elif loss.smoothed and mu > 0:
+                    v["mu"] = mu * MU_FACTOR  # no decrease: on to a smaller μ
+                else:  # no decrease along the Newton direction: the limit of float64
+                    return _finish(prob, lam, v, tol, state, None)
+                _save(state, v)
+                continue
+            v["Xi"], v["b0"] = Xi + dXi, b0 + db0
+        elif mode == "polish":
+            p_true = _objective(prob, lam, s["loss"], Xi + dXi)
+            if p_true > v["p_ref"]:  # worse than where it started: the best true decrease
+                vals = np.array([_objective(prob, lam, s["grid"][k], Xi + t * dXi)
+                                 for k, t in enumerate(POLISH_GRID)])
+                k = int(np.argmin(vals))
+                logger.debug("polish: full step rejected (objective %.10g > %.10g), step %s",
+                             p_true, v["p_ref"], POLISH_GRID[k] if vals[k] < v["p_ref"] else 0)
+                if vals[k] < v["p_ref"]:
+                    v["Xi"], v["b0"] = Xi + POLISH_GRID[k] * dXi, b0 + POLISH_GRID[k] * db0
+                _save(state, v)
+                continue
+            v["Xi"], v["b0"] = Xi + dXi, b0 + db0
+        Xi, b0 = v["Xi"], v["b0"]
+        if probe:  # the first sweep of a smoothed loss: μ from the residuals' scale
+            v["mu"] = max(math.sqrt(float(s["rr"]) / prob.n), 1e-300)
+            _save(state, v)
+            continue
+        p_mu = _objective(prob, lam, s["loss_mu"], Xi)
+        p_true = _objective(prob, lam, s["loss"], Xi)
+        if mode == "polish":  # the polish's own dual point (its multipliers)
+            fixed = _with_fix(prob, Xi, b0, s, fixd, mu)
+            d_mu, d_true = dual_values(prob, lam, fixed, mu)
+        else:
+            d_mu, d_true = dual_values(prob, lam, s, mu)
+        gap_mu, gap = p_mu - d_mu, p_true - d_true
+        rel = gap / max(abs(p_true), 1e-300)
+        v["history"].append([v["n_iter"], p_true, rel, mu])
+        logger.info("λ = %.3g, iteration %d: objective %.10g, relative duality gap %.3g%s",
+                    lam, v["n_iter"], p_true, rel, f", μ = {mu:.3g}" if loss.smoothed else "")
+        if rel <= tol:
+            return _finish(prob, lam, v, tol, state, (p_true, gap, True))
+        if v["n_iter"] >= max_iter:
+            warnings.warn(f"{loss.name} loss, λ = {lam:g}: stopped at max_iter = {max_iter} "
+                          f"with relative duality gap {rel:.3g} > tol = {tol:g}; increase "
+                          f"max_iter or tol", ConvergenceWarning, stacklevel=4)
+            return _finish(prob, lam, v, tol, state, (p_true, gap, False))
+        mu_floor = 0.02 * tol * abs(p_true) / lsq if lsq else 0.0
+        if loss.smoothed and gap_mu <= GAP_RATIO * gap and mu > mu_floor:
+            v["mu"] = max(mu * MU_FACTOR, mu_floor)
+            pol = polish(prob, lam, s) if "E_row" in s else None
+            if pol is not None:  # try the active set's KKT point, with the next μ's stats
+                v["dXi"], v["db0"] = pol[0] - Xi, pol[1] - b0
+                v["mode"], v["p_ref"] = "polish", p_true
+                v.update(pol[2])
+            _save(state, v)
+            continue
+        gXi, gb = _gradient(prob, lam, s, Xi)
+        damp = v.get("damp", 0.0) / mu if mu > 0 else 0.0
+        dXi, db0 = newton_direction(prob, lam, s, kind, base + damp, gXi, gb)
+        slope = float(np.sum(gXi * dXi) + np.dot(gb, db0))
+        if not slope < 0:  # no descent direction left (rounding): the limit of float64
+            return _finish(prob, lam, v, tol, state, (p_true, gap, rel <= tol))
+        v.update(dXi=dXi, db0=db0, mode="newton", p_at=p_mu, slope=slope)
+        _save(state, v)
+
+
+def _save(state, v: dict) -> None:
+    if state is not None:
+        state.save({**v, "done": False})
+
+
+def _finish(prob, lam, v: dict, tol: float, state, result, why: str | None = None
+            ) -> Solution:
+    """The solution of this λ (saved as done); ``result``: ``(objective, gap, converged)``,
+    or None when stopped without a fresh gap (the last one is reported)."""
+    if result is None:
+        if v["history"]:
+            _, p_true, rel, _ = v["history"][-1]
+        else:
+            p_true, rel = float("nan"), float("inf")
+        result = (p_true, rel * abs(p_true), rel <= tol)
+        if rel > tol:
+            reason = (f"stopped at {why}" if why else "no further decrease is possible in "
+                      "float64")
+            warnings.warn(f"{prob.loss.name} loss, λ = {lam:g}: {reason} with relative duality "
+                          f"gap {rel:.3g} > tol = {tol:g}"
+                          + ("; increase max_iter or tol" if why else ""),
+                          ConvergenceWarning, stacklevel=4)
+    p_true, gap, converged = result
+    sol = Solution(lam, v["Xi"], v["b0"], float(p_true), float(gap), int(v["n_iter"]),
+                   bool(converged), v["history"])
+    if state is not None:
+        state.save({**v, "dXi": None, "db0": None, "mode": None, "done": True,
+                    "objective": float(p_true), "gap": float(gap), "converged": bool(converged)})
+    return sol
+
+
+def solve_path(prob: Problem, lams, sweeper, *, tol: float, max_iter: int,
+               states=None) -> list[Solution]:
+    """Solve every λ in decreasing order, each warm-started from the one before (the first
+    from the squared-loss closed form); returns the solutions in the order of ``lams``."""
+    order = sorted(range(len(lams)), key=lambda k: -lams[k])
+    out: list[Solution | None] = [None] * len(lams)
+    prev = None
+    for k in order:
+        lam = lams[k]
+        Xi0, b00 = warm_start(prob, lam) if prev is None else (prev.Xi, prev.b0)
+        state = states(k) if states is not None else None
+        sol = solve_lam(prob, lam, sweeper, Xi0=Xi0, b00=b00, tol=tol, max_iter=max_iter,
+                        state=state)
+        out[k] = prev = sol
+    return out

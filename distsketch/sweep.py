@@ -1,0 +1,259 @@
+"""One solver iteration over the training rows: a block map-reduce over the stored ``C``.
+
+An iterative model (:mod:`distsketch.newton`) makes one *sweep* per iteration. For every row
+block ``I`` a task reads ``C_I`` back from the store (checking its recorded CRC-32), or
+recomputes it from the input rows when the fit keeps no store, and with the iterate shipped
+to it (``A = T Ξ S`` of shape (m, d), intercept ``b₀``, and optionally a direction ``ΔA, Δb₀``)
+computes, in float64::
+
+    F_I  = C_I A + b₀                              predictions at the iterate
+    L(t) = Σ_{i∈I} h_μ(F_i + t ΔF_i − y_i)         losses along the direction (t on a grid)
+    R_I  = F_I + ΔF_I − Y_I                        residuals at the full step (or at F)
+    α_I  = ∇h_μ(R_I)                               (sub)gradients, and the block sums
+    C_Iᵀ α_I,  Σ α,  Σ α²,  Σ ‖α‖,  Σ y α,  Σ y,   loss and smoothed loss, Σ ‖R‖²
+    Q   += Σ_{i∈I: Δ_i≠0} Δ_i ⊗ c̃_i c̃_iᵀ           weighted Grams, c̃ = [c_i; 1] (Newton)
+
+The partial results are dicts of float64 arrays added by :class:`SweepSums` in the engine's
+fixed tree (:func:`distsketch.engine.map_reduce`), so a sweep's result does not depend on the
+scheduler or the number of workers. Losing workers mid-sweep retries it (the in-memory rows
+are sent again), as the pass does.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import dask
+import numpy as np
+
+from ._hashing import checksum
+from .backends import dense
+from .engine import Reducer, Stored, WorkersLost, distributed_client, map_reduce, row_blocks, \
+    share, workers_back
+from .features import FeatureMap
+from .losses import Loss
+from .rows import RowSource
+from .store import StoreError
+
+__all__ = ["SweepData", "Iterate", "SweepSums", "sweep"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SweepData:
+    """What a sweep reads, fixed for a fit: where the blocks ``C_I`` come from, the targets.
+
+    Attributes
+    ----------
+    n, block_rows, m, d : int
+    C : zarr.Array or None
+        The stored ``C`` (its chunks are the row blocks); None: recompute from ``x``.
+    crcs : tuple of int
+        The recorded CRC-32 of each stored block (``pass/blocks``).
+    x : FeatureMap or None
+        The input side (``k_X(X_I, X_J) R_mixᵀ``) for recomputed blocks.
+    dtype : numpy dtype
+        The blocks' dtype (the pass's ``block_dtype``): recomputed blocks are rounded to it,
+        so they equal the stored ones bitwise.
+    location : str
+    """
+
+    n: int
+    block_rows: int
+    m: int
+    d: int
+    C: Any
+    crcs: tuple
+    x: FeatureMap | None
+    dtype: Any
+    location: str = "<memory>"
+
+    def rows(self, i: int) -> tuple[int, int]:
+        s = i * self.block_rows
+        return s, min(s + self.block_rows, self.n)
+
+    @property
+    def n_blocks(self) -> int:
+        return -(-self.n // self.block_rows)
+
+
+@dataclass(frozen=True)
+class Iterate:
+    """What changes from sweep to sweep (small, shipped with each sweep).
+
+    ``A`` (m, d) and ``b0`` (d,): the model ``F = C A + b₀``; ``dA``, ``db0``: a direction
+    (None: evaluate at the iterate); ``grid``: step sizes whose losses are wanted (smoothed
+    with ``grid_mu`` when given, else ``mu``); ``mu``:
+    smoothing of the loss; ``gram``: whether the weighted Grams are formed; ``exact``: exact
+    Hessians (full d × d per row) or scalar majorants for radial multi-output losses;
+    ``collect``: also return the entries in the loss's smoothing band (rows of ``C``, targets,
+    kinks) and the gradient sums without them, for the KKT polish.
+    """
+
+    loss: Loss
+    A: np.ndarray
+    b0: np.ndarray
+    dA: np.ndarray | None
+    db0: np.ndarray | None
+    mu: float
+    grid: tuple
+    gram: bool = True
+    exact: bool = True
+    collect: bool = False
+    grid_mu: float | None = None
+
+
+class SweepSums(Reducer):
+    """Adds sweep partials key by key (new arrays: the parts are never modified); the band
+    entries (keys ``E_*``) are concatenated in block order."""
+
+    def add(self, acc: dict, part: dict) -> dict:
+        return {k: np.concatenate([acc[k], part[k]]) if k.startswith("E_") else acc[k] + part[k]
+                for k in acc}
+
+
+SWEEP_SUMS = SweepSums()
+
+
+def _block_C(data: SweepData, i: int, ref, crc, ws) -> np.ndarray:
+    """``C_I`` as float64: the stored block (read by the engine from its :class:`Stored`
+    reference; ``crc`` its recorded checksum), or recomputed from the input rows."""
+    s, e = data.rows(i)
+    if crc is not None:
+        C = ref
+        if checksum(C) != crc:
+            raise StoreError(
+                f"store {data.location!r}: block {i} (rows {s}–{e - 1}) of C fails its checksum "
+                f"(damaged since the pass); fit again to recompute it")
+    else:
+        C = data.x.block(ref, dtype=data.dtype, out=ws.get("C", (e - s, data.m), data.dtype))
+    out = ws.get("C64", C.shape, np.float64)
+    np.copyto(out, C)
+    return out
+
+
+def _grams(C: np.ndarray, curv, d: int) -> np.ndarray:
+    """``Σ_k Δ_k ⊗ c̃_k c̃_kᵀ`` over the curvature's rows, c̃ = [c; 1]: shape (m+1, m+1) for
+    ``scalar``, (d, m+1, m+1) for ``diag``, (d, d, m+1, m+1) for ``full``."""
+    m = C.shape[1]
+    Ct = np.empty((len(curv.rows), m + 1))
+    Ct[:, :m] = C[curv.rows]
+    Ct[:, m] = 1.0
+    if curv.kind == "scalar":
+        return Ct.T @ (curv.values[:, None] * Ct)
+    if curv.kind == "diag":
+        return np.stack([Ct.T @ (curv.values[:, j, None] * Ct) for j in range(d)])
+    out = np.empty((d, d, m + 1, m + 1))
+    for j in range(d):
+        for k in range(j, d):
+            out[j, k] = Ct.T @ (curv.values[:, j, k, None] * Ct)
+            if k != j:
+                out[k, j] = out[j, k].T
+    return out
+
+
+def _sweep_block(shared, item, ws) -> dict:
+    data, it = shared
+    i, ref, crc, yb = item
+    C = _block_C(data, i, ref, crc, ws)
+    Y = dense(yb).astype(np.float64, copy=False).reshape(C.shape[0], -1)
+    loss, mu = it.loss, it.mu
+    F = C @ it.A + it.b0
+    out: dict[str, Any] = {}
+    if it.dA is not None:
+        dF = C @ it.dA + it.db0
+        F -= Y
+        gmu = mu if it.grid_mu is None else it.grid_mu
+        out["grid"] = np.array([loss.value(F + t * dF, gmu).sum() for t in it.grid])
+        R = F + dF
+    else:
+        R = F - Y
+        out["grid"] = np.zeros(len(it.grid))
+    vals = loss.value(R, mu)
+    out["loss_mu"] = np.array(vals.sum())
+    out["loss"] = np.array(loss.value(R, 0.0).sum()) if mu > 0 else out["loss_mu"].copy()
+    alpha = loss.gradient(R, mu)
+    out["Ca"] = C.T @ alpha
+    out["sa"] = alpha.sum(axis=0)
+    out["aa"] = np.einsum("ij,ij->j", alpha, alpha)
+    out["an"] = np.array(np.sqrt(np.einsum("ij,ij->i", alpha, alpha)).sum())
+    out["ya"] = np.einsum("ij,ij->j", Y, alpha)
+    out["sy"] = Y.sum(axis=0)
+    out["rr"] = np.array(np.einsum("ij,ij->", R, R))
+    out["s"] = C.sum(axis=0)
+    if it.gram:
+        curv = loss.curvature(R, mu, exact=it.exact)
+        out["Q"] = _grams(C, curv, R.shape[1])
+    band = loss.band(R, mu)
+    if band is not None:
+        rows, cols, kink = band
+        out["nband"] = np.array(float(len(rows)))
+        if it.collect:
+            a_out = alpha.copy()
+            a_out[rows, cols] = 0.0
+            out["Ca_out"] = C.T @ a_out
+            out["sa_out"] = a_out.sum(axis=0)
+            out["E_row"] = rows.astype(np.int64) + data.rows(i)[0]
+            out["E_col"] = cols.astype(np.int64)
+            out["E_y"] = Y[rows, cols if Y.shape[1] > 1 else 0]
+            out["E_target"] = out["E_y"] + kink
+            out["E_C"] = C[rows].copy()
+    return out
+
+
+def sweep_items(data: SweepData, X: RowSource, Y: RowSource, *, client=None) -> list:
+    """One item per block: ``(i, Stored C rows or input rows, crc, target rows)``."""
+    y_blocks = row_blocks(Y, data.block_rows, argument="y", client=client)
+    if data.C is not None:
+        refs = [Stored(data.C, *data.rows(i)) for i in range(data.n_blocks)]
+    else:
+        refs = row_blocks(X, data.block_rows, client=client)
+    crcs = data.crcs or (None,) * data.n_blocks
+    return [(i, refs[i], crcs[i], y_blocks[i]) for i in range(data.n_blocks)]
+
+
+class Sweeper:
+    """Runs sweeps over a fit's blocks; the items (and scattered rows) are built once."""
+
+    def __init__(self, data: SweepData, X: RowSource, Y: RowSource, *, split_every: int,
+                 progress: bool = False):
+        self.data, self.X, self.Y = data, X, Y
+        self.split_every, self.progress = split_every, progress
+        self._items = None
+        self.count = 0
+
+    def __call__(self, it: Iterate) -> dict:
+        client = distributed_client()
+        attempt, lost = 0, None
+        while True:
+            try:
+                if self._items is None:
+                    self._items = sweep_items(self.data, self.X, self.Y, client=client)
+                shared = share((self.data, it), name="sweep-iterate", client=client)
+            except Exception as exc:
+                if lost is not None:
+                    raise lost from exc
+                raise
+            try:
+                result = map_reduce(_sweep_block, self._items, reducer=SWEEP_SUMS, shared=shared,
+                                    split_every=self.split_every, fuse=True, name="sweep",
+                                    progress=self.progress)
+                self.count += 1
+                return result
+            except WorkersLost as exc:
+                lost, attempt = exc, attempt + 1
+                self._items = None  # the scattered rows went with the workers: send them again
+                retries = int(dask.config.get("distsketch.pass-retries", 3))
+                if client is None or attempt > retries or not workers_back(client):
+                    raise
+                logger.warning("%s; resending the rows and repeating the sweep (attempt %d of %d)",
+                               exc, attempt, retries)
+
+
+def sweep(data: SweepData, X: RowSource, Y: RowSource, it: Iterate, *, split_every: int = 4,
+          progress: bool = False) -> dict:
+    """One sweep (see the module's notes); returns the reduced sums."""
+    return Sweeper(data, X, Y, split_every=split_every, progress=progress)(it)

@@ -1,0 +1,415 @@
+"""Lipschitz-loss machines: optimality against an independent solver, equivalences, invariance,
+resume and bad input (issue 14).
+
+The reference solves the paper's feature-space problem (Prop. 1 of El Ahmad et al., TMLR 2023)
+with CVXPY on the realised sketch ``R = sketch_.matrix()``: its own whitening of
+``B = R K Rᵀ`` (numpy ``eigh``), features ``Φ = K Rᵀ T``, ``M^{1/2}`` from ``eigh``, and the
+losses written in CVXPY's atoms. distsketch's certified duality gap, its objective, the
+feature-space KKT conditions and its predictions are checked against it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+
+import distsketch as ds
+from distsketch.losses import EpsilonInsensitive, Huber, Pinball, Squared
+
+cp = pytest.importorskip("cvxpy")
+
+F64 = ds.EngineOptions(block_dtype="float64")
+GAMMA = 0.5
+
+
+def _data(n=150, d=1, seed=0, outliers=12):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    base = np.sin(X[:, :1]) + 0.5 * X[:, 1:2]
+    Y = base + 0.3 * np.arange(d)[None, :] * X[:, 2:3] + 0.1 * rng.normal(size=(n, d))
+    Y[:outliers] += 4.0  # gross outliers: where robust losses differ from the squared one
+    return X, (Y[:, 0] if d == 1 else Y)
+
+
+def _reference(est, X, y, loss, lam, M=None, intercept=True):
+    """The feature-space problem solved by CVXPY (Clarabel) on the realised sketch."""
+    n = len(X)
+    Y = y.reshape(n, -1)
+    K = np.exp(-GAMMA * ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+    R = est.sketch_.matrix()
+    R = R.toarray() if hasattr(R, "toarray") else np.asarray(R)
+    C = K @ R.T
+    B = R @ C
+    s, U = np.linalg.eigh(0.5 * (B + B.T))
+    keep = s > 1e-10 * s[-1]
+    T = U[:, keep] / np.sqrt(s[keep])
+    Phi = C @ T
+    d = len(est.output_sqrt_)
+    if M is None:
+        M = np.eye(d)
+    w, V = np.linalg.eigh(M)
+    S = (V * np.sqrt(np.clip(w, 0, None))) @ V.T
+    Xi = cp.Variable((Phi.shape[1], d))
+    b = cp.Variable(d) if intercept else np.zeros(d)
+    F = Phi @ Xi @ S + (cp.reshape(b, (1, d), order="C") if intercept else 0)
+    Rs = F - (np.repeat(Y, d, axis=1) if Y.shape[1] != d else Y)
+    if isinstance(loss, Squared):
+        data = 0.5 * cp.sum_squares(Rs)
+    elif isinstance(loss, Huber):
+        W = cp.Variable((n, d))  # h(r) = min_w ½‖w‖² + κ‖r − w‖ (radial Huber)
+        data = 0.5 * cp.sum_squares(W) + loss.kappa * cp.sum(cp.norm(Rs - W, 2, axis=1))
+    elif isinstance(loss, EpsilonInsensitive):
+        data = cp.sum(cp.pos(cp.norm(Rs, 2, axis=1) - loss.epsilon))
+    else:
+        tau = loss.taus(d)[None, :]
+        data = cp.sum(cp.maximum(cp.multiply(-tau, Rs), cp.multiply(1 - tau, Rs)))
+    prob = cp.Problem(cp.Minimize(data / n + lam / 2 * cp.sum_squares(Xi)))
+    with warnings.catch_warnings():  # "may be inaccurate": the objective is checked to 1e-6
+        warnings.simplefilter("ignore")
+        prob.solve(solver="CLARABEL", tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+    pred = Phi @ Xi.value @ S + (b.value if intercept else 0)
+    return float(prob.value), pred, C
+
+
+LOSS_CASES = [Squared(), Huber(0.5), EpsilonInsensitive(0.2), Pinball(0.3)]
+SKETCHES = {"subsampling": lambda: ds.SubSampling(25),
+            "p-sparsified": lambda: ds.PSparsified(20, p=0.1),
+            "gaussian": lambda: ds.GaussianSketch(15)}
+
+
+@pytest.mark.parametrize("loss", LOSS_CASES, ids=lambda l: l.name)
+@pytest.mark.parametrize("sketch", sorted(SKETCHES))
+def test_optimal_against_cvxpy(loss, sketch):
+    X, y = _data()
+    lam = 1e-3
+    est = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), loss=loss, sketch=SKETCHES[sketch](),
+                               lam=lam, tol=1e-10, max_iter=400, random_state=1, options=F64)
+    est.fit(X, y)
+    assert est.duality_gap_ / est.objective_ <= 1e-8
+    ref, pred, _ = _reference(est, X, y, loss, lam)
+    assert abs(est.objective_ - ref) <= 1e-6 * abs(ref)
+    # the objective of distsketch's own predictions, recomputed densely
+    assert np.allclose(est.predict(X), pred[:, 0], atol=1e-4 * np.abs(y).max())
+
+
+@pytest.mark.parametrize("loss", [Huber(0.8), EpsilonInsensitive(0.2), Pinball((0.2, 0.5, 0.8))],
+                         ids=lambda l: l.name)
+def test_multi_output_with_output_matrix(loss):
+    X, Y = _data(n=120, d=3)
+    M = np.array([[1.0, 0.5, 0.2], [0.5, 1.0, 0.5], [0.2, 0.5, 1.0]])
+    lam = 1e-3
+    # Multi-output non-smooth losses (radial ε-insensitive: no KKT polish; pinball coupled by
+    # M) converge linearly with this solver: certified to 1e-5 here, not yet 1e-8 (issue 14's
+    # note says what remains)
+    tol = 1e-10 if isinstance(loss, Huber) else 1e-5
+    est = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), loss=loss, sketch=ds.SubSampling(20),
+                               lam=lam, output_matrix=M, tol=tol, max_iter=400,
+                               random_state=2, options=F64)
+    est.fit(X, Y)
+    ref, pred, _ = _reference(est, X, Y, loss, lam, M=M)
+    assert est.duality_gap_ / est.objective_ <= max(tol, 1e-8)
+    # P − P* ≤ gap: the objective is within the certified gap of CVXPY's
+    assert -1e-8 * abs(ref) <= est.objective_ - ref <= est.duality_gap_ + 1e-8 * abs(ref)
+    assert est.predict(X).shape == Y.shape
+
+
+def test_feature_space_kkt_smooth_losses():
+    """Huber: λΞ + (1/n) Φᵀ ∇h(R) S = 0 and Σ ∇h(r_i) = 0 (intercept), with Φ = C T
+    computed densely from the kernel and the realised sketch."""
+    X, y = _data()
+    lam = 1e-3
+    loss = Huber(0.5)
+    est = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), loss=loss, sketch=ds.SubSampling(25),
+                               lam=lam, tol=1e-12, random_state=3, options=F64).fit(X, y)
+    _, _, C = _reference(est, X, y, Squared(), lam)
+    Phi = C @ est.whitening_
+    Xi, b0 = est.coefs_[0], est.intercepts_[0]
+    R = Phi @ Xi @ est.output_sqrt_ + b0 - y[:, None]
+    g = loss.gradient(R)
+    stat = lam * Xi + Phi.T @ g @ est.output_sqrt_ / len(X)
+    assert np.abs(stat).max() <= 1e-8 * max(1.0, np.abs(lam * Xi).max())
+    assert abs(g.sum()) <= 1e-8 * len(X)
+
+
+def test_squared_equals_sketched_krr():
+    X, y = _data()
+    for sketch in (ds.SubSampling(25), ds.PSparsified(20, p=0.1), None):
+        krr = ds.SketchedKRR(ds.Gaussian(gamma=GAMMA), sketch=sketch, lam=1e-3, random_state=4,
+                             options=F64).fit(X, y)
+        reg = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), loss="squared", sketch=sketch,
+                                   lam=1e-3, fit_intercept=False, random_state=4,
+                                   options=F64).fit(X, y)
+        scale = np.abs(krr.predict(X)).max()
+        assert np.allclose(reg.predict(X), krr.predict(X), rtol=0, atol=1e-9 * scale)
+        assert reg.n_iter_ == 1  # the closed form is certified by the first sweep
+
+
+def test_huber_with_large_kappa_is_krr():
+    X, y = _data()
+    krr = ds.SketchedKRR(ds.Gaussian(gamma=GAMMA), sketch=ds.SubSampling(25), lam=1e-3,
+                         random_state=5, options=F64).fit(X, y)
+    reg = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), loss=Huber(1e6),
+                               sketch=ds.SubSampling(25), lam=1e-3, fit_intercept=False,
+                               random_state=5, options=F64).fit(X, y)
+    assert np.allclose(reg.predict(X), krr.predict(X), atol=1e-9 * np.abs(y).max())
+
+
+def test_intercept_is_centring_for_squared_loss():
+    """Squared loss with an intercept = KRR on centred targets and features' mean removed:
+    checked against the dense problem (CVXPY), and the intercept matters for shifted y."""
+    X, y = _data()
+    lam = 1e-3
+    est = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), loss="squared", sketch=ds.SubSampling(25),
+                               lam=lam, tol=1e-12, random_state=6, options=F64).fit(X, y + 100.0)
+    ref, pred, _ = _reference(est, X, y + 100.0, Squared(), lam)
+    assert abs(est.objective_ - ref) <= 1e-6 * ref
+    shifted = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), loss="squared",
+                                   sketch=ds.SubSampling(25), lam=lam, tol=1e-12,
+                                   random_state=6, options=F64).fit(X, y)
+    assert np.allclose(est.predict(X) - 100.0, shifted.predict(X), atol=1e-6)
+
+
+def test_rank_deficient_sketch():
+    """Repeated landmarks (duplicate rows): B = R K Rᵀ is singular; the whitening keeps its
+    range and the model is still optimal."""
+    rng = np.random.default_rng(7)
+    base = rng.normal(size=(12, 3))
+    X = base[rng.integers(0, 12, size=150)]
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=150)
+    est = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), loss=Huber(0.3), sketch=ds.SubSampling(40),
+                               lam=1e-3, tol=1e-10, random_state=7, options=F64).fit(X, y)
+    assert est.whitening_.shape[1] <= 12
+    ref, _, _ = _reference(est, X, y, Huber(0.3), 1e-3)
+    assert abs(est.objective_ - ref) <= 1e-6 * ref
+
+
+def test_joint_quantiles():
+    X, y = _data(n=150)
+    q = (0.1, 0.5, 0.9)
+    est = ds.SketchedQuantileRegressor(ds.Gaussian(gamma=GAMMA), quantiles=q, quantile_gamma=2.0,
+                                       sketch=ds.SubSampling(20), lam=1e-3, tol=1e-10,
+                                       max_iter=400, random_state=8, options=F64).fit(X, y)
+    P = est.predict(X)
+    assert P.shape == (150, 3)
+    M = np.exp(-2.0 * (np.subtract.outer(q, q)) ** 2)
+    ref, _, _ = _reference(est, X, y, Pinball(q), 1e-3, M=M)
+    assert abs(est.objective_ - ref) <= 1e-6 * ref
+    # empirical coverage near the levels (the intercepts make them calibrated on training data)
+    cover = (y[:, None] <= P + 1e-9).mean(axis=0)
+    assert np.all(np.abs(cover - np.array(q)) < 0.1)
+    assert ds.metrics.crossing_loss(P) < 1e-2
+
+
+def test_lambda_path_and_set_lam():
+    X, y = _data()
+    lams = [1e-4, 1e-2, 1e-3]
+    path = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), loss=Huber(0.5), sketch=ds.SubSampling(25),
+                                lam=lams, tol=1e-9, random_state=9, options=F64).fit(X, y)
+    assert path.lam_ == 1e-4
+    for lam in lams:
+        one = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), loss=Huber(0.5),
+                                   sketch=ds.SubSampling(25), lam=lam, tol=1e-9, random_state=9,
+                                   options=F64).fit(X, y)
+        path.set_lam(lam)
+        assert np.allclose(path.predict(X), one.predict(X), atol=1e-6)
+    with pytest.raises(ValueError, match="lam"):
+        path.set_lam(5e-3)
+
+
+def test_invariance_across_blocks_and_schedulers():
+    import dask
+
+    X, y = _data(n=200)
+    kw = dict(loss=Pinball(0.3), sketch=ds.SubSampling(20), lam=1e-3, tol=1e-8, max_iter=300,
+              random_state=10)
+    ref = None
+    for rows, sched in ((64, "sync"), (37, "threads"), (200, "threads")):
+        with dask.config.set(scheduler=sched):
+            est = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), **kw, options=ds.EngineOptions(
+                block_dtype="float64", block_rows=rows)).fit(X, y)
+        pred = est.predict(X)
+        if ref is None:
+            ref = pred
+        assert np.allclose(pred, ref, rtol=0, atol=1e-8 * np.abs(ref).max())
+
+
+def test_same_on_a_local_cluster():
+    distributed = pytest.importorskip("distributed")
+    X, y = _data(n=160)
+    kw = dict(loss=Huber(0.5), sketch=ds.SubSampling(20), lam=1e-3, tol=1e-10, random_state=11,
+              options=ds.EngineOptions(block_dtype="float64", block_rows=40))
+    local = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), **kw).fit(X, y)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        remote = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), **kw).fit(X, y)
+    assert np.array_equal(local.dual_coef_, remote.dual_coef_)
+    assert local.n_iter_ == remote.n_iter_
+
+
+def test_store_shared_with_krr_and_saved_model(tmp_path):
+    X, y = _data()
+    store = tmp_path / "fit.zarr"
+    krr = ds.SketchedKRR(ds.Gaussian(gamma=GAMMA), sketch=ds.SubSampling(25), lam=1e-3,
+                         random_state=12, store=store).fit(X, y)
+    reg = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), loss=Huber(0.5),
+                               sketch=ds.SubSampling(25), lam=1e-3, random_state=12,
+                               store=store).fit(X, y)
+    assert np.array_equal(reg.sketch_.support, krr.sketch_.support)
+    loaded = ds.load(store)
+    assert type(loaded) is ds.SketchedRegressor
+    assert np.array_equal(loaded.predict(X), reg.predict(X))
+    assert loaded.get_params()["loss"] == Huber(0.5)
+    again = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), loss=Huber(0.5),
+                                 sketch=ds.SubSampling(25), lam=1e-3, random_state=12,
+                                 store=store).fit(X, y)
+    assert np.array_equal(again.dual_coef_, reg.dual_coef_)
+
+
+_KILL_SCRIPT = textwrap.dedent("""
+    import os, signal, sys
+    import numpy as np
+    import distsketch as ds, distsketch.sweep as sw
+    from distsketch.losses import Pinball
+    sys.path.insert(0, {tests!r})
+    from test_lipschitz import _data
+    X, y = _data(n=200)
+    call = sw.Sweeper.__call__
+    count = [0]
+    def killing(self, it):
+        count[0] += 1
+        if count[0] == {kill_at}:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return call(self, it)
+    sw.Sweeper.__call__ = killing
+    ds.SketchedRegressor(ds.Gaussian(gamma=0.5), loss=Pinball(0.3), sketch=ds.SubSampling(20),
+                         lam=1e-3, tol=1e-9, max_iter=400, random_state=13,
+                         store={store!r}).fit(X, y)
+""")
+
+
+def test_resume_after_sigkill_mid_iterations(tmp_path):
+    X, y = _data(n=200)
+    kw = dict(loss=Pinball(0.3), sketch=ds.SubSampling(20), lam=1e-3, tol=1e-9, max_iter=400,
+              random_state=13)
+    whole = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), **kw,
+                                 store=tmp_path / "whole.zarr").fit(X, y)
+    assert whole.n_iter_ > 6
+    store = tmp_path / "killed.zarr"
+    script = _KILL_SCRIPT.format(tests=os.path.dirname(__file__), kill_at=6, store=str(store))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    resumed = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), **kw, store=store).fit(X, y)
+    assert np.array_equal(resumed.dual_coef_, whole.dual_coef_)
+    assert np.array_equal(resumed.intercepts_, whole.intercepts_)
+    assert resumed.n_iter_ == whole.n_iter_
+    assert resumed.n_passes_ < whole.n_passes_  # the pass and five sweeps were not redone
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: ds.SketchedRegressor(loss=Huber(0.0)), "kappa"),
+    (lambda: ds.SketchedRegressor(loss=Huber(-1.0)), "kappa"),
+    (lambda: ds.SketchedRegressor(loss=EpsilonInsensitive(-0.1)), "epsilon"),
+    (lambda: ds.SketchedRegressor(loss=Pinball(1.0)), "tau"),
+    (lambda: ds.SketchedRegressor(loss=Pinball(0.0)), "tau"),
+    (lambda: ds.SketchedRegressor(loss="hinge"), "loss"),
+    (lambda: ds.SketchedQuantileRegressor(quantiles=(0.5, 0.1)), "quantiles"),
+    (lambda: ds.SketchedQuantileRegressor(quantiles=(0.1, 0.1, 0.5)), "quantiles"),
+    (lambda: ds.SketchedQuantileRegressor(quantiles=(0.1, 1.5)), "quantiles"),
+    (lambda: ds.SketchedQuantileRegressor(quantile_gamma=-1.0), "quantile_gamma"),
+    (lambda: ds.SketchedRegressor(output_matrix=np.array([[1.0, 2.0], [0.0, 1.0]])), "output_matrix"),
+    (lambda: ds.SketchedRegressor(output_matrix=np.array([[1.0, 2.0], [2.0, 1.0]])), "output_matrix"),
+    (lambda: ds.SketchedRegressor(output_matrix=np.eye(3)), "output_matrix"),
+    (lambda: ds.SketchedRegressor(tol=0.0), "tol"),
+    (lambda: ds.SketchedRegressor(max_iter=0), "max_iter"),
+    (lambda: ds.SketchedRegressor(fit_intercept="yes"), "fit_intercept"),
+])
+def test_bad_input_before_anything_is_written(tmp_path, make, match):
+    X, Y = _data(n=40, d=2)
+    est = make()
+    est.set_params(sketch=ds.SubSampling(10), store=tmp_path / "s.zarr")
+    y = Y if "output_matrix" in match else Y[:, 0]
+    with pytest.raises(ValueError, match=match):
+        est.fit(X, y)
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_max_iter_warns():
+    X, y = _data()
+    est = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), loss=Pinball(0.3), sketch=ds.SubSampling(25),
+                               lam=1e-4, tol=1e-12, max_iter=3, random_state=14, options=F64)
+    with pytest.warns(Warning, match="max_iter"):
+        est.fit(X, y)
+    assert est.n_iter_ == 3
+
+
+REGRESSOR_TOML = """
+[model]
+type = "{type}"
+lam = 1e-3
+random_state = 0
+{extra}
+
+[model.kernel]
+name = "gaussian"
+gamma = 0.5
+
+[model.sketch]
+name = "subsampling"
+m = 20
+
+[data]
+train = "train.npz"
+test = "test.npz"
+
+[store]
+path = "fit.zarr"
+
+[evaluate]
+metrics = {metrics}
+"""
+
+
+@pytest.mark.parametrize("type_, extra, metrics", [
+    ("regressor", 'loss = {type = "huber", kappa = 0.5}', '["rmse", "mae"]'),
+    ("SketchedRegressor", 'loss = "epsilon_insensitive"\ntol = 1e-4', '["mae"]'),
+    ("quantile", "quantiles = [0.1, 0.5, 0.9]\nquantile_gamma = 2.0\ntol = 1e-4",
+     '["pinball", "crossing"]'),
+])
+def test_cli_fits_regressors_from_toml(tmp_path, type_, extra, metrics):
+    from distsketch.cli import main
+
+    X, y = _data(n=160)
+    np.savez(tmp_path / "train.npz", X=X[:120], Y=y[:120])
+    np.savez(tmp_path / "test.npz", X=X[120:], Y=y[120:])
+    (tmp_path / "fit.toml").write_text(REGRESSOR_TOML.format(type=type_, extra=extra,
+                                                             metrics=metrics))
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert main(["fit", "fit.toml"]) == 0
+        assert main(["evaluate", "fit.zarr"]) == 0
+    finally:
+        os.chdir(cwd)
+    model = ds.load(tmp_path / "fit.zarr")
+    expected = ds.SketchedQuantileRegressor if type_ == "quantile" else ds.SketchedRegressor
+    assert type(model) is expected
+    assert model.predict(X[120:]).shape == ((40, 3) if type_ == "quantile" else (40,))
+
+
+def test_cli_bad_loss_names_the_key(tmp_path):
+    from distsketch.config import ConfigError, load_config
+
+    (tmp_path / "train.npz").write_bytes(b"")
+    (tmp_path / "fit.toml").write_text(REGRESSOR_TOML.format(
+        type="regressor", extra='loss = {type = "huber", kappa = -1.0}', metrics='["mae"]'))
+    with pytest.raises(ConfigError, match="model.loss"):
+        load_config(tmp_path / "fit.toml")
