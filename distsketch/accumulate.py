@@ -34,7 +34,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import dask
@@ -730,9 +730,13 @@ def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, di
                     logger.info("store %s: pass already complete, reusing its sums",
                                 fs.location)
                     return result
-                # written by a model that needed fewer sums: add them from the stored blocks
+                # written by a model that needed other sums: add them from the stored blocks,
+                # keeping those it stored (the other model reuses them)
                 logger.info("store %s: computing the sums %s from the stored blocks",
                             fs.location, missing)
+                union = tuple(sums) + tuple(k for k in sorted(result) if k not in sums
+                                            and k in SUM_TERMS)
+                plan = replace(plan, sums=union)
                 fs.mark("pass")
             except StoreError as exc:  # damaged sums: recompute them from the verified blocks
                 logger.warning("%s; recomputing the sums from the stored blocks", exc)

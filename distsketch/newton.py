@@ -236,10 +236,11 @@ def dual_values(prob: Problem, lam: float, stats: dict, mu: float) -> tuple[floa
     else:
         c = np.zeros(d)
         t = np.ones(d)
-    CtB = (stats["Ca"] - np.outer(stats["s"], c)) * t
+    m = prob.T.shape[0]
+    CtB = (stats["Ca"] - np.outer(prob.Gt[:m, m], c)) * t  # Cᵀβ, with Cᵀ1 from the pass
     Z = prob.T.T @ CtB @ prob.S
     quad = float(np.sum(Z * Z)) / (2.0 * lam * n * n)
-    ytb = float(np.sum(t * (stats["ya"] - c * np.broadcast_to(stats["sy"], (d,)))))
+    ytb = float(np.sum(t * (stats["ya"] - c * prob.y1)))
     scale = float(t[0]) if np.all(t == t[0]) else t
     conj_mu = loss.conjugate_sum(stats, scale, c, n, mu)
     conj = loss.conjugate_sum(stats, scale, c, n, 0.0) if mu else conj_mu

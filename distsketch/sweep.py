@@ -10,7 +10,7 @@ computes, in float64::
     L(t) = Σ_{i∈I} h_μ(F_i + t ΔF_i − y_i)         losses along the direction (t on a grid)
     R_I  = F_I + ΔF_I − Y_I                        residuals at the full step (or at F)
     α_I  = ∇h_μ(R_I)                               (sub)gradients, and the block sums
-    C_Iᵀ α_I,  Σ α,  Σ α²,  Σ ‖α‖,  Σ y α,  Σ y,   loss and smoothed loss, Σ ‖R‖²
+    C_Iᵀ α_I,  Σ α,  Σ α²,  Σ ‖α‖,  Σ y α,        loss and smoothed loss, Σ ‖R‖²
     Q   += Σ_{i∈I: Δ_i≠0} Δ_i ⊗ c̃_i c̃_iᵀ           weighted Grams, c̃ = [c_i; 1] (Newton)
 
 The partial results are dicts of float64 arrays added by :class:`SweepSums` in the engine's
@@ -181,9 +181,7 @@ def _sweep_block(shared, item, ws) -> dict:
     out["aa"] = np.einsum("ij,ij->j", alpha, alpha)
     out["an"] = np.array(np.sqrt(np.einsum("ij,ij->i", alpha, alpha)).sum())
     out["ya"] = np.einsum("ij,ij->j", Y, alpha)
-    out["sy"] = Y.sum(axis=0)
     out["rr"] = np.array(np.einsum("ij,ij->", R, R))
-    out["s"] = C.sum(axis=0)
     if it.gram:
         curv = loss.curvature(R, mu, exact=it.exact)
         out["Q"] = _grams(C, curv, R.shape[1])

@@ -263,6 +263,10 @@ def test_store_shared_with_krr_and_saved_model(tmp_path):
                                sketch=ds.SubSampling(25), lam=1e-3, random_state=12,
                                store=store).fit(X, y)
     assert np.array_equal(reg.sketch_.support, krr.sketch_.support)
+    from distsketch.store import open_fit_store
+
+    # the regressor's extra sums were added from the stored blocks, SketchedKRR's kept
+    assert {"G", "B", "b", "s", "y1"} <= set(open_fit_store(store).read_sums())
     loaded = ds.load(store)
     assert type(loaded) is ds.SketchedRegressor
     assert np.array_equal(loaded.predict(X), reg.predict(X))
