@@ -174,7 +174,10 @@ def newton_direction(prob: Problem, lam: float, stats: dict, kind: str, base: fl
                      gXi: np.ndarray, gb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(ΔΞ, Δb₀) = −∇²P⁻¹ ∇P`` from a sweep's Grams (the intercept block damped by λ)."""
     r, d = prob.r, prob.d
-    Qf = _feature_grams(prob, stats["Q"], kind, base)
+    Q = stats["Q"]
+    if kind != "scalar" and not np.any(Q):  # no row off the base curvature: base·I per row
+        kind, Q = "scalar", np.zeros_like(prob.Gt)
+    Qf = _feature_grams(prob, Q, kind, base)
     ib = prob.intercept
     if kind == "scalar":  # decoupled in the eigenbasis of M: one (r+1) system per eigenvalue
         gR = gXi @ prob.U
@@ -200,11 +203,11 @@ def newton_direction(prob: Problem, lam: float, stats: dict, kind: str, base: fl
                 dbR[cols] = x[r]
         return dR @ prob.U.T, prob.U @ dbR
     S = prob.S
-    HXX = np.einsum("ja,kc,jkpq->apcq", S, S, Qf[:, :, :r, :r]).reshape(d * r, d * r)
+    HXX = np.einsum("ja,kc,jkpq->apcq", S, S, Qf[:, :, :r, :r], optimize=True).reshape(d * r, d * r)
     HXX.flat[:: d * r + 1] += lam
     g = gXi.T.reshape(-1)
     if ib:
-        HXb = np.einsum("ja,jkp->apk", S, Qf[:, :, :r, r]).reshape(d * r, d)
+        HXb = np.einsum("ja,jkp->apk", S, Qf[:, :, :r, r], optimize=True).reshape(d * r, d)
         Hbb = Qf[:, :, r, r] + lam * np.eye(d)
         H = np.block([[HXX, HXb], [HXb.T, Hbb]])
         g = np.concatenate([g, gb])
@@ -349,7 +352,10 @@ def polish(prob: Problem, lam: float, s: dict) -> tuple[np.ndarray, np.ndarray] 
         Ab[np.arange(k), cols] = 1.0
         K = np.block([[K, Ab], [Ab.T, np.zeros((d, d))]])
         rhs = np.concatenate([rhs, -s["sa_out"] / n])
-    sol = np.linalg.lstsq(K, rhs, rcond=None)[0]
+    try:
+        sol = np.linalg.solve(K, rhs)
+    except np.linalg.LinAlgError:  # dependent rows (a degenerate active set)
+        sol = np.linalg.lstsq(K, rhs, rcond=None)[0]
     nu = sol[:k]
     Xi = (-(gX + AX.T @ nu) / lam).reshape(d, r).T
     b0 = sol[k:] if prob.intercept else np.zeros(d)
@@ -402,7 +408,9 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
     exact = prob.exact_curvature and not (loss.smoothed and SECANT)
     kind = loss.curvature_kind(d, exact=exact)
     base = float(getattr(loss, "_base", 0.0))
-    cap = min(POLISH_ENTRIES, max(1000, 8 * (prob.r + 1) * d))
+    # a vertex holds at most r·d + d entries on their kinks: more cannot be a KKT point's
+    # active set (and the polish's system would be over-determined)
+    cap = min(POLISH_ENTRIES, (prob.r + 1) * d)
     st = state.load() if state is not None else None
     if st is not None and st.get("done"):
         logger.info("λ = %.3g: solution found in the store (%d iterations)", lam, st["n_iter"])
