@@ -29,9 +29,9 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
 
-## Benchmarks replace their sections of benchmarks/RESULTS.md (about 22 minutes in all here).
+## Benchmarks replace their sections of benchmarks/RESULTS.md (about 40 minutes in all here).
 ## benchmarks/bench_compare.py --base REV (not in this list) compares the tree with a revision.
-BENCHMARKS := pass scaling casp bibtex usps decode rss store
+BENCHMARKS := pass scaling casp bibtex usps decode rss store lipschitz rf1 huber_scale
 bench: $(STAMP)
 	for b in $(BENCHMARKS); do $(BIN)/python benchmarks/bench_$$b.py || exit 1; done
 

@@ -175,7 +175,7 @@ def newton_direction(prob: Problem, lam: float, stats: dict, kind: str, base: fl
     """``(ΔΞ, Δb₀) = −∇²P⁻¹ ∇P`` from a sweep's Grams (the intercept block damped by λ)."""
     r, d = prob.r, prob.d
     Q = stats["Q"]
-    if kind != "scalar" and not np.any(Q):  # no row off the base curvature: base·I per row
+    if not np.any(Q):  # no row off the base curvature (a 0-d zero): base·I per row
         kind, Q = "scalar", np.zeros_like(prob.Gt)
     Qf = _feature_grams(prob, Q, kind, base)
     ib = prob.intercept

@@ -112,8 +112,8 @@ class SketchedRegressor(SketchedEstimator):
         (``ConvergenceWarning``).
     exact_hessian : bool or None
         Multi-output radial losses: form the exact d × d Hessian of every row (``True``;
-        d(d+1)/2 Grams per sweep) or a scalar majorant (``False``: one Gram, more sweeps).
-        ``None``: exact for d ≤ 8.
+        d² Grams per sweep) or a scalar majorant (``False``: one Gram, more sweeps).
+        ``None``: exact for d ≤ 8 while the d² Grams of size (m+1)² take at most 256 MiB.
     random_state, store, options
         As for :class:`~distsketch.SketchedKRR`.
 
@@ -232,7 +232,9 @@ class SketchedRegressor(SketchedEstimator):
         T = whitening(B, rtol=spec.options.eig_rtol, argument="kernel")
         Gt = np.empty((m + 1, m + 1))
         Gt[:m, :m], Gt[:m, m], Gt[m, :m], Gt[m, m] = G, s, s, n
-        exact = self.exact_hessian if self.exact_hessian is not None else d <= 8
+        # exact d × d Hessians while their d² Grams stay small (d ≤ 8, at most 256 MiB)
+        exact = (self.exact_hessian if self.exact_hessian is not None
+                 else d <= 8 and d * d * (m + 1) ** 2 * 8 <= 2**28)
         prob = Problem(T=T, S=S, nu=nu, U=U, Gt=Gt, b=b, y1=y1, n=n, loss=loss,
                        intercept=bool(self.fit_intercept), exact_curvature=bool(exact))
         fs = res.fs

@@ -139,6 +139,8 @@ def _grams(C: np.ndarray, curv, d: int) -> np.ndarray:
     """``Σ_k Δ_k ⊗ c̃_k c̃_kᵀ`` over the curvature's rows, c̃ = [c; 1]: shape (m+1, m+1) for
     ``scalar``, (d, m+1, m+1) for ``diag``, (d, d, m+1, m+1) for ``full``."""
     m = C.shape[1]
+    if len(curv.rows) == 0:  # every row at the base curvature: nothing to add (broadcasts)
+        return np.zeros(())
     Ct = np.empty((len(curv.rows), m + 1))
     Ct[:, :m] = C[curv.rows]
     Ct[:, m] = 1.0

@@ -417,3 +417,16 @@ def test_cli_bad_loss_names_the_key(tmp_path):
         type="regressor", extra='loss = {type = "huber", kappa = -1.0}', metrics='["mae"]'))
     with pytest.raises(ConfigError, match="model.loss"):
         load_config(tmp_path / "fit.toml")
+
+
+def test_no_gram_when_every_row_is_at_the_base_curvature():
+    """Squared loss (or Huber without outliers): the d × d Grams of a block are not formed
+    (a 0-d zero), so a multi-output fit never holds d²(m+1)² numbers for nothing."""
+    from distsketch.losses import Curvature
+    from distsketch.sweep import _grams
+
+    C = np.ones((5, 4))
+    empty = Curvature(1.0, "full", np.array([], dtype=np.int64), np.zeros((0, 3, 3)))
+    assert _grams(C, empty, 3).shape == ()
+    some = Curvature(1.0, "full", np.array([1]), np.eye(3)[None])
+    assert _grams(C, some, 3).shape == (3, 3, 5, 5)

@@ -1,0 +1,29 @@
+"""The Lipschitz-loss benchmarks run end to end in their ``--quick`` setting (nothing recorded)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+CASP = BENCH.parent.parent / "shared" / "data" / "casp" / "CASP.csv"
+
+
+def run(script: str) -> str:
+    out = subprocess.run([sys.executable, str(BENCH / script), "--quick"], capture_output=True,
+                         text=True, timeout=600, cwd=BENCH)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_huber_scale_quick():
+    out = run("bench_huber_scale.py")
+    assert "'passes'" in out and "'rel_gap'" in out
+
+
+@pytest.mark.skipif(not CASP.exists(), reason="CASP data not available")
+def test_svr_comparison_quick():
+    pytest.importorskip("sklearn")
+    out = run("bench_lipschitz.py")
+    assert "'svr_mae'" in out and "'distsketch_mae'" in out
