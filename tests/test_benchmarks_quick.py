@@ -27,3 +27,16 @@ def test_svr_comparison_quick():
     pytest.importorskip("sklearn")
     out = run("bench_lipschitz.py")
     assert "'svr_mae'" in out and "'distsketch_mae'" in out
+
+
+@pytest.mark.skipif(not CASP.exists(), reason="CASP data not available")
+def test_joint_quantile_quick():
+    out = run("bench_quantile.py")
+    assert "'crossing_mean'" in out
+
+
+@pytest.mark.skipif(not (BENCH.parent.parent / "shared" / "data" / "mtr" / "rf1-train.arff").exists(),
+                    reason="rf1 data not available")
+def test_rf1_quick():
+    out = run("bench_rf1.py")
+    assert "ARRMSE" in out and "'arrmse_mean'" in out
