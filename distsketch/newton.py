@@ -112,6 +112,21 @@ class Problem:
     def d(self) -> int:
         return self.S.shape[0]
 
+    def feature_gram(self) -> np.ndarray:
+        """``P̃ᵀ G̃ P̃ / n`` (r+1, r+1), ``P̃ = diag(T, 1)``: the Gram of ``[φ 1]`` (cached)."""
+        cached = self.__dict__.get("_feature_gram")
+        if cached is None:
+            m, r = self.T.shape
+            cached = np.empty((r + 1, r + 1))
+            TG = self.T.T @ self.Gt[:m]
+            cached[:r, :r] = TG[:, :m] @ self.T
+            cached[:r, r] = TG[:, m]
+            cached[r, :r] = TG[:, m]
+            cached[r, r] = self.Gt[m, m]
+            cached /= self.n
+            object.__setattr__(self, "_feature_gram", cached)  # a cache, not state
+        return cached
+
     def coef(self, Xi: np.ndarray) -> np.ndarray:
         """``A = T Ξ S`` (m, d): predictions ``C A + b₀`` on the training rows."""
         return self.T @ Xi @ self.S
@@ -135,26 +150,33 @@ class Solution:
 
 
 def _feature_grams(prob: Problem, Q: np.ndarray, kind: str, base: float) -> np.ndarray:
-    """``(1/n) P̃ᵀ (Q + base·G̃) P̃`` with ``P̃ = diag(T, 1)``, per kind."""
+    """``(1/n) P̃ᵀ (Q + base·G̃) P̃`` with ``P̃ = diag(T, 1)``, per kind (the base part,
+    ``P̃ᵀ G̃ P̃ / n``, is transformed once per problem)."""
     m, r = prob.T.shape
-    Pt = np.zeros((m + 1, r + 1))
-    Pt[:m, :r] = prob.T
-    Pt[m, r] = 1.0
     n = prob.n
 
     def tf(A):
-        return Pt.T @ A @ Pt / n
+        if not np.any(A):
+            return np.zeros((r + 1, r + 1))
+        out = np.empty((r + 1, r + 1))
+        TA = prob.T.T @ A[:m]  # (r, m+1)
+        out[:r, :r] = TA[:, :m] @ prob.T
+        out[:r, r] = TA[:, m]
+        out[r, :r] = A[m, :m] @ prob.T
+        out[r, r] = A[m, m]
+        return out / n
 
+    GF = prob.feature_gram() if base else 0.0
     if kind == "scalar":
-        return tf(Q + base * prob.Gt)
+        return tf(Q) + base * GF
     d = prob.d
     out = np.zeros((d, d, r + 1, r + 1))
     for j in range(d):
         if kind == "diag":
-            out[j, j] = tf(Q[j] + base * prob.Gt)
+            out[j, j] = tf(Q[j]) + base * GF
         else:
             for k in range(d):
-                out[j, k] = tf(Q[j, k] + (base * prob.Gt if j == k else 0.0))
+                out[j, k] = tf(Q[j, k]) + (base * GF if j == k else 0.0)
     return out
 
 
