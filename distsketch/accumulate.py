@@ -160,6 +160,25 @@ class RowStack:
         return out
 
 
+class HeldBlocks:
+    """The blocks ``C_I`` themselves (float64 copies of the values at the block dtype), by
+    first row (``+=`` merges): kept in memory by an iterative model that has no store to read
+    them back from."""
+
+    def __init__(self, blocks: dict):
+        self.blocks = blocks
+
+    def copy(self) -> "HeldBlocks":
+        return HeldBlocks(dict(self.blocks))
+
+    def __iadd__(self, other: "HeldBlocks") -> "HeldBlocks":
+        self.blocks.update(other.blocks)
+        return self
+
+    def ordered(self) -> tuple:
+        return tuple(self.blocks[k] for k in sorted(self.blocks))
+
+
 class RowSparse:
     """An ``m × k`` partial sum with few non-zero rows (``R[:, I] C_I`` of a sparse sketch).
 
@@ -258,6 +277,10 @@ def _term_C(v: BlockView):
     return RowStack([(v.start, v.host(v.C))])
 
 
+def _term_held(v: BlockView):
+    return HeldBlocks({v.start: np.array(v.host(v.C), dtype=np.float64)})  # a copy: C is reused
+
+
 def _term_D(v: BlockView):
     return RowStack([(v.start, v.host(v.D))])
 
@@ -306,6 +329,7 @@ SUM_TERMS = {
     "s": SumTerm(_term_s),
     "y1": SumTerm(_term_y1, reads_y=True),
     "C": SumTerm(_term_C, keeps_blocks=True),
+    "held": SumTerm(_term_held),
     "D": SumTerm(_term_D, reads_d=True, keeps_blocks=True),
     "Y": SumTerm(_term_Y, reads_y=True),
     "U": SumTerm(_term_U, reads_y=True),
@@ -483,7 +507,8 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
     -------
     dict
         The sums of ``plan.sums``, float64: ``C``, ``D``, ``Y`` assembled (n × ·), ``B``,
-        ``E`` dense (m × m), ``U`` as (unique rows, first-occurrence indices).
+        ``E`` dense (m × m), ``U`` as (unique rows, first-occurrence indices), ``held``
+        the blocks of ``C`` in row order (float64 copies of the block-dtype values).
     """
     client = distributed_client()
     attempt, lost = 0, None
@@ -519,6 +544,8 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
             result[key] = value.assemble(plan.n)
         elif isinstance(value, RowSparse):
             result[key] = value.toarray()
+        elif isinstance(value, HeldBlocks):
+            result[key] = value.ordered()
     return result
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -60,6 +61,8 @@ GROUPS_PER_SLOT = 4
 
 def distributed_client():
     """The ``distributed.Client`` that dask would use right now, or None."""
+    if "distributed" not in sys.modules:  # no client without it (and no import on a laptop)
+        return None
     try:
         from distributed import default_client
     except ImportError:  # pragma: no cover - distributed is a dependency

@@ -105,10 +105,20 @@ class Loss(ParamsMixin):
         """``∇h_μ(r_i)`` per row: shape (b, d). Lies in the domain of ``h*`` (bounded)."""
         raise NotImplementedError
 
-    def curvature(self, R: np.ndarray, mu: float = 0.0, *, exact: bool = True) -> Curvature:
+    def curvature(self, R: np.ndarray, mu: float = 0.0, *, exact: bool = True,
+                  base: float | None = None) -> Curvature:
         """``∇²h_μ(r_i) − base·I`` where nonzero. ``exact=False`` may return a scalar
-        majorant ``w_i I ⪰ ∇²h_μ(r_i)`` instead of a full matrix (cheaper Grams)."""
+        majorant ``w_i I ⪰ ∇²h_μ(r_i)`` instead of a full matrix (cheaper Grams).
+        ``base``: one of :meth:`curvature_levels` (default the first)."""
         raise NotImplementedError
+
+    def curvature_levels(self, d: int, mu: float = 0.0, *, exact: bool = True) -> tuple:
+        """The constant values the curvature takes on whole regions of residuals (first: the
+        default ``base``). A sweep subtracts whichever level most rows sit at, so that its
+        weighted Grams cover only the other rows (``Σ_{rest} + level·G``, with ``G = CᵀC``
+        from the pass): e.g. ε-insensitive with a large smoothing μ, where most rows are in
+        the band at ``1/μ``."""
+        return (0.0,)
 
     def curvature_kind(self, d: int, *, exact: bool = True) -> str:
         """The ``kind`` :meth:`curvature` returns for ``d`` outputs."""
@@ -156,6 +166,7 @@ class _Radial(Loss):
         raise NotImplementedError
 
     _base = 0.0  # ∇²h = base·I where the profile is quadratic-free (Huber, squared: 1)
+    _other: float | None = None  # another level of the scalar loss (Huber: 0 beyond κ)
 
     @staticmethod
     def _norms(R: np.ndarray) -> np.ndarray:
@@ -170,11 +181,14 @@ class _Radial(Loss):
     def curvature_kind(self, d, *, exact=True):
         return "scalar" if d == 1 or not exact else "full"
 
-    def curvature(self, R, mu=0.0, *, exact=True):
+    def curvature_levels(self, d, mu=0.0, *, exact=True):
+        return (self._base,) if d > 1 or self._other is None else (self._base, self._other)
+
+    def curvature(self, R, mu=0.0, *, exact=True, base=None):
         t = self._norms(R)
         _, g, p2 = self._profile(t, mu)
         d = R.shape[1]
-        base = self._base
+        base = self._base if base is None else float(base)
         if d == 1 and (exact or not self.smoothed):
             w = p2 - base
             rows = np.flatnonzero(w)
@@ -234,6 +248,7 @@ class Huber(_Radial):
 
     name = "huber"
     _base = 1.0
+    _other = 0.0
 
     def __init__(self, kappa: float = 1.0):
         self.kappa = kappa
@@ -280,6 +295,9 @@ class EpsilonInsensitive(_Radial):
 
     def entry_bounds(self, d):
         return np.full(d, -1.0), np.full(d, 1.0)
+
+    def curvature_levels(self, d, mu=0.0, *, exact=True):
+        return (0.0, 1.0 / mu) if d == 1 and mu > 0 else (0.0,)
 
     def band(self, R, mu):
         if R.shape[1] != 1 or mu <= 0:
@@ -375,8 +393,12 @@ class Pinball(Loss):
     def curvature_kind(self, d, *, exact=True):
         return "scalar" if d == 1 else "diag"
 
-    def curvature(self, R, mu=0.0, *, exact=True):
+    def curvature_levels(self, d, mu=0.0, *, exact=True):
+        return (0.0, 1.0 / mu) if exact and mu > 0 else (0.0,)
+
+    def curvature(self, R, mu=0.0, *, exact=True, base=None):
         lo, hi = self._bounds(R.shape[1])
+        base = 0.0 if base is None else float(base)
         if mu <= 0:
             w = np.zeros_like(R)
         else:
@@ -386,11 +408,13 @@ class Pinball(Loss):
             else:  # the secant weight α/r outside the band (IRLS), 1/μ inside
                 safe = np.where(band, 1.0, R)
                 w = np.where(band, 1.0 / mu, np.clip(R / mu, lo, hi) / safe)
+        if base:
+            w = w - base
         if R.shape[1] == 1:
             rows = np.flatnonzero(w[:, 0])
-            return Curvature(0.0, "scalar", rows, w[rows, 0])
+            return Curvature(base, "scalar", rows, w[rows, 0])
         rows = np.flatnonzero(w.any(axis=1))
-        return Curvature(0.0, "diag", rows, w[rows])
+        return Curvature(base, "diag", rows, w[rows])
 
     def dual_scale(self, c):
         lo, hi = self._bounds(len(c))

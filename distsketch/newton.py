@@ -429,7 +429,6 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
     # to the scale of the residuals where a Newton step on a small band would overshoot
     exact = prob.exact_curvature and not (loss.smoothed and SECANT)
     kind = loss.curvature_kind(d, exact=exact)
-    base = float(getattr(loss, "_base", 0.0))
     # a vertex holds at most r·d + d entries on their kinks: more cannot be a KKT point's
     # active set (and the polish's system would be over-determined)
     cap = min(POLISH_ENTRIES, (prob.r + 1) * d)
@@ -453,15 +452,21 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
         Xi, b0, dXi, db0, mode, mu = v["Xi"], v["b0"], v["dXi"], v["db0"], v["mode"], v["mu"]
         probe = mu < 0
         grid = GRID if mode == "newton" else POLISH_GRID if mode == "polish" else ()
+        # the Grams subtract the curvature level most rows sat at in the last sweep
+        levels = loss.curvature_levels(d, 0.0 if probe else mu, exact=exact)
+        base = float(levels[min(int(v.get("level", 0)), len(levels) - 1)])
         it = Iterate(loss, prob.coef(Xi), b0, None if dXi is None else prob.coef(dXi), db0,
-                     0.0 if probe else mu, grid, grid_mu=0.0 if mode == "polish" else None, gram=not probe, exact=exact,
-                     collect=0 <= v["nband"] <= cap)
+                     0.0 if probe else mu, grid, grid_mu=0.0 if mode == "polish" else None,
+                     gram=not probe, exact=exact, collect=0 <= v["nband"] <= cap, base=base,
+                     levels=levels if len(levels) > 1 else ())
         s = sweeper(it)
         v["n_iter"] += 1
         v["dXi"] = v["db0"] = v["mode"] = None
         fixd = {k: v.pop(k, None) for k in _FIX}
         if "nband" in s:
             v["nband"] = float(s["nband"])
+        if "at_level" in s:
+            v["level"] = int(np.argmax(s["at_level"]))
         if mode == "newton":
             vals = np.array([_objective(prob, lam, s["grid"][k], Xi + t * dXi)
                              for k, t in enumerate(GRID)])
@@ -476,7 +481,7 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
                 if ok.size or vals[k] < v["p_at"]:
                     v["Xi"], v["b0"] = Xi + GRID[k] * dXi, b0 + GRID[k] * db0
                 elif loss.smoothed and mu > 0:
-                    v["mu"] = mu * MU_FACTOR  # no decrease: on to a smaller μ
+                    v["mu"], v["level"] = mu * MU_FACTOR, 0  # no decrease: on to a smaller μ
                 else:  # no decrease along the Newton direction: the limit of float64
                     return _finish(prob, lam, v, tol, state, None)
                 _save(state, v)
@@ -521,7 +526,7 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
             return _finish(prob, lam, v, tol, state, (p_true, gap, False))
         mu_floor = 0.02 * tol * abs(p_true) / lsq if lsq else 0.0
         if loss.smoothed and gap_mu <= GAP_RATIO * gap and mu > mu_floor:
-            v["mu"] = max(mu * MU_FACTOR, mu_floor)
+            v["mu"], v["level"] = max(mu * MU_FACTOR, mu_floor), 0  # a narrower band
             pol = polish(prob, lam, s) if "E_row" in s else None
             if pol is not None:  # try the active set's KKT point, with the next μ's stats
                 v["dXi"], v["db0"] = pol[0] - Xi, pol[1] - b0

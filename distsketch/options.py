@@ -100,6 +100,13 @@ class EngineOptions:
         Compute backend of the block math (kernel blocks, block products, partial sums):
         a name registered in :mod:`distsketch.backends` (``"numpy"``, the default). The
         driver's small solves always run on the host.
+    sweep_memory : int
+        Bytes of sketched blocks ``C`` that an iterative model (``SketchedRegressor``,
+        ``SketchedQuantileRegressor``) fitted without a store (``store=None``) on the local
+        scheduler keeps in memory from its pass for its sweeps (8 bytes per value: float64
+        copies of the values a store would hold, so the model is the same). Above
+        it, or on a distributed cluster, every sweep recomputes the kernel blocks and a
+        fit's memory stays that of its tasks. 0: always recompute.
     """
 
     block_rows: int | None = None
@@ -113,6 +120,7 @@ class EngineOptions:
     candidate_rows: int = 16384
     direct_io: bool = True
     backend: str = "numpy"
+    sweep_memory: int = 2**30
 
     @property
     def eig_rtol(self) -> float:
@@ -138,6 +146,9 @@ def check_options(options: EngineOptions | None) -> EngineOptions:
         if f.name in ("block_rows", "block_memory", "gram_chunk", "split_every", "candidate_rows"):
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
                 raise _bad(f.name, f"must be a positive integer, got {v!r}")
+    v = options.sweep_memory
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
+        raise _bad("sweep_memory", f"must be a non-negative integer (bytes), got {v!r}")
     for name in ("overwrite", "progress", "direct_io"):
         if not isinstance(getattr(options, name), bool):
             raise _bad(name, f"must be True or False, got {getattr(options, name)!r}")

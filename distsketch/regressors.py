@@ -22,6 +22,7 @@ import numbers
 
 import numpy as np
 
+from .engine import distributed_client
 from .estimator import FitSpec, SketchedEstimator
 from .features import FeatureMap
 from .losses import Loss, Pinball, check_loss
@@ -206,7 +207,17 @@ class SketchedRegressor(SketchedEstimator):
                             len(np.atleast_1d(self.loss.tau)))
 
     def _sums(self, spec: FitSpec) -> tuple[str, ...]:
-        return ("C", "Y") if spec.exact("sketch") else ("G", "B", "b", "s", "y1")
+        if spec.exact("sketch"):
+            return ("C", "Y")
+        sums = ("G", "B", "b", "s", "y1")
+        # no store to read the blocks back from: hold them for the sweeps while they fit in
+        # options.sweep_memory (local scheduler only: a cluster's blocks stay on its workers)
+        m = getattr(spec.sketches["sketch"], "m", None)
+        size = spec.X.n * int(m or 0) * 8  # held as float64: no conversion per sweep
+        if (self.store is None and m and size <= spec.options.sweep_memory
+                and distributed_client() is None):
+            sums += ("held",)
+        return sums
 
     def _solve(self, spec: FitSpec, res) -> None:
         d = self._n_outputs(spec)
@@ -244,8 +255,9 @@ class SketchedRegressor(SketchedEstimator):
         if not fs.temporary:
             C = fs.pass_arrays()[0]
             crcs = tuple(int(v) for v in fs.records()[:, _CSUM])
+        held = sums.get("held")
         data = SweepData(n=n, block_rows=int(meta["block_rows"]), m=m, d=d, C=C, crcs=crcs,
-                         x=None if C is not None else FeatureMap(
+                         held=held, x=None if C is not None or held is not None else FeatureMap(
                              spec.kernels["kernel"], res.x_landmarks, xs, spec.options.gram_chunk),
                          dtype=np.dtype(meta["block_dtype"]), location=fs.location)
         sweeper = Sweeper(data, spec.X, spec.Y, split_every=spec.options.split_every,

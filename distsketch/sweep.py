@@ -27,6 +27,7 @@ from typing import Any
 
 import dask
 import numpy as np
+from scipy.linalg.blas import dsyrk as _dsyrk
 
 from ._hashing import checksum
 from .backends import dense
@@ -50,7 +51,8 @@ class SweepData:
     ----------
     n, block_rows, m, d : int
     C : zarr.Array or None
-        The stored ``C`` (its chunks are the row blocks); None: recompute from ``x``.
+        The stored ``C`` (its chunks are the row blocks); None: the ``held`` blocks, or
+        recompute them from ``x``.
     crcs : tuple of int
         The recorded CRC-32 of each stored block (``pass/blocks``).
     x : FeatureMap or None
@@ -59,6 +61,9 @@ class SweepData:
         The blocks' dtype (the pass's ``block_dtype``): recomputed blocks are rounded to it,
         so they equal the stored ones bitwise.
     location : str
+    held : tuple of ndarray or None
+        The blocks of ``C`` kept in memory from the pass, float64 (a fit without a store on
+        the local scheduler, within ``EngineOptions.sweep_memory``).
     """
 
     n: int
@@ -70,6 +75,7 @@ class SweepData:
     x: FeatureMap | None
     dtype: Any
     location: str = "<memory>"
+    held: tuple | None = None
 
     def rows(self, i: int) -> tuple[int, int]:
         s = i * self.block_rows
@@ -90,7 +96,9 @@ class Iterate:
     smoothing of the loss; ``gram``: whether the weighted Grams are formed; ``exact``: exact
     Hessians (full d × d per row) or scalar majorants for radial multi-output losses;
     ``collect``: also return the entries in the loss's smoothing band (rows of ``C``, targets,
-    kinks) and the gradient sums without them, for the KKT polish.
+    kinks) and the gradient sums without them, for the KKT polish; ``base``: the curvature
+    level subtracted from the Grams (None: the loss's default); ``levels``: count the rows at
+    each of these curvature levels (``at_level``).
     """
 
     loss: Loss
@@ -104,6 +112,8 @@ class Iterate:
     exact: bool = True
     collect: bool = False
     grid_mu: float | None = None
+    base: float | None = None
+    levels: tuple = ()
 
 
 class SweepSums(Reducer):
@@ -120,8 +130,11 @@ SWEEP_SUMS = SweepSums()
 
 def _block_C(data: SweepData, i: int, ref, crc, ws) -> np.ndarray:
     """``C_I`` as float64: the stored block (read by the engine from its :class:`Stored`
-    reference; ``crc`` its recorded checksum), or recomputed from the input rows."""
+    reference; ``crc`` its recorded checksum), the held block, or recomputed from the input
+    rows."""
     s, e = data.rows(i)
+    if data.held is not None:
+        return ref  # float64 already (read only)
     if crc is not None:
         C = ref
         if checksum(C) != crc:
@@ -135,25 +148,48 @@ def _block_C(data: SweepData, i: int, ref, crc, ws) -> np.ndarray:
     return out
 
 
+def _scaled_rows(C: np.ndarray, rows: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """``diag(scale) [C_rows 1]`` in Fortran order (the layout ``dsyrk`` reads in place)."""
+    A = np.empty((len(rows), C.shape[1] + 1), order="F")
+    np.multiply(C[rows], scale[:, None], out=A[:, :-1])
+    A[:, -1] = scale
+    return A
+
+
+def _weighted_gram(C: np.ndarray, rows: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``Σ_k w_k c̃_k c̃_kᵀ`` over ``rows`` (c̃ = [c; 1], weights of either sign) as symmetric
+    rank-k updates: half the flops of a product of two matrices."""
+    m1 = C.shape[1] + 1
+    out = np.zeros((m1, m1), order="F")
+    for sign in (1.0, -1.0):
+        sel = np.flatnonzero(sign * w > 0)
+        if len(sel):
+            A = _scaled_rows(C, rows[sel], np.sqrt(sign * w[sel]))
+            out = _dsyrk(sign, A, beta=1.0, c=out, trans=1, lower=0, overwrite_c=1)
+    out += np.triu(out, 1).T  # dsyrk filled the upper triangle; the lower one is still 0
+    return out
+
+
 def _grams(C: np.ndarray, curv, d: int) -> np.ndarray:
     """``Σ_k Δ_k ⊗ c̃_k c̃_kᵀ`` over the curvature's rows, c̃ = [c; 1]: shape (m+1, m+1) for
     ``scalar``, (d, m+1, m+1) for ``diag``, (d, d, m+1, m+1) for ``full``."""
     m = C.shape[1]
-    if len(curv.rows) == 0:  # every row at the base curvature: nothing to add (broadcasts)
+    rows = curv.rows
+    if len(rows) == 0:  # every row at the base curvature: nothing to add (broadcasts)
         return np.zeros(())
-    Ct = np.empty((len(curv.rows), m + 1))
-    Ct[:, :m] = C[curv.rows]
-    Ct[:, m] = 1.0
     if curv.kind == "scalar":
-        return Ct.T @ (curv.values[:, None] * Ct)
+        return _weighted_gram(C, rows, curv.values)
     if curv.kind == "diag":
-        return np.stack([Ct.T @ (curv.values[:, j, None] * Ct) for j in range(d)])
+        return np.stack([_weighted_gram(C, rows, curv.values[:, j]) for j in range(d)])
+    Ct = np.empty((len(rows), m + 1))
+    Ct[:, :m] = C[rows]
+    Ct[:, m] = 1.0
     out = np.empty((d, d, m + 1, m + 1))
     for j in range(d):
-        for k in range(j, d):
+        out[j, j] = _weighted_gram(C, rows, curv.values[:, j, j])
+        for k in range(j + 1, d):
             out[j, k] = Ct.T @ (curv.values[:, j, k, None] * Ct)
-            if k != j:
-                out[k, j] = out[j, k].T
+            out[k, j] = out[j, k].T
     return out
 
 
@@ -185,8 +221,13 @@ def _sweep_block(shared, item, ws) -> dict:
     out["ya"] = np.einsum("ij,ij->j", Y, alpha)
     out["rr"] = np.array(np.einsum("ij,ij->", R, R))
     if it.gram:
-        curv = loss.curvature(R, mu, exact=it.exact)
+        curv = loss.curvature(R, mu, exact=it.exact, base=it.base)
         out["Q"] = _grams(C, curv, R.shape[1])
+        if len(it.levels) > 1:  # rows at each level: the driver subtracts the commonest
+            out["at_level"] = np.array([
+                float(len(R) - len((curv if lv == curv.base else
+                                    loss.curvature(R, mu, exact=it.exact, base=lv)).rows))
+                for lv in it.levels])
     band = loss.band(R, mu)
     if band is not None:
         rows, cols, kink = band
@@ -207,7 +248,9 @@ def _sweep_block(shared, item, ws) -> dict:
 def sweep_items(data: SweepData, X: RowSource, Y: RowSource, *, client=None) -> list:
     """One item per block: ``(i, Stored C rows or input rows, crc, target rows)``."""
     y_blocks = row_blocks(Y, data.block_rows, argument="y", client=client)
-    if data.C is not None:
+    if data.held is not None:
+        refs = list(data.held)
+    elif data.C is not None:
         refs = [Stored(data.C, *data.rows(i)) for i in range(data.n_blocks)]
     else:
         refs = row_blocks(X, data.block_rows, client=client)

@@ -40,3 +40,16 @@ def test_joint_quantile_quick():
 def test_rf1_quick():
     out = run("bench_rf1.py")
     assert "ARRMSE" in out and "'arrmse_mean'" in out
+
+
+@pytest.mark.skipif(not CASP.exists(), reason="CASP data not available")
+def test_nystroem_pipelines_quick():
+    pytest.importorskip("sklearn")
+    out = run("bench_pipelines.py")
+    assert out.count("'sklearn_objective'") == 3
+
+
+def test_friedman_quick():
+    pytest.importorskip("sklearn")
+    out = run("bench_friedman.py")
+    assert "'rel_mse'" in out and "Gaussian (p = 1)" in out

@@ -430,3 +430,67 @@ def test_no_gram_when_every_row_is_at_the_base_curvature():
     assert _grams(C, empty, 3).shape == ()
     some = Curvature(1.0, "full", np.array([1]), np.eye(3)[None])
     assert _grams(C, some, 3).shape == (3, 3, 5, 5)
+
+
+@pytest.mark.parametrize("loss", [EpsilonInsensitive(0.2), Pinball(0.3), Huber(0.3)],
+                         ids=lambda l: l.name)
+def test_grams_at_every_curvature_level_give_the_same_hessian(loss):
+    """A sweep subtracts the curvature level most rows sit at (``at_level``): the Grams of the
+    rows off each level plus level·C̃ᵀC̃ are one Hessian, whatever the level (mixed-sign
+    weights through the symmetric rank-k updates)."""
+    from distsketch.sweep import _grams
+
+    rng = np.random.default_rng(3)
+    C = rng.normal(size=(400, 7))
+    R = rng.normal(scale=0.5, size=(400, 1))
+    mu = 0.4
+    Ct = np.hstack([C, np.ones((400, 1))])
+    levels = loss.curvature_levels(1, mu)
+    assert len(levels) == 2
+    full = None
+    for level in levels:
+        curv = loss.curvature(R, mu, base=level)
+        assert curv.base == level
+        Q = _grams(C, curv, 1) + level * (Ct.T @ Ct)
+        w = np.zeros(400)
+        w[curv.rows] = curv.values
+        naive = Ct.T @ ((w + level)[:, None] * Ct)
+        assert np.allclose(Q, naive, rtol=0, atol=1e-12 * np.abs(naive).max())
+        assert np.array_equal(Q, Q.T)
+        if full is None:
+            full = Q
+        assert np.allclose(Q, full, rtol=0, atol=1e-12 * np.abs(full).max())
+
+
+def test_held_blocks_give_the_stored_and_the_recomputed_model(tmp_path, monkeypatch):
+    """Without a store, the sweeps read the blocks the pass kept in memory (within
+    ``sweep_memory``, as float64 copies of the block-dtype values): the model is bitwise the
+    one that recomputes every block, and the one that reads them back from a store."""
+    import distsketch.regressors as regressors
+
+    used = []
+
+    class Recording(regressors.Sweeper):
+        def __init__(self, data, *args, **kwargs):
+            used.append(data.held is not None)
+            super().__init__(data, *args, **kwargs)
+
+    monkeypatch.setattr(regressors, "Sweeper", Recording)
+    X, y = _data(n=300)
+    kw = dict(loss=EpsilonInsensitive(0.2), sketch=ds.SubSampling(30), lam=1e-3, tol=1e-8,
+              max_iter=300, random_state=4)
+    fits = {}
+    for name, store, memory in (("held", None, 2**30), ("recomputed", None, 0),
+                                ("stored", tmp_path / "s.zarr", 2**30)):
+        fits[name] = ds.SketchedRegressor(
+            ds.Gaussian(gamma=GAMMA), **kw, store=store,
+            options=ds.EngineOptions(block_rows=64, sweep_memory=memory)).fit(X, y)
+    assert used == [True, False, False]
+    for name in ("recomputed", "stored"):
+        assert np.array_equal(fits[name].dual_coef_, fits["held"].dual_coef_), name
+        assert fits[name].n_iter_ == fits["held"].n_iter_
+    # a budget below n·m·8 bytes: recomputed
+    used.clear()
+    ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), **kw, options=ds.EngineOptions(
+        block_rows=64, sweep_memory=300 * 30 * 8 - 1)).fit(X, y)
+    assert used == [False]

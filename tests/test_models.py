@@ -47,6 +47,7 @@ BAD_INPUTS = {
     "bad-options": (None, {"options": ds.EngineOptions(block_rows=0)}, r"^options.block_rows: must be a positive integer"),
     "bad-block-dtype": (None, {"options": ds.EngineOptions(block_dtype="float16")}, r"^options.block_dtype"),
     "bad-direct-io": (None, {"options": ds.EngineOptions(direct_io="yes")}, r"^options.direct_io: must be True or False"),
+    "bad-sweep-memory": (None, {"options": ds.EngineOptions(sweep_memory=-1)}, r"^options.sweep_memory: must be a non-negative integer"),
     "3d-X": (lambda X, Y: (X[:, :, None], Y), {}, r"^X: expected a 2-D array"),
     "one-sample": (lambda X, Y: (X[:1], Y[:1]), {}, r"^X: at least 2 samples"),
 }
