@@ -24,6 +24,7 @@ from .kernels import (
 from .candidates import CandidateStore
 from .estimator import NotFittedError
 from .models import SISOKR, SketchedKRR
+from .cv import SketchedKRRCV
 from .regressors import SketchedQuantileRegressor, SketchedRegressor
 from .options import EngineOptions
 from .persist import load
@@ -42,6 +43,7 @@ __all__ = [
     "__version__",
     "SISOKR",
     "SketchedKRR",
+    "SketchedKRRCV",
     "SketchedRegressor",
     "SketchedQuantileRegressor",
     "SketchedFeatures",

@@ -115,17 +115,17 @@ class PassPlan:
     @property
     def needs_d(self) -> bool:
         """Whether a sum needs ``D_I`` (computed, and stored)."""
-        return any(SUM_TERMS[s].reads_d for s in self.sums)
+        return any(sum_term(s).reads_d for s in self.sums)
 
     @property
     def needs_y(self) -> bool:
         """Whether a sum reads the output / target rows (also of blocks read back)."""
-        return any(SUM_TERMS[s].reads_y for s in self.sums)
+        return any(sum_term(s).reads_y for s in self.sums)
 
     @property
     def keeps_blocks(self) -> bool:
         """Whether the result holds the blocks themselves (an exact side): no buffer reuse."""
-        return any(SUM_TERMS[s].keeps_blocks for s in self.sums)
+        return any(sum_term(s).keeps_blocks for s in self.sums)
 
     @property
     def n_blocks(self) -> int:
@@ -290,6 +290,16 @@ def _term_Y(v: BlockView):
     return RowStack([(v.start, Yb.reshape(len(Yb), -1))])
 
 
+def _term_yy(v: BlockView):
+    Yb = v.targets()
+    Yb = Yb.reshape(len(Yb), -1)
+    return np.einsum("ij,ij->j", Yb, Yb)
+
+
+def _term_count(v: BlockView):
+    return np.array(float(v.stop - v.start))
+
+
 def _term_U(v: BlockView):
     return _unique_rows(dense(v.y), v.start)
 
@@ -333,7 +343,83 @@ SUM_TERMS = {
     "D": SumTerm(_term_D, reads_d=True, keeps_blocks=True),
     "Y": SumTerm(_term_Y, reads_y=True),
     "U": SumTerm(_term_U, reads_y=True),
+    "yy": SumTerm(_term_yy, reads_y=True),
+    "count": SumTerm(_term_count),
 }
+
+#: Sums that have a per-fold form ``"<name>@<folds>"`` (cross-validation from one pass).
+FOLDABLE = ("G", "b", "s", "y1", "yy", "count")
+
+
+def fold_ids(start: int, stop: int, n: int, folds: str) -> np.ndarray:
+    """Fold of each row ``start..stop-1`` for a fold spec ``"K"`` (contiguous folds: row ``i``
+    in fold ``⌊iK/n⌋``, scikit-learn's ``KFold`` without shuffling up to the boundaries) or
+    ``"K:seed"`` (a seeded hash of the row index, ``splitmix64(seed, i) mod K``: shuffled
+    folds that depend on the row alone, never on chunking)."""
+    k, _, seed = folds.partition(":")
+    K = int(k)
+    i = np.arange(start, stop, dtype=np.uint64)
+    if not seed:
+        return ((i * np.uint64(K)) // np.uint64(n)).astype(np.int64)
+    with np.errstate(over="ignore"):
+        z = i + np.uint64(int(seed) % 2**64) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z % np.uint64(K)).astype(np.int64)
+
+
+def parse_folds(folds: str) -> int:
+    """The number of folds of a fold spec (``ValueError`` if it is not one)."""
+    k, sep, seed = folds.partition(":")
+    if not k.isdigit() or int(k) < 2 or (sep and not seed.isdigit()):
+        raise ValueError(f"fold spec {folds!r}: expected 'K' or 'K:seed' with K >= 2")
+    return int(k)
+
+
+def _folded(base: SumTerm, folds: str) -> SumTerm:
+    K = parse_folds(folds)
+
+    def func(v: BlockView):
+        f = fold_ids(v.start, v.stop, v.plan.n, folds)
+        parts = {}
+        for k in np.unique(f):
+            rows = np.flatnonzero(f == k)
+            sl = slice(int(rows[0]), int(rows[-1]) + 1) if rows[-1] - rows[0] + 1 == len(rows) \
+                else rows
+            sub = BlockView(v.plan, v.start, v.start + len(rows), v.C[sl],
+                            None if v.D is None else v.D[sl],
+                            None if v.y is None else v.y[sl], v.backend)
+            parts[int(k)] = np.asarray(base.func(sub), dtype=np.float64)
+        first = next(iter(parts.values()))
+        out = np.zeros((K, *first.shape))
+        for k, part in parts.items():
+            out[k] = part
+        return out
+
+    return SumTerm(func, reads_y=base.reads_y, reads_d=base.reads_d)
+
+
+def sum_term(name: str) -> SumTerm:
+    """The :class:`SumTerm` of a sum name: one of :data:`SUM_TERMS`, or ``"<name>@<folds>"``
+    (a :data:`FOLDABLE` sum per fold, shape (K, ...), see :func:`fold_ids`)."""
+    base, sep, folds = name.partition("@")
+    if not sep:
+        return SUM_TERMS[name]
+    if base not in FOLDABLE:
+        raise KeyError(name)
+    try:
+        return _folded(SUM_TERMS[base], folds)
+    except ValueError:
+        raise KeyError(name) from None
+
+
+def known_sum(name: str) -> bool:
+    try:
+        sum_term(name)
+    except KeyError:
+        return False
+    return True
 
 
 class PassSums(Reducer):
@@ -371,7 +457,7 @@ def _block_sums(plan: PassPlan, i: int, C, D, yb, ws) -> dict:
     if D is not None:
         D = _float64(D, ws, "D64", be.xp)
     view = BlockView(plan, s, e, C, D, yb, be)
-    return {name: SUM_TERMS[name].func(view) for name in plan.sums}
+    return {name: sum_term(name).func(view) for name in plan.sums}
 
 
 class BlockRecords:
@@ -670,7 +756,7 @@ def fit_pass(
     and closes it. ``reuse_seeds`` (a fit without a ``random_state``): take the sketch seeds a
     pass recorded in the store, so that fitting again resumes it.
     """
-    unknown = set(sums) - set(SUM_TERMS)
+    unknown = {s for s in sums if not known_sum(s)}
     if unknown:
         raise ValueError(f"fit_pass: unknown sums {sorted(unknown)}; known: {sorted(SUM_TERMS)}")
     directory = store if isinstance(store, StoreDirectory) else None
@@ -711,7 +797,7 @@ def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, di
     dtype = "float64" if exact else options.block_dtype
     native = X.native_rows or (Y.native_rows if Y is not None else None)
     b = _choose_block_rows(options, n, width, native, np.dtype(dtype))
-    needs_d = any(SUM_TERMS[s].reads_d for s in sums)
+    needs_d = any(sum_term(s).reads_d for s in sums)
     if Y is None:
         output = None
     elif ys is None:
@@ -762,7 +848,7 @@ def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, di
                 logger.info("store %s: computing the sums %s from the stored blocks",
                             fs.location, missing)
                 union = tuple(sums) + tuple(k for k in sorted(result) if k not in sums
-                                            and k in SUM_TERMS)
+                                            and known_sum(k))
                 plan = replace(plan, sums=union)
                 fs.mark("pass")
             except StoreError as exc:  # damaged sums: recompute them from the verified blocks

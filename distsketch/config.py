@@ -232,7 +232,14 @@ def load_config(path, *, require_train: bool = True) -> FitConfig:
 
                 params[k] = loss_from_config(dict(value))
         elif kind in ("matrix", "json") and k in model:
-            params[k] = model[k]  # validated by the estimator when it fits
+            if k == "rank":
+                from .solve import check_rank
+
+                try:
+                    check_rank(model[k])
+                except ValueError as exc:
+                    raise _err(f"model.{k}", str(exc).removeprefix("rank: ")) from None
+            params[k] = model[k]  # otherwise validated by the estimator when it fits
         elif kind == "random_state":
             rs = model.get(k)
             if rs is not None and (isinstance(rs, bool) or not isinstance(rs, int) or rs < 0):

@@ -16,6 +16,7 @@ objects.
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 
 import numpy as np
@@ -23,12 +24,14 @@ import numpy as np
 from .backends import dense
 from .candidates import CandidateStore, _check_query_sets, candidate_reader, concatenate_sets
 from .decode import candidate_features, decode_fixed, decode_ragged
+from ._base import check_lam
 from .estimator import FitSpec, NotFittedError, RidgeEstimator
 from .features import FeatureMap
 from .kernels import Linear
 from .options import with_blas_limit
 from .rows import as_row_source
-from .solve import krr_coef, krr_sums, sisokr_coef, sisokr_sums, solve_krr, solve_sisokr
+from .solve import check_rank, krr_coef, krr_sums, prediction_covariance, principal_directions, \
+    sisokr_coef, sisokr_sums, solve_krr, solve_sisokr
 
 __all__ = ["SISOKR", "SketchedKRR", "NotFittedError"]
 
@@ -64,6 +67,16 @@ class SISOKR(RidgeEstimator):
         solved from the same pass and the same eigendecomposition (an exact input side
         factors ``K_X + nλI`` per λ unless there are more than 8); the first value is
         active after ``fit`` and :meth:`set_lam` switches.
+    rank : None, int or sequence of int
+        Reduced-rank estimator (Brogat-Motte et al., JMLR 2022): the surrogate projected onto
+        the top-``p`` principal directions in H_Y of its own training predictions,
+        ``ĥ_p = P_p ĥ``. ``None``: full rank (IOKR and its sketched forms). A sequence is
+        served by one eigendecomposition per λ; the first value is active after ``fit`` and
+        :meth:`set_rank` switches. ``p`` at least the output dimension gives back the
+        full-rank model exactly. Decoding is then ``p``-dimensional on both sides.
+    rank_lam : None or float
+        λ₁ of the projection (the paper's estimator projects ``W(λ₂)`` onto the principal
+        directions of ``W(λ₁)``); ``None``: the active λ (λ₁ = λ₂, the paper's experiments).
     random_state : None, int or numpy.random.Generator
         Seeds the sketches (one generator per fit).
     store : None, path, zarr.Group or StoreDirectory
@@ -96,9 +109,16 @@ class SISOKR(RidgeEstimator):
     lam_ : float
         Active λ.
     lams_ : tuple of float
-    coef_ : ndarray of shape (r_Y, r_X)
+    coef_ : ndarray of shape (r_Y, r_X), or (p, r_X) with a rank
         ``W(λ)`` for the active λ (``r_X = n`` with an exact input side, whose input
-        features are ``k_X(X, x)``; ``r_Y = n`` with an exact output side).
+        features are ``k_X(X, x)``; ``r_Y = n`` with an exact output side); with an active
+        rank ``p``, ``A_pᵀ Γ W(λ)``: the coordinates of ``ĥ_p`` in its principal directions
+        (``Γ``: the output coordinates' metric, ``I`` or ``K_Y``).
+    rank_, ranks_ : int or None, tuple of int
+        Active and fitted ranks (``None`` / ``()``: full rank).
+    principal_values_ : ndarray or None
+        ``μ``, the eigenvalues of ``Σ_i ĥ(x_i) ⊗ ĥ(x_i)`` (descending) at the projection's λ,
+        when a rank is active.
     candidates_ : ndarray of shape (n_candidates, d_Y)
         Unique training outputs in order of first appearance (default candidates).
     candidate_index_ : ndarray of int
@@ -113,7 +133,8 @@ class SISOKR(RidgeEstimator):
 
     _estimator_type = None  # structured prediction: neither classifier nor regressor
     _param_kinds = {"input_kernel": "kernel", "output_kernel": "kernel",
-                    "input_sketch": "sketch", "output_sketch": "sketch", **_RIDGE_PARAMS}
+                    "input_sketch": "sketch", "output_sketch": "sketch", **_RIDGE_PARAMS,
+                    "rank": "json", "rank_lam": "json"}
     _input = ("input_kernel", "input_sketch")
     _output = ("output_kernel", "output_sketch")
     _targets = "Y"
@@ -121,17 +142,26 @@ class SISOKR(RidgeEstimator):
     _configurable = "default"  # the model of a config without [model] type
 
     def __init__(self, input_kernel="gaussian", output_kernel="gaussian", *, input_sketch=None,
-                 output_sketch=None, lam=1e-6, random_state=None, store=None, options=None):
+                 output_sketch=None, lam=1e-6, rank=None, rank_lam=None, random_state=None,
+                 store=None, options=None):
         self.input_kernel = input_kernel
         self.output_kernel = output_kernel
         self.input_sketch = input_sketch
         self.output_sketch = output_sketch
         self.lam = lam
+        self.rank = rank
+        self.rank_lam = rank_lam
         self.random_state = random_state
         self.store = store
         self.options = options
 
     # -- fit ------------------------------------------------------------------------
+    def _validate(self, X, Y) -> FitSpec:
+        check_rank(self.rank)
+        if self.rank_lam is not None and len(check_lam(self.rank_lam, argument="rank_lam")) != 1:
+            raise ValueError(f"rank_lam: give one λ for the projection, got {self.rank_lam!r}")
+        return super()._validate(X, Y)
+
     def _sums(self, spec: FitSpec) -> tuple[str, ...]:
         return sisokr_sums(x_exact=spec.exact("input_sketch"), y_exact=spec.exact("output_sketch"),
                            linear_output=isinstance(spec.kernels["output_kernel"], Linear))
@@ -146,24 +176,83 @@ class SISOKR(RidgeEstimator):
         self.input_sketch_, self.output_sketch_ = res.x_sketch, res.y_sketch
         self.input_solution_ = sol.input
         self.input_feature_map_ = FeatureMap(kx, res.x_landmarks, sol.input_projection, chunk)
-        self.output_feature_map_ = FeatureMap(ky, res.y_landmarks, sol.output_projection, chunk)
+        self._output_base = FeatureMap(ky, res.y_landmarks, sol.output_projection, chunk)
+        self.output_feature_map_ = self._output_base
         self.output_whitening_ = sol.output_whitening
         self.operator_ = sol.operator
         if linear:
             self.candidates_ = self.candidate_index_ = None
-            self.output_map_ = sol.output_map
+            self._output_map_base = sol.output_map
         else:
+            self._output_map_base = None
             rows, first = res.sums["U"]
             order = np.argsort(first, kind="stable")
             self.candidates_, self.candidate_index_ = rows[order], first[order]
+        self.ranks_ = check_rank(self.rank)
+        self.rank_ = self.ranks_[0] if self.ranks_ else None
+        self.rank_lam_ = None if self.rank_lam is None else check_lam(self.rank_lam)[0]
+        self._principal = self._metric = None
         self._set_lams(spec)
         self.n_outputs_ = spec.Y.shape[1]
-        # identifies the output side (what candidate features depend on), not λ
-        self.output_key_ = self.output_feature_map_.key
         self._candidate_features = None
 
+    def _output_metric(self) -> np.ndarray | None:
+        """Gram of the output coordinates' basis in H_Y: None (whitened: orthonormal) or
+        ``K_Y`` over the training outputs (exact output side), computed once."""
+        if self._output_base.projection is not None:
+            return None
+        if getattr(self, "_metric", None) is None:
+            fmap = self._feature_map(self._output_base)
+            L = fmap.landmarks
+            self._metric = np.asarray(fmap.kernel(L, L), dtype=np.float64)
+        return self._metric
+
+    def _principal_at(self, lam: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(A, μ)`` of :func:`~distsketch.solve.principal_directions` for ``W(lam)``
+        (cached: one eigendecomposition per λ serves every rank)."""
+        if self._principal is None or self._principal[0] != lam:
+            W = sisokr_coef(self.input_solution_, self.operator_, lam)
+            S = prediction_covariance(self.input_solution_, W)
+            self._principal = (lam, *principal_directions(S, self._output_metric()))
+        return self._principal[1], self._principal[2]
+
     def _update_coef(self):
-        self.coef_ = sisokr_coef(self.input_solution_, self.operator_, self.lam_)
+        W = sisokr_coef(self.input_solution_, self.operator_, self.lam_)
+        base, out_map = self._output_base, self._output_map_base
+        self.principal_values_ = None
+        p = self.rank_
+        if p is not None and p < W.shape[0]:
+            A, mu = self._principal_at(self.rank_lam_ if self.rank_lam_ is not None
+                                       else self.lam_)
+            Ap = A[:, :p]
+            metric = self._output_metric()
+            self.coef_ = Ap.T @ (W if metric is None else metric @ W)
+            proj = Ap if base.projection is None else np.asarray(base.projection) @ Ap
+            base = dataclasses.replace(base, projection=proj)
+            out_map = None if out_map is None else Ap.T @ out_map
+            self.principal_values_ = mu
+        else:
+            self.coef_ = W
+        if base is not self.output_feature_map_:
+            self._candidate_features = None
+        self.output_feature_map_ = base
+        if out_map is not None:
+            self.output_map_ = out_map
+        # identifies the output features (what candidate features depend on): the output
+        # side, and with a rank the projection (λ₁, p)
+        self.output_key_ = self.output_feature_map_.key
+
+    @with_blas_limit
+    def set_rank(self, rank):
+        """Switch the active rank (a positive int, or ``None`` for full rank) without touching
+        the data; returns self. Any rank is allowed, not only the fitted ``ranks_``."""
+        self._check_fitted()
+        ranks = check_rank(rank)
+        if len(ranks) > 1:
+            raise ValueError(f"rank: give one rank (or None), got {rank!r}")
+        self.rank_ = ranks[0] if ranks else None
+        self._update_coef()
+        return self
 
     def _default_metrics(self, Y) -> list[str]:
         if self.candidates_ is None:  # linear output kernel: vectors
@@ -175,14 +264,15 @@ class SISOKR(RidgeEstimator):
     # -- saving -----------------------------------------------------------------------
     def _get_state(self):
         arrays, state = super()._get_state()
-        fi, fo = self.input_feature_map_, self.output_feature_map_
+        fi, fo = self.input_feature_map_, self._output_base
         self._put_side("input", fi.kernel, self.input_sketch_, fi.landmarks, arrays, state)
         self._put_side("output", fo.kernel, self.output_sketch_, fo.landmarks, arrays, state)
         arrays.update(input_projection=fi.projection, output_projection=fo.projection,
                       output_whitening=self.output_whitening_, operator=self.operator_,
                       candidates=self.candidates_, candidate_index=self.candidate_index_,
-                      output_map=getattr(self, "output_map_", None))
-        state.update(n_outputs=self.n_outputs_, output_key=self.output_key_)
+                      output_map=self._output_map_base)
+        state.update(n_outputs=self.n_outputs_, ranks=list(self.ranks_), rank=self.rank_,
+                     rank_lam=self.rank_lam_)
         return arrays, state
 
     def _set_state(self, arrays, state):
@@ -191,15 +281,18 @@ class SISOKR(RidgeEstimator):
         kx, self.input_sketch_, lx = self._get_side("input", arrays, state)
         ky, self.output_sketch_, ly = self._get_side("output", arrays, state)
         self.input_feature_map_ = FeatureMap(kx, lx, arrays.get("input_projection"), chunk)
-        self.output_feature_map_ = FeatureMap(ky, ly, arrays.get("output_projection"), chunk)
+        self._output_base = FeatureMap(ky, ly, arrays.get("output_projection"), chunk)
+        self.output_feature_map_ = self._output_base
         self.output_whitening_ = arrays.get("output_whitening")
         self.operator_ = arrays.get("operator")
         self.candidates_ = arrays.get("candidates")
         self.candidate_index_ = arrays.get("candidate_index")
-        if arrays.get("output_map") is not None:
-            self.output_map_ = arrays["output_map"]
+        self._output_map_base = arrays.get("output_map")
         self.n_outputs_ = int(state["n_outputs"])
-        self.output_key_ = state["output_key"]
+        self.ranks_ = tuple(int(p) for p in state.get("ranks", ()))
+        self.rank_ = None if state.get("rank") is None else int(state["rank"])
+        self.rank_lam_ = None if state.get("rank_lam") is None else float(state["rank_lam"])
+        self._principal = self._metric = None
         self._candidate_features = None
 
     # -- the feature maps' parts ------------------------------------------------------

@@ -41,7 +41,10 @@ landmark columns — is here too (:func:`solve_sisokr`, :func:`solve_krr`,
 
 from __future__ import annotations
 
+import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_solve, cholesky
@@ -419,3 +422,64 @@ def solve_features(sums: dict, x_sketch, *, rtol: float) -> tuple[np.ndarray, np
     B = sums["C"] if x_sketch.is_identity else sums["B"]
     T = whitening(B, rtol=rtol, argument="kernel")  # refuses non-finite sums, naming the kernel
     return T, x_sketch.transpose_dot(T)
+
+
+# --------------------------------------------------------------------------- reduced rank
+
+
+def prediction_covariance(sol: InputSolution, W: np.ndarray) -> np.ndarray:
+    """``Σ_i g(x_i) g(x_i)ᵀ`` (r_Y × r_Y): n times the uncentred covariance of the training
+    predictions' output coordinates ``g(x) = W φ_X(x)`` (Brogat-Motte et al., JMLR 2022).
+
+    ``W F Wᵀ`` with ``F = Σ_i φ_X(x_i) φ_X(x_i)ᵀ`` the Gram of the input features over the
+    training rows: ``F = H = T_Xᵀ G T_X`` (sketched input; ``diag(Λ)`` in the eigenbasis, so
+    ``W H Wᵀ = Ã diag(Λ/(Λ + nλ)²) Ãᵀ``) or ``F = K_X²`` (exact input, features
+    ``k_X(X, x)``; ``diag(Λ²)`` in the eigenbasis).
+    """
+    W = np.asarray(W, dtype=np.float64)
+    if sol.V is not None:
+        f = sol.evals * sol.evals if sol.exact else sol.evals
+        return _sym((W * f) @ W.T)
+    if sol.exact:  # Cholesky route: F = K_X²
+        WK = W @ sol.H
+        return _sym(WK @ WK.T)
+    return _sym(W @ sol.H @ W.T)
+
+
+def principal_directions(S: np.ndarray, metric: np.ndarray | None = None, *,
+                         rtol: float = 1e-10) -> tuple[np.ndarray, np.ndarray]:
+    """Principal directions of a covariance ``S`` of output coordinates, in H_Y.
+
+    The coordinates ``g`` stand for ``Σ_j g_j e_j`` with ``⟨e_j, e_k⟩ = metric_jk``
+    (``None``: orthonormal, a whitened sketched output side; ``K_Y`` for an exact one).
+    Returns ``(A, μ)``: ``A`` (r_Y × q) whose columns are the eigenvectors of the covariance
+    operator, orthonormal in H_Y (``Aᵀ metric A = I``), in descending order of ``μ`` (q ≤ r_Y:
+    the retained dimension of the metric). The rank-p projection of ``g`` is
+    ``A_p A_pᵀ metric g``.
+    """
+    if metric is None:
+        mu, Q = np.linalg.eigh(_sym(S))
+        return Q[:, ::-1].copy(), mu[::-1].copy()
+    s, U = np.linalg.eigh(_sym(metric))
+    keep = s > rtol * max(s[-1], 0.0)
+    U, r = U[:, keep], np.sqrt(s[keep])
+    Z = (U.T @ S @ U) * r[:, None] * r[None, :]  # the covariance in orthonormal coordinates
+    mu, V = np.linalg.eigh(_sym(Z))
+    return (U / r) @ V[:, ::-1], mu[::-1].copy()
+
+
+def check_rank(rank: Any, *, argument: str = "rank") -> tuple[int, ...]:
+    """``None`` (full rank), a positive int or a sequence of them; returns the ranks."""
+    if rank is None:
+        return ()
+    values = rank if isinstance(rank, (Sequence, np.ndarray)) and not isinstance(rank, str) \
+        else [rank]
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+            raise ValueError(f"{argument}: the rank of the reduced-rank estimator must be None "
+                             f"or a positive integer (or a sequence of them), got {rank!r}")
+        out.append(int(v))
+    if not out:
+        raise ValueError(f"{argument}: empty sequence; give at least one rank, or None")
+    return tuple(out)

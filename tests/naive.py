@@ -92,3 +92,31 @@ def norm_rel_err(a, b):
 
 def _dense(R):
     return R.toarray() if hasattr(R, "toarray") else np.asarray(R)
+
+
+def reduced_rank_inner(kx, ky, Rx, Ry, X, Y, Xq, lam, p, lam1=None):
+    """Reduced-rank IOKR (Brogat-Motte et al., JMLR 2022, Algorithms 1–2), densely: the
+    training predictions ĥ(x_i) = Ψ Q_i of the (sketched) estimator at λ₁ written in explicit
+    coordinates of span{ψ(y_j)} (K_Y = U s Uᵀ, ψ(y_j) ↦ row j of U√s), their top-p principal
+    directions E_p, and ĥ_p(x) = E_p E_pᵀ ĥ(x) for the estimator at λ. Returns the matrix
+    ``(coordinates of ψ(y) in that span)ᵀ ĥ_p(x)`` as a function: ``inner(Yc)`` (q, c)."""
+    Ky = ky(Y, Y)
+    s, U = np.linalg.eigh(0.5 * (Ky + Ky.T))
+    keep = s > PINV_RTOL * s[-1]
+    U, s = U[:, keep], s[keep]
+    Phi_T = (U * np.sqrt(s)).T  # (q, n): explicit coordinates of ψ(y_1..n)
+    train = Phi_T @ sisokr_inner(kx, ky, Rx, Ry, X, Y, X, lam if lam1 is None else lam1)
+    w, E = np.linalg.eigh(train @ train.T)
+    Ep = E[:, ::-1][:, :p]
+    hp = Ep @ (Ep.T @ (Phi_T @ sisokr_inner(kx, ky, Rx, Ry, X, Y, Xq, lam)))  # (q, n_q)
+
+    def inner(Yc):
+        coords = (U / np.sqrt(s)).T @ ky(Y, Yc)  # ψ(y) projected onto the span, (q, c)
+        return hp.T @ coords
+
+    return inner
+
+
+def reduced_rank_scores(kx, ky, Rx, Ry, X, Y, Xq, Yc, lam, p, lam1=None):
+    inner = reduced_rank_inner(kx, ky, Rx, Ry, X, Y, Xq, lam, p, lam1)
+    return np.diag(ky(Yc, Yc))[None, :] - 2.0 * inner(Yc)

@@ -86,6 +86,7 @@ def variant(workdir, old, new, name="bad.toml"):
     ("[store]", "[stores]", "stores: unknown key"),
     ('type = "SISOKR"', 'type = "SVM"', "model.type: unknown model type 'SVM'"),
     ("standardize = true", "standardize = 1", "data.standardize: expected true or false"),
+    ("random_state = 0", "random_state = 0\nrank = 0", "model.rank: the rank of the reduced-rank"),
 ])
 def test_bad_config_exits_nonzero_with_one_line(workdir, old, new, message):
     bad = variant(workdir, old, new)
@@ -195,6 +196,13 @@ def test_info_on_an_incomplete_store(workdir, capsys):
     assert "status:         pass " in out and "/4 row blocks" in out
     assert main(["predict", str(workdir / "broken.zarr"), "--input", str(workdir / "test.npz")]) == 2
     assert "incomplete fit" in capsys.readouterr().err
+
+
+def test_reduced_rank_from_the_config(workdir):
+    cfg = variant(workdir, "random_state = 0", "random_state = 0\nrank = [3, 8]", "rr.toml")
+    assert main(["-q", "fit", str(cfg)]) == 0
+    model = ds.load(workdir / "fit.zarr")
+    assert model.ranks_ == (3, 8) and model.rank_ == 3 and model.coef_.shape[0] == 3
 
 
 def test_load_config_resolves_paths_and_defaults(workdir):

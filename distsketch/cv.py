@@ -1,0 +1,223 @@
+"""Cross-validation from one pass: :class:`SketchedKRRCV` (scikit-learn's ``RidgeCV`` habit).
+
+The pass computes, besides ``B = R K Rᵀ``, the sums of every fold ``k`` separately (sum names
+``"G@K"``, ``"b@K"``, … of :func:`distsketch.accumulate.sum_term`)::
+
+    G_k = Σ_{i∈k} c_i c_iᵀ,   b_k = Σ_{i∈k} c_i y_iᵀ,   (yy)_k = Σ_{i∈k} y_i²,   (y1)_k = Σ_{i∈k} y_i
+
+so a fold's training sums are the totals minus its own (``G − G_k``, ``b − b_k``) and, with the
+realised sketch fixed (its feature map ``φ = Tᵀ R k(X, ·)`` drawn once from all rows), the
+model trained without fold ``k`` is, for every λ,
+
+    β_k(λ) = T V_k (Λ_k + n_{−k} λ)^{-1} V_kᵀ Tᵀ (b − b_k),    Tᵀ (G − G_k) T = V_k Λ_k V_kᵀ
+
+(one ``r × r`` eigendecomposition per fold), and its squared error on the fold needs no data:
+
+    Σ_{i∈k} ‖y_i − β_kᵀ c_i‖² = Σ (yy)_k − 2 ⟨β_k, b_k⟩ + ⟨β_k, G_k β_k⟩.
+
+K folds × every λ therefore cost one pass plus ``K`` eigendecompositions of ``r × r``; the model
+refitted on all rows at the best λ uses the summed folds (``G = Σ_k G_k``).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ._base import check_lam
+from .estimator import FitSpec
+from .models import SketchedKRR
+from .solve import solve_krr, whitening
+
+__all__ = ["SketchedKRRCV"]
+
+SCORINGS = ("neg_mean_squared_error", "r2")
+
+
+def fold_spec(cv, *, argument: str = "cv") -> str:
+    """The pass's fold spec (``"K"`` or ``"K:seed"``) of ``cv``: an int ``K ≥ 2`` (contiguous
+    folds), or an object with ``n_splits``, ``shuffle`` and ``random_state`` (scikit-learn's
+    ``KFold``): shuffled folds are a seeded hash of the row index (the same rows for the same
+    seed, whatever the chunking; not the rows ``KFold`` itself would pick)."""
+    if isinstance(cv, numbers.Integral) and not isinstance(cv, bool):
+        if cv < 2:
+            raise ValueError(f"{argument}: the number of folds must be at least 2, got {cv!r}")
+        return str(int(cv))
+    k = getattr(cv, "n_splits", None)
+    if isinstance(k, numbers.Integral) and not isinstance(k, bool) and k >= 2 \
+            and hasattr(cv, "shuffle"):
+        if not cv.shuffle:
+            return str(int(k))
+        seed = getattr(cv, "random_state", None)
+        if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0:
+            raise ValueError(f"{argument}: shuffled folds need an integer random_state "
+                             f"(KFold(n_splits={k}, shuffle=True, random_state=0)), got "
+                             f"{seed!r}")
+        return f"{int(k)}:{int(seed)}"
+    raise ValueError(f"{argument}: expected a number of folds (int >= 2) or a KFold-like "
+                     f"splitter (n_splits, shuffle, random_state), got {cv!r}")
+
+
+class SketchedKRRCV(SketchedKRR):
+    """Sketched kernel ridge regression with λ chosen by K-fold cross-validation, from one pass.
+
+    Every fold and every λ is scored from per-fold sums of the one streaming pass (module
+    notes), then the model is refitted on all rows at the best λ from the same sums: the cost of
+    one fit plus ``K`` eigendecompositions of ``r × r``. The folds share the sketch, drawn once
+    from all rows (its landmarks may lie in a validation fold: the feature map is fixed, only
+    the regression is cross-validated).
+
+    Parameters
+    ----------
+    kernel : kernel, str or callable
+    sketch : Sketch
+        A sketch (``None``, exact KRR, is not cross-validated from one pass).
+    lams : sequence of float
+        The λ grid.
+    cv : int or KFold-like
+        Number of contiguous folds, or a splitter with ``n_splits``, ``shuffle``,
+        ``random_state`` (:func:`fold_spec`).
+    scoring : {"neg_mean_squared_error", "r2"}
+        Validation score, greater is better: minus the mean squared error over rows and
+        targets, or R² per target (fold mean as baseline) averaged over targets.
+    random_state, store, options
+        As for :class:`~distsketch.SketchedKRR`.
+
+    Attributes
+    ----------
+    cv_results_ : dict
+        scikit-learn's layout: ``param_lam``, ``params``, ``split{k}_test_score``,
+        ``mean_test_score``, ``std_test_score``, ``rank_test_score``.
+    best_index_, best_params_, best_score_
+    n_splits_ : int
+    lam_ : float
+        The best λ (``set_lam`` switches to any other).
+    Other attributes as :class:`~distsketch.SketchedKRR`.
+    """
+
+    _param_kinds = {"kernel": "kernel", "sketch": "sketch", "lams": "json", "cv": "json",
+                    "scoring": "json", "random_state": "random_state", "store": "store",
+                    "options": "options"}
+    _configurable = True
+
+    def __init__(self, kernel="gaussian", *, sketch=None, lams=(1e-8, 1e-7, 1e-6, 1e-5, 1e-4,
+                                                                 1e-3, 1e-2), cv=5,
+                 scoring="neg_mean_squared_error", random_state=None, store=None, options=None):
+        self.kernel = kernel
+        self.sketch = sketch
+        self.lams = lams
+        self.cv = cv
+        self.scoring = scoring
+        self.random_state = random_state
+        self.store = store
+        self.options = options
+
+    def _validate(self, X, Y) -> FitSpec:
+        lams = check_lam(self.lams, argument="lams")
+        folds = fold_spec(self.cv)
+        if self.scoring not in SCORINGS:
+            raise ValueError(f"scoring: expected one of {list(SCORINGS)}, got {self.scoring!r}")
+        if self.sketch is None:
+            raise ValueError("sketch: SketchedKRRCV cross-validates from per-fold sums of a "
+                             "sketched pass; give a sketch (e.g. SubSampling(1000))")
+        spec = super()._validate(X, Y)
+        K = int(folds.partition(":")[0])
+        if spec.X.n < 2 * K:
+            raise ValueError(f"cv: {K} folds need at least {2 * K} rows, got {spec.X.n}")
+        self._folds = folds
+        return FitSpec(spec.X, spec.Y, spec.kernels, spec.sketches, spec.options, spec.rng, lams)
+
+    def _sums(self, spec: FitSpec) -> tuple[str, ...]:
+        f = self._folds
+        return ("B", f"G@{f}", f"b@{f}", f"yy@{f}", f"y1@{f}", f"count@{f}")
+
+    def _solve(self, spec: FitSpec, res) -> None:
+        f = self._folds
+        sums = res.sums
+        Gf = np.asarray(sums[f"G@{f}"], dtype=np.float64)
+        bf = np.asarray(sums[f"b@{f}"], dtype=np.float64)
+        bf = bf.reshape(bf.shape[0], bf.shape[1], -1)
+        yyf = np.asarray(sums[f"yy@{f}"], dtype=np.float64).reshape(len(Gf), -1)
+        y1f = np.asarray(sums[f"y1@{f}"], dtype=np.float64).reshape(len(Gf), -1)
+        cnt = np.asarray(sums[f"count@{f}"], dtype=np.float64).reshape(-1)
+        n = res.n
+        G, b = _ordered_sum(Gf), _ordered_sum(bf)
+        lams = spec.lams
+        T = whitening(sums["B"], rtol=spec.options.eig_rtol, argument="kernel")
+        K = len(Gf)
+        scores = np.full((K, len(lams)), np.nan)
+        for k in range(K):
+            if cnt[k] == 0 or cnt[k] == n:
+                raise ValueError(f"cv: fold {k} has {int(cnt[k])} of the {n} rows; use fewer "
+                                 f"folds or contiguous folds")
+            n_tr = n - cnt[k]
+            H = T.T @ (G - Gf[k]) @ T
+            evals, V = np.linalg.eigh(0.5 * (H + H.T))
+            evals = np.clip(evals, 0.0, None)
+            P = T @ V
+            z = P.T @ (b - bf[k])
+            for j, lam in enumerate(lams):
+                beta = P @ (z / (evals + n_tr * lam)[:, None])  # (m, t)
+                sse = yyf[k] - 2.0 * np.einsum("ij,ij->j", beta, bf[k]) \
+                    + np.einsum("ij,ij->j", beta, Gf[k] @ beta)  # per target
+                if self.scoring == "r2":
+                    sst = yyf[k] - y1f[k] ** 2 / cnt[k]
+                    scores[k, j] = float(np.mean(1.0 - sse / sst))
+                else:
+                    scores[k, j] = -float(np.sum(sse) / (cnt[k] * len(sse)))
+        mean, std = scores.mean(axis=0), scores.std(axis=0)
+        order = np.argsort(-mean, kind="stable")
+        rank = np.empty(len(lams), dtype=np.int64)
+        rank[order] = np.arange(1, len(lams) + 1)
+        self.cv_results_ = {"param_lam": np.array(lams), "params": [{"lam": v} for v in lams],
+                            **{f"split{k}_test_score": scores[k] for k in range(K)},
+                            "mean_test_score": mean, "std_test_score": std,
+                            "rank_test_score": rank}
+        self.best_index_ = int(order[0])
+        self.best_params_ = {"lam": lams[self.best_index_]}
+        self.best_score_ = float(mean[self.best_index_])
+        self.n_splits_ = K
+        # the refit on all rows, from the same sums (the folds summed)
+        self.kernel_ = spec.kernels["kernel"]
+        self.sketch_ = res.x_sketch
+        self.landmarks_ = res.x_landmarks
+        self.input_solution_, self._rhs = solve_krr({"G": G, "B": sums["B"], "b": b},
+                                                    res.x_sketch, n=n,
+                                                    rtol=spec.options.eig_rtol, n_lams=len(lams))
+        self._y_1d = spec.Y.input_ndim == 1
+        self.lams_ = tuple(lams)
+        self.lam_ = lams[self.best_index_]
+
+    def _get_state(self):
+        arrays, state = super()._get_state()
+        r = self.cv_results_
+        arrays.update(cv_scores=np.stack([r[f"split{k}_test_score"]
+                                          for k in range(self.n_splits_)]))
+        state.update(best_index=self.best_index_, scoring=self.scoring)
+        return arrays, state
+
+    def _set_state(self, arrays, state):
+        super()._set_state(arrays, state)
+        scores = np.asarray(arrays["cv_scores"])
+        lams = self.lams_
+        mean = scores.mean(axis=0)
+        order = np.argsort(-mean, kind="stable")
+        rank = np.empty(len(lams), dtype=np.int64)
+        rank[order] = np.arange(1, len(lams) + 1)
+        self.n_splits_ = len(scores)
+        self.cv_results_ = {"param_lam": np.array(lams), "params": [{"lam": v} for v in lams],
+                            **{f"split{k}_test_score": scores[k] for k in range(len(scores))},
+                            "mean_test_score": mean, "std_test_score": scores.std(axis=0),
+                            "rank_test_score": rank}
+        self.best_index_ = int(state["best_index"])
+        self.best_params_ = {"lam": lams[self.best_index_]}
+        self.best_score_ = float(mean[self.best_index_])
+
+
+def _ordered_sum(parts: np.ndarray) -> np.ndarray:
+    """``Σ_k parts[k]`` added in fold order (a fixed order: the same bits on every machine)."""
+    out = parts[0].copy()
+    for p in parts[1:]:
+        out += p
+    return out

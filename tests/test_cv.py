@@ -1,0 +1,142 @@
+"""Cross-validation from one pass (issue 15): SketchedKRRCV against brute force."""
+
+import numpy as np
+import pytest
+
+import distsketch as ds
+from distsketch.accumulate import fold_ids
+from naive import norm_rel_err
+
+GAMMA = 0.5
+F64 = ds.EngineOptions(block_dtype="float64", block_rows=64)
+LAMS = [1e-6, 1e-4, 1e-2, 1.0]
+
+
+def _data(n=300, t=1, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    Y = np.sin(X[:, :1]) + 0.3 * np.arange(t)[None, :] * X[:, 1:2] + 0.1 * rng.normal(size=(n, t))
+    return X, (Y[:, 0] if t == 1 else Y)
+
+
+def _brute_force(model, X, y, lams, folds, scoring="neg_mean_squared_error"):
+    """Fit on each fold's training rows with the realised sketch, score its validation rows:
+    β = (C_trᵀ C_tr + n_tr λ B)^† C_trᵀ y_tr (Chen & Yang eq. 3 on the training rows)."""
+    n = len(X)
+    K = np.exp(-GAMMA * ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+    R = model.sketch_.matrix()
+    R = R.toarray() if hasattr(R, "toarray") else np.asarray(R)
+    C = K @ R.T
+    B = R @ C
+    Y = y.reshape(n, -1)
+    f = fold_ids(0, n, n, folds)
+    out = np.empty((f.max() + 1, len(lams)))
+    for k in range(f.max() + 1):
+        tr, va = f != k, f == k
+        for j, lam in enumerate(lams):
+            A = C[tr].T @ C[tr] + tr.sum() * lam * B
+            beta = np.linalg.pinv(0.5 * (A + A.T), rtol=1e-12, hermitian=True) @ C[tr].T @ Y[tr]
+            res = Y[va] - C[va] @ beta
+            if scoring == "r2":
+                sst = ((Y[va] - Y[va].mean(axis=0)) ** 2).sum(axis=0)
+                out[k, j] = np.mean(1 - (res ** 2).sum(axis=0) / sst)
+            else:
+                out[k, j] = -np.mean(res ** 2)
+    return out
+
+
+@pytest.mark.parametrize("cv, folds", [(5, "5"), ("kfold", "4:7")])
+@pytest.mark.parametrize("t", [1, 3])
+def test_cv_results_equal_brute_force(cv, folds, t):
+    X, y = _data(t=t)
+    if cv == "kfold":
+        sklearn = pytest.importorskip("sklearn.model_selection")
+        cv = sklearn.KFold(n_splits=4, shuffle=True, random_state=7)
+    model = ds.SketchedKRRCV(ds.Gaussian(gamma=GAMMA), sketch=ds.SubSampling(40), lams=LAMS,
+                             cv=cv, random_state=0, options=F64).fit(X, y)
+    want = _brute_force(model, X, y, LAMS, folds)
+    got = np.stack([model.cv_results_[f"split{k}_test_score"] for k in range(len(want))])
+    assert norm_rel_err(got, want) <= 1e-8
+    assert model.best_params_ == {"lam": LAMS[int(np.argmax(want.mean(axis=0)))]}
+    assert model.cv_results_["rank_test_score"][model.best_index_] == 1
+
+
+def test_r2_scoring_equals_brute_force():
+    X, y = _data(t=2, seed=1)
+    model = ds.SketchedKRRCV(ds.Gaussian(gamma=GAMMA), sketch=ds.PSparsified(40, p=0.1),
+                             lams=LAMS, cv=3, scoring="r2", random_state=1, options=F64).fit(X, y)
+    want = _brute_force(model, X, y, LAMS, "3", scoring="r2")
+    got = np.stack([model.cv_results_[f"split{k}_test_score"] for k in range(3)])
+    assert norm_rel_err(got, want) <= 1e-8
+
+
+def test_refit_is_sketched_krr_at_the_best_lambda():
+    X, y = _data(seed=2)
+    cv = ds.SketchedKRRCV(ds.Gaussian(gamma=GAMMA), sketch=ds.SubSampling(40), lams=LAMS,
+                          cv=5, random_state=3, options=F64).fit(X, y)
+    krr = ds.SketchedKRR(ds.Gaussian(gamma=GAMMA), sketch=ds.SubSampling(40),
+                         lam=cv.best_params_["lam"], random_state=3, options=F64).fit(X, y)
+    assert norm_rel_err(cv.predict(X), krr.predict(X)) <= 1e-10
+    cv.set_lam(1.0)
+    assert norm_rel_err(cv.predict(X), krr.set_lam(1.0).predict(X)) <= 1e-10
+
+
+def test_one_pass_and_independent_of_the_blocks(monkeypatch):
+    """Every fold and λ from one pass: the kernel is evaluated once per row block (and never
+    again for the refit); the scores do not depend on the block size."""
+    from distsketch.features import FeatureMap
+
+    calls = []
+    original = FeatureMap.block
+
+    def counting(self, A, **kw):
+        calls.append(len(A))
+        return original(self, A, **kw)
+
+    monkeypatch.setattr(FeatureMap, "block", counting)
+    X, y = _data(seed=3)
+    results = []
+    for rows in (64, 37):
+        calls.clear()
+        model = ds.SketchedKRRCV(ds.Gaussian(gamma=GAMMA), sketch=ds.SubSampling(40), lams=LAMS,
+                                 cv=4, random_state=0, options=ds.EngineOptions(
+                                     block_dtype="float64", block_rows=rows)).fit(X, y)
+        assert sum(calls) == len(X) and len(calls) == -(-len(X) // rows)
+        results.append(model.cv_results_["mean_test_score"])
+    # the block size changes only the rounding of the sums; a score amplifies it by the
+    # conditioning of H + nλI (about 1e3 at λ = 1e-6 here) times the cancellation in
+    # yy − 2⟨β, b⟩ + ⟨β, Gβ⟩ (Σy² against the squared error: about 10): 1e-9 relative
+    assert np.allclose(results[0], results[1], rtol=1e-9, atol=0)
+
+
+def test_saved_and_loaded(tmp_path):
+    X, y = _data(seed=4)
+    model = ds.SketchedKRRCV(ds.Gaussian(gamma=GAMMA), sketch=ds.SubSampling(30), lams=LAMS,
+                             cv=3, random_state=0, store=tmp_path / "cv.zarr").fit(X, y)
+    loaded = ds.load(tmp_path / "cv.zarr")
+    assert loaded.best_params_ == model.best_params_ and loaded.lam_ == model.lam_
+    assert np.array_equal(loaded.cv_results_["mean_test_score"],
+                          model.cv_results_["mean_test_score"])
+    assert np.array_equal(loaded.predict(X), model.predict(X))
+    # the store's per-fold sums serve a plain SketchedKRR on the same pass
+    krr = ds.SketchedKRR(ds.Gaussian(gamma=GAMMA), sketch=ds.SubSampling(30), lam=1e-4,
+                         random_state=0).fit(X, y)
+    assert krr.predict(X).shape == (len(X),)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(cv=1), r"^cv: the number of folds must be at least 2"),
+    (dict(cv="five"), r"^cv: expected a number of folds"),
+    (dict(lams=[]), r"^lams: empty sequence"),
+    (dict(lams=[1e-3, -1.0]), r"^lams: the ridge parameter"),
+    (dict(scoring="accuracy"), r"^scoring: expected one of"),
+    (dict(sketch=None), r"^sketch: SketchedKRRCV cross-validates"),
+    (dict(cv=200), r"^cv: 200 folds need at least 400 rows"),
+])
+def test_bad_input_before_anything_is_written(tmp_path, kw, match):
+    X, y = _data()
+    store = tmp_path / "s.zarr"
+    kw = {"sketch": ds.SubSampling(20), **kw}
+    with pytest.raises(ValueError, match=match):
+        ds.SketchedKRRCV(ds.Gaussian(gamma=GAMMA), store=store, **kw).fit(X, y)
+    assert not store.exists()
