@@ -24,7 +24,7 @@ from .kernels import (
 from .candidates import CandidateStore
 from .estimator import NotFittedError
 from .models import SISOKR, SketchedKRR
-from .cv import SketchedKRRCV
+from .cv import SISOKRCV, SketchedKRRCV
 from .regressors import SketchedQuantileRegressor, SketchedRegressor
 from .options import EngineOptions
 from .persist import load
@@ -42,6 +42,7 @@ from .sketches import (
 __all__ = [
     "__version__",
     "SISOKR",
+    "SISOKRCV",
     "SketchedKRR",
     "SketchedKRRCV",
     "SketchedRegressor",

@@ -296,6 +296,11 @@ def _term_yy(v: BlockView):
     return np.einsum("ij,ij->j", Yb, Yb)
 
 
+def _term_kyy(v: BlockView):
+    """``Σ_i k_Y(y_i, y_i)`` of the block's outputs (the output kernel's diagonal)."""
+    return np.array(float(np.sum(v.plan.y.kernel.diag(v.y))))
+
+
 def _term_count(v: BlockView):
     return np.array(float(v.stop - v.start))
 
@@ -345,10 +350,11 @@ SUM_TERMS = {
     "U": SumTerm(_term_U, reads_y=True),
     "yy": SumTerm(_term_yy, reads_y=True),
     "count": SumTerm(_term_count),
+    "kyy": SumTerm(_term_kyy, reads_y=True),
 }
 
 #: Sums that have a per-fold form ``"<name>@<folds>"`` (cross-validation from one pass).
-FOLDABLE = ("G", "b", "s", "y1", "yy", "count")
+FOLDABLE = ("G", "M", "b", "s", "y1", "yy", "kyy", "count")
 
 
 def fold_ids(start: int, stop: int, n: int, folds: str) -> np.ndarray:

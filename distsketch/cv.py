@@ -1,4 +1,5 @@
-"""Cross-validation from one pass: :class:`SketchedKRRCV` (scikit-learn's ``RidgeCV`` habit).
+"""Cross-validation from one pass: :class:`SketchedKRRCV`, :class:`SISOKRCV` (scikit-learn's
+``RidgeCV`` habit).
 
 The pass computes, besides ``B = R K Rᵀ``, the sums of every fold ``k`` separately (sum names
 ``"G@K"``, ``"b@K"``, … of :func:`distsketch.accumulate.sum_term`)::
@@ -26,11 +27,12 @@ import numbers
 import numpy as np
 
 from ._base import check_lam
-from .estimator import FitSpec
-from .models import SketchedKRR
-from .solve import solve_krr, whitening
+from .estimator import FitSpec, SketchedEstimator
+from .kernels import Linear
+from .models import SISOKR, SketchedKRR
+from .solve import check_rank, solve_krr, whitening
 
-__all__ = ["SketchedKRRCV"]
+__all__ = ["SketchedKRRCV", "SISOKRCV"]
 
 SCORINGS = ("neg_mean_squared_error", "r2")
 
@@ -221,3 +223,193 @@ def _ordered_sum(parts: np.ndarray) -> np.ndarray:
     for p in parts[1:]:
         out += p
     return out
+
+
+class SISOKRCV(SISOKR):
+    """SISOKR with λ and the reduced rank p chosen by K-fold cross-validation, from one pass.
+
+    Both sides sketched. The pass computes per fold ``G_k = Σ c_i c_iᵀ``, ``M_k = Σ d_i c_iᵀ``
+    and ``Σ k_Y(y_i, y_i)``; with the feature maps fixed (sketches drawn once from all rows),
+    the model without fold ``k`` is, in the eigenbasis ``V_k, Λ_k`` of
+    ``H_{−k} = T_Xᵀ (G − G_k) T_X``, ``W = Ã (Λ_k + n_{−k} λ)^{-1}`` with
+    ``Ã = T_Yᵀ (M − M_k) T_X V_k``, and its surrogate error on the fold needs no data::
+
+        Σ_{i∈k} ‖ĥ(x_i) − ψ(y_i)‖² = Σ k_Y(y_i, y_i) − 2 tr(Wᵀ A_k) + tr(W H_k Wᵀ)
+
+    (``A_k = T_Yᵀ M_k T_X V_k``, ``H_k = V_kᵀ T_Xᵀ G_k T_X V_k``). Every rank p at once: with
+    the principal directions ``Q`` of ``W Λ_k Wᵀ`` (the training predictions' covariance),
+    ``W_p = Q_p Q_pᵀ W`` and the two traces are cumulative sums of the diagonals of
+    ``Qᵀ A_k Wᵀ Q`` and ``Qᵀ W H_k Wᵀ Q``. Cost: one pass, then per fold one ``r_X × r_X``
+    and per (fold, λ) one ``r_Y × r_Y`` eigendecomposition.
+
+    Parameters
+    ----------
+    input_kernel, output_kernel, input_sketch, output_sketch
+        As for :class:`~distsketch.SISOKR` (both sketches required).
+    lams : sequence of float
+    ranks : None or sequence of int
+        Ranks to try (``None``: full rank only); a rank at least ``r_Y`` is the full model.
+    cv : int or KFold-like
+        See :func:`fold_spec`.
+    random_state, store, options
+        As for :class:`~distsketch.SISOKR`.
+
+    Attributes
+    ----------
+    cv_results_ : dict
+        ``param_lam``, ``param_rank`` (None: full), ``params``, ``split{k}_test_score``
+        (minus the mean surrogate error), ``mean_test_score``, ``std_test_score``,
+        ``rank_test_score``.
+    best_index_, best_params_, best_score_, n_splits_
+    Other attributes as :class:`~distsketch.SISOKR`, refitted at the best ``(λ, p)`` from the
+    same sums (``set_lam`` and ``set_rank`` switch).
+    """
+
+    _param_kinds = {"input_kernel": "kernel", "output_kernel": "kernel",
+                    "input_sketch": "sketch", "output_sketch": "sketch", "lams": "json",
+                    "ranks": "json", "cv": "json", "random_state": "random_state",
+                    "store": "store", "options": "options"}
+    _configurable = True
+
+    def __init__(self, input_kernel="gaussian", output_kernel="gaussian", *, input_sketch=None,
+                 output_sketch=None, lams=(1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2),
+                 ranks=None, cv=5, random_state=None, store=None, options=None):
+        self.input_kernel = input_kernel
+        self.output_kernel = output_kernel
+        self.input_sketch = input_sketch
+        self.output_sketch = output_sketch
+        self.lams = lams
+        self.ranks = ranks
+        self.cv = cv
+        self.random_state = random_state
+        self.store = store
+        self.options = options
+
+    def _validate(self, X, Y) -> FitSpec:
+        lams = check_lam(self.lams, argument="lams")
+        check_rank(self.ranks, argument="ranks")
+        folds = fold_spec(self.cv)
+        for name in ("input_sketch", "output_sketch"):
+            if getattr(self, name) is None:
+                raise ValueError(f"{name}: SISOKRCV cross-validates from per-fold sums of a pass "
+                                 f"sketched on both sides; give a sketch (e.g. SubSampling(500))")
+        spec = SketchedEstimator._validate(self, X, Y)
+        if isinstance(spec.kernels["output_kernel"], Linear):
+            raise ValueError("output_kernel: SISOKRCV scores the surrogate error of a "
+                             "non-linear output kernel; use SketchedKRRCV for vector targets")
+        K = int(folds.partition(":")[0])
+        if spec.X.n < 2 * K:
+            raise ValueError(f"cv: {K} folds need at least {2 * K} rows, got {spec.X.n}")
+        self._folds = folds
+        return FitSpec(spec.X, spec.Y, spec.kernels, spec.sketches, spec.options, spec.rng, lams)
+
+    def _sums(self, spec: FitSpec) -> tuple[str, ...]:
+        f = self._folds
+        return ("B", "E", "U", f"G@{f}", f"M@{f}", f"kyy@{f}", f"count@{f}")
+
+    def _fit_ranks(self):
+        best = self.best_params_["rank"]
+        ranks = check_rank(self.ranks, argument="ranks")
+        return ((best, *[p for p in ranks if p != best]) if best is not None else ()), None
+
+    def _solve(self, spec: FitSpec, res) -> None:
+        f = self._folds
+        sums = res.sums
+        Gf = np.asarray(sums[f"G@{f}"], dtype=np.float64)
+        Mf = np.asarray(sums[f"M@{f}"], dtype=np.float64)
+        kyy = np.asarray(sums[f"kyy@{f}"], dtype=np.float64).reshape(-1)
+        cnt = np.asarray(sums[f"count@{f}"], dtype=np.float64).reshape(-1)
+        n, lams = res.n, spec.lams
+        ranks = check_rank(self.ranks, argument="ranks")
+        grid = [(lam, None) for lam in lams] if not ranks else \
+            [(lam, p) for lam in lams for p in ranks]
+        G, M = _ordered_sum(Gf), _ordered_sum(Mf)
+        rtol = spec.options.eig_rtol
+        T_X = whitening(sums["B"], rtol=rtol, argument="input_kernel")
+        T_Y = whitening(sums["E"], rtol=rtol, argument="output_kernel")
+        K = len(Gf)
+        scores = np.full((K, len(grid)), np.nan)
+        for k in range(K):
+            if cnt[k] == 0 or cnt[k] == n:
+                raise ValueError(f"cv: fold {k} has {int(cnt[k])} of the {n} rows; use fewer "
+                                 f"folds or contiguous folds")
+            n_tr = n - cnt[k]
+            H = T_X.T @ (G - Gf[k]) @ T_X
+            evals, V = np.linalg.eigh(0.5 * (H + H.T))
+            evals = np.clip(evals, 0.0, None)
+            P = T_X @ V
+            A_tr = T_Y.T @ (M - Mf[k]) @ P
+            A_val = T_Y.T @ Mf[k] @ P
+            H_val = P.T @ Gf[k] @ P
+            col = 0
+            for lam in lams:
+                W = A_tr / (evals + n_tr * lam)[None, :]
+                AW = A_val @ W.T  # tr(Wᵀ A_val) = tr(A_val Wᵀ)
+                WHW = W @ H_val @ W.T
+                if not ranks:
+                    err = kyy[k] - 2.0 * np.trace(AW) + np.trace(WHW)
+                    scores[k, col] = -err / cnt[k]
+                    col += 1
+                    continue
+                mu, Q = np.linalg.eigh(0.5 * ((W * evals) @ W.T + ((W * evals) @ W.T).T))
+                Q = Q[:, ::-1]
+                cross = np.cumsum(np.einsum("ij,ij->j", Q, AW @ Q))
+                quad = np.cumsum(np.einsum("ij,ij->j", Q, WHW @ Q))
+                for p in ranks:
+                    j = min(p, len(cross)) - 1
+                    err = kyy[k] - 2.0 * cross[j] + quad[j]
+                    scores[k, col] = -err / cnt[k]
+                    col += 1
+        mean, std = scores.mean(axis=0), scores.std(axis=0)
+        order = np.argsort(-mean, kind="stable")
+        rank = np.empty(len(grid), dtype=np.int64)
+        rank[order] = np.arange(1, len(grid) + 1)
+        self.cv_results_ = {"param_lam": np.array([g[0] for g in grid]),
+                            "param_rank": [g[1] for g in grid],
+                            "params": [{"lam": g[0], "rank": g[1]} for g in grid],
+                            **{f"split{k}_test_score": scores[k] for k in range(K)},
+                            "mean_test_score": mean, "std_test_score": std,
+                            "rank_test_score": rank}
+        self.best_index_ = int(order[0])
+        self.best_params_ = dict(self.cv_results_["params"][self.best_index_])
+        self.best_score_ = float(mean[self.best_index_])
+        self.n_splits_ = K
+        # the refit on all rows at the best (λ, p), from the same sums (the folds summed)
+        best_lam = self.best_params_["lam"]
+        refit_lams = (best_lam, *[v for v in lams if v != best_lam])
+        full = dict(sums, G=G, M=M)
+        SISOKR._solve(self, FitSpec(spec.X, spec.Y, spec.kernels, spec.sketches,
+                                    spec.options, spec.rng, refit_lams), _with_sums(res, full))
+
+    def _get_state(self):
+        arrays, state = super()._get_state()
+        arrays.update(cv_scores=np.stack([self.cv_results_[f"split{k}_test_score"]
+                                          for k in range(self.n_splits_)]))
+        state.update(best_index=self.best_index_,
+                     cv_params=[[float(p["lam"]), p["rank"]] for p in self.cv_results_["params"]])
+        return arrays, state
+
+    def _set_state(self, arrays, state):
+        super()._set_state(arrays, state)
+        scores = np.asarray(arrays["cv_scores"])
+        grid = [(float(a), None if b is None else int(b)) for a, b in state["cv_params"]]
+        mean = scores.mean(axis=0)
+        order = np.argsort(-mean, kind="stable")
+        rank = np.empty(len(grid), dtype=np.int64)
+        rank[order] = np.arange(1, len(grid) + 1)
+        self.n_splits_ = len(scores)
+        self.cv_results_ = {"param_lam": np.array([g[0] for g in grid]),
+                            "param_rank": [g[1] for g in grid],
+                            "params": [{"lam": g[0], "rank": g[1]} for g in grid],
+                            **{f"split{k}_test_score": scores[k] for k in range(len(scores))},
+                            "mean_test_score": mean, "std_test_score": scores.std(axis=0),
+                            "rank_test_score": rank}
+        self.best_index_ = int(state["best_index"])
+        self.best_params_ = dict(self.cv_results_["params"][self.best_index_])
+        self.best_score_ = float(mean[self.best_index_])
+
+
+def _with_sums(res, sums: dict):
+    import dataclasses
+
+    return dataclasses.replace(res, sums=sums)

@@ -188,13 +188,17 @@ class SISOKR(RidgeEstimator):
             rows, first = res.sums["U"]
             order = np.argsort(first, kind="stable")
             self.candidates_, self.candidate_index_ = rows[order], first[order]
-        self.ranks_ = check_rank(self.rank)
+        self.ranks_, self.rank_lam_ = self._fit_ranks()
         self.rank_ = self.ranks_[0] if self.ranks_ else None
-        self.rank_lam_ = None if self.rank_lam is None else check_lam(self.rank_lam)[0]
         self._principal = self._metric = None
         self._set_lams(spec)
         self.n_outputs_ = spec.Y.shape[1]
         self._candidate_features = None
+
+    def _fit_ranks(self) -> tuple[tuple[int, ...], float | None]:
+        """The fitted ranks (the first active) and the projection's λ₁ (None: λ)."""
+        return (check_rank(self.rank),
+                None if self.rank_lam is None else check_lam(self.rank_lam)[0])
 
     def _output_metric(self) -> np.ndarray | None:
         """Gram of the output coordinates' basis in H_Y: None (whitened: orthonormal) or

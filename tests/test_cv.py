@@ -140,3 +140,82 @@ def test_bad_input_before_anything_is_written(tmp_path, kw, match):
     with pytest.raises(ValueError, match=match):
         ds.SketchedKRRCV(ds.Gaussian(gamma=GAMMA), store=store, **kw).fit(X, y)
     assert not store.exists()
+
+
+def _sisokr_brute_force(model, X, Y, lams, ranks, folds, gx, gy):
+    """SISOKR on each fold's training rows in the fixed (whitened) feature maps, densely:
+    Φ_X = K_X R_Xᵀ T_X, Φ_Y = K_Y R_Yᵀ T_Y, W = Φ_Y,trᵀ Φ_X,tr (Φ_X,trᵀ Φ_X,tr + n_tr λ)^{-1};
+    rank p: g ↦ Q_p Q_pᵀ g with Q the principal axes of the training predictions; the
+    validation surrogate error ‖ĥ(x) − ψ(y)‖² = k(y,y) − 2 gᵀφ_Y(y) + ‖g‖²."""
+    def gauss(A, g):
+        return np.exp(-g * ((A[:, None, :] - A[None, :, :]) ** 2).sum(-1))
+
+    def white(B):
+        s, U = np.linalg.eigh(0.5 * (B + B.T))
+        keep = s > 1e-10 * s[-1]
+        return U[:, keep] / np.sqrt(s[keep])
+
+    n = len(X)
+    Kx, Ky = gauss(X, gx), gauss(Y, gy)
+    Rx, Ry = (np.asarray(r.toarray() if hasattr(r, "toarray") else r)
+              for r in (model.input_sketch_.matrix(), model.output_sketch_.matrix()))
+    Px = Kx @ Rx.T @ white(Rx @ Kx @ Rx.T)
+    Py = Ky @ Ry.T @ white(Ry @ Ky @ Ry.T)
+    f = fold_ids(0, n, n, folds)
+    grid = [(lam, p) for lam in lams for p in (ranks or [None])]
+    out = np.empty((f.max() + 1, len(grid)))
+    for k in range(f.max() + 1):
+        tr, va = f != k, f == k
+        for j, (lam, p) in enumerate(grid):
+            A = Px[tr].T @ Px[tr] + tr.sum() * lam * np.eye(Px.shape[1])
+            W = Py[tr].T @ Px[tr] @ np.linalg.inv(A)
+            g = Px[va] @ W.T
+            if p is not None:
+                pred = Px[tr] @ W.T
+                w, Q = np.linalg.eigh(pred.T @ pred)
+                Qp = Q[:, ::-1][:, :p]
+                g = g @ Qp @ Qp.T
+            err = np.diag(Ky)[va] - 2 * np.einsum("ij,ij->i", g, Py[va]) \
+                + np.einsum("ij,ij->i", g, g)
+            out[k, j] = -err.mean()
+    return out
+
+
+@pytest.mark.parametrize("ranks", [None, [1, 3, 8, 100]])
+def test_sisokr_cv_results_equal_brute_force(ranks):
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(160, 4))
+    Y = (X[:, :3] @ rng.normal(size=(3, 6)) + 0.3 * rng.normal(size=(160, 6)) > 0.5)
+    Y = Y.astype(np.float64)
+    lams = [1e-4, 1e-2, 1.0]
+    model = ds.SISOKRCV(ds.Gaussian(gamma=0.3), ds.Gaussian(gamma=0.5),
+                        input_sketch=ds.SubSampling(40), output_sketch=ds.SubSampling(30),
+                        lams=lams, ranks=ranks, cv=4, random_state=0, options=F64).fit(X, Y)
+    want = _sisokr_brute_force(model, X, Y, lams, ranks, "4", 0.3, 0.5)
+    got = np.stack([model.cv_results_[f"split{k}_test_score"] for k in range(4)])
+    assert norm_rel_err(got, want) <= 1e-8
+    best = model.cv_results_["params"][int(np.argmax(want.mean(axis=0)))]
+    assert model.best_params_ == best
+    # the refit is SISOKR at the best (λ, p) with the same sketches
+    ref = ds.SISOKR(ds.Gaussian(gamma=0.3), ds.Gaussian(gamma=0.5),
+                    input_sketch=ds.SubSampling(40), output_sketch=ds.SubSampling(30),
+                    lam=best["lam"], rank=best["rank"], random_state=0, options=F64).fit(X, Y)
+    Yc = Y[:20]
+    assert norm_rel_err(model.score_candidates(X[:5], Yc), ref.score_candidates(X[:5], Yc)) <= 1e-9
+
+
+def test_sisokr_cv_bad_input_and_saved(tmp_path):
+    X, Y = _data(t=3)
+    Y = (Y > 0).astype(float)
+    with pytest.raises(ValueError, match=r"^output_sketch: SISOKRCV cross-validates"):
+        ds.SISOKRCV(input_sketch=ds.SubSampling(10), store=tmp_path / "a").fit(X, Y)
+    with pytest.raises(ValueError, match=r"^ranks: "):
+        ds.SISOKRCV(input_sketch=ds.SubSampling(10), output_sketch=ds.SubSampling(10),
+                    ranks=[0], store=tmp_path / "a").fit(X, Y)
+    assert not (tmp_path / "a").exists()
+    model = ds.SISOKRCV(input_sketch=ds.SubSampling(20), output_sketch=ds.SubSampling(10),
+                        lams=[1e-3, 1e-1], ranks=[2, 4], cv=3, random_state=0,
+                        store=tmp_path / "cv.zarr").fit(X, Y)
+    loaded = ds.load(tmp_path / "cv.zarr")
+    assert loaded.best_params_ == model.best_params_ and loaded.rank_ == model.rank_
+    assert np.array_equal(loaded.score_candidates(X[:4], Y[:6]), model.score_candidates(X[:4], Y[:6]))
