@@ -35,6 +35,7 @@ from .sketches import (
     CountSketch,
     GaussianSketch,
     Identity,
+    LeverageScores,
     PSparsified,
     SubSampling,
 )
@@ -70,5 +71,6 @@ __all__ = [
     "PSparsified",
     "Accumulation",
     "GaussianSketch",
+    "LeverageScores",
     "CountSketch",
 ]

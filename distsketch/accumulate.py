@@ -789,8 +789,13 @@ def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, di
         seeds = [f if isinstance(f, int) else s for f, s in zip(found, seeds)]
         logger.info("store %s: random_state=None, resuming with the sketch seeds it recorded",
                     fs.location)
-    xs = x_sketch.realize(n, seed=seeds[0], data=X)
-    ys = y_sketch.realize(n, seed=seeds[1], data=Y) if y_kernel is not None else None
+    def draw(sketch, seed, data, kernel):
+        if getattr(sketch, "needs_kernel", False):  # data-dependent: scores from the rows
+            return sketch.realize(n, seed=seed, data=data, kernel=kernel)
+        return sketch.realize(n, seed=seed, data=data)
+
+    xs = draw(x_sketch, seeds[0], X, x_kernel)
+    ys = draw(y_sketch, seeds[1], Y, y_kernel) if y_kernel is not None else None
     x_land = X.take(xs.support)
     y_land = Y.take(ys.support) if ys is not None else None
     width = xs.m + X.shape[1]

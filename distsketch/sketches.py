@@ -29,6 +29,8 @@ Accumulation(m, q)     <= m q rows (with replacement)  q signed entries per row,
                                                        ±sqrt(n/(mq))
 GaussianSketch(m)      all n                           N(0, 1/m), generated per tile
 CountSketch(m)         all n                           one ±1 per column
+LeverageScores(m, λ)   m rows ∝ approximate ridge      1/sqrt(m p_j)
+                       leverage scores (data-dependent)
 =====================  ==============================  =============================
 
 All scalings make ``E[RᵀR] = I_n``; the SISOKR and sketched-KRR estimators are
@@ -429,6 +431,8 @@ class Sketch(ParamsMixin):
     """
 
     name: str = ""
+    #: ``realize`` also takes ``kernel=`` (the side's kernel): data-dependent sketches
+    needs_kernel: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -704,6 +708,126 @@ class CountSketch(Sketch):
         return SparseSketch.from_entries(self, n, seed, m, np.concatenate(rows), np.arange(n),
                                          np.concatenate(signs))
 
+
+
+def _uniform01(seed: int, rows: np.ndarray) -> np.ndarray:
+    """A uniform in (0, 1) per row index, a pure function of ``(seed, row)`` (splitmix64)."""
+    with np.errstate(over="ignore"):
+        z = rows.astype(np.uint64) + np.uint64(int(seed) % 2**64) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return ((z >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0**53
+
+
+def approximate_leverage_scores(kernel, X, dictionary, lam: float) -> np.ndarray:
+    """Ridge leverage scores of the rows ``X`` from a dictionary of rows (Alaoui & Mahoney,
+    NeurIPS 2015; the estimator of BLESS, Rudi et al., NeurIPS 2018, eq. 3, with a uniform
+    dictionary of q rows)::
+
+        τ̃_i(λ) = (k(x_i, x_i) − k(x_i, X_J) (K_JJ + λ q I)^{-1} k(X_J, x_i)) / (λ n)
+
+    approximating ``τ_i(λ) = (K (K + nλI)^{-1})_ii`` (``n``: the number of training rows;
+    pass ``lam`` as ``λ n / n`` of the model's scale). Shape (len(X),)."""
+    D = np.asarray(dictionary)
+    q = D.shape[0]
+    Kjj = np.asarray(kernel(D, D), dtype=np.float64)
+    L = np.linalg.cholesky(0.5 * (Kjj + Kjj.T) + lam * q * np.eye(q))
+    Kij = np.asarray(kernel(X, D), dtype=np.float64)
+    Z = np.linalg.solve(L, Kij.T)  # (q, b)
+    return np.asarray(kernel.diag(X), dtype=np.float64) - np.einsum("ij,ij->j", Z, Z)
+
+
+class LeverageScores(Sketch):
+    """Sub-sampling by approximate ridge leverage scores (data-dependent).
+
+    A first, cheap walk over the rows computes ``τ̃_i(λ)`` (:func:`approximate_leverage_scores`
+    from a uniform dictionary of ``dictionary`` rows), then ``m`` distinct rows are drawn with
+    probabilities proportional to ``τ̃`` (Efraimidis–Spirakis weighted sampling without
+    replacement: the ``m`` largest keys ``u_i^{1/τ̃_i}``, with ``u_i`` a pure function of the
+    seed and the row index, so the draw never depends on chunking) and scaled
+    ``R[r, J_r] = 1/sqrt(m p_{J_r})`` with ``p = τ̃/Σ τ̃`` (Alaoui & Mahoney 2015; Rudi, Carratino &
+    Rosasco, "FALKON", NeurIPS 2017). The scores need the kernel: the side's kernel, given by the
+    fit. The realised sketch is saved with the model (never redrawn).
+
+    Parameters
+    ----------
+    m : int
+        Number of sampled rows, ``1 <= m <= n``.
+    lam : float > 0
+        Ridge parameter of the scores (the model's λ is the natural choice).
+    dictionary : int or None
+        Rows of the uniform dictionary (default ``min(n, 4m)``).
+    """
+
+    name = "leverage_scores"
+    needs_kernel = True
+
+    def __init__(self, m: int, lam: float = 1e-4, dictionary: int | None = None):
+        self.m = m
+        self.lam = lam
+        self.dictionary = dictionary
+
+    def check(self, n: int, *, argument: str) -> None:
+        try:
+            m = self._m()
+        except ValueError as exc:
+            raise ValueError(f"{argument}: {exc}") from None
+        if m > n:
+            raise ValueError(f"{argument}: LeverageScores(m={m}) needs m <= n_samples = {n}")
+        lam = self.lam
+        if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not lam > 0 \
+                or not np.isfinite(lam):
+            raise ValueError(f"{argument}: LeverageScores: lam must be a positive number, "
+                             f"got {lam!r}")
+        q = self.dictionary
+        if q is not None and (isinstance(q, bool) or not isinstance(q, numbers.Integral)
+                              or q < 1):
+            raise ValueError(f"{argument}: LeverageScores: dictionary must be None or a "
+                             f"positive integer, got {q!r}")
+
+    def scores(self, n: int, *, seed: int, data, kernel, block_rows: int = 4096) -> np.ndarray:
+        """``τ̃`` of every row (n-sized: for audits and tests; :meth:`realize` streams them)."""
+        return np.concatenate([s for _, s in self._walk(n, seed, data, kernel, block_rows)])
+
+    def _walk(self, n, seed, data, kernel, block_rows):
+        q = min(n, self.dictionary or 4 * self._m())
+        rng = np.random.default_rng([int(seed), 1])
+        J = np.sort(rng.choice(n, size=q, replace=False)).astype(np.int64)
+        D = data.take(J)
+        D = D.toarray() if hasattr(D, "toarray") else np.asarray(D)
+        for i, blk in enumerate(data.blocks(block_rows)):
+            blk = blk.compute() if hasattr(blk, "compute") else blk
+            blk = blk.toarray() if hasattr(blk, "toarray") else np.asarray(blk)
+            yield i * block_rows, np.clip(
+                approximate_leverage_scores(kernel, blk, D, float(self.lam)), 0.0, None) \
+                / (float(self.lam) * n)
+
+    def realize(self, n: int, *, seed: int, data=None, kernel=None) -> RealizedSketch:
+        m = self._m()
+        if data is None or kernel is None:
+            raise ValueError("LeverageScores: the sketch is drawn from the training rows and "
+                             "the kernel (fit passes them)")
+        total = 0.0
+        best_keys = np.empty(0)
+        best_rows = np.empty(0, dtype=np.int64)
+        best_tau = np.empty(0)
+        for start, tau in self._walk(n, seed, data, kernel, 4096):
+            rows = np.arange(start, start + len(tau), dtype=np.int64)
+            total += float(tau.sum())
+            with np.errstate(divide="ignore"):
+                keys = np.where(tau > 0, np.log(_uniform01(seed, rows)) / tau, -np.inf)
+            keys = np.concatenate([best_keys, keys])
+            rows = np.concatenate([best_rows, rows])
+            tau = np.concatenate([best_tau, tau])
+            top = np.argsort(-keys, kind="stable")[:m]
+            best_keys, best_rows, best_tau = keys[top], rows[top], tau[top]
+        order = np.argsort(best_rows)
+        rows, tau = best_rows[order], best_tau[order]
+        p = np.maximum(tau / max(total, 1e-300), 1e-300)
+        scale = 1.0 / np.sqrt(m * p)
+        return SparseSketch(self, n, seed, m, support=rows, mixing=sp.diags_array(scale),
+                            scale=scale)
 
 
 
