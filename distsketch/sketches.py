@@ -754,8 +754,14 @@ class LeverageScores(Sketch):
     ----------
     m : int
         Number of sampled rows, ``1 <= m <= n``.
-    lam : float > 0
-        Ridge parameter of the scores (the model's λ is the natural choice).
+    lam : float > 0 or None
+        Ridge parameter of the scores. ``None`` (default): the λ whose effective dimension
+        ``d_eff(λ) = Σ_i τ_i(λ)`` satisfies ``d_eff log d_eff = m`` — the scale that ``m``
+        leverage-sampled landmarks resolve (``m ≳ d_eff log d_eff`` in the theory of Alaoui &
+        Mahoney 2015, Rudi et al. 2015) — estimated from the dictionary's spectrum,
+        ``d_eff(λ) ≈ Σ_j s_j / (s_j + λq)`` (``s``: eigenvalues of ``K_JJ``), by bisection in
+        ``log λ``. A model λ far below it makes the scores nearly
+        ``1/density`` and over-samples sparse regions (RESULTS.md, "leverage").
     dictionary : int or None
         Rows of the uniform dictionary (default ``min(n, 4m)``).
     """
@@ -763,7 +769,7 @@ class LeverageScores(Sketch):
     name = "leverage_scores"
     needs_kernel = True
 
-    def __init__(self, m: int, lam: float = 1e-4, dictionary: int | None = None):
+    def __init__(self, m: int, lam: float | None = None, dictionary: int | None = None):
         self.m = m
         self.lam = lam
         self.dictionary = dictionary
@@ -776,8 +782,8 @@ class LeverageScores(Sketch):
         if m > n:
             raise ValueError(f"{argument}: LeverageScores(m={m}) needs m <= n_samples = {n}")
         lam = self.lam
-        if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not lam > 0 \
-                or not np.isfinite(lam):
+        if lam is not None and (isinstance(lam, bool) or not isinstance(lam, numbers.Real)
+                                or not lam > 0 or not np.isfinite(lam)):
             raise ValueError(f"{argument}: LeverageScores: lam must be a positive number, "
                              f"got {lam!r}")
         q = self.dictionary
@@ -796,12 +802,34 @@ class LeverageScores(Sketch):
         J = np.sort(rng.choice(n, size=q, replace=False)).astype(np.int64)
         D = data.take(J)
         D = D.toarray() if hasattr(D, "toarray") else np.asarray(D)
+        lam = float(self.lam) if self.lam is not None else self._auto_lam(kernel, D)
         for i, blk in enumerate(data.blocks(block_rows)):
             blk = blk.compute() if hasattr(blk, "compute") else blk
             blk = blk.toarray() if hasattr(blk, "toarray") else np.asarray(blk)
             yield i * block_rows, np.clip(
-                approximate_leverage_scores(kernel, blk, D, float(self.lam)), 0.0, None) \
-                / (float(self.lam) * n)
+                approximate_leverage_scores(kernel, blk, D, lam), 0.0, None) / (lam * n)
+
+    def _auto_lam(self, kernel, D) -> float:
+        """The λ with ``d_eff(λ) = Σ_j s_j/(s_j + λq) = d``, ``d log d = m`` (bisection)."""
+        q = D.shape[0]
+        Kjj = np.asarray(kernel(D, D), dtype=np.float64)
+        s = np.clip(np.linalg.eigvalsh(0.5 * (Kjj + Kjj.T)), 0.0, None)
+        m = float(self._m())
+        a, b = 1.0, max(m, np.e)  # d log d = m, d in [1, m]
+        for _ in range(100):
+            c = 0.5 * (a + b)
+            a, b = (c, b) if c * np.log(c) < m else (a, c)
+        target = max(0.5 * (a + b), 1.0)
+        if np.sum(s > 0) <= target:  # every direction resolvable: the smallest scale
+            return max(float(s[s > 0].min()) / q, 1e-300) if np.any(s > 0) else 1.0
+        lo, hi = np.log(1e-16 * s.max() / q), np.log(s.max() / q * 1e6)
+        for _ in range(100):
+            mid = 0.5 * (lo + hi)
+            if np.sum(s / (s + np.exp(mid) * q)) > target:
+                lo = mid
+            else:
+                hi = mid
+        return float(np.exp(0.5 * (lo + hi)))
 
     def realize(self, n: int, *, seed: int, data=None, kernel=None) -> RealizedSketch:
         m = self._m()

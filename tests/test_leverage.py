@@ -90,3 +90,17 @@ def test_bad_parameters_before_anything_is_written(tmp_path, sketch, match):
     with pytest.raises(ValueError, match=match):
         ds.SketchedKRR(K, sketch=sketch, store=tmp_path / "s.zarr").fit(X, y)
     assert not (tmp_path / "s.zarr").exists()
+
+
+def test_automatic_lambda_matches_the_effective_dimension():
+    """lam=None: d_eff(λ) from the dictionary's spectrum solves d log d = m."""
+    X, _ = _data()
+    m = 60
+    spec = ds.LeverageScores(m)
+    D = X[::3][:4 * m]
+    lam = spec._auto_lam(K, D)
+    s = np.clip(np.linalg.eigvalsh(K(D, D)), 0, None)
+    d = np.sum(s / (s + lam * len(D)))
+    assert d * np.log(d) == pytest.approx(m, rel=1e-6)
+    R = spec.realize(len(X), seed=0, data=as_row_source(X, argument="X"), kernel=K)
+    assert R.m == m and len(R.support) == m
