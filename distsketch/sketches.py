@@ -50,6 +50,7 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
+from scipy.linalg import solve_triangular
 import scipy.sparse as sp
 
 from ._base import ParamsMixin
@@ -734,7 +735,7 @@ def approximate_leverage_scores(kernel, X, dictionary, lam: float) -> np.ndarray
     Kjj = np.asarray(kernel(D, D), dtype=np.float64)
     L = np.linalg.cholesky(0.5 * (Kjj + Kjj.T) + lam * q * np.eye(q))
     Kij = np.asarray(kernel(X, D), dtype=np.float64)
-    Z = np.linalg.solve(L, Kij.T)  # (q, b)
+    Z = solve_triangular(L, Kij.T, lower=True, check_finite=False)  # (q, b)
     return np.asarray(kernel.diag(X), dtype=np.float64) - np.einsum("ij,ij->j", Z, Z)
 
 
@@ -744,10 +745,13 @@ class LeverageScores(Sketch):
     A first, cheap walk over the rows computes ``τ̃_i(λ)`` (:func:`approximate_leverage_scores`
     from a uniform dictionary of ``dictionary`` rows), then ``m`` distinct rows are drawn with
     probabilities proportional to ``τ̃`` (Efraimidis–Spirakis weighted sampling without
-    replacement: the ``m`` largest keys ``u_i^{1/τ̃_i}``, with ``u_i`` a pure function of the
+    replacement: the ``m`` largest keys ``u_i^{1/w_i}``, with ``u_i`` a pure function of the
     seed and the row index, so the draw never depends on chunking) and scaled
-    ``R[r, J_r] = 1/sqrt(m p_{J_r})`` with ``p = τ̃/Σ τ̃`` (Alaoui & Mahoney 2015; Rudi, Carratino &
-    Rosasco, "FALKON", NeurIPS 2017). The scores need the kernel: the side's kernel, given by the
+    ``R[r, J_r] = 1/sqrt(m p_{J_r})`` with ``p = w/Σ w`` (Alaoui & Mahoney 2015; Rudi, Carratino &
+    Rosasco, "FALKON", NeurIPS 2017). The weights are a defensive mixture
+    ``w_i = τ̃_i + d̂/n`` (``d̂``: the dictionary's estimate of ``d_eff = Σ τ``), about half
+    leverage and half uniform, so that dense regions keep landmarks when a few sparse rows
+    have most of the leverage (measured: RESULTS.md, "leverage"). The scores need the kernel: the side's kernel, given by the
     fit. The realised sketch is saved with the model (never redrawn).
 
     Parameters
@@ -794,7 +798,7 @@ class LeverageScores(Sketch):
 
     def scores(self, n: int, *, seed: int, data, kernel, block_rows: int = 4096) -> np.ndarray:
         """``τ̃`` of every row (n-sized: for audits and tests; :meth:`realize` streams them)."""
-        return np.concatenate([s for _, s in self._walk(n, seed, data, kernel, block_rows)])
+        return np.concatenate([s for _, s, _ in self._walk(n, seed, data, kernel, block_rows)])
 
     def _walk(self, n, seed, data, kernel, block_rows):
         q = min(n, self.dictionary or 4 * self._m())
@@ -803,11 +807,14 @@ class LeverageScores(Sketch):
         D = data.take(J)
         D = D.toarray() if hasattr(D, "toarray") else np.asarray(D)
         lam = float(self.lam) if self.lam is not None else self._auto_lam(kernel, D)
+        Kjj = np.asarray(kernel(D, D), dtype=np.float64)
+        sv = np.clip(np.linalg.eigvalsh(0.5 * (Kjj + Kjj.T)), 0.0, None)
+        floor = float(np.sum(sv / (sv + lam * q))) / n  # d_eff(λ)/n: the mean score
         for i, blk in enumerate(data.blocks(block_rows)):
             blk = blk.compute() if hasattr(blk, "compute") else blk
             blk = blk.toarray() if hasattr(blk, "toarray") else np.asarray(blk)
             yield i * block_rows, np.clip(
-                approximate_leverage_scores(kernel, blk, D, lam), 0.0, None) / (lam * n)
+                approximate_leverage_scores(kernel, blk, D, lam), 0.0, None) / (lam * n), floor
 
     def _auto_lam(self, kernel, D) -> float:
         """The λ with ``d_eff(λ) = Σ_j s_j/(s_j + λq) = d``, ``d log d = m`` (bisection)."""
@@ -840,8 +847,9 @@ class LeverageScores(Sketch):
         best_keys = np.empty(0)
         best_rows = np.empty(0, dtype=np.int64)
         best_tau = np.empty(0)
-        for start, tau in self._walk(n, seed, data, kernel, 4096):
+        for start, tau, floor in self._walk(n, seed, data, kernel, 4096):
             rows = np.arange(start, start + len(tau), dtype=np.int64)
+            tau = tau + floor  # defensive mixture: half the mass uniform (see the class notes)
             total += float(tau.sum())
             with np.errstate(divide="ignore"):
                 keys = np.where(tau > 0, np.log(_uniform01(seed, rows)) / tau, -np.inf)

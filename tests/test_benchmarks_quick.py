@@ -53,3 +53,15 @@ def test_friedman_quick():
     pytest.importorskip("sklearn")
     out = run("bench_friedman.py")
     assert "'rel_mse'" in out and "Gaussian (p = 1)" in out
+
+
+def test_leverage_quick():
+    out = run("bench_leverage.py")
+    assert "'LeverageScores'" in out and "'SubSampling'" in out
+
+
+@pytest.mark.skipif(not (BENCH.parent.parent / "shared" / "data" / "bibtex" / "bibtex-train.arff").exists(),
+                    reason="Bibtex data not available")
+def test_cv_cost_quick():
+    out = run("bench_cv.py")
+    assert "'n_scores': 500" in out
