@@ -8,8 +8,9 @@ Protocol
   a wide one ``N(4, 2²)`` (2-D), target ``sin(2 x₁) + cos(x₂)`` plus noise 0.1, test rows drawn
   from the same mixture; γ = 0.5.
 - ``SketchedKRR(Gaussian(γ), sketch=S, lam=λ)`` with ``S = SubSampling(m)`` or
-  ``LeverageScores(m, lam=λ)`` (uniform dictionary of 4m rows), for each m in ``--ms`` and
-  ``--seeds`` seeds; λ = ``--lam``. Reported: test RMSE (mean ± std over seeds) and the fit's
+  ``LeverageScores(m)`` (uniform dictionary of 4m rows, the scores' λ from
+  ``d_eff log d_eff = m``, defensive mixture with uniform weights), for each m in ``--ms`` and
+  ``--seeds`` seeds; the model's λ = ``--lam``. Reported: test RMSE (mean ± std over seeds) and the fit's
   wall time (median; the leverage-score walk is included).
 - With matplotlib, the accuracy-vs-m plot goes to ``results/leverage_vs_m.png``.
 
@@ -49,7 +50,7 @@ def run(name, X, y, Xt, yt, gamma, ms, seeds, lam):
     rows = []
     for m in ms:
         for label, make in (("SubSampling", lambda: ds.SubSampling(m)),
-                            ("LeverageScores", lambda: ds.LeverageScores(m, lam=lam))):
+                            ("LeverageScores", lambda: ds.LeverageScores(m))):
             errs, secs = [], []
             for seed in seeds:
                 t = time.perf_counter()
@@ -119,8 +120,9 @@ def main() -> None:
     except ImportError:
         pass
     md = (f"SketchedKRR with uniform sub-sampling against approximate ridge-leverage-score "
-          f"sub-sampling (`LeverageScores(m, lam=λ)`, uniform dictionary of 4m rows) at equal "
-          f"m; λ = {args.lam:g}; n = {n} training rows; mean ± std over {len(seeds)} seeds, "
+          f"sub-sampling (`LeverageScores(m)`: uniform dictionary of 4m rows, the scores' λ "
+          f"from d_eff log d_eff = m, half uniform weights) at equal m; the model's "
+          f"λ = {args.lam:g}; n = {n} training rows; mean ± std over {len(seeds)} seeds, "
           f"median fit time (the score walk included). Synthetic: 95 % of the rows in a tight "
           f"cluster, 5 % in a wide one.\n\n" + "\n".join(lines))
     record("leverage", md, {"rows": rows, "lam": args.lam, "n": n})
