@@ -61,6 +61,30 @@ def fold_spec(cv, *, argument: str = "cv") -> str:
                      f"splitter (n_splits, shuffle, random_state), got {cv!r}")
 
 
+def _cv_results(params: list[dict], scores: np.ndarray) -> dict:
+    """scikit-learn's ``cv_results_`` layout from per-fold scores (K, n_params)."""
+    mean = scores.mean(axis=0)
+    order = np.argsort(-mean, kind="stable")
+    rank = np.empty(len(params), dtype=np.int64)
+    rank[order] = np.arange(1, len(params) + 1)
+    out = {f"param_{k}": (np.array([p[k] for p in params]) if k == "lam"
+                          else [p[k] for p in params]) for k in params[0]}
+    out.update(params=[dict(p) for p in params],
+               **{f"split{k}_test_score": scores[k] for k in range(len(scores))},
+               mean_test_score=mean, std_test_score=scores.std(axis=0), rank_test_score=rank)
+    return out
+
+
+def _set_best(est, scores: np.ndarray, params: list[dict], best_index: int | None = None):
+    """``cv_results_``, ``best_index_``, ``best_params_``, ``best_score_``, ``n_splits_``."""
+    est.cv_results_ = _cv_results(params, scores)
+    mean = est.cv_results_["mean_test_score"]
+    est.best_index_ = int(np.argmax(mean)) if best_index is None else int(best_index)
+    est.best_params_ = dict(params[est.best_index_])
+    est.best_score_ = float(mean[est.best_index_])
+    est.n_splits_ = len(scores)
+
+
 class SketchedKRRCV(SketchedKRR):
     """Sketched kernel ridge regression with λ chosen by K-fold cross-validation, from one pass.
 
@@ -168,18 +192,7 @@ class SketchedKRRCV(SketchedKRR):
                     scores[k, j] = float(np.mean(1.0 - sse / sst))
                 else:
                     scores[k, j] = -float(np.sum(sse) / (cnt[k] * len(sse)))
-        mean, std = scores.mean(axis=0), scores.std(axis=0)
-        order = np.argsort(-mean, kind="stable")
-        rank = np.empty(len(lams), dtype=np.int64)
-        rank[order] = np.arange(1, len(lams) + 1)
-        self.cv_results_ = {"param_lam": np.array(lams), "params": [{"lam": v} for v in lams],
-                            **{f"split{k}_test_score": scores[k] for k in range(K)},
-                            "mean_test_score": mean, "std_test_score": std,
-                            "rank_test_score": rank}
-        self.best_index_ = int(order[0])
-        self.best_params_ = {"lam": lams[self.best_index_]}
-        self.best_score_ = float(mean[self.best_index_])
-        self.n_splits_ = K
+        _set_best(self, scores, [{"lam": v} for v in lams])
         # the refit on all rows, from the same sums (the folds summed)
         self.kernel_ = spec.kernels["kernel"]
         self.sketch_ = res.x_sketch
@@ -201,20 +214,8 @@ class SketchedKRRCV(SketchedKRR):
 
     def _set_state(self, arrays, state):
         super()._set_state(arrays, state)
-        scores = np.asarray(arrays["cv_scores"])
-        lams = self.lams_
-        mean = scores.mean(axis=0)
-        order = np.argsort(-mean, kind="stable")
-        rank = np.empty(len(lams), dtype=np.int64)
-        rank[order] = np.arange(1, len(lams) + 1)
-        self.n_splits_ = len(scores)
-        self.cv_results_ = {"param_lam": np.array(lams), "params": [{"lam": v} for v in lams],
-                            **{f"split{k}_test_score": scores[k] for k in range(len(scores))},
-                            "mean_test_score": mean, "std_test_score": scores.std(axis=0),
-                            "rank_test_score": rank}
-        self.best_index_ = int(state["best_index"])
-        self.best_params_ = {"lam": lams[self.best_index_]}
-        self.best_score_ = float(mean[self.best_index_])
+        _set_best(self, np.asarray(arrays["cv_scores"]), [{"lam": v} for v in self.lams_],
+                  state["best_index"])
 
 
 def _ordered_sum(parts: np.ndarray) -> np.ndarray:
@@ -360,20 +361,7 @@ class SISOKRCV(SISOKR):
                     err = kyy[k] - 2.0 * cross[j] + quad[j]
                     scores[k, col] = -err / cnt[k]
                     col += 1
-        mean, std = scores.mean(axis=0), scores.std(axis=0)
-        order = np.argsort(-mean, kind="stable")
-        rank = np.empty(len(grid), dtype=np.int64)
-        rank[order] = np.arange(1, len(grid) + 1)
-        self.cv_results_ = {"param_lam": np.array([g[0] for g in grid]),
-                            "param_rank": [g[1] for g in grid],
-                            "params": [{"lam": g[0], "rank": g[1]} for g in grid],
-                            **{f"split{k}_test_score": scores[k] for k in range(K)},
-                            "mean_test_score": mean, "std_test_score": std,
-                            "rank_test_score": rank}
-        self.best_index_ = int(order[0])
-        self.best_params_ = dict(self.cv_results_["params"][self.best_index_])
-        self.best_score_ = float(mean[self.best_index_])
-        self.n_splits_ = K
+        _set_best(self, scores, [{"lam": g[0], "rank": g[1]} for g in grid])
         # the refit on all rows at the best (λ, p), from the same sums (the folds summed)
         best_lam = self.best_params_["lam"]
         refit_lams = (best_lam, *[v for v in lams if v != best_lam])
@@ -391,22 +379,9 @@ class SISOKRCV(SISOKR):
 
     def _set_state(self, arrays, state):
         super()._set_state(arrays, state)
-        scores = np.asarray(arrays["cv_scores"])
-        grid = [(float(a), None if b is None else int(b)) for a, b in state["cv_params"]]
-        mean = scores.mean(axis=0)
-        order = np.argsort(-mean, kind="stable")
-        rank = np.empty(len(grid), dtype=np.int64)
-        rank[order] = np.arange(1, len(grid) + 1)
-        self.n_splits_ = len(scores)
-        self.cv_results_ = {"param_lam": np.array([g[0] for g in grid]),
-                            "param_rank": [g[1] for g in grid],
-                            "params": [{"lam": g[0], "rank": g[1]} for g in grid],
-                            **{f"split{k}_test_score": scores[k] for k in range(len(scores))},
-                            "mean_test_score": mean, "std_test_score": scores.std(axis=0),
-                            "rank_test_score": rank}
-        self.best_index_ = int(state["best_index"])
-        self.best_params_ = dict(self.cv_results_["params"][self.best_index_])
-        self.best_score_ = float(mean[self.best_index_])
+        params = [{"lam": float(a), "rank": None if b is None else int(b)}
+                  for a, b in state["cv_params"]]
+        _set_best(self, np.asarray(arrays["cv_scores"]), params, state["best_index"])
 
 
 def _with_sums(res, sums: dict):

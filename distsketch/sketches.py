@@ -479,6 +479,16 @@ class Sketch(ParamsMixin):
     def _m(self) -> int:
         return _positive_int(self.m, owner=type(self).__name__, name="m")
 
+    def _check_rows(self, n: int, *, argument: str) -> None:
+        """``m`` a positive integer of at most ``n`` (sketches that sample m rows)."""
+        try:
+            m = self._m()
+        except ValueError as exc:
+            raise ValueError(f"{argument}: {exc}") from None
+        if m > n:
+            raise ValueError(f"{argument}: {type(self).__name__}(m={m}) needs m <= n_samples = "
+                             f"{n}; use a smaller m or Identity() for the exact model")
+
 
 class Identity(Sketch):
     """No sketching: ``R = I_n`` (exact IOKR / KRR)."""
@@ -511,15 +521,7 @@ class SubSampling(Sketch):
         self.m = m
 
     def check(self, n: int, *, argument: str) -> None:
-        try:
-            m = self._m()
-        except ValueError as exc:
-            raise ValueError(f"{argument}: {exc}") from None
-        if m > n:
-            raise ValueError(
-                f"{argument}: SubSampling(m={m}) needs m <= n_samples = {n}; "
-                f"use a smaller m or Identity() for the exact model"
-            )
+        self._check_rows(n, argument=argument)
 
     def deterministic(self, n: int) -> bool:
         return self.m == n
@@ -779,12 +781,7 @@ class LeverageScores(Sketch):
         self.dictionary = dictionary
 
     def check(self, n: int, *, argument: str) -> None:
-        try:
-            m = self._m()
-        except ValueError as exc:
-            raise ValueError(f"{argument}: {exc}") from None
-        if m > n:
-            raise ValueError(f"{argument}: LeverageScores(m={m}) needs m <= n_samples = {n}")
+        self._check_rows(n, argument=argument)
         lam = self.lam
         if lam is not None and (isinstance(lam, bool) or not isinstance(lam, numbers.Real)
                                 or not lam > 0 or not np.isfinite(lam)):

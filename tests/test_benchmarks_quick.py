@@ -65,3 +65,10 @@ def test_leverage_quick():
 def test_cv_cost_quick():
     out = run("bench_cv.py")
     assert "'n_scores': 500" in out
+
+
+@pytest.mark.skipif(not (BENCH.parent.parent / "shared" / "data" / "usps" / "usps.h5").exists(),
+                    reason="USPS data not available")
+def test_usps_reduced_rank_quick():
+    out = run("bench_usps_rr.py")
+    assert "rr {" in out and "iokr {" in out
