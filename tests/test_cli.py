@@ -246,3 +246,35 @@ def test_fit_against_a_real_scheduler_and_two_workers_equals_threaded(workdir):
         np.testing.assert_allclose(got.coef_, ref.coef_, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(got.predict_topk(X, k=5)[1], ref.predict_topk(X, k=5)[1], rtol=1e-12)
         np.testing.assert_array_equal(got.predict(X), ref.predict(X))
+
+
+CV_CONFIG = """
+[model]
+type = "SketchedKRRCV"
+lams = [1e-6, 1e-4, 1e-2]
+cv = 4
+random_state = 0
+
+[model.kernel]
+name = "gaussian"
+gamma = 0.5
+
+[model.sketch]
+name = "subsampling"
+m = 40
+
+[data]
+train = "train.npz"
+test = "test.npz"
+
+[store]
+path = "cv.zarr"
+"""
+
+
+def test_cross_validated_model_from_the_config(workdir, capsys):
+    (workdir / "cv.toml").write_text(CV_CONFIG)
+    assert main(["fit", str(workdir / "cv.toml")]) == 0
+    model = ds.load(workdir / "cv.zarr")
+    assert isinstance(model, ds.SketchedKRRCV) and model.n_splits_ == 4
+    assert model.lam_ == model.best_params_["lam"] and f"λ = {model.lam_:g}" in capsys.readouterr().out
