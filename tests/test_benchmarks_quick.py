@@ -72,3 +72,10 @@ def test_cv_cost_quick():
 def test_usps_reduced_rank_quick():
     out = run("bench_usps_rr.py")
     assert "rr {" in out and "iokr {" in out
+
+
+@pytest.mark.skipif(not (BENCH.parent.parent / "shared" / "data" / "bibtex" / "bibtex-train.arff").exists(),
+                    reason="Bibtex data not available")
+def test_bibtex_reduced_rank_quick():
+    out = run("bench_bibtex_rr.py")
+    assert "rr_tuned {" in out and "iokr_shared {" in out
