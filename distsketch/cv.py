@@ -174,14 +174,7 @@ class SketchedKRRCV(SketchedKRR):
         K = len(Gf)
         scores = np.full((K, len(lams)), np.nan)
         for k in range(K):
-            if cnt[k] == 0 or cnt[k] == n:
-                raise ValueError(f"cv: fold {k} has {int(cnt[k])} of the {n} rows; use fewer "
-                                 f"folds or contiguous folds")
-            n_tr = n - cnt[k]
-            H = T.T @ (G - Gf[k]) @ T
-            evals, V = np.linalg.eigh(0.5 * (H + H.T))
-            evals = np.clip(evals, 0.0, None)
-            P = T @ V
+            n_tr, evals, P = _fold_basis(T, G, Gf[k], n, cnt[k], k)
             z = P.T @ (b - bf[k])
             for j, lam in enumerate(lams):
                 beta = P @ (z / (evals + n_tr * lam)[:, None])  # (m, t)
@@ -216,6 +209,17 @@ class SketchedKRRCV(SketchedKRR):
         super()._set_state(arrays, state)
         _set_best(self, np.asarray(arrays["cv_scores"]), [{"lam": v} for v in self.lams_],
                   state["best_index"])
+
+
+def _fold_basis(T, G, Gk, n: int, count: float, k: int):
+    """``(n_{−k}, Λ_k, T V_k)``: the model without fold ``k`` in the eigenbasis of
+    ``H_{−k} = Tᵀ (G − G_k) T`` (eigenvalues clipped at 0)."""
+    if count == 0 or count == n:
+        raise ValueError(f"cv: fold {k} has {int(count)} of the {n} rows; use fewer folds or "
+                         f"contiguous folds")
+    H = T.T @ (G - Gk) @ T
+    evals, V = np.linalg.eigh(0.5 * (H + H.T))
+    return n - count, np.clip(evals, 0.0, None), T @ V
 
 
 def _ordered_sum(parts: np.ndarray) -> np.ndarray:
@@ -331,14 +335,7 @@ class SISOKRCV(SISOKR):
         K = len(Gf)
         scores = np.full((K, len(grid)), np.nan)
         for k in range(K):
-            if cnt[k] == 0 or cnt[k] == n:
-                raise ValueError(f"cv: fold {k} has {int(cnt[k])} of the {n} rows; use fewer "
-                                 f"folds or contiguous folds")
-            n_tr = n - cnt[k]
-            H = T_X.T @ (G - Gf[k]) @ T_X
-            evals, V = np.linalg.eigh(0.5 * (H + H.T))
-            evals = np.clip(evals, 0.0, None)
-            P = T_X @ V
+            n_tr, evals, P = _fold_basis(T_X, G, Gf[k], n, cnt[k], k)
             A_tr = T_Y.T @ (M - Mf[k]) @ P
             A_val = T_Y.T @ Mf[k] @ P
             H_val = P.T @ Gf[k] @ P
