@@ -27,6 +27,7 @@ import numbers
 import numpy as np
 
 from ._base import check_lam
+from .accumulate import fold_ids
 from .estimator import FitSpec, SketchedEstimator
 from .kernels import Linear
 from .models import SISOKR, SketchedKRR
@@ -35,6 +36,7 @@ from .solve import check_rank, solve_krr, whitening
 __all__ = ["SketchedKRRCV", "SISOKRCV"]
 
 SCORINGS = ("neg_mean_squared_error", "r2")
+DECODED_SCORINGS = ("surrogate", "f1_samples", "kernel_loss")
 
 
 def fold_spec(cv, *, argument: str = "cv") -> str:
@@ -256,6 +258,13 @@ class SISOKRCV(SISOKR):
         Ranks to try (``None``: full rank only); a rank at least ``r_Y`` is the full model.
     cv : int or KFold-like
         See :func:`fold_spec`.
+    scoring : {"surrogate", "f1_samples", "kernel_loss"}
+        ``"surrogate"`` (default): minus the mean surrogate error, from the sums alone.
+        ``"f1_samples"`` / ``"kernel_loss"``: decode each validation row over the unique
+        training outputs (``candidates_``, all folds') with every fold's models and score
+        the decoded outputs (F1, or minus the kernel loss). This reads the rows once more
+        after the pass (their input features and outputs) and decodes every validation row
+        ``len(lams) × len(ranks)`` times.
     random_state, store, options
         As for :class:`~distsketch.SISOKR`.
 
@@ -263,7 +272,7 @@ class SISOKRCV(SISOKR):
     ----------
     cv_results_ : dict
         ``param_lam``, ``param_rank`` (None: full), ``params``, ``split{k}_test_score``
-        (minus the mean surrogate error), ``mean_test_score``, ``std_test_score``,
+        (the ``scoring``, greater is better), ``mean_test_score``, ``std_test_score``,
         ``rank_test_score``.
     best_index_, best_params_, best_score_, n_splits_
     Other attributes as :class:`~distsketch.SISOKR`, refitted at the best ``(λ, p)`` from the
@@ -272,13 +281,14 @@ class SISOKRCV(SISOKR):
 
     _param_kinds = {"input_kernel": "kernel", "output_kernel": "kernel",
                     "input_sketch": "sketch", "output_sketch": "sketch", "lams": "json",
-                    "ranks": "json", "cv": "json", "random_state": "random_state",
-                    "store": "store", "options": "options"}
+                    "ranks": "json", "cv": "json", "scoring": "json",
+                    "random_state": "random_state", "store": "store", "options": "options"}
     _configurable = True
 
     def __init__(self, input_kernel="gaussian", output_kernel="gaussian", *, input_sketch=None,
                  output_sketch=None, lams=(1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2),
-                 ranks=None, cv=5, random_state=None, store=None, options=None):
+                 ranks=None, cv=5, scoring="surrogate", random_state=None, store=None,
+                 options=None):
         self.input_kernel = input_kernel
         self.output_kernel = output_kernel
         self.input_sketch = input_sketch
@@ -286,6 +296,7 @@ class SISOKRCV(SISOKR):
         self.lams = lams
         self.ranks = ranks
         self.cv = cv
+        self.scoring = scoring
         self.random_state = random_state
         self.store = store
         self.options = options
@@ -294,6 +305,9 @@ class SISOKRCV(SISOKR):
         lams = check_lam(self.lams, argument="lams")
         check_rank(self.ranks, argument="ranks")
         folds = fold_spec(self.cv)
+        if self.scoring not in DECODED_SCORINGS:
+            raise ValueError(f"scoring: expected one of {list(DECODED_SCORINGS)}, got "
+                             f"{self.scoring!r}")
         for name in ("input_sketch", "output_sketch"):
             if getattr(self, name) is None:
                 raise ValueError(f"{name}: SISOKRCV cross-validates from per-fold sums of a pass "
@@ -334,8 +348,10 @@ class SISOKRCV(SISOKR):
         T_Y = whitening(sums["E"], rtol=rtol, argument="output_kernel")
         K = len(Gf)
         scores = np.full((K, len(grid)), np.nan)
+        models = []  # per fold: [(Z_λ (m_X × r_Y): g = cᵀ Z_λ, Q_λ or None)] for decoding
         for k in range(K):
             n_tr, evals, P = _fold_basis(T_X, G, Gf[k], n, cnt[k], k)
+            models.append([])
             A_tr = T_Y.T @ (M - Mf[k]) @ P
             A_val = T_Y.T @ Mf[k] @ P
             H_val = P.T @ Gf[k] @ P
@@ -344,6 +360,8 @@ class SISOKRCV(SISOKR):
                 W = A_tr / (evals + n_tr * lam)[None, :]
                 AW = A_val @ W.T  # tr(Wᵀ A_val) = tr(A_val Wᵀ)
                 WHW = W @ H_val @ W.T
+                if self.scoring != "surrogate":
+                    models[k].append([P @ W.T, None])
                 if not ranks:
                     err = kyy[k] - 2.0 * np.trace(AW) + np.trace(WHW)
                     scores[k, col] = -err / cnt[k]
@@ -351,6 +369,8 @@ class SISOKRCV(SISOKR):
                     continue
                 mu, Q = np.linalg.eigh(0.5 * ((W * evals) @ W.T + ((W * evals) @ W.T).T))
                 Q = Q[:, ::-1]
+                if self.scoring != "surrogate":
+                    models[k][-1][1] = Q
                 cross = np.cumsum(np.einsum("ij,ij->j", Q, AW @ Q))
                 quad = np.cumsum(np.einsum("ij,ij->j", Q, WHW @ Q))
                 for p in ranks:
@@ -358,6 +378,8 @@ class SISOKRCV(SISOKR):
                     err = kyy[k] - 2.0 * cross[j] + quad[j]
                     scores[k, col] = -err / cnt[k]
                     col += 1
+        if self.scoring != "surrogate":
+            scores = self._decoded_scores(spec, res, models, ranks, T_Y, cnt)
         _set_best(self, scores, [{"lam": g[0], "rank": g[1]} for g in grid])
         # the refit on all rows at the best (λ, p), from the same sums (the folds summed)
         best_lam = self.best_params_["lam"]
@@ -365,6 +387,55 @@ class SISOKRCV(SISOKR):
         full = dict(sums, G=G, M=M)
         SISOKR._solve(self, FitSpec(spec.X, spec.Y, spec.kernels, spec.sketches,
                                     spec.options, spec.rng, refit_lams), _with_sums(res, full))
+
+    def _decoded_scores(self, spec, res, models, ranks, T_Y, cnt) -> np.ndarray:
+        """Per fold and setting, the mean decoded score of the fold's rows (one more read of
+        the rows, block by block: input features ``c``, outputs ``y``)."""
+        from .features import FeatureMap
+        from .metrics import _binary, kernel_loss
+
+        ky = spec.kernels["output_kernel"]
+        rows, first = res.sums["U"]
+        cand = rows[np.argsort(first, kind="stable")]
+        cand = cand.toarray() if hasattr(cand, "toarray") else np.asarray(cand, dtype=np.float64)
+        phi_c = FeatureMap(ky, res.y_landmarks, res.y_sketch.transpose_dot(T_Y)).block(cand)
+        kcc = np.asarray(ky.diag(cand), dtype=np.float64)
+        xmap = FeatureMap(spec.kernels["input_kernel"], res.x_landmarks, res.x_sketch,
+                          spec.options.gram_chunk)
+        K, per = len(models), len(models[0]) * max(len(ranks), 1)
+        totals = np.zeros((K, per))
+        b = 1024
+        blocks = zip(spec.X.blocks(b), spec.Y.blocks(b))
+        for i, (xb, yb) in enumerate(blocks):
+            xb = xb.compute() if hasattr(xb, "compute") else xb
+            yb = yb.compute() if hasattr(yb, "compute") else yb
+            yb = yb.toarray() if hasattr(yb, "toarray") else np.asarray(yb, dtype=np.float64)
+            C = np.asarray(xmap.block(xb), dtype=np.float64)
+            f = fold_ids(i * b, i * b + len(C), res.n, self._folds)
+            for k in np.unique(f):
+                sel = f == k
+                Cv, Yv = C[sel], yb[sel]
+                col = 0
+                for Z, Q in models[k]:
+                    g = Cv @ Z  # (rows, r_Y) output coordinates
+                    if Q is None:
+                        choices = [(g, phi_c)]
+                    else:
+                        gq, cq = g @ Q, phi_c @ Q
+                        choices = [(gq[:, :p], cq[:, :p]) for p in ranks]
+                    for gg, cc in choices:
+                        best = np.argmin(kcc[None, :] - 2.0 * (gg @ cc.T), axis=1)
+                        pred = cand[best]
+                        if self.scoring == "f1_samples":
+                            T, Pb = _binary(Yv, "Y"), _binary(pred, "candidates")
+                            denom = T.sum(axis=1) + Pb.sum(axis=1)
+                            val = np.where(denom > 0, 2.0 * (T & Pb).sum(axis=1)
+                                           / np.maximum(denom, 1), 0.0).sum()
+                        else:
+                            val = -kernel_loss(ky, Yv, pred) * len(Yv)
+                        totals[k, col] += val
+                        col += 1
+        return totals / cnt[:, None]
 
     def _get_state(self):
         arrays, state = super()._get_state()

@@ -209,6 +209,9 @@ def test_sisokr_cv_bad_input_and_saved(tmp_path):
     Y = (Y > 0).astype(float)
     with pytest.raises(ValueError, match=r"^output_sketch: SISOKRCV cross-validates"):
         ds.SISOKRCV(input_sketch=ds.SubSampling(10), store=tmp_path / "a").fit(X, Y)
+    with pytest.raises(ValueError, match=r"^scoring: expected one of"):
+        ds.SISOKRCV(input_sketch=ds.SubSampling(10), output_sketch=ds.SubSampling(10),
+                    scoring="accuracy", store=tmp_path / "a").fit(X, Y)
     with pytest.raises(ValueError, match=r"^ranks: "):
         ds.SISOKRCV(input_sketch=ds.SubSampling(10), output_sketch=ds.SubSampling(10),
                     ranks=[0], store=tmp_path / "a").fit(X, Y)
@@ -219,3 +222,57 @@ def test_sisokr_cv_bad_input_and_saved(tmp_path):
     loaded = ds.load(tmp_path / "cv.zarr")
     assert loaded.best_params_ == model.best_params_ and loaded.rank_ == model.rank_
     assert np.array_equal(loaded.score_candidates(X[:4], Y[:6]), model.score_candidates(X[:4], Y[:6]))
+
+
+@pytest.mark.parametrize("scoring", ["f1_samples", "kernel_loss"])
+@pytest.mark.parametrize("ranks", [None, [2, 5, 100]])
+def test_sisokr_cv_decoded_scores_equal_brute_force(scoring, ranks):
+    """Decoded scoring: each fold's rows decoded over the unique training outputs by SISOKR
+    refitted densely without the fold (fixed feature maps), F1 or minus the kernel loss."""
+    from distsketch.metrics import f1_samples, kernel_loss
+
+    rng = np.random.default_rng(7)
+    n = 160
+    X = rng.normal(size=(n, 4))
+    Y = (X[:, :3] @ rng.normal(size=(3, 6)) + 0.5 * rng.normal(size=(n, 6)) > 0.5)
+    Y = Y.astype(np.float64)
+    lams = [1e-3, 1e-1]
+    gx, gy = 0.3, 0.5
+    model = ds.SISOKRCV(ds.Gaussian(gamma=gx), ds.Gaussian(gamma=gy),
+                        input_sketch=ds.SubSampling(40), output_sketch=ds.SubSampling(30),
+                        lams=lams, ranks=ranks, cv=4, scoring=scoring, random_state=0,
+                        options=F64).fit(X, Y)
+
+    def gauss(A, g):
+        return np.exp(-g * ((A[:, None, :] - A[None, :, :]) ** 2).sum(-1))
+
+    def white(B):
+        s, U = np.linalg.eigh(0.5 * (B + B.T))
+        keep = s > 1e-10 * s[-1]
+        return U[:, keep] / np.sqrt(s[keep])
+
+    Kx, Ky = gauss(X, gx), gauss(Y, gy)
+    Rx, Ry = (np.asarray(r.toarray() if hasattr(r, "toarray") else r)
+              for r in (model.input_sketch_.matrix(), model.output_sketch_.matrix()))
+    Px = Kx @ Rx.T @ white(Rx @ Kx @ Rx.T)
+    Py = Ky @ Ry.T @ white(Ry @ Ky @ Ry.T)
+    cand_rows = model.candidate_index_
+    f = fold_ids(0, n, n, "4")
+    for k in range(4):
+        tr, va = f != k, f == k
+        col = 0
+        for lam in lams:
+            W = Py[tr].T @ Px[tr] @ np.linalg.inv(Px[tr].T @ Px[tr] + tr.sum() * lam
+                                                  * np.eye(Px.shape[1]))
+            g = Px[va] @ W.T
+            pred_tr = Px[tr] @ W.T
+            _, Q = np.linalg.eigh(pred_tr.T @ pred_tr)
+            for p in (ranks or [None]):
+                gp = g if p is None else g @ Q[:, ::-1][:, :p] @ Q[:, ::-1][:, :p].T
+                best = np.argmin(1.0 - 2.0 * gp @ Py[cand_rows].T, axis=1)
+                P = Y[cand_rows][best]
+                want = (f1_samples(Y[va], P) if scoring == "f1_samples"
+                        else -kernel_loss(ds.Gaussian(gamma=gy), Y[va], P))
+                got = model.cv_results_[f"split{k}_test_score"][col]
+                assert got == pytest.approx(want, rel=1e-12, abs=1e-12), (k, lam, p)
+                col += 1
