@@ -10,7 +10,18 @@ import zlib
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["fingerprint", "data_fingerprint", "checksum"]
+__all__ = ["fingerprint", "data_fingerprint", "checksum", "row_hash"]
+
+
+def row_hash(seed: int, rows: np.ndarray) -> np.ndarray:
+    """``splitmix64(i + seed·φ)`` per row index ``i`` (uint64): a pseudo-random value that is a
+    pure function of ``(seed, row)``, so draws made from it never depend on chunking."""
+    with np.errstate(over="ignore"):
+        z = np.asarray(rows).astype(np.uint64) \
+            + np.uint64(int(seed) % 2**64) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
 
 
 def fingerprint(*arrays) -> str:

@@ -40,7 +40,7 @@ from typing import Any
 import dask
 import numpy as np
 
-from ._hashing import checksum, data_fingerprint, fingerprint
+from ._hashing import checksum, data_fingerprint, fingerprint, row_hash
 from .backends import dense, get_backend
 from .engine import (Reducer, WorkersLost, compute, distributed_client, map_blocks, map_reduce,
                      row_blocks, share, workers_back)
@@ -367,12 +367,7 @@ def fold_ids(start: int, stop: int, n: int, folds: str) -> np.ndarray:
     i = np.arange(start, stop, dtype=np.uint64)
     if not seed:
         return ((i * np.uint64(K)) // np.uint64(n)).astype(np.int64)
-    with np.errstate(over="ignore"):
-        z = i + np.uint64(int(seed) % 2**64) * np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    return (z % np.uint64(K)).astype(np.int64)
+    return (row_hash(int(seed), i) % np.uint64(K)).astype(np.int64)
 
 
 def parse_folds(folds: str) -> int:

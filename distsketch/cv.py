@@ -402,6 +402,8 @@ class SISOKRCV(SISOKR):
         kcc = np.asarray(ky.diag(cand), dtype=np.float64)
         xmap = FeatureMap(spec.kernels["input_kernel"], res.x_landmarks, res.x_sketch,
                           spec.options.gram_chunk)
+        # candidate features in each (fold, λ) principal basis, once (not per block)
+        rotated = [[None if Q is None else phi_c @ Q for _, Q in fold] for fold in models]
         K, per = len(models), len(models[0]) * max(len(ranks), 1)
         totals = np.zeros((K, per))
         b = 1024
@@ -416,12 +418,12 @@ class SISOKRCV(SISOKR):
                 sel = f == k
                 Cv, Yv = C[sel], yb[sel]
                 col = 0
-                for Z, Q in models[k]:
+                for (Z, Q), cq in zip(models[k], rotated[k]):
                     g = Cv @ Z  # (rows, r_Y) output coordinates
                     if Q is None:
                         choices = [(g, phi_c)]
                     else:
-                        gq, cq = g @ Q, phi_c @ Q
+                        gq = g @ Q
                         choices = [(gq[:, :p], cq[:, :p]) for p in ranks]
                     for gg, cc in choices:
                         best = np.argmin(kcc[None, :] - 2.0 * (gg @ cc.T), axis=1)

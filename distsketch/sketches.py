@@ -54,7 +54,7 @@ from scipy.linalg import solve_triangular
 import scipy.sparse as sp
 
 from ._base import ParamsMixin
-from ._hashing import fingerprint
+from ._hashing import fingerprint, row_hash
 from .backends import backend_of
 
 __all__ = [
@@ -714,13 +714,8 @@ class CountSketch(Sketch):
 
 
 def _uniform01(seed: int, rows: np.ndarray) -> np.ndarray:
-    """A uniform in (0, 1) per row index, a pure function of ``(seed, row)`` (splitmix64)."""
-    with np.errstate(over="ignore"):
-        z = rows.astype(np.uint64) + np.uint64(int(seed) % 2**64) * np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    return ((z >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0**53
+    """A uniform in (0, 1) per row index, a pure function of ``(seed, row)`` (:func:`row_hash`)."""
+    return ((row_hash(seed, rows) >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0**53
 
 
 def approximate_leverage_scores(kernel, X, dictionary, lam: float) -> np.ndarray:
