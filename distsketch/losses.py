@@ -25,6 +25,9 @@ Two families:
 Smoothing (ε-insensitive and pinball, which are not differentiable): the Moreau envelope
 ``h_μ(r) = min_z h(z) + ‖r − z‖²/(2μ)`` has a ``1/μ``-Lipschitz gradient and
 ``0 ≤ h − h_μ ≤ μL²/2`` (L: Lipschitz constant of ``h``); its conjugate is ``h* + (μ/2)‖β‖²``.
+The kinks of the smoothed losses, for the solver's KKT polish: :meth:`~Loss.band` gives the
+entries held on an entry-wise kink (scalar ε, pinball), :meth:`~Loss.sphere_band` the rows near
+the sphere ``‖r‖ = ε`` of the radial ε-insensitive loss with d > 1.
 Losses are picklable value objects with scikit-learn's ``get_params`` (compared by value),
 validated by :meth:`~Loss.check` when a fit starts, so a bad one fails before anything is
 written. A new loss is one class here (and its name in :data:`LOSSES`).
@@ -133,6 +136,13 @@ class Loss(ParamsMixin):
         on the kink (the *active set* of the non-smooth problem), for the KKT polish of
         :mod:`distsketch.newton`: ``(rows, cols, kink)``. None when the loss has no such
         linear description (smooth losses, radial losses with d > 1)."""
+        return None
+
+    def sphere_band(self, R: np.ndarray, mu: float) -> np.ndarray | None:
+        """Rows of a radial loss with a kink on the sphere ``‖r‖ = ε`` (d > 1) that lie in the
+        smoothing band of ``h_μ`` (``0 < ‖r_i‖ − ε ≤ μ``): the rows the KKT polish of
+        :mod:`distsketch.newton` holds on the sphere (a nonlinear active set, so not an
+        entry-wise :meth:`band`). None when the loss has no such kink."""
         return None
 
     def lipschitz_sq(self, d: int) -> float:
@@ -306,6 +316,13 @@ class EpsilonInsensitive(_Radial):
         over = np.abs(r) - float(self.epsilon)
         rows = np.flatnonzero((over > 0) & (over <= mu))
         return rows, np.zeros(len(rows), dtype=np.int64), np.sign(r[rows]) * float(self.epsilon)
+
+    def sphere_band(self, R, mu):
+        eps = float(self.epsilon)
+        if R.shape[1] == 1 or mu <= 0 or eps <= 0:  # ε = 0: a cone, not a sphere
+            return None
+        over = self._norms(R) - eps
+        return np.flatnonzero((over > 0) & (over <= mu))
 
     def _profile(self, t, mu):
         eps = float(self.epsilon)

@@ -25,6 +25,11 @@ system of size ``r·d + d`` — or ``d`` systems of size ``r + 1`` (one factoris
 solves it. Non-smooth losses (ε-insensitive, pinball) are replaced by their Moreau envelopes
 ``h_μ`` with μ decreased by 10 whenever the smoothed problem's gap falls below a tenth of
 the true gap (continuation), so Newton converges on each and the true gap certifies the end.
+At each μ change a *KKT polish* tries the non-smooth problem's solution on the smoothing band's
+active set: for entry-wise kinks (scalar ε, pinball, also coupled by ``M``) an
+equality-constrained QP solved on the driver (:func:`polish`); for the radial ε with d > 1,
+whose kink is the sphere ``‖r_i‖ = ε``, Newton (SQP) steps with those rows held on it, one
+sweep each (:func:`sphere_step`). Either ends at rounding level once the active set is right.
 The first iterate is the closed-form squared-loss solution from the pass's sums (exact for
 ``loss="squared"``, which is :class:`~distsketch.SketchedKRR` with an intercept and ``M``).
 
@@ -41,7 +46,8 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_factor, cho_solve
+from scipy.linalg import LinAlgError, LinAlgWarning, cho_factor, cho_solve, lu_factor, lu_solve
+from scipy.linalg.lapack import dgecon as _dgecon
 
 from ._hashing import checksum
 from .losses import Loss
@@ -224,21 +230,29 @@ def newton_direction(prob: Problem, lam: float, stats: dict, kind: str, base: fl
             if ib:
                 dbR[cols] = x[r]
         return dR @ prob.U.T, prob.U @ dbR
-    S = prob.S
-    HXX = np.einsum("ja,kc,jkpq->apcq", S, S, Qf[:, :, :r, :r], optimize=True).reshape(d * r, d * r)
-    HXX.flat[:: d * r + 1] += lam
+    H = _coupled_hessian(prob, Qf, lam, lam)
     g = gXi.T.reshape(-1)
     if ib:
-        HXb = np.einsum("ja,jkp->apk", S, Qf[:, :, :r, r], optimize=True).reshape(d * r, d)
-        Hbb = Qf[:, :, r, r] + lam * np.eye(d)
-        H = np.block([[HXX, HXb], [HXb.T, Hbb]])
         g = np.concatenate([g, gb])
-    else:
-        H = HXX
     x = -_solve_spd(H, g[:, None])[:, 0]
     dXi = x[: d * r].reshape(d, r).T
     db = x[d * r:] if ib else np.zeros(d)
     return dXi, db
+
+
+def _coupled_hessian(prob: Problem, Qf: np.ndarray, lam: float, damp_b: float) -> np.ndarray:
+    """The Hessian in ``(vec Ξ, b₀)`` (size ``r·d + d``, Ξ flattened output-major) from the
+    feature Grams ``Qf`` (d, d, r+1, r+1): ``H_ΞΞ[(a,p),(c,q)] = Σ_jk S_ja S_kc Qf_jk[p,q]
+    + λδ``, ``H_Ξb[(a,p),k] = Σ_j S_ja Qf_jk[p,r]``, ``H_bb = Qf[:, :, r, r] + damp_b·I``
+    (the Newton step damps the intercept by λ; the sphere polish does not)."""
+    r, d, S = prob.r, prob.d, prob.S
+    HXX = np.einsum("ja,kc,jkpq->apcq", S, S, Qf[:, :, :r, :r], optimize=True).reshape(d * r, d * r)
+    HXX.flat[:: d * r + 1] += lam
+    if not prob.intercept:
+        return HXX
+    HXb = np.einsum("ja,jkp->apk", S, Qf[:, :, :r, r], optimize=True).reshape(d * r, d)
+    Hbb = Qf[:, :, r, r] + damp_b * np.eye(d)
+    return np.block([[HXX, HXb], [HXb.T, Hbb]])
 
 
 # --------------------------------------------------------------------------- objective, dual
@@ -350,14 +364,44 @@ def _objective(prob: Problem, lam: float, loss_sum: float, Xi: np.ndarray) -> fl
     return float(loss_sum) / prob.n + 0.5 * lam * float(np.sum(Xi * Xi))
 
 
+#: Relative singular-value cut of a polish's KKT system (dependent kinks, see _solve_kkt).
+KKT_RCOND = 1e-12
+
+
+def _solve_kkt(K: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """A polish's (symmetric, indefinite) KKT system: LU when it is well conditioned (LAPACK's
+    ``dgecon`` estimate, O(size²) after the factorisation), else the minimum-norm
+    least-squares solution with singular values below ``KKT_RCOND`` of the largest dropped.
+    A degenerate vertex holds more kinks than independent constraints (features of
+    numerically lower rank than r): LU would then return multipliers of size 1/rounding and
+    a polished point far off, where the least-squares one keeps the consistent part."""
+    try:
+        with warnings.catch_warnings():  # an exactly singular K: least squares below
+            warnings.simplefilter("error", LinAlgWarning)
+            lu, piv = lu_factor(K, check_finite=False)
+        rcond, info = _dgecon(lu, float(np.abs(K).sum(axis=0).max()), norm="1")
+        if info == 0 and rcond >= KKT_RCOND:
+            sol = lu_solve((lu, piv), rhs, check_finite=False)
+            if np.all(np.isfinite(sol)):
+                return sol
+    except (LinAlgError, LinAlgWarning, ValueError):
+        pass
+    return np.linalg.lstsq(K, rhs, rcond=KKT_RCOND)[0]
+
+
 def polish(prob: Problem, lam: float, s: dict) -> tuple[np.ndarray, np.ndarray] | None:
     """The KKT point of the non-smooth problem on the active set of a sweep (``collect``).
 
     Entries in the smoothing band are held on their kink (``f_j(x_i) = y_ij + kink``), the
     others keep their gradient (``α_out``, a constant of the non-smooth loss there): the
     equality-constrained quadratic program ``min (λ/2)‖Ξ‖² + ⟨g_out, (Ξ, b₀)⟩ s.t. A (Ξ, b₀) = t``,
-    solved through its multipliers ν (``λΞ = −g_out − A_Ξᵀν``, size ``|E| + d``). Exact when
-    the active set is the solution's: the next sweep's duality gap says whether it is.
+    solved through its multipliers ν (``λΞ = −g_out − A_Ξᵀν``, size ``|E| + d``). A held
+    entry whose dual value ``β_e = nν_e`` leaves its interval ``[lo_j, hi_j]`` is released
+    to that side (its gradient the bound, added to ``g_out``) and the program solved again,
+    on the driver, until every held ``β_e`` is feasible (a primal–dual active-set loop over
+    the band; for the separable pinball and the scalar ε the gathered rows suffice, and the
+    coupling by ``M`` only enters through ``A``). Exact when the active set is the
+    solution's: the next sweep's duality gap says whether it is.
     """
     k = len(s["E_row"])
     if k == 0:
@@ -367,23 +411,41 @@ def polish(prob: Problem, lam: float, s: dict) -> tuple[np.ndarray, np.ndarray] 
     Phi = s["E_C"] @ prob.T
     AX = np.concatenate([prob.S[cols, a][:, None] * Phi for a in range(d)], axis=1)
     gX = (prob.T.T @ s["Ca_out"] @ prob.S / n).T.reshape(-1)
-    rhs = s["E_target"] + AX @ gX / lam
-    K = -(AX @ AX.T) / lam
-    if prob.intercept:
-        Ab = np.zeros((k, d))
-        Ab[np.arange(k), cols] = 1.0
-        K = np.block([[K, Ab], [Ab.T, np.zeros((d, d))]])
-        rhs = np.concatenate([rhs, -s["sa_out"] / n])
-    try:
-        sol = np.linalg.solve(K, rhs)
-    except np.linalg.LinAlgError:  # dependent rows (a degenerate active set)
-        sol = np.linalg.lstsq(K, rhs, rcond=None)[0]
-    nu = sol[:k]
-    Xi = (-(gX + AX.T @ nu) / lam).reshape(d, r).T
-    b0 = sol[k:] if prob.intercept else np.zeros(d)
-    # the dual variables of the held entries: β_e = n ν_e (λ n Ξ = −Φᵀ β S)
+    sa = np.array(s["sa_out"], dtype=np.float64)
+    lo, hi = prob.loss.entry_bounds(d)
+    lo, hi = lo[cols], hi[cols]
+    held = np.ones(k, dtype=bool)
+    beta = np.zeros(k)
+    for _ in range(k):
+        idx = np.flatnonzero(held)
+        if len(idx) == 0:
+            return None
+        A = AX[idx]
+        rhs = s["E_target"][idx] + A @ gX / lam
+        K = -(A @ A.T) / lam
+        if prob.intercept:
+            Ab = np.zeros((len(idx), d))
+            Ab[np.arange(len(idx)), cols[idx]] = 1.0
+            K = np.block([[K, Ab], [Ab.T, np.zeros((d, d))]])
+            rhs = np.concatenate([rhs, -sa / n])
+        sol = _solve_kkt(K, rhs)
+        nu = sol[: len(idx)]
+        # the dual variables of the held entries: β_e = n ν_e (λ n Ξ = −Φᵀ β S)
+        beta[idx] = n * nu
+        low, high = beta[idx] < lo[idx], beta[idx] > hi[idx]
+        if not (low.any() or high.any()):
+            break
+        out = idx[low | high]
+        beta[out] = np.where(low, lo[idx], hi[idx])[low | high]
+        held[out] = False
+        gX = gX + AX[out].T @ beta[out] / n
+        np.add.at(sa, cols[out], beta[out])
+    if not np.all(np.isfinite(sol)):
+        return None
+    Xi = (-(gX + A.T @ nu) / lam).reshape(d, r).T
+    b0 = sol[len(idx):] if prob.intercept else np.zeros(d)
     fix = {"fix_C": s["E_C"], "fix_col": cols.astype(np.float64), "fix_y": s["E_y"],
-           "fix_beta": n * nu}
+           "fix_beta": beta}
     return Xi, b0, fix
 
 
@@ -412,6 +474,117 @@ def _with_fix(prob: Problem, Xi: np.ndarray, b0: np.ndarray, s: dict, fix: dict,
     out.update(Ca=Ca, sa=sa, aa=aa, ya=ya,
                an=s["an"] + float(np.sum(np.abs(new) - np.abs(old))))
     return out
+
+
+# --------------------------------------------------------------------------- sphere polish
+# Radial ε-insensitive loss with d > 1 outputs: its kink is the sphere ‖r_i‖ = ε, a nonlinear
+# active set. The polish holds a set E of rows on it and takes Newton (SQP) steps on the KKT
+# system of  min (1/n) Σ_{i∉E} h_μ(r_i) + (λ/2)‖Ξ‖²  s.t.  ‖r_e‖ = ε (e ∈ E), with multipliers
+# s_e (the dual point β_e = s_e r̂_e, 0 ≤ s_e ≤ 1). One sweep per step; the sweep leaves E's
+# rows out of its sums (Iterate.exclude) and the driver adds them from their gathered C rows.
+
+
+def _held_rows(prob: Problem, Xi: np.ndarray, b0: np.ndarray, fix: dict):
+    """Residuals ``r_e`` (k, d) of the held rows, their norms (k,) and directions (k, d)."""
+    R = fix["fix_C"] @ prob.coef(Xi) + b0 - fix["fix_y"]
+    t = np.sqrt(np.einsum("ij,ij->i", R, R))
+    return R, t, R / np.where(t > 0, t, 1.0)[:, None]
+
+
+def _add_rows(stats: dict, C: np.ndarray, Y: np.ndarray, alpha: np.ndarray) -> dict:
+    """The sweep's gradient and conjugate sums with rows ``(C, Y)`` of gradients ``α`` added."""
+    out = dict(stats)
+    out.update(Ca=stats["Ca"] + C.T @ alpha, sa=stats["sa"] + alpha.sum(axis=0),
+               aa=stats["aa"] + np.einsum("ij,ij->j", alpha, alpha),
+               an=stats["an"] + np.sqrt(np.einsum("ij,ij->i", alpha, alpha)).sum(),
+               ya=stats["ya"] + np.einsum("ij,ij->j", Y, alpha))
+    return out
+
+
+def _row_grams(prob: Problem, C: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """``(1/n) Σ_e W_e[j, k] φ̃_e φ̃_eᵀ`` (d, d, r+1, r+1), ``φ̃_e = [Tᵀc_e; 1]``, W (k, d, d)."""
+    Pt = np.hstack([C @ prob.T, np.ones((len(C), 1))])
+    return np.einsum("ep,ejk,eq->jkpq", Pt, W, Pt, optimize=True) / prob.n
+
+
+def _full_feature_grams(prob: Problem, Q: np.ndarray, kind: str) -> np.ndarray:
+    """A sweep's Grams (base 0) in features as (d, d, r+1, r+1), whatever their kind."""
+    d, r = prob.d, prob.r
+    out = np.zeros((d, d, r + 1, r + 1))
+    if not np.any(Q):
+        return out
+    Qf = _feature_grams(prob, Q, kind, 0.0)
+    if kind == "full":
+        return Qf
+    for j in range(d):
+        out[j, j] = Qf if kind == "scalar" else Qf[j, j]
+    return out
+
+
+def sphere_step(prob: Problem, lam: float, s: dict, fix: dict, Xi: np.ndarray, b0: np.ndarray,
+                mu: float, kind: str):
+    """One Newton (SQP) step of the sphere polish from a sweep at ``(Ξ, b₀)`` that left the
+    held rows E out (``Iterate.exclude``).
+
+    With ``g`` the gradient of ``(1/n) Σ_{i∉E} h_μ(r_i) + (λ/2)‖Ξ‖²`` in ``x = (vec Ξ, b₀)``,
+    ``a_e = ∇‖r_e‖/n = [φ_e ⊗ S r̂_e; r̂_e]/n`` and ``H`` the Hessian of the Lagrangian (the
+    sweep's Grams plus ``s_e (I − r̂_e r̂_eᵀ)/‖r_e‖`` for the held rows, no damping)::
+
+        [ H   Aᵀ ] [Δx ]     [ g              ]
+        [ A   0  ] [s⁺ ] = − [ (‖r_e‖ − ε)/n  ]
+
+    Rows whose multiplier left ``[0, 1]`` at the previous step leave E first (their smoothed
+    loss is added back). Returns ``(ΔΞ, Δb₀, fix)`` with the new multipliers ``s⁺``, or None
+    when no row is left on the sphere.
+    """
+    loss, n, r, d = prob.loss, prob.n, prob.r, prob.d
+    C, Y, ids, mult = fix["fix_C"], fix["fix_y"], fix["fix_col"], fix["fix_beta"]
+    R, t, u = _held_rows(prob, Xi, b0, fix)
+    keep = (mult >= 0.0) & (mult <= 1.0)
+    if not keep.any():
+        return None
+    Qf = _full_feature_grams(prob, s["Q"], kind)
+    stats = s
+    if not keep.all():  # released rows: the sweep left them out, their smoothed loss back in
+        drop = ~keep
+        stats = _add_rows(s, C[drop], Y[drop], loss.gradient(R[drop], mu))
+        curv = loss.curvature(R[drop], mu, exact=True, base=0.0)
+        if len(curv.rows):
+            W = curv.values if curv.kind == "full" else \
+                curv.values[:, None, None] * np.eye(d)
+            Qf = Qf + _row_grams(prob, C[drop][curv.rows], W)
+    C, Y, ids, mult, t, u = C[keep], Y[keep], ids[keep], mult[keep], t[keep], u[keep]
+    k = len(t)
+    W = (mult / t)[:, None, None] * (np.eye(d) - u[:, :, None] * u[:, None, :])
+    Qf = Qf + _row_grams(prob, C, W)
+    gXi, gb = _gradient(prob, lam, stats, Xi)
+    H = _coupled_hessian(prob, Qf, lam, 0.0)
+    A = np.einsum("ea,ep->eap", u @ prob.S, C @ prob.T).reshape(k, d * r)
+    g = gXi.T.reshape(-1)
+    if prob.intercept:
+        A = np.hstack([A, u])
+        g = np.concatenate([g, gb])
+    A /= n
+    size = len(g)
+    K = np.zeros((size + k, size + k))
+    K[:size, :size] = H
+    K[size:, :size] = A
+    K[:size, size:] = A.T
+    rhs = -np.concatenate([g, (t - float(loss.epsilon)) / n])
+    sol = _solve_kkt(K, rhs)
+    if not np.all(np.isfinite(sol)):
+        return None
+    dXi = sol[: d * r].reshape(d, r).T
+    db = sol[d * r: size] if prob.intercept else np.zeros(d)
+    return dXi, db, {"fix_C": C, "fix_col": ids, "fix_y": Y, "fix_beta": sol[size:]}
+
+
+def sphere_dual_stats(prob: Problem, s: dict, fix: dict, Xi: np.ndarray, b0: np.ndarray) -> dict:
+    """The sweep's sums with the held rows' dual points ``β_e = clip(s_e, 0, 1) r̂_e`` added
+    (``‖β_e‖ ≤ 1``: in ``dom h*``, so the gap is a valid bound whatever E is)."""
+    _, _, u = _held_rows(prob, Xi, b0, fix)
+    beta = np.clip(fix["fix_beta"], 0.0, 1.0)[:, None] * u
+    return _add_rows(s, fix["fix_C"], fix["fix_y"], beta)
 
 
 _FIX = ("fix_C", "fix_col", "fix_y", "fix_beta")
@@ -451,14 +624,18 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
             return _finish(prob, lam, v, tol, state, None, why=f"max_iter = {max_iter}")
         Xi, b0, dXi, db0, mode, mu = v["Xi"], v["b0"], v["dXi"], v["db0"], v["mode"], v["mu"]
         probe = mu < 0
-        grid = GRID if mode == "newton" else POLISH_GRID if mode == "polish" else ()
+        grid = (GRID if mode == "newton" else POLISH_GRID if mode == "polish"
+                or (mode == "sphere" and dXi is not None) else ())
         # the Grams subtract the curvature level most rows sat at in the last sweep
         levels = loss.curvature_levels(d, 0.0 if probe else mu, exact=exact)
         base = float(levels[min(int(v.get("level", 0)), len(levels) - 1)])
+        sphere = mode == "sphere"
         it = Iterate(loss, prob.coef(Xi), b0, None if dXi is None else prob.coef(dXi), db0,
-                     0.0 if probe else mu, grid, grid_mu=0.0 if mode == "polish" else None,
-                     gram=not probe, exact=exact, collect=0 <= v["nband"] <= cap, base=base,
-                     levels=levels if len(levels) > 1 else ())
+                     0.0 if probe else mu, grid,
+                     grid_mu=0.0 if mode in ("polish", "sphere") else None,
+                     gram=not probe, exact=exact, collect=0 <= v["nband"] <= cap and not sphere,
+                     base=base, levels=levels if len(levels) > 1 else (),
+                     exclude=v["fix_col"].astype(np.int64) if sphere else None)
         s = sweeper(it)
         v["n_iter"] += 1
         v["dXi"] = v["db0"] = v["mode"] = None
@@ -467,6 +644,12 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
             v["nband"] = float(s["nband"])
         if "at_level" in s:
             v["level"] = int(np.argmax(s["at_level"]))
+        if sphere:
+            done = _sphere_sweep(prob, lam, s, v, fixd, Xi, b0, dXi, db0, mu, kind, tol)
+            if done is not None:
+                return _finish(prob, lam, v, tol, state, done)
+            _save(state, v)
+            continue
         if mode == "newton":
             vals = np.array([_objective(prob, lam, s["grid"][k], Xi + t * dXi)
                              for k, t in enumerate(GRID)])
@@ -527,6 +710,14 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
         mu_floor = 0.02 * tol * abs(p_true) / lsq if lsq else 0.0
         if loss.smoothed and gap_mu <= GAP_RATIO * gap and mu > mu_floor:
             v["mu"], v["level"] = max(mu * MU_FACTOR, mu_floor), 0  # a narrower band
+            if "E_Y" in s:  # radial, d > 1: hold the band's rows on the sphere ‖r‖ = ε
+                if len(s["E_row"]) and float(loss.epsilon) > 0:
+                    v.update(mode="sphere", p_ref=p_true, gap_ref=rel, sqp=0,
+                             fix_C=s["E_C"], fix_col=s["E_row"].astype(np.float64),
+                             fix_y=s["E_Y"], fix_beta=np.minimum(
+                                 np.sqrt(np.einsum("ij,ij->i", s["E_a"], s["E_a"])), 1.0))
+                _save(state, v)
+                continue
             pol = polish(prob, lam, s) if "E_row" in s else None
             if pol is not None:  # try the active set's KKT point, with the next μ's stats
                 v["dXi"], v["db0"] = pol[0] - Xi, pol[1] - b0
@@ -542,6 +733,49 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
             return _finish(prob, lam, v, tol, state, (p_true, gap, rel <= tol))
         v.update(dXi=dXi, db0=db0, mode="newton", p_at=p_mu, slope=slope)
         _save(state, v)
+
+
+#: Most Newton steps of one sphere polish, and the factor by which each must cut the gap.
+SPHERE_STEPS, SPHERE_SHRINK = 8, 0.5
+
+
+def _sphere_sweep(prob, lam, s, v, fix, Xi, b0, dXi, db0, mu, kind, tol):
+    """After a sweep of the sphere polish (``v["mode"] == "sphere"``): certify the step's
+    point with the held rows' multipliers as their dual, then take the next step, or give up
+    (back to the smoothed continuation at μ) when a step does not cut the gap by
+    ``SPHERE_SHRINK`` or after ``SPHERE_STEPS``. Returns ``(objective, gap, True)`` when the
+    gap is within ``tol``, else None (``v`` updated for the next sweep)."""
+    if dXi is not None:
+        Xn, bn = Xi + dXi, b0 + db0
+        p_true = _objective(prob, lam, s["loss"], Xn)
+        _, d_true = dual_values(prob, lam, sphere_dual_stats(prob, s, fix, Xn, bn), 0.0)
+        gap = p_true - d_true
+        rel = gap / max(abs(p_true), 1e-300)
+        v["history"].append([v["n_iter"], p_true, rel, mu])
+        logger.info("λ = %.3g, iteration %d: objective %.10g, relative duality gap %.3g "
+                    "(sphere polish, %d rows held, step %d)", lam, v["n_iter"], p_true, rel,
+                    len(fix["fix_beta"]), v["sqp"])
+        if rel <= tol:
+            v["Xi"], v["b0"] = Xn, bn
+            return p_true, gap, True
+        if not rel < SPHERE_SHRINK * v["gap_ref"] or v["sqp"] >= SPHERE_STEPS:
+            # wrong active set (or stalled): the best true objective along the step
+            vals = np.array([_objective(prob, lam, s["grid"][k], Xi + t * dXi)
+                             for k, t in enumerate(POLISH_GRID)])
+            best = int(np.argmin(vals))
+            if p_true <= v["p_ref"]:
+                v["Xi"], v["b0"] = Xn, bn
+            elif vals[best] < v["p_ref"]:
+                v["Xi"], v["b0"] = Xi + POLISH_GRID[best] * dXi, b0 + POLISH_GRID[best] * db0
+            logger.debug("sphere polish stopped at step %d (gap %.3g, before %.3g)", v["sqp"],
+                         rel, v["gap_ref"])
+            return None
+        v["Xi"], v["b0"], v["p_ref"], v["gap_ref"] = Xn, bn, p_true, rel
+    step = sphere_step(prob, lam, s, fix, v["Xi"], v["b0"], mu, kind)
+    if step is not None:
+        v.update(dXi=step[0], db0=step[1], mode="sphere", sqp=v["sqp"] + 1)
+        v.update(step[2])
+    return None
 
 
 def _save(state, v: dict) -> None:

@@ -13,6 +13,10 @@ computes, in float64::
     C_Iᵀ α_I,  Σ α,  Σ α²,  Σ ‖α‖,  Σ y α,        loss and smoothed loss, Σ ‖R‖²
     Q   += Σ_{i∈I: Δ_i≠0} Δ_i ⊗ c̃_i c̃_iᵀ           weighted Grams, c̃ = [c_i; 1] (Newton)
 
+Rows the driver holds for the sphere polish (``Iterate.exclude``, global indices) are left out
+of the gradient and conjugate sums and of ``Q`` (their losses stay in): the driver adds them
+from their gathered rows of ``C``.
+
 The partial results are dicts of float64 arrays added by :class:`SweepSums` in the engine's
 fixed tree (:func:`distsketch.engine.map_reduce`), so a sweep's result does not depend on the
 scheduler or the number of workers. Losing workers mid-sweep retries it (the in-memory rows
@@ -34,7 +38,7 @@ from .backends import dense
 from .engine import Reducer, Stored, WorkersLost, distributed_client, map_reduce, row_blocks, \
     share, workers_back
 from .features import FeatureMap
-from .losses import Loss
+from .losses import Curvature, Loss
 from .rows import RowSource
 from .store import StoreError
 
@@ -98,7 +102,10 @@ class Iterate:
     ``collect``: also return the entries in the loss's smoothing band (rows of ``C``, targets,
     kinks) and the gradient sums without them, for the KKT polish; ``base``: the curvature
     level subtracted from the Grams (None: the loss's default); ``levels``: count the rows at
-    each of these curvature levels (``at_level``).
+    each of these curvature levels (``at_level``); ``exclude``: sorted global row indices
+    (at most a polish's active set) left out of the gradient and conjugate sums and of the
+    Grams — the rows the driver holds on the sphere ``‖r‖ = ε`` and adds itself (their
+    losses stay in ``loss``, ``loss_mu`` and ``grid``; only with ``base = 0``).
     """
 
     loss: Loss
@@ -114,6 +121,7 @@ class Iterate:
     grid_mu: float | None = None
     base: float | None = None
     levels: tuple = ()
+    exclude: np.ndarray | None = None
 
 
 class SweepSums(Reducer):
@@ -214,6 +222,11 @@ def _sweep_block(shared, item, ws) -> dict:
     out["loss_mu"] = np.array(vals.sum())
     out["loss"] = np.array(loss.value(R, 0.0).sum()) if mu > 0 else out["loss_mu"].copy()
     alpha = loss.gradient(R, mu)
+    ex = None
+    if it.exclude is not None and len(it.exclude):  # the rows the driver holds (block-local)
+        lo, hi = np.searchsorted(it.exclude, data.rows(i))
+        ex = it.exclude[lo:hi] - data.rows(i)[0]
+        alpha[ex] = 0.0
     out["Ca"] = C.T @ alpha
     out["sa"] = alpha.sum(axis=0)
     out["aa"] = np.einsum("ij,ij->j", alpha, alpha)
@@ -222,6 +235,9 @@ def _sweep_block(shared, item, ws) -> dict:
     out["rr"] = np.array(np.einsum("ij,ij->", R, R))
     if it.gram:
         curv = loss.curvature(R, mu, exact=it.exact, base=it.base)
+        if ex is not None and len(ex):
+            keep = ~np.isin(curv.rows, ex)
+            curv = Curvature(curv.base, curv.kind, curv.rows[keep], curv.values[keep])
         out["Q"] = _grams(C, curv, R.shape[1])
         if len(it.levels) > 1:  # rows at each level: the driver subtracts the commonest
             out["at_level"] = np.array([
@@ -242,6 +258,15 @@ def _sweep_block(shared, item, ws) -> dict:
             out["E_y"] = Y[rows, cols if Y.shape[1] > 1 else 0]
             out["E_target"] = out["E_y"] + kink
             out["E_C"] = C[rows].copy()
+    else:
+        rows = loss.sphere_band(R, mu)
+        if rows is not None:  # radial loss, d > 1: whole rows near the sphere ‖r‖ = ε
+            out["nband"] = np.array(float(len(rows)))
+            if it.collect:
+                out["E_row"] = rows.astype(np.int64) + data.rows(i)[0]
+                out["E_C"] = C[rows].copy()
+                out["E_Y"] = np.broadcast_to(Y[rows], (len(rows), R.shape[1])).copy()
+                out["E_a"] = alpha[rows].copy()
     return out
 
 
