@@ -23,6 +23,9 @@ refitted on all rows at the best λ uses the summed folds (``G = Σ_k G_k``).
 from __future__ import annotations
 
 import numbers
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from itertools import pairwise
 
 import numpy as np
 
@@ -36,7 +39,15 @@ from .solve import check_rank, solve_krr, whitening
 __all__ = ["SketchedKRRCV", "SISOKRCV"]
 
 SCORINGS = ("neg_mean_squared_error", "r2")
-DECODED_SCORINGS = ("surrogate", "f1_samples", "kernel_loss")
+DECODED_SCORINGS = ("surrogate", "f1_samples", "kernel_loss", "topk_accuracy")
+# Bandwidth of the per-fold band reduction (sisokr_fold_scores): the reduction's panels are
+# matrix products of this width, each shift's banded Cholesky solve costs O(r · FOLD_BAND)
+# per right-hand side; 96 balances the two at r_X ≈ 2000 (bench_cv.py, 32–128 tried)
+FOLD_BAND = 96
+# Threads for the folds' driver work (sisokr_fold_scores): None = one per core, at most K.
+# Each thread runs single-threaded BLAS (distsketch.blas-threads); the folds are independent
+# and each is computed the same way whatever the threads, so the scores do not depend on it.
+FOLD_THREADS = None
 
 
 def fold_spec(cv, *, argument: str = "cv") -> str:
@@ -246,8 +257,10 @@ class SISOKRCV(SISOKR):
     (``A_k = T_Yᵀ M_k T_X V_k``, ``H_k = V_kᵀ T_Xᵀ G_k T_X V_k``). Every rank p at once: with
     the principal directions ``Q`` of ``W Λ_k Wᵀ`` (the training predictions' covariance),
     ``W_p = Q_p Q_pᵀ W`` and the two traces are cumulative sums of the diagonals of
-    ``Qᵀ A_k Wᵀ Q`` and ``Qᵀ W H_k Wᵀ Q``. Cost: one pass, then per fold one ``r_X × r_X``
-    and per (fold, λ) one ``r_Y × r_Y`` eigendecomposition.
+    ``Qᵀ A_k Wᵀ Q`` and ``Qᵀ W H_k Wᵀ Q``. Cost: one pass and the refit (whose whitening and
+    eigendecomposition of ``H`` every fold reuses), then per fold a congruence ``Pᵀ G_k P``
+    and one band reduction of ``r_X × r_X`` (no eigendecomposition), per (fold, λ) a banded
+    solve and one ``r_Y × r_Y`` eigendecomposition (:func:`sisokr_fold_scores`).
 
     Parameters
     ----------
@@ -258,13 +271,17 @@ class SISOKRCV(SISOKR):
         Ranks to try (``None``: full rank only); a rank at least ``r_Y`` is the full model.
     cv : int or KFold-like
         See :func:`fold_spec`.
-    scoring : {"surrogate", "f1_samples", "kernel_loss"}
+    scoring : {"surrogate", "f1_samples", "kernel_loss", "topk_accuracy"}
         ``"surrogate"`` (default): minus the mean surrogate error, from the sums alone.
-        ``"f1_samples"`` / ``"kernel_loss"``: decode each validation row over the unique
-        training outputs (``candidates_``, all folds') with every fold's models and score
-        the decoded outputs (F1, or minus the kernel loss). This reads the rows once more
+        ``"f1_samples"`` / ``"kernel_loss"`` / ``"topk_accuracy"``: decode each validation
+        row over the unique training outputs (``candidates_``, all folds', so every row's
+        own output is a candidate) with every fold's models and score the decoded outputs
+        (F1, minus the kernel loss, or the fraction of rows whose own output is among the
+        ``top_k`` best-scored candidates, ties to the lower candidate index as ``predict``). This reads the rows once more
         after the pass (their input features and outputs) and decodes every validation row
         ``len(lams) × len(ranks)`` times.
+    top_k : int
+        ``k`` of ``scoring="topk_accuracy"`` (ignored otherwise).
     random_state, store, options
         As for :class:`~distsketch.SISOKR`.
 
@@ -281,13 +298,13 @@ class SISOKRCV(SISOKR):
 
     _param_kinds = {"input_kernel": "kernel", "output_kernel": "kernel",
                     "input_sketch": "sketch", "output_sketch": "sketch", "lams": "json",
-                    "ranks": "json", "cv": "json", "scoring": "json",
+                    "ranks": "json", "cv": "json", "scoring": "json", "top_k": "json",
                     "random_state": "random_state", "store": "store", "options": "options"}
     _configurable = True
 
     def __init__(self, input_kernel="gaussian", output_kernel="gaussian", *, input_sketch=None,
                  output_sketch=None, lams=(1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2),
-                 ranks=None, cv=5, scoring="surrogate", random_state=None, store=None,
+                 ranks=None, cv=5, scoring="surrogate", top_k=5, random_state=None, store=None,
                  options=None):
         self.input_kernel = input_kernel
         self.output_kernel = output_kernel
@@ -297,6 +314,7 @@ class SISOKRCV(SISOKR):
         self.ranks = ranks
         self.cv = cv
         self.scoring = scoring
+        self.top_k = top_k
         self.random_state = random_state
         self.store = store
         self.options = options
@@ -304,6 +322,9 @@ class SISOKRCV(SISOKR):
     def _validate(self, X, Y) -> FitSpec:
         lams = check_lam(self.lams, argument="lams")
         check_rank(self.ranks, argument="ranks")
+        top_k = getattr(self, "top_k", 5)
+        if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1:
+            raise ValueError(f"top_k: expected a positive integer, got {top_k!r}")
         folds = fold_spec(self.cv)
         if self.scoring not in DECODED_SCORINGS:
             raise ValueError(f"scoring: expected one of {list(DECODED_SCORINGS)}, got "
@@ -313,6 +334,7 @@ class SISOKRCV(SISOKR):
                 raise ValueError(f"{name}: SISOKRCV cross-validates from per-fold sums of a pass "
                                  f"sketched on both sides; give a sketch (e.g. SubSampling(500))")
         spec = SketchedEstimator._validate(self, X, Y)
+        self._offset = None  # SISOKR's output centring (fit_intercept): not cross-validated
         if isinstance(spec.kernels["output_kernel"], Linear):
             raise ValueError("output_kernel: SISOKRCV scores the surrogate error of a "
                              "non-linear output kernel; use SketchedKRRCV for vector targets")
@@ -327,9 +349,9 @@ class SISOKRCV(SISOKR):
         return ("B", "E", "U", f"G@{f}", f"M@{f}", f"kyy@{f}", f"count@{f}")
 
     def _fit_ranks(self):
-        best = self.best_params_["rank"]
-        ranks = check_rank(self.ranks, argument="ranks")
-        return ((best, *[p for p in ranks if p != best]) if best is not None else ()), None
+        # the refit runs before the scores exist (its factors serve every fold); _solve
+        # puts the best rank first afterwards
+        return check_rank(self.ranks, argument="ranks"), None
 
     def _solve(self, spec: FitSpec, res) -> None:
         f = self._folds
@@ -342,51 +364,30 @@ class SISOKRCV(SISOKR):
         ranks = check_rank(self.ranks, argument="ranks")
         grid = [(lam, None) for lam in lams] if not ranks else \
             [(lam, p) for lam in lams for p in ranks]
+        for k in range(len(cnt)):
+            if cnt[k] == 0 or cnt[k] == n:
+                raise ValueError(f"cv: fold {k} has {int(cnt[k])} of the {n} rows; use fewer "
+                                 f"folds or contiguous folds")
+        # the refit on all rows from the same sums (the folds summed), first: its whitening
+        # T_X, T_Y and eigendecomposition H = V Λ Vᵀ serve every fold
         G, M = _ordered_sum(Gf), _ordered_sum(Mf)
-        rtol = spec.options.eig_rtol
-        T_X = whitening(sums["B"], rtol=rtol, argument="input_kernel")
-        T_Y = whitening(sums["E"], rtol=rtol, argument="output_kernel")
-        K = len(Gf)
-        scores = np.full((K, len(grid)), np.nan)
-        models = []  # per fold: [(Z_λ (m_X × r_Y): g = cᵀ Z_λ, Q_λ or None)] for decoding
-        for k in range(K):
-            n_tr, evals, P = _fold_basis(T_X, G, Gf[k], n, cnt[k], k)
-            models.append([])
-            A_tr = T_Y.T @ (M - Mf[k]) @ P
-            A_val = T_Y.T @ Mf[k] @ P
-            H_val = P.T @ Gf[k] @ P
-            col = 0
-            for lam in lams:
-                W = A_tr / (evals + n_tr * lam)[None, :]
-                AW = A_val @ W.T  # tr(Wᵀ A_val) = tr(A_val Wᵀ)
-                WHW = W @ H_val @ W.T
-                if self.scoring != "surrogate":
-                    models[k].append([P @ W.T, None])
-                if not ranks:
-                    err = kyy[k] - 2.0 * np.trace(AW) + np.trace(WHW)
-                    scores[k, col] = -err / cnt[k]
-                    col += 1
-                    continue
-                mu, Q = np.linalg.eigh(0.5 * ((W * evals) @ W.T + ((W * evals) @ W.T).T))
-                Q = Q[:, ::-1]
-                if self.scoring != "surrogate":
-                    models[k][-1][1] = Q
-                cross = np.cumsum(np.einsum("ij,ij->j", Q, AW @ Q))
-                quad = np.cumsum(np.einsum("ij,ij->j", Q, WHW @ Q))
-                for p in ranks:
-                    j = min(p, len(cross)) - 1
-                    err = kyy[k] - 2.0 * cross[j] + quad[j]
-                    scores[k, col] = -err / cnt[k]
-                    col += 1
-        if self.scoring != "surrogate":
-            scores = self._decoded_scores(spec, res, models, ranks, T_Y, cnt)
+        SISOKR._solve(self, spec, _with_sums(res, dict(sums, G=G, M=M)))
+        sol = self.input_solution_
+        decoded = self.scoring != "surrogate"
+        scores, models = sisokr_fold_scores(sol.T @ sol.V, sol.evals, self.operator_,
+                                            self.output_whitening_, Gf, Mf, kyy, cnt, n=n,
+                                            lams=lams, ranks=ranks, keep_models=decoded)
+        if decoded:
+            scores = self._decoded_scores(spec, res, models, ranks, self.output_whitening_, cnt)
         _set_best(self, scores, [{"lam": g[0], "rank": g[1]} for g in grid])
-        # the refit on all rows at the best (λ, p), from the same sums (the folds summed)
-        best_lam = self.best_params_["lam"]
-        refit_lams = (best_lam, *[v for v in lams if v != best_lam])
-        full = dict(sums, G=G, M=M)
-        SISOKR._solve(self, FitSpec(spec.X, spec.Y, spec.kernels, spec.sketches,
-                                    spec.options, spec.rng, refit_lams), _with_sums(res, full))
+        # the refit at the best (λ, p): best first, as SISOKR(lam=[...], rank=[...]) would
+        best_lam, best_rank = self.best_params_["lam"], self.best_params_["rank"]
+        self.lams_ = (best_lam, *[v for v in lams if v != best_lam])
+        self.lam_ = best_lam
+        self.ranks_ = () if best_rank is None else \
+            (best_rank, *[p for p in ranks if p != best_rank])
+        self.rank_ = best_rank
+        self._principal = None
 
     def _decoded_scores(self, spec, res, models, ranks, T_Y, cnt) -> np.ndarray:
         """Per fold and setting, the mean decoded score of the fold's rows (one more read of
@@ -404,6 +405,10 @@ class SISOKRCV(SISOKR):
                           spec.options.gram_chunk)
         # candidate features in each (fold, λ) principal basis, once (not per block)
         rotated = [[None if Q is None else phi_c @ Q for _, Q in fold] for fold in models]
+        topk = self.scoring == "topk_accuracy"
+        if topk:  # each row's own output among the candidates (absent: -1, never a hit)
+            where = {row.tobytes(): j for j, row in enumerate(np.ascontiguousarray(cand))}
+            index = np.arange(len(cand))
         K, per = len(models), len(models[0]) * max(len(ranks), 1)
         totals = np.zeros((K, per))
         b = 1024
@@ -417,6 +422,9 @@ class SISOKRCV(SISOKR):
             for k in np.unique(f):
                 sel = f == k
                 Cv, Yv = C[sel], yb[sel]
+                if topk:
+                    true = np.array([where.get(row.tobytes(), -1)
+                                     for row in np.ascontiguousarray(Yv)], dtype=np.int64)
                 col = 0
                 for (Z, Q), cq in zip(models[k], rotated[k]):
                     g = Cv @ Z  # (rows, r_Y) output coordinates
@@ -426,8 +434,16 @@ class SISOKRCV(SISOKR):
                         gq = g @ Q
                         choices = [(gq[:, :p], cq[:, :p]) for p in ranks]
                     for gg, cc in choices:
-                        best = np.argmin(kcc[None, :] - 2.0 * (gg @ cc.T), axis=1)
-                        pred = cand[best]
+                        score = kcc[None, :] - 2.0 * (gg @ cc.T)
+                        if topk:  # rank of the own output, ties to the lower index
+                            own = score[np.arange(len(score)), np.maximum(true, 0)][:, None]
+                            ahead = (score < own) | ((score == own)
+                                                     & (index[None, :] < true[:, None]))
+                            hit = (true >= 0) & (ahead.sum(axis=1) < self.top_k)
+                            totals[k, col] += float(hit.sum())
+                            col += 1
+                            continue
+                        pred = cand[np.argmin(score, axis=1)]
                         if self.scoring == "f1_samples":
                             T, Pb = _binary(Yv, "Y"), _binary(pred, "candidates")
                             denom = T.sum(axis=1) + Pb.sum(axis=1)
@@ -452,6 +468,156 @@ class SISOKRCV(SISOKR):
         params = [{"lam": float(a), "rank": None if b is None else int(b)}
                   for a, b in state["cv_params"]]
         _set_best(self, np.asarray(arrays["cv_scores"]), params, state["best_index"])
+
+
+def _congruence(P: np.ndarray, G: np.ndarray, *, blocks: int = 4) -> np.ndarray:
+    """``Pᵀ G P`` for symmetric ``G``: ``Y = G P``, then only the block lower triangle of
+    ``Pᵀ Y`` (``(blocks + 1) / (2 · blocks)`` of its flops), mirrored."""
+    Y = G @ P
+    r = P.shape[1]
+    edges = np.linspace(0, r, blocks + 1).astype(int)
+    out = np.empty((r, r))
+    for a, b in pairwise(edges):
+        out[a:b, :b] = P[:, a:b].T @ Y[:, :b]
+    lower = np.tril(out)
+    return lower + np.tril(lower, -1).T
+
+
+def sisokr_fold_scores(P, evals, operator, T_Y, Gf, Mf, kyy, cnt, *, n: int, lams, ranks,
+                       keep_models: bool = False, band: int | None = None):
+    """Surrogate validation errors of SISOKR trained without each fold, for every λ and rank.
+
+    In the eigenbasis of the full ``H = V Λ Vᵀ`` (input features ``Pᵀ c``, ``P = T_X V``),
+    fold ``k``'s Gram is ``Ĥ_k = Pᵀ G_k P`` (``Σ_k Ĥ_k = Λ``: the last fold's is ``Λ`` minus
+    the others, one transform saved) and the model trained without it is
+    ``Wᵀ = Z = (Ĥ_{−k} + cI)^{-1} R_{−k}``, ``c = n_{−k} λ``, ``Ĥ_{−k} = Λ − Ĥ_k``,
+    ``R = operator = Pᵀ Mᵀ T_Y`` (``R_{−k} = R − R_k``, ``R_k = Pᵀ M_kᵀ T_Y``). One
+    :class:`~distsketch.solve.BandReduction` ``Ĥ_{−k} = Q Bd Qᵀ`` per fold serves every λ:
+    ``Y = (Bd + cI)^{-1} Qᵀ R_{−k}`` (banded Cholesky), ``Z = Q Y``, and the r_Y × r_Y
+    matrices of the scores are
+
+        S = W Ĥ_{−k} Wᵀ = Yᵀ Bd Y            (the training predictions' covariance)
+        W A_kᵀ = (Qᵀ R_k)ᵀ Y                  (tr(Wᵀ A_k), A_k = R_kᵀ)
+        W Ĥ_k Wᵀ = Zᵀ Λ Z − S                 (Ĥ_k = Λ − Ĥ_{−k})
+
+    so the validation error ``Σ k_Y(y,y) − 2 tr(W A_kᵀ) + tr(W Ĥ_k Wᵀ)``, and for every rank
+    p the same with ``W_p = Q_S,p Q_S,pᵀ W`` (``S = Q_S diag(μ) Q_Sᵀ``, descending): cumulative
+    sums of the diagonals of ``Q_Sᵀ (W A_kᵀ) Q_S`` and of ``Q_Sᵀ (Zᵀ Λ Z) Q_S − μ``. The
+    ``Z Q_S`` of all λ of a fold go through ``Q`` in one product. Where ``Bd + cI`` is not
+    numerically positive definite the fold falls back to the eigendecomposition of
+    ``Ĥ_{−k}`` (:class:`~distsketch.solve.EigenShifted`, eigenvalues clipped at 0). The fold
+    Grams, then the folds, run on :data:`FOLD_THREADS` threads (each fold computed the same
+    way on any thread).
+
+    Parameters
+    ----------
+    P : ndarray of shape (m_X, r_X)
+        ``T_X V``.
+    evals : ndarray of shape (r_X,)
+        ``Λ``.
+    operator : ndarray of shape (r_X, r_Y)
+        ``Pᵀ Mᵀ T_Y`` (:func:`~distsketch.solve.sisokr_operator`).
+    T_Y : ndarray of shape (m_Y, r_Y)
+    Gf, Mf : ndarray of shape (K, m_X, m_X) and (K, m_Y, m_X)
+        Per-fold ``G_k``, ``M_k``.
+    kyy, cnt : ndarray of shape (K,)
+        Per-fold ``Σ k_Y(y_i, y_i)`` and row counts.
+    n : int
+    lams : sequence of float
+    ranks : tuple of int
+        Empty: full rank only.
+    keep_models : bool
+        Also return, per fold and λ, ``(P Z, Q_S or None)`` (``g(x) = cᵀ P Z``, ``c`` the
+        sketched input row) for decoded scoring.
+    band : int or None
+        Bandwidth of the reduction (None: :data:`FOLD_BAND`).
+
+    Returns
+    -------
+    scores : ndarray of shape (K, len(lams) · max(len(ranks), 1))
+        Minus the mean surrogate error per fold, λ-major then rank.
+    models : list or None
+    """
+    K = len(Gf)
+    per = max(len(ranks), 1)
+    scores = np.full((K, len(lams) * per), np.nan)
+    width = FOLD_BAND if band is None else int(band)
+    with ThreadPoolExecutor(_fold_threads(K)) as pool:
+        # Ĥ_k in the eigenbasis of H; the last fold's from Σ_k Ĥ_k = Λ
+        fold_H = list(pool.map(partial(_congruence, P), Gf[:K - 1]))
+        fold_H.append(np.diag(evals) - _ordered_sum(np.asarray(fold_H)))
+        work = partial(_fold_scores, P=P, evals=evals, operator=operator, T_Y=T_Y, n=n,
+                       lams=lams, ranks=ranks, keep_model=keep_models, band=width)
+        done = list(pool.map(work, fold_H, Mf, kyy, cnt))
+    for k, (row, _) in enumerate(done):
+        scores[k] = row
+    return scores, ([m for _, m in done] if keep_models else None)
+
+
+def _fold_threads(K: int) -> int:
+    """Threads for the folds' driver work: :data:`FOLD_THREADS`, else one per core this
+    process may use (at most ``K``)."""
+    import os
+
+    if FOLD_THREADS is not None:
+        return max(1, min(K, int(FOLD_THREADS)))
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(K, cores))
+
+
+def _fold_scores(H_k, M_k, kyy_k, cnt_k, *, P, evals, operator, T_Y, n, lams, ranks,
+                 keep_model, band):
+    """One fold of :func:`sisokr_fold_scores`: its row of scores and, with ``keep_model``,
+    its decoding models."""
+    from .solve import BandReduction, EigenShifted
+
+    per = max(len(ranks), 1)
+    row = np.full(len(lams) * per, np.nan)
+    n_tr = n - cnt_k
+    H_tr = np.diag(evals) - H_k  # the last fold's: the others' sum
+    R_val = P.T @ (M_k.T @ T_Y)  # (r_X, r_Y)
+    R_tr = operator - R_val
+    r_y = R_tr.shape[1]
+    fac = BandReduction(H_tr, band=band)
+    rhs = fac.qt_dot(np.hstack([R_tr, R_val]))
+    Ys = [fac.solve(rhs[:, :r_y], n_tr * lam) for lam in lams]
+    if any(Y is None for Y in Ys):
+        fac = EigenShifted(H_tr)
+        rhs = fac.qt_dot(np.hstack([R_tr, R_val]))
+        Ys = [fac.solve(rhs[:, :r_y], n_tr * lam) for lam in lams]
+    A_val = rhs[:, r_y:]
+    cols, crosses, mus, Qs = [], [], [], []
+    for Y in Ys:
+        S = Y.T @ fac.band_dot(Y)
+        S = 0.5 * (S + S.T)
+        AW = A_val.T @ Y
+        if ranks:
+            mu, Q = np.linalg.eigh(S)
+            mu, Q = mu[::-1], Q[:, ::-1]
+            crosses.append(np.cumsum(np.einsum("ij,ij->j", Q, AW @ Q)))
+            mus.append(mu)
+            cols.append(Y @ Q)
+            Qs.append(Q)
+        else:
+            crosses.append(np.trace(AW))
+            mus.append(np.trace(S))
+            cols.append(Y)
+            Qs.append(None)
+    Z = fac.q_dot(np.hstack(cols))  # every λ's Z Q_S at once, in the eigenbasis of H
+    lam_quad = np.einsum("i,ij->j", evals, Z * Z).reshape(len(lams), r_y)
+    for j in range(len(lams)):
+        if ranks:
+            quad = np.cumsum(lam_quad[j] - mus[j])
+            for i, p in enumerate(ranks):
+                q = min(p, len(quad)) - 1
+                row[j * per + i] = -(kyy_k - 2.0 * crosses[j][q] + quad[q]) / cnt_k
+        else:
+            row[j] = -(kyy_k - 2.0 * crosses[j] + lam_quad[j].sum() - mus[j]) / cnt_k
+    model = [[P @ fac.q_dot(Y), Q] for Y, Q in zip(Ys, Qs)] if keep_model else None
+    return row, model
 
 
 def _with_sums(res, sums: dict):

@@ -181,8 +181,19 @@ def _sisokr_brute_force(model, X, Y, lams, ranks, folds, gx, gy):
     return out
 
 
+@pytest.mark.parametrize("route", ["default", "band 3", "eigen"])
 @pytest.mark.parametrize("ranks", [None, [1, 3, 8, 100]])
-def test_sisokr_cv_results_equal_brute_force(ranks):
+def test_sisokr_cv_results_equal_brute_force(ranks, route, monkeypatch):
+    """Every fold's factor route: the default bandwidth (here r_X < 64: the fold matrix is
+    its own band), a band reduction of bandwidth 3 (12 panels at r_X = 40) and the
+    eigendecomposition fallback (as if every banded factor were indefinite)."""
+    import distsketch.cv
+    from distsketch.solve import BandReduction
+
+    if route == "band 3":
+        monkeypatch.setattr(distsketch.cv, "FOLD_BAND", 3)
+    elif route == "eigen":
+        monkeypatch.setattr(BandReduction, "solve", lambda self, X, shift: None)
     rng = np.random.default_rng(5)
     X = rng.normal(size=(160, 4))
     Y = (X[:, :3] @ rng.normal(size=(3, 6)) + 0.3 * rng.normal(size=(160, 6)) > 0.5)
@@ -212,6 +223,9 @@ def test_sisokr_cv_bad_input_and_saved(tmp_path):
     with pytest.raises(ValueError, match=r"^scoring: expected one of"):
         ds.SISOKRCV(input_sketch=ds.SubSampling(10), output_sketch=ds.SubSampling(10),
                     scoring="accuracy", store=tmp_path / "a").fit(X, Y)
+    with pytest.raises(ValueError, match=r"^top_k: expected a positive integer"):
+        ds.SISOKRCV(input_sketch=ds.SubSampling(10), output_sketch=ds.SubSampling(10),
+                    scoring="topk_accuracy", top_k=0, store=tmp_path / "a").fit(X, Y)
     with pytest.raises(ValueError, match=r"^ranks: "):
         ds.SISOKRCV(input_sketch=ds.SubSampling(10), output_sketch=ds.SubSampling(10),
                     ranks=[0], store=tmp_path / "a").fit(X, Y)
@@ -224,12 +238,16 @@ def test_sisokr_cv_bad_input_and_saved(tmp_path):
     assert np.array_equal(loaded.score_candidates(X[:4], Y[:6]), model.score_candidates(X[:4], Y[:6]))
 
 
-@pytest.mark.parametrize("scoring", ["f1_samples", "kernel_loss"])
+@pytest.mark.parametrize("scoring", ["f1_samples", "kernel_loss", "topk_accuracy"])
 @pytest.mark.parametrize("ranks", [None, [2, 5, 100]])
-def test_sisokr_cv_decoded_scores_equal_brute_force(scoring, ranks):
+def test_sisokr_cv_decoded_scores_equal_brute_force(scoring, ranks, monkeypatch):
     """Decoded scoring: each fold's rows decoded over the unique training outputs by SISOKR
-    refitted densely without the fold (fixed feature maps), F1 or minus the kernel loss."""
+    refitted densely without the fold (fixed feature maps), F1 or minus the kernel loss
+    (the fold models from band reductions of bandwidth 5)."""
+    import distsketch.cv
     from distsketch.metrics import f1_samples, kernel_loss
+
+    monkeypatch.setattr(distsketch.cv, "FOLD_BAND", 5)
 
     rng = np.random.default_rng(7)
     n = 160
@@ -240,7 +258,7 @@ def test_sisokr_cv_decoded_scores_equal_brute_force(scoring, ranks):
     gx, gy = 0.3, 0.5
     model = ds.SISOKRCV(ds.Gaussian(gamma=gx), ds.Gaussian(gamma=gy),
                         input_sketch=ds.SubSampling(40), output_sketch=ds.SubSampling(30),
-                        lams=lams, ranks=ranks, cv=4, scoring=scoring, random_state=0,
+                        lams=lams, ranks=ranks, cv=4, scoring=scoring, top_k=3, random_state=0,
                         options=F64).fit(X, Y)
 
     def gauss(A, g):
@@ -269,10 +287,57 @@ def test_sisokr_cv_decoded_scores_equal_brute_force(scoring, ranks):
             _, Q = np.linalg.eigh(pred_tr.T @ pred_tr)
             for p in (ranks or [None]):
                 gp = g if p is None else g @ Q[:, ::-1][:, :p] @ Q[:, ::-1][:, :p].T
-                best = np.argmin(1.0 - 2.0 * gp @ Py[cand_rows].T, axis=1)
-                P = Y[cand_rows][best]
-                want = (f1_samples(Y[va], P) if scoring == "f1_samples"
-                        else -kernel_loss(ds.Gaussian(gamma=gy), Y[va], P))
+                score = 1.0 - 2.0 * gp @ Py[cand_rows].T
+                P = Y[cand_rows][np.argmin(score, axis=1)]
+                if scoring == "topk_accuracy":  # own output among the 3 best (stable order)
+                    own = [np.flatnonzero((Y[cand_rows] == y).all(axis=1))[0] for y in Y[va]]
+                    top = np.argsort(score, axis=1, kind="stable")[:, :3]
+                    want = np.mean([o in t for o, t in zip(own, top)])
+                else:
+                    want = (f1_samples(Y[va], P) if scoring == "f1_samples"
+                            else -kernel_loss(ds.Gaussian(gamma=gy), Y[va], P))
                 got = model.cv_results_[f"split{k}_test_score"][col]
                 assert got == pytest.approx(want, rel=1e-12, abs=1e-12), (k, lam, p)
                 col += 1
+
+
+@pytest.mark.parametrize("r, band", [(1, 4), (2, 1), (7, 2), (40, 3), (61, 8), (30, 64)])
+def test_band_reduction(r, band):
+    """``A = Q Bd Qᵀ`` with ``Q`` orthogonal and ``Bd`` of bandwidth ``band``; shifted solves
+    equal the dense solve. Orthogonal transformations only: errors of a few ulps times the
+    size (1e-12 at these sizes, ‖A‖ ≈ 1); the solve's error is that times cond(A + cI) ≤ 1e3."""
+    from distsketch.solve import BandReduction
+
+    rng = np.random.default_rng(r)
+    F = rng.normal(size=(r, r))
+    A = F @ F.T / r - 0.3 * np.eye(r)  # indefinite
+    fac = BandReduction(A, band=band)
+    X = rng.normal(size=(r, 5))
+    assert np.abs(np.triu(fac.dense, band + 1)).max(initial=0.0) == 0.0
+    assert np.allclose(fac.q_dot(fac.qt_dot(X)), X, rtol=0, atol=1e-12)
+    assert np.allclose(fac.q_dot(fac.band_dot(fac.qt_dot(X))), A @ X, rtol=0, atol=1e-12)
+    shift = 0.3 + 1e-3 * np.abs(np.linalg.eigvalsh(A)).max()
+    want = np.linalg.solve(A + shift * np.eye(r), X)
+    got = fac.q_dot(fac.solve(fac.qt_dot(X), shift))
+    assert norm_rel_err(got, want) <= 1e-10
+    if np.linalg.eigvalsh(A).min() < -1e-3:  # an indefinite shift is reported, not solved
+        assert fac.solve(fac.qt_dot(X), 0.0) is None
+
+
+def test_sisokr_cv_scores_do_not_depend_on_the_fold_threads(monkeypatch):
+    """Each fold is computed the same way on any thread: bitwise equal scores."""
+    import distsketch.cv
+
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(120, 3))
+    Y = (X @ rng.normal(size=(3, 5)) > 0.3).astype(np.float64)
+    got = []
+    for threads in (1, 3):
+        monkeypatch.setattr(distsketch.cv, "FOLD_THREADS", threads)
+        monkeypatch.setattr(distsketch.cv, "FOLD_BAND", 4)
+        model = ds.SISOKRCV(ds.Gaussian(gamma=0.3), ds.Gaussian(gamma=0.5),
+                            input_sketch=ds.SubSampling(30), output_sketch=ds.SubSampling(20),
+                            lams=[1e-3, 1e-1], ranks=[2, 6], cv=3, random_state=0,
+                            options=F64).fit(X, Y)
+        got.append(np.stack([model.cv_results_[f"split{k}_test_score"] for k in range(3)]))
+    assert np.array_equal(got[0], got[1])
