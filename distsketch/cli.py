@@ -4,9 +4,13 @@
 
     distsketch fit CONFIG.toml [--store PATH] [--scheduler ADDR | --scheduler-file F | --local N]
     distsketch predict STORE --input FILE [--output OUT] [--candidates FILE] [--k K]
-    distsketch evaluate STORE [--test FILE] [--json]
+    distsketch evaluate STORE [--test FILE] [--metrics NAME ...] [--json]
     distsketch info STORE
     distsketch demo [--output DIR]
+
+``-v`` (more logging, ``-vv`` debug and tracebacks) and ``-q`` (no progress bars) go before or
+after the command. Standard output holds the command's result only (a report line, the
+metrics, ``--json``'s one JSON object); progress bars and logging go to standard error.
 
 The scheduler defaults to dask's threaded scheduler on this machine; ``--scheduler`` takes a
 ``tcp://host:port`` address, ``--scheduler-file`` the file written by ``dask scheduler
@@ -15,37 +19,42 @@ User errors (bad arguments, configs or data, missing files or optional dependenc
 status 2 and one line on stderr; any other exception is a failure (a bug, a disk error) and
 exits with status 1, one line and a hint to rerun with ``-v``, which prints the traceback.
 Only this module configures logging handlers.
+
+Start-up: this module imports only the standard library at import time (``--help`` and
+``--version`` must not wait for numpy, dask or zarr); each command imports what it needs.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import logging
 import os
 import sys
 import time
-import traceback
-from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
-
-from ._base import MissingExtra
 from ._version import __version__
 
 logger = logging.getLogger("distsketch.cli")
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
-#: Names of distsketch.metrics.METRICS, listed by ``evaluate --help`` without importing it.
-_METRIC_NAMES = ("f1_samples", "hamming_loss", "kernel_loss", "surrogate_mse", "rmse", "r2")
+#: Names of distsketch.metrics.METRICS, listed by ``evaluate --help`` without importing it
+#: (tests/test_usability.py checks that the two agree).
+_METRIC_NAMES = ("f1_samples", "hamming_loss", "kernel_loss", "surrogate_mse", "rmse", "mae", "r2",
+                 "pinball", "crossing")
+
+#: Where the command's result goes: the real standard output. While a command runs,
+#: ``sys.stdout`` is redirected to standard error, so that progress bars (dask's and
+#: distributed's write to ``sys.stdout``) never mix with the result.
+_result_stream = sys.stdout
 
 
 # --------------------------------------------------------------------------- helpers
 
 
-@contextmanager
+@contextlib.contextmanager
 def scheduler(args):
     """The dask scheduler chosen on the command line (threaded by default)."""
     if getattr(args, "scheduler", None) or getattr(args, "scheduler_file", None) or getattr(args, "local", None):
@@ -74,21 +83,130 @@ def scheduler(args):
         yield None
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an integer ≥ 1 (``--local 0`` would silently mean "no cluster")."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer (a number of workers), got {value}")
+    return value
+
+
 def _add_scheduler(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--scheduler", metavar="ADDR", help="dask scheduler address, e.g. tcp://host:8786")
     g.add_argument("--scheduler-file", metavar="FILE", help="scheduler file written by `dask scheduler`")
-    g.add_argument("--local", metavar="N", type=int, help="start a local cluster of N worker processes")
+    g.add_argument("--local", metavar="N", type=_positive_int,
+                   help="start a local cluster of N worker processes (N >= 1)")
 
 
-def _stored_cli_config(store: str) -> dict:
+def _open_store(store: str, *, solved: bool):
+    """The zarr group of a distsketch store, or a message saying what ``store`` is instead.
+
+    ``solved``: the store must hold a fitted model (predict, evaluate), not an incomplete fit.
+    """
+    path = Path(store)
+    if not path.exists():
+        raise FileNotFoundError(f"store {store} does not exist")
+    if not path.is_dir():
+        raise ValueError(f"store {store} is a file, not a distsketch store (a store is the "
+                         f"directory `distsketch fit` writes, [store] path of its config)")
+    if not (path / "zarr.json").is_file():
+        raise ValueError(f"store {store} is not a distsketch store (a directory without zarr "
+                         f"metadata; a store is the directory `distsketch fit` writes)")
     import zarr
 
-    return dict(zarr.open_group(store, mode="r").attrs.get("distsketch_cli", {}))
+    try:
+        group = zarr.open_group(store, mode="r")
+        meta = dict(group.attrs.get("distsketch", {}))
+    except Exception as exc:  # noqa: BLE001 - reported as what it means for the user
+        raise ValueError(f"store {store}: its zarr metadata cannot be read ({type(exc).__name__}: "
+                         f"{exc}); it is damaged or not a distsketch store") from None
+    if not meta:
+        raise ValueError(f"store {store} is not a distsketch store (a zarr group distsketch did "
+                         f"not write)")
+    if solved and meta.get("status") != "solved":
+        raise ValueError(f"store {store} holds an incomplete fit (status {meta.get('status')!r}): "
+                         f"no model to use yet; run `distsketch fit` again with the same config "
+                         f"to complete it (`distsketch info {store}` shows what is done)")
+    return group
+
+
+def _stored_cli_config(group) -> dict:
+    return dict(group.attrs.get("distsketch_cli", {}))
 
 
 def _out(text: str = "") -> None:
-    print(text, flush=True)
+    """One line of the command's result, on standard output."""
+    print(text, file=_result_stream, flush=True)
+
+
+def _jsonable(value):
+    """Config values as JSON (paths as strings, lists of paths as lists)."""
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def _refuse_foreign_store_path(path: Path) -> None:
+    """``fit --store DIR``: a non-empty directory that is not a distsketch store, or a file, is
+    refused before the data is read (the fit itself refuses it too, later)."""
+    if path.is_file():
+        raise ValueError(f"store: {path} is a file; give a new or empty directory, or an "
+                         f"existing distsketch store")
+    if path.is_dir() and any(path.iterdir()):
+        meta = {}
+        if (path / "zarr.json").is_file():
+            import zarr
+
+            with contextlib.suppress(Exception):
+                meta = dict(zarr.open_group(os.fspath(path), mode="r").attrs.get("distsketch", {}))
+        if not meta:
+            held = sorted(p.name for p in path.iterdir())[:5]
+            raise ValueError(f"store: {path} is a non-empty directory that is not a distsketch "
+                             f"store (it holds {held}); distsketch never writes among files it "
+                             f"did not write: use a new or empty path")
+
+
+def _store_size_estimate(model, n: int, d: int) -> str | None:
+    """The expected size of the store a fit writes, in words (see store.expected_store_bytes)."""
+    from .store import expected_store_bytes
+
+    kinds = type(model)._param_kinds
+    sketches = [k for k, kind in kinds.items() if kind == "sketch"]
+    m_in = m_out = None
+    exact_in = exact_out = False
+    output_side = False
+    for k in sketches:
+        spec = getattr(model, k, None)
+        m = getattr(spec, "m", None) if spec is not None else None
+        if k.startswith("output"):
+            output_side = True
+            m_out, exact_out = (m, False) if m else (None, True)
+        else:
+            m_in, exact_in = (m, False) if m else (n, True)
+    if m_in is None:
+        return None
+    opts = model.options
+    dtype = "float64" if exact_in or exact_out else getattr(opts, "block_dtype", "float32")
+    sizes = expected_store_bytes(n, m_in, m_out if output_side and not exact_out else None, dtype)
+    total = sum(sizes.values())
+    parts = ", ".join(f"{name} {_bytes(b)}" for name, b in sizes.items())
+    return f"{_bytes(total)} ({parts}; n = {n:,}, m = {m_in}{f'/{m_out}' if m_out else ''}, {dtype})"
+
+
+def _bytes(b: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if b < 1024 or unit == "TiB":
+            return f"{b:.0f} {unit}" if unit == "B" else f"{b:.1f} {unit}"
+        b /= 1024
+    return f"{b:.1f} TiB"  # pragma: no cover
 
 
 # --------------------------------------------------------------------------- commands
@@ -97,27 +215,36 @@ def _out(text: str = "") -> None:
 def cmd_fit(args) -> int:
     import zarr
 
-    from .config import load_config, load_data
+    from .config import load_config, read_data
     from .rows import as_row_source
 
     cfg = load_config(args.config)
     if args.store:
         cfg.store = Path(args.store)
-    X, Y = load_data(cfg.data["train"], cfg.data)
+    _refuse_foreign_store_path(Path(cfg.store))
+    data = read_data(cfg.data["train"], cfg.data)
+    X, Y = data.X, data.Y
     if Y is None:
         raise ValueError("data.train: the file holds no targets (Y); give y_key / n_targets / target_columns")
     n = as_row_source(X, argument="X").n
     model = cfg.estimator(n=n, X=X)
     model.set_params(options=_with_progress(model.options, not args.quiet))
+    estimate = _store_size_estimate(model, n, X.shape[1])
+    if estimate:
+        logger.info("store %s: expected size about %s", cfg.store, estimate)
     with scheduler(args):
         t = time.perf_counter()
         model.fit(X, Y)
         seconds = time.perf_counter() - t
     group = zarr.open_group(os.fspath(cfg.store), mode="r+")
-    group.attrs["distsketch_cli"] = {"config": str(Path(cfg.path).resolve()),
-                                     "data": {k: str(v) if isinstance(v, Path) else v
-                                              for k, v in cfg.data.items()},
-                                     "metrics": cfg.metrics, "fit_seconds": seconds}
+    group.attrs["distsketch_cli"] = {
+        "config": str(Path(cfg.path).resolve()),
+        "data": _jsonable(cfg.data),
+        "metrics": cfg.metrics, "fit_seconds": seconds,
+        "n_features": int(X.shape[1]),
+        "feature_names": data.feature_names, "target_names": data.target_names,
+        "impute_means": None if data.impute_means is None else [float(v) for v in data.impute_means],
+    }
     _out(f"fitted {type(model).__name__} on {n:,} rows in {seconds:.2f} s; λ = {model.lam_:g}"
          f" (path {list(model.lams_)}); model saved in {cfg.store}")
     return EXIT_OK
@@ -134,21 +261,47 @@ def _with_progress(options, progress: bool):
 def _load_model(args):
     from .persist import load
 
-    return load(args.store, trusted=args.trusted)
+    model = load(args.store, trusted=args.trusted)
+    if "options" in model.get_params(deep=False):  # the saved fit's choice of progress bars is not ours
+        model.set_params(options=_with_progress(model.options, not args.quiet))
+    return model
 
 
-def _input_file(path: str, store: str, *, key: str, targets: bool):
-    from .config import load_data
+def _input_file(path, stored: dict, *, key: str, targets: bool, n_features: int | None):
+    """Data for a saved model, read with the fit's ``[data]`` format options."""
+    import numpy as np
 
-    data = _stored_cli_config(store).get("data", {})
+    from .config import read_data
+
+    data = dict(stored.get("data", {}))
     for k in ("train", "test"):
         data.pop(k, None)
-    return load_data(Path(path), data, key=key, targets=targets)
+    if not targets and data.get("missing") == "drop":
+        data["missing"] = "error"  # dropping rows would misalign the predictions with the input
+    means = stored.get("impute_means")
+    if isinstance(path, list):
+        path = [Path(p) for p in path]
+    else:
+        import glob
+
+        found = sorted(glob.glob(path)) if glob.has_magic(str(path)) else None
+        if found == []:
+            raise FileNotFoundError(f"{key}: no file matches the pattern {path!r}")
+        path = [Path(p) for p in found] if found else Path(path)
+    return read_data(path, data, key=key, targets=targets, n_features=n_features,
+                     impute_means=None if means is None else np.asarray(means))
 
 
 def cmd_predict(args) -> int:
+    import numpy as np
+
+    if args.k < 1:
+        raise ValueError(f"--k: must be a positive integer, got {args.k}")
+    group = _open_store(args.store, solved=True)
+    stored = _stored_cli_config(group)
     model = _load_model(args)
-    X, _ = _input_file(args.input, args.store, key="--input", targets=False)
+    X = _input_file(args.input, stored, key="--input", targets=False,
+                    n_features=getattr(model, "n_features_in_", None)).X
     candidates = None
     if args.candidates:
         from .config import load_data
@@ -157,43 +310,71 @@ def cmd_predict(args) -> int:
                                targets=False)[0]
     out = Path(args.output)
     with scheduler(args):
-        if args.k < 1:
-            raise ValueError(f"--k: must be a positive integer, got {args.k}")
         if args.k > 1 or args.topk:
             idx, scores = model.predict_topk(X, candidates, k=args.k)
             np.savez(out, indices=idx, scores=scores)
             _out(f"top-{args.k} indices and scores of {len(idx):,} queries written to {out}")
         else:
             pred = model.predict(X, candidates) if candidates is not None else model.predict(X)
-            np.save(out, np.asarray(pred))
+            pred = np.asarray(pred)
+            if out.suffix.lower() == ".csv":  # with a header of the training target names
+                P = pred.reshape(len(pred), -1)
+                names = stored.get("target_names")
+                if not names or len(names) != P.shape[1]:
+                    names = [f"y{j}" for j in range(P.shape[1])]
+                np.savetxt(out, P, delimiter=",", header=",".join(names), comments="", fmt="%.17g")
+            else:
+                np.save(out, pred)
             _out(f"predictions of shape {np.shape(pred)} written to {out}")
     return EXIT_OK
 
 
+def _check_metric_names(names, where: str) -> None:
+    from .metrics import METRICS
+
+    unknown = [m for m in names if m not in METRICS]
+    if unknown:
+        raise ValueError(f"{where}: unknown metric {unknown[0]!r}; known metrics are {list(METRICS)}")
+
+
 def cmd_evaluate(args) -> int:
+    import json
+
+    import numpy as np
+
     from .backends import dense
     from .metrics import METRICS
 
-    stored = _stored_cli_config(args.store)
+    if args.metrics:  # before anything is read
+        _check_metric_names(args.metrics, "--metrics")
+    group = _open_store(args.store, solved=True)
+    stored = _stored_cli_config(group)
     test = args.test or stored.get("data", {}).get("test")
     if not test:
-        raise ValueError("--test: no test data given and none recorded in the store's config")
+        raise ValueError("--test: no test data given, and the store's fit recorded no [data] "
+                         "test: give --test FILE")
     model = _load_model(args)
-    X, Y = _input_file(test, args.store, key="--test", targets=True)
+    data = _input_file(test, stored, key="--test", targets=True,
+                       n_features=getattr(model, "n_features_in_", None))
+    X, Y = data.X, data.Y
     if Y is None:
         raise ValueError(f"--test: {test} holds no targets")
     names = args.metrics or stored.get("metrics") or model._default_metrics(Y)
-    unknown = [m for m in names if m not in METRICS]
-    if unknown:
-        raise ValueError(f"--metrics: unknown metric {unknown[0]!r}; known metrics are "
-                         f"{list(METRICS)}")
+    _check_metric_names(names, "--metrics")
+    try:  # does each metric apply to this model (e.g. no kernel_loss without an output kernel)?
+        from .metrics import check_metrics
+    except ImportError:  # pragma: no cover - metrics without applicability checks
+        check_metrics = None
+    if check_metrics is not None:
+        check_metrics(names, model=model, argument="--metrics")
     with scheduler(args):
         t = time.perf_counter()
-        needs_pred = any(METRICS[m].needs_prediction for m in names if m in METRICS)
+        needs_pred = any(METRICS[m].needs_prediction for m in names)
         pred = model.predict(X) if needs_pred else None
         seconds = time.perf_counter() - t
         Yd = np.asarray(dense(Y), dtype=np.float64)
         results = {name: METRICS[name].func(model, X, Yd, pred) for name in names}
+    results = {k: float(v) for k, v in results.items()}
     results["predict_seconds"] = seconds
     if args.json:
         _out(json.dumps(results))
@@ -204,14 +385,10 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_info(args) -> int:
-    import zarr
+    import numpy as np
 
-    if not os.path.isdir(args.store):
-        raise FileNotFoundError(f"store {args.store} does not exist")
-    group = zarr.open_group(args.store, mode="r")
+    group = _open_store(args.store, solved=False)
     meta = dict(group.attrs.get("distsketch", {}))
-    if not meta:
-        raise ValueError(f"store {args.store} is not a distsketch store")
     _out(f"store:          {args.store}")
     _out(f"status:         {meta.get('status')}  (format {meta.get('format_version')}, "
          f"written by distsketch {meta.get('version')})")
@@ -250,30 +427,56 @@ def _describe(cfg: dict) -> str:
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
-    run_demo(args.output, progress=not args.quiet)
+    run_demo(args.output, progress=not args.quiet, stream=_result_stream)  # the report is the result
     return EXIT_OK
 
 
 # --------------------------------------------------------------------------- entry point
 
 
+def _verbosity(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """``-v``/``-q`` on the main parser and again on every command (``fit x.toml -v``).
+
+    The command's copies have their own names, added to the main ones in :func:`main`.
+    """
+    prefix = "" if top else "sub_"
+    parser.add_argument("-v", "--verbose", action="count", default=0, dest=prefix + "verbose",
+                        help="log more: -v info (data shapes, store size), -vv debug and tracebacks")
+    parser.add_argument("-q", "--quiet", action="store_true", dest=prefix + "quiet",
+                        help="no progress bars")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="distsketch", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="distsketch", description=__doc__.splitlines()[0],
+        epilog="-v/-q may also follow the command. Output: results on stdout, progress bars and "
+               "logging on stderr. Exit status: 0 success, 2 a user error (one line naming the "
+               "argument or key), 1 a failure (rerun with -v for the traceback).")
     p.add_argument("--version", action="version", version=f"distsketch {__version__}")
-    p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    _verbosity(p, top=True)
+    common = argparse.ArgumentParser(add_help=False)
+    _verbosity(common, top=False)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    f = sub.add_parser("fit", help="fit the model described by a TOML config")
+    f = sub.add_parser("fit", parents=[common], help="fit the model described by a TOML config",
+                       description="Fit the model described by a TOML config (schema: the "
+                                   "docstring of distsketch.config) and save it in its store.")
     f.add_argument("config", help="TOML configuration (see distsketch.config)")
-    f.add_argument("--store", help="override [store] path")
+    f.add_argument("--store", help="override [store] path (a new or empty directory, or a "
+                                   "distsketch store)")
     _add_scheduler(f)
     f.set_defaults(func=cmd_fit)
 
-    pr = sub.add_parser("predict", help="predict with a saved model")
+    pr = sub.add_parser("predict", parents=[common], help="predict with a saved model",
+                        description="Predict with a saved model. The input may hold the features "
+                                    "only, or the training layout (its targets are ignored).")
     pr.add_argument("store", help="store of a fitted model")
-    pr.add_argument("--input", required=True, help="input rows (.npy, .npz/.h5/.zarr with X, .arff, .csv)")
-    pr.add_argument("--output", default="predictions.npy", help="output file (.npy, or .npz for top-k)")
+    pr.add_argument("--input", required=True,
+                    help="input rows (.npy, .npz/.h5/.zarr with X, .arff, .csv), read with the "
+                         "fit's [data] options")
+    pr.add_argument("--output", default="predictions.npy",
+                    help="output file: .npy, .csv (a header of the training target names), or "
+                         ".npz for top-k indices and scores")
     pr.add_argument("--candidates", help="candidate outputs file (default: the training outputs)")
     pr.add_argument("--candidates-key", default="X", help="array name of the candidates in .npz/.h5/.zarr")
     pr.add_argument("--k", type=int, default=1, help="return the top-k candidates (indices, scores)")
@@ -283,49 +486,75 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scheduler(pr)
     pr.set_defaults(func=cmd_predict)
 
-    ev = sub.add_parser("evaluate", help="metrics of a saved model on test data")
+    ev = sub.add_parser("evaluate", parents=[common], help="metrics of a saved model on test data",
+                        description="Metrics of a saved model on test data. Metric names: "
+                                    + ", ".join(_METRIC_NAMES) + ".")
     ev.add_argument("store")
     ev.add_argument("--test", help="test data (default: [data] test of the fit's config)")
     ev.add_argument("--metrics", nargs="+", metavar="NAME",
                     help="metric names (default: by task): " + ", ".join(_METRIC_NAMES))
-    ev.add_argument("--json", action="store_true", help="print one JSON object")
+    ev.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ev.add_argument("--trusted", action="store_true",
                     help="allow loading a model whose kernel is a user function (imports it)")
     _add_scheduler(ev)
     ev.set_defaults(func=cmd_evaluate)
 
-    info = sub.add_parser("info", help="describe a store (complete or not)")
+    info = sub.add_parser("info", parents=[common], help="describe a store (complete or not)")
     info.add_argument("store")
     info.set_defaults(func=cmd_info)
 
-    demo = sub.add_parser("demo", help="digit completion on scikit-learn's digits (SISOKR vs IOKR)")
+    demo = sub.add_parser("demo", parents=[common],
+                          help="digit completion on scikit-learn's digits (SISOKR vs IOKR)")
     demo.add_argument("--output", default="demo-output", help="directory for the stores and the PNG")
     demo.set_defaults(func=cmd_demo)
     return p
 
 
-#: What a user can fix: bad arguments, configs or data (ValueError, ConfigError), a missing
-#: file, a missing optional dependency. Anything else is a failure of distsketch or of the
-#: machine (a bug, a disk error) and exits 1.
-USER_ERRORS = (ValueError, FileNotFoundError, MissingExtra)
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """What a user can fix: bad arguments, configs or data (ValueError, ConfigError), a missing
+    file, a missing optional dependency. Anything else is a failure of distsketch or of the
+    machine (a bug, a disk error) and exits 1."""
+    from ._base import MissingExtra
+
+    return (ValueError, FileNotFoundError, MissingExtra)
+
+
+def _stdout_closed() -> int:
+    """The reader of our standard output went away (``distsketch info S | head -1``): stop
+    quietly, as ``head`` asked. Python's own recipe: point stdout at devnull, so that the
+    interpreter's final flush does not fail again."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, _result_stream.fileno())
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    global _result_stream
+
     args = build_parser().parse_args(argv)
+    args.verbose = args.verbose + args.sub_verbose
+    args.quiet = args.quiet or args.sub_quiet
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="distsketch: %(message)s", stream=sys.stderr)
+    logging.getLogger("distsketch").setLevel(level)
+    _result_stream = sys.stdout
     try:
-        return args.func(args)
-    except USER_ERRORS as exc:
-        if args.verbose:
-            traceback.print_exc()
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"distsketch: error: {msg}", file=sys.stderr)
-        return EXIT_USAGE
+        with contextlib.redirect_stdout(sys.stderr):
+            return args.func(args)
+    except BrokenPipeError:
+        return _stdout_closed()
     except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence
+        import traceback
+
+        user = isinstance(exc, _user_errors())
         if args.verbose:
             traceback.print_exc()
         first = str(exc).splitlines()[0] if str(exc) else ""
+        if user:
+            print(f"distsketch: error: {first or type(exc).__name__}", file=sys.stderr)
+            return EXIT_USAGE
         hint = "" if args.verbose else " (rerun with -v for the traceback)"
         print(f"distsketch: failed: {type(exc).__name__}: {first}{hint}", file=sys.stderr)
         return EXIT_FAILURE

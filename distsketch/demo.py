@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 N_TRAIN, N_VALIDATION = 1200, 200  # the remaining 397 of the 1797 digits are the test set
 M_INPUT, M_OUTPUT = 300, 100  # SISOKR sketch sizes
 LAM_GRID = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2)
-N_FIGURE = 12  # test digits shown in the PNG
+N_FIGURE = 10  # test digits shown in the PNG: the first of each class
 FIGURE_NAME = "digits_completion.png"
 _COMPLETE = ("pass-complete", "solved")  # store statuses of a finished pass (distsketch.store)
 
@@ -120,11 +120,9 @@ def _fit_and_evaluate(name: str, model, data: dict, ky, stream: TextIO) -> dict:
 
 
 def _figure_index(labels: np.ndarray, n: int) -> np.ndarray:
-    """``n`` test images: the first of each class, then the next ones in order; by label."""
-    first = [int(np.flatnonzero(labels == c)[0]) for c in np.unique(labels)][:n]
-    rest = [i for i in range(len(labels)) if i not in set(first)][: n - len(first)]
-    index = np.array(first + rest)
-    return index[np.argsort(labels[index], kind="stable")]
+    """The first test image of each of the first ``n`` classes, in class order: one column
+    per digit class, titled by it (no class twice)."""
+    return np.array([int(np.flatnonzero(labels == c)[0]) for c in np.unique(labels)][:n])
 
 
 def _write_figure(path: Path, Xt, Yt, predictions: dict[str, np.ndarray], labels, index) -> None:
@@ -148,9 +146,9 @@ def _write_figure(path: Path, Xt, Yt, predictions: dict[str, np.ndarray], labels
             if c == 0:
                 ax.set_ylabel(name, fontsize=9)
             if r == 0:
-                ax.set_title(f"{labels[i]}", fontsize=8)
-    fig.suptitle("digit completion: bottom half (below the red line) decoded from the top half",
-                 fontsize=9)
+                ax.set_title(f"digit {labels[i]}", fontsize=8)
+    fig.suptitle("digit completion, one test image per class: the bottom half (below the red "
+                 "line) decoded from the top half", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
@@ -175,7 +173,8 @@ def run_demo(output: str | os.PathLike = "demo-output", *, seed: int = 0, progre
     seed : int
         Seeds the train / validation / test split and SISOKR's sketches.
     progress : bool
-        Show dask's progress bar during each streaming pass (printed by dask to stdout).
+        Show dask's progress bar during each streaming pass (printed by dask to ``sys.stdout``,
+        which ``distsketch demo`` points at standard error).
     stream : text stream, optional
         Where the report is printed; default ``sys.stdout``.
 

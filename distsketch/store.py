@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from zarr.abc.store import Store
 
 __all__ = ["FORMAT_VERSION", "FitStore", "StoreDirectory", "StoreError", "DataChanged",
-           "StoreLock", "RECORD", "open_fit_store", "write_rows"]
+           "StoreLock", "RECORD", "expected_store_bytes", "open_fit_store", "write_rows"]
 
 logger = logging.getLogger(__name__)
 
@@ -617,3 +617,42 @@ class StoreDirectory:
 def _holder(token: int) -> str:
     return (f"pid {os.getpid()} on host {socket.gethostname()} since "
             f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}, fit token {token:x}")
+
+
+def expected_store_bytes(n: int, m_x: int, m_y: int | None = None,
+                         block_dtype: str = "float32") -> dict[str, int]:
+    """The bytes a fit's store will hold, by part, before anything is written.
+
+    The pass stores ``C = K_X R_Xᵀ`` (n × m_X) and, with a sketched output side, ``D = K_Y R_Yᵀ``
+    (n × m_Y) in ``block_dtype`` (float64 when a side is exact: ``m_X = n``); the sums are
+    float64 ``m × m`` matrices (``G``, ``M``, ``E``), plus the assembled ``C`` of an exact input
+    side, and the saved model (a few ``m × m`` arrays). The arrays are uncompressed: for a
+    large ``n`` the estimate is what ``du`` reports to a few per cent; small stores carry
+    more metadata than this counts.
+
+    Parameters
+    ----------
+    n : int
+        Training rows.
+    m_x, m_y : int
+        Sketch sizes of the input side (``n`` for an exact side) and of a sketched output side
+        (None: no ``D`` is stored).
+    block_dtype : str
+        The dtype of the stored blocks (``EngineOptions.block_dtype``).
+
+    Returns
+    -------
+    dict
+        ``{"pass/C": bytes, "pass/D": bytes (with m_y), "sums and model": bytes}``.
+    """
+    item = np.dtype(block_dtype).itemsize
+    out = {"pass/C": n * m_x * item}
+    if m_y:
+        out["pass/D"] = n * m_y * item
+    # float64 m × m arrays: the sums G, B (M, E with a sketched output side) and the model's
+    # eigenvectors and projections; measured on SketchedKRR and SISOKR stores (2026-11-23)
+    sums = 8 * (5 * m_x * m_x + (m_x * m_x + 2 * m_x * m_y + 4 * m_y * m_y if m_y else 0))
+    if m_x == n:  # an exact input side: C itself is a sum
+        sums += 8 * n * n
+    out["sums and model"] = sums
+    return out

@@ -191,7 +191,7 @@ def test_zarr_round_trip_is_lazy(tmp_path):
     np.testing.assert_array_equal(X1[:], X)
     np.testing.assert_array_equal(Y1[:], Y)
     assert load_zarr(tmp_path / "d.zarr", y_key=None)[1] is None
-    with pytest.raises(ValueError, match=r"key 'Y' not found; keys present: \['X', 'sub/Y'\]"):
+    with pytest.raises(ValueError, match=r"key 'Y' \(or 'y'\) not found; keys present: \['X', 'sub/Y'\]"):
         load_zarr(tmp_path / "d.zarr")
 
 
