@@ -22,10 +22,10 @@ from .kernels import (
     Tanimoto,
 )
 from .candidates import CandidateStore
-from .estimator import NotFittedError
 from .models import SISOKR, SketchedKRR
 from .cv import SISOKRCV, SketchedKRRCV
 from .regressors import SketchedQuantileRegressor, SketchedRegressor
+from .rows import standardized
 from .options import EngineOptions
 from .persist import load
 from .store import StoreDirectory
@@ -54,6 +54,7 @@ __all__ = [
     "NotFittedError",
     "EngineOptions",
     "load",
+    "standardized",
     "metrics",
     "losses",
     "kernels",
@@ -74,3 +75,17 @@ __all__ = [
     "LeverageScores",
     "CountSketch",
 ]
+
+
+def __getattr__(name: str):
+    # Built on first use so that ``import distsketch`` does not import scikit-learn (see
+    # estimator.not_fitted_error); the submodule io (file readers) is loaded on first access.
+    if name == "NotFittedError":
+        from .estimator import not_fitted_error
+
+        return not_fitted_error()
+    if name == "io":
+        import importlib
+
+        return importlib.import_module(".io", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -37,15 +37,36 @@ from .solve import InputSolution
 __all__ = ["SketchedEstimator", "RidgeEstimator", "NotFittedError", "FitSpec", "check_lam",
            "check_random_state"]
 
-try:  # scikit-learn is optional; when present, our error is also its NotFittedError
-    from sklearn.exceptions import NotFittedError as _NotFittedBase
-except ImportError:  # pragma: no cover - exercised without scikit-learn
-    class _NotFittedBase(ValueError, AttributeError):
-        pass
+_NOT_FITTED: type | None = None
 
 
-class NotFittedError(_NotFittedBase):
-    """Raised when a prediction method is called before ``fit`` (a ValueError)."""
+def not_fitted_error() -> type:
+    """The class :class:`NotFittedError`, built on first use.
+
+    When scikit-learn is installed the class derives from
+    ``sklearn.exceptions.NotFittedError`` (so scikit-learn's handlers catch it), otherwise from
+    ``(ValueError, AttributeError)`` like scikit-learn's. It is built lazily so that
+    ``import distsketch`` never imports scikit-learn (≈ 0.6 s); the import happens the first
+    time the name is looked up or the error raised.
+    """
+    global _NOT_FITTED
+    if _NOT_FITTED is None:
+        try:  # scikit-learn is optional; when present, our error is also its NotFittedError
+            from sklearn.exceptions import NotFittedError as base
+            bases: tuple[type, ...] = (base,)
+        except ImportError:  # pragma: no cover - exercised without scikit-learn
+            bases = (ValueError, AttributeError)
+        _NOT_FITTED = type("NotFittedError", bases, {
+            "__doc__": "Raised when a prediction method is called before ``fit`` "
+                       "(a ValueError and an AttributeError).",
+            "__module__": "distsketch"})
+    return _NOT_FITTED
+
+
+def __getattr__(name: str):
+    if name == "NotFittedError":
+        return not_fitted_error()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --------------------------------------------------------------------------- validation
@@ -234,7 +255,7 @@ class SketchedEstimator(ParamsMixin):
 
     def _check_fitted(self):
         if not hasattr(self, "n_features_in_"):
-            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; "
+            raise not_fitted_error()(f"This {type(self).__name__} instance is not fitted yet; "
                                  f"call fit(X, Y) first")
 
     def _options(self) -> EngineOptions:

@@ -20,14 +20,63 @@ import numpy as np
 from .backends import dense
 
 __all__ = ["f1_samples", "hamming_loss", "topk_accuracy", "mean_reciprocal_rank", "kernel_loss",
-           "surrogate_mse", "pinball_loss", "crossing_loss", "arrmse", "Metric", "METRICS"]
+           "surrogate_mse", "pinball_loss", "crossing_loss", "arrmse", "rmse", "mae", "r2_score",
+           "Metric", "METRICS", "check_metrics"]
 
 
 def _binary(Y, argument: str) -> np.ndarray:
+    """A label matrix as booleans; values other than 0 and 1 are refused (real-valued
+    predictions of a regression model would otherwise count every non-zero as a label)."""
     Y = dense(Y)
     if Y.ndim != 2:
         raise ValueError(f"{argument}: expected a 2-D label matrix (n_samples, n_labels)")
+    if Y.dtype != np.bool_:
+        bad = (Y != 0) & (Y != 1)
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            raise ValueError(f"{argument}: F1 and Hamming loss need binary label matrices "
+                             f"(0/1), got {Y[i, j]!r} at row {i}, column {j}; for real-valued "
+                             f"outputs use rmse, mae or r2")
     return Y != 0
+
+
+def _finite_reals(Y, pred, argument: str = "Y_pred") -> tuple[np.ndarray, np.ndarray]:
+    """True rows and predictions as float64 arrays of one shape; NaN/inf refused."""
+    Y = np.asarray(dense(Y), dtype=np.float64)
+    P = np.asarray(dense(pred), dtype=np.float64)
+    if P.size != Y.size:
+        raise ValueError(f"{argument}: shape {P.shape} differs from Y_true's {Y.shape}")
+    P = P.reshape(Y.shape)
+    for a, name in ((Y, "Y_true"), (P, argument)):
+        if not np.isfinite(a).all():
+            raise ValueError(f"{name}: regression metrics need finite values; found "
+                             f"{int((~np.isfinite(a)).sum())} NaN or infinite entries")
+    return Y, P
+
+
+def rmse(Y_true, Y_pred) -> float:
+    """Root mean squared error over every entry of (n, t) rows (finite values only)."""
+    Y, P = _finite_reals(Y_true, Y_pred)
+    return float(np.sqrt(np.mean((P - Y) ** 2)))
+
+
+def mae(Y_true, Y_pred) -> float:
+    """Mean absolute error over every entry of (n, t) rows (finite values only)."""
+    Y, P = _finite_reals(Y_true, Y_pred)
+    return float(np.mean(np.abs(P - Y)))
+
+
+def r2_score(Y_true, Y_pred) -> float:
+    """Coefficient of determination ``1 − Σ(y − ŷ)² / Σ(y − ȳ)²`` per output, uniformly
+    averaged (scikit-learn's ``r2_score``, ``force_finite=True``: a constant output scores 1
+    if predicted exactly, else 0)."""
+    Y, P = _finite_reals(Y_true, Y_pred)
+    Y, P = Y.reshape(len(Y), -1), P.reshape(len(P), -1)
+    ss_res = ((Y - P) ** 2).sum(axis=0)
+    ss_tot = ((Y - Y.mean(axis=0)) ** 2).sum(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r2 = np.where(ss_tot > 0, 1.0 - ss_res / ss_tot, np.where(ss_res > 0, 0.0, 1.0))
+    return float(np.mean(r2))
 
 
 def _same_shape(a: np.ndarray, b: np.ndarray) -> None:
@@ -114,7 +163,9 @@ def surrogate_mse(model, X, Y) -> float:
     """
     g = model.surrogate(X)
     Y = np.asarray(dense(Y), dtype=np.float64)
-    phi = np.asarray(model.output_features(Y))
+    phi = np.asarray(model.output_features(Y))  # of y − ȳ with an intercept
+    if getattr(model, "intercept_", None) is not None:  # ψ(y) = y − ȳ
+        Y = Y - model.intercept_
     inner = np.einsum("ij,ij->i", phi, g)
     if model.output_projection_ is None:  # exact output side: ‖ĥ‖² = gᵀ K_Y g
         from .blocks import gram_dot
@@ -164,37 +215,64 @@ def arrmse(Y, pred, Y_train_mean=None) -> float:
 # --------------------------------------------------------------------------- registry
 
 
+def _needs(attribute: str, what: str) -> Callable:
+    def applies(model) -> str | None:
+        return None if hasattr(model, attribute) else f"it needs {what}"
+    return applies
+
+
+def _any(model) -> str | None:
+    return None
+
+
 @dataclass(frozen=True)
 class Metric:
     """A metric of a fitted model on labelled data, by name (``distsketch evaluate``).
 
     ``func(model, X, Y, pred)``: ``Y`` the true rows as a dense float64 array, ``pred`` the
     model's ``predict(X)`` (computed once for every metric that ``needs_prediction``).
+    ``applies(model)``: None when the metric applies to the model, else the reason it does not
+    (checked by :func:`check_metrics` before any prediction runs); the values themselves are
+    validated by the metric (binary labels for F1/Hamming, finite reals for regression).
     """
 
     func: Callable
     needs_prediction: bool = True
-
-
-def _rmse(model, X, Y, pred) -> float:
-    return float(np.sqrt(np.mean((np.asarray(pred).reshape(Y.shape) - Y) ** 2)))
-
-
-def _r2(model, X, Y, pred) -> float:
-    return float(model.score(X, Y)) if hasattr(model, "score") else float("nan")
+    applies: Callable = _any
 
 
 #: Metrics by name, in the order they are listed.
 METRICS: dict[str, Metric] = {
     "f1_samples": Metric(lambda model, X, Y, pred: f1_samples(Y, pred)),
     "hamming_loss": Metric(lambda model, X, Y, pred: hamming_loss(Y, pred)),
-    "kernel_loss": Metric(lambda model, X, Y, pred: kernel_loss(model.output_kernel_, Y, pred)),
+    "kernel_loss": Metric(lambda model, X, Y, pred: kernel_loss(model.output_kernel_, Y, pred),
+                          applies=_needs("output_kernel_", "an output kernel (SISOKR)")),
     "surrogate_mse": Metric(lambda model, X, Y, pred: surrogate_mse(model, X, Y),
-                            needs_prediction=False),
-    "rmse": Metric(_rmse),
-    "mae": Metric(lambda model, X, Y, pred: float(np.mean(np.abs(
-        np.asarray(pred).reshape(Y.shape) - Y)))),
-    "r2": Metric(_r2),
-    "pinball": Metric(lambda model, X, Y, pred: pinball_loss(Y, pred, model.quantiles_)),
-    "crossing": Metric(lambda model, X, Y, pred: crossing_loss(pred)),
+                            needs_prediction=False,
+                            applies=_needs("output_kernel_", "a surrogate in H_Y (SISOKR)")),
+    "rmse": Metric(lambda model, X, Y, pred: rmse(Y, pred)),
+    "mae": Metric(lambda model, X, Y, pred: mae(Y, pred)),
+    "r2": Metric(lambda model, X, Y, pred: r2_score(Y, pred)),
+    "pinball": Metric(lambda model, X, Y, pred: pinball_loss(Y, pred, model.quantiles_),
+                      applies=_needs("quantiles_", "quantile levels (SketchedQuantileRegressor)")),
+    "crossing": Metric(lambda model, X, Y, pred: crossing_loss(pred),
+                       applies=_needs("quantiles_", "quantile levels (SketchedQuantileRegressor)")),
 }
+
+
+def check_metrics(names, *, model=None, argument: str = "metrics") -> list[str]:
+    """Validate metric names (and, given a fitted ``model``, that each applies to it) before
+    any work: a ``ValueError`` naming ``argument``, the metric and the known names."""
+    if isinstance(names, str):
+        names = [names]
+    names = list(names)
+    for name in names:
+        if name not in METRICS:
+            raise ValueError(f"{argument}: unknown metric {name!r}; known metrics are "
+                             f"{', '.join(METRICS)}")
+        if model is not None:
+            why = METRICS[name].applies(model)
+            if why:
+                raise ValueError(f"{argument}: metric {name!r} does not apply to a "
+                                 f"{type(model).__name__}: {why}")
+    return names

@@ -25,7 +25,7 @@ from .backends import dense
 from .candidates import CandidateStore, _check_query_sets, candidate_reader, concatenate_sets
 from .decode import candidate_features, decode_fixed, decode_ragged
 from ._base import check_lam
-from .estimator import FitSpec, NotFittedError, RidgeEstimator
+from .estimator import FitSpec, RidgeEstimator, not_fitted_error
 from .features import FeatureMap
 from .kernels import Linear
 from .options import with_blas_limit
@@ -33,7 +33,7 @@ from .rows import as_row_source
 from .solve import check_rank, krr_coef, krr_sums, prediction_covariance, principal_directions, \
     sisokr_coef, sisokr_sums, solve_krr, solve_sisokr
 
-__all__ = ["SISOKR", "SketchedKRR", "NotFittedError"]
+__all__ = ["SISOKR", "SketchedKRR"]
 
 _RIDGE_PARAMS = {"lam": "lam", "random_state": "random_state", "store": "store",
                  "options": "options"}
@@ -77,6 +77,13 @@ class SISOKR(RidgeEstimator):
     rank_lam : None or float
         λ₁ of the projection (the paper's estimator projects ``W(λ₂)`` onto the principal
         directions of ``W(λ₁)``); ``None``: the active λ (λ₁ = λ₂, the paper's experiments).
+    fit_intercept : bool, default False
+        Vector outputs (a :class:`~distsketch.kernels.Linear` output kernel) only: centre the
+        outputs, ``ψ(y) = y − ȳ``, and add the training mean back, ``h(x) = ĥ(x) + ȳ`` — what
+        :class:`SketchedKRR` does with ``fit_intercept=True``. ``ȳ`` is computed before the
+        pass (one read of ``Y``, not of ``X``). Decoding among candidates then ranks
+        ``‖ĥ(x) + ȳ − y‖²``; a :class:`~distsketch.CandidateStore` (features cached for the
+        uncentred outputs) is refused.
     random_state : None, int or numpy.random.Generator
         Seeds the sketches (one generator per fit).
     store : None, path, zarr.Group or StoreDirectory
@@ -126,6 +133,8 @@ class SISOKR(RidgeEstimator):
     output_key_ : str
         ``output_feature_map_.key``: identifies the output side, the cache key of candidate
         features in a :class:`~distsketch.CandidateStore` (λ does not change it).
+    intercept_ : ndarray of shape (d_Y,) or None
+        ``ȳ`` with ``fit_intercept=True``, else None.
     n_features_in_ : int
     store_ : str or None
         Path of the kept store.
@@ -134,7 +143,7 @@ class SISOKR(RidgeEstimator):
     _estimator_type = None  # structured prediction: neither classifier nor regressor
     _param_kinds = {"input_kernel": "kernel", "output_kernel": "kernel",
                     "input_sketch": "sketch", "output_sketch": "sketch", **_RIDGE_PARAMS,
-                    "rank": "json", "rank_lam": "json"}
+                    "rank": "json", "rank_lam": "json", "fit_intercept": "json"}
     _input = ("input_kernel", "input_sketch")
     _output = ("output_kernel", "output_sketch")
     _targets = "Y"
@@ -142,8 +151,8 @@ class SISOKR(RidgeEstimator):
     _configurable = "default"  # the model of a config without [model] type
 
     def __init__(self, input_kernel="gaussian", output_kernel="gaussian", *, input_sketch=None,
-                 output_sketch=None, lam=1e-6, rank=None, rank_lam=None, random_state=None,
-                 store=None, options=None):
+                 output_sketch=None, lam=1e-6, rank=None, rank_lam=None, fit_intercept=False,
+                 random_state=None, store=None, options=None):
         self.input_kernel = input_kernel
         self.output_kernel = output_kernel
         self.input_sketch = input_sketch
@@ -151,6 +160,7 @@ class SISOKR(RidgeEstimator):
         self.lam = lam
         self.rank = rank
         self.rank_lam = rank_lam
+        self.fit_intercept = fit_intercept
         self.random_state = random_state
         self.store = store
         self.options = options
@@ -160,7 +170,18 @@ class SISOKR(RidgeEstimator):
         check_rank(self.rank)
         if self.rank_lam is not None and len(check_lam(self.rank_lam, argument="rank_lam")) != 1:
             raise ValueError(f"rank_lam: give one λ for the projection, got {self.rank_lam!r}")
-        return super()._validate(X, Y)
+        intercept = getattr(self, "fit_intercept", False)
+        check_intercept(intercept)
+        spec = super()._validate(X, Y)
+        self._offset = None
+        if intercept:
+            if not isinstance(spec.kernels["output_kernel"], Linear):
+                raise ValueError("fit_intercept: an intercept exists for vector outputs (a Linear "
+                                 "output kernel) only; structured outputs have none: set "
+                                 "fit_intercept=False")
+            self._offset, Yc = centred_rows(spec.Y)
+            spec = dataclasses.replace(spec, Y=as_row_source(Yc, argument="Y"))
+        return spec
 
     def _sums(self, spec: FitSpec) -> tuple[str, ...]:
         return sisokr_sums(x_exact=spec.exact("input_sketch"), y_exact=spec.exact("output_sketch"),
@@ -193,6 +214,7 @@ class SISOKR(RidgeEstimator):
         self._principal = self._metric = None
         self._set_lams(spec)
         self.n_outputs_ = spec.Y.shape[1]
+        self.intercept_ = getattr(self, "_offset", None)  # set by _validate (not SISOKRCV)
         self._candidate_features = None
 
     def _fit_ranks(self) -> tuple[tuple[int, ...], float | None]:
@@ -275,6 +297,7 @@ class SISOKR(RidgeEstimator):
                       output_whitening=self.output_whitening_, operator=self.operator_,
                       candidates=self.candidates_, candidate_index=self.candidate_index_,
                       output_map=self._output_map_base)
+        arrays.update(intercept=self.intercept_)
         state.update(n_outputs=self.n_outputs_, ranks=list(self.ranks_), rank=self.rank_,
                      rank_lam=self.rank_lam_)
         return arrays, state
@@ -296,6 +319,8 @@ class SISOKR(RidgeEstimator):
         self.ranks_ = tuple(int(p) for p in state.get("ranks", ()))
         self.rank_ = None if state.get("rank") is None else int(state["rank"])
         self.rank_lam_ = None if state.get("rank_lam") is None else float(state["rank_lam"])
+        intercept = arrays.get("intercept")
+        self.intercept_ = None if intercept is None else np.asarray(intercept, dtype=np.float64)
         self._principal = self._metric = None
         self._candidate_features = None
 
@@ -333,9 +358,12 @@ class SISOKR(RidgeEstimator):
 
     @with_blas_limit
     def output_features(self, Y):
-        """``φ_Y(y) = T_Yᵀ R_Y k_Y(Y_train, y)`` for each row: shape (n_candidates, r_Y)."""
+        """``φ_Y(y) = T_Yᵀ R_Y k_Y(Y_train, y)`` for each row: shape (n_candidates, r_Y).
+
+        With an intercept, of the centred rows ``y − ȳ`` (the model's outputs).
+        """
         self._check_fitted()
-        Y = _check_width(Y, self.n_outputs_, "candidates")
+        Y = self._centred(_check_width(Y, self.n_outputs_, "candidates"))
         return self._output_map().transform(Y, block_memory=self._options().block_memory,
                                             argument="candidates", model="SISOKR")
 
@@ -349,6 +377,25 @@ class SISOKR(RidgeEstimator):
         self._check_fitted()
         return np.asarray(self._input_map().transform(
             X, post=self.coef_.T, block_memory=self._options().block_memory, model="SISOKR"))
+
+    def score(self, X, Y) -> float:
+        """Negative mean surrogate error ``−(1/n) Σ_i ‖ĥ(x_i) − ψ(y_i)‖²`` in H_Y (greater is
+        better; :func:`distsketch.metrics.surrogate_mse`).
+
+        The criterion the model minimises (without its penalty) and the default scoring of
+        :class:`~distsketch.SISOKRCV`: no decoding, so it is cheap, defined for every output
+        kernel and what scikit-learn's ``GridSearchCV``/``cross_val_score`` use by default.
+        For a decoded metric pass a scorer (e.g. F1 from :mod:`distsketch.metrics`).
+
+        Parameters
+        ----------
+        X : array of shape (n, d_X)
+        Y : array of shape (n, d_Y)
+            True output rows.
+        """
+        from .metrics import surrogate_mse
+
+        return -surrogate_mse(self, X, Y)
 
     # -- decoding ---------------------------------------------------------------
     @with_blas_limit
@@ -365,7 +412,7 @@ class SISOKR(RidgeEstimator):
         ndarray of shape (n_queries, n_candidates)
         """
         self._check_fitted()
-        cand = _check_width(candidates, self.n_outputs_, "candidates")
+        cand = self._centred(_check_width(candidates, self.n_outputs_, "candidates"))
         if cand.shape[0] == 0:
             raise ValueError("candidates: empty candidate set")
         g = self.surrogate(X)
@@ -404,9 +451,34 @@ class SISOKR(RidgeEstimator):
         idx, scores, _ = self._decode(X, candidates, k, candidate_sets, query_sets)
         return idx, scores
 
+    def _centred(self, Y):
+        """Output rows as the model sees them: ``y − ȳ`` with an intercept (dense), else as
+        given."""
+        offset = getattr(self, "intercept_", None)
+        if offset is None or Y is None:
+            return Y
+        if isinstance(Y, CandidateStore):
+            raise ValueError("candidates: a CandidateStore caches features of the outputs as "
+                             "stored, but this model was fitted with fit_intercept=True (on "
+                             "centred outputs); pass the candidates as an array")
+        return np.asarray(dense(Y), dtype=np.float64) - offset
+
     def _decode(self, X, candidates, k, candidate_sets, query_sets):
         """Validate, decode, and return ``(indices, scores, take)``; ``take(best)`` gives rows."""
         self._check_fitted()
+        offset = getattr(self, "intercept_", None)
+        if offset is not None:  # decode the centred rows; return the rows as given
+            candidates = self._centred(candidates)
+            if isinstance(candidate_sets, CandidateStore):
+                self._centred(candidate_sets)  # refused
+            elif candidate_sets is not None:
+                candidate_sets = [self._centred(c) for c in candidate_sets]
+            idx, scores, take = self._decode_centred(X, candidates, k, candidate_sets,
+                                                     query_sets)
+            return idx, scores, lambda best: np.asarray(dense(take(best))) + offset
+        return self._decode_centred(X, candidates, k, candidate_sets, query_sets)
+
+    def _decode_centred(self, X, candidates, k, candidate_sets, query_sets):
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
             raise ValueError(f"k: the number of candidates to return must be a positive integer, got {k!r}")
         if candidates is not None and candidate_sets is not None:
@@ -479,7 +551,8 @@ class SISOKR(RidgeEstimator):
         """
         self._check_fitted()
         if candidates is None and candidate_sets is None and self.candidates_ is None:
-            return self.surrogate(X) @ self.output_map_  # linear output kernel: h(x) itself
+            h = self.surrogate(X) @ self.output_map_  # linear output kernel: h(x) itself
+            return h if getattr(self, "intercept_", None) is None else h + self.intercept_
         idx, _, take = self._decode(X, candidates, 1, candidate_sets, query_sets)
         return dense(take(idx[:, 0]))
 
@@ -528,6 +601,13 @@ class SketchedKRR(RidgeEstimator):
     ----------
     kernel : kernel, str or callable
     sketch : Sketch or None
+    fit_intercept : bool, default True
+        Centre the targets: fit on ``y_i − ȳ`` and add the training mean ``ȳ`` back, so
+        ``f(x) = (R k(X, x))ᵀ β(λ) + ȳ`` with ``β(λ)`` of the centred targets (what users of
+        scikit-learn's ``KernelRidge`` do by hand; from the pass's sums ``s = R K 1`` and
+        ``Σ y_i``: the right-hand side becomes ``R K Y − s ȳᵀ``). ``False`` gives the paper's
+        estimator exactly (no intercept). Unlike :class:`SketchedRegressor`'s intercept, the
+        features are not centred: ``ȳ`` is the intercept for every λ.
     lam, random_state, store, options
         As for :class:`SISOKR`.
 
@@ -538,44 +618,56 @@ class SketchedKRR(RidgeEstimator):
     landmarks_ : array of shape (s', d)
     input_solution_ : InputSolution
     dual_coef_ : ndarray of shape (s', n_targets)
-        ``R_mixᵀ β(λ)``: ``f(x) = k(x, landmarks_) @ dual_coef_``.
+        ``R_mixᵀ β(λ)``: ``f(x) = k(x, landmarks_) @ dual_coef_ + intercept_``.
+    intercept_ : ndarray of shape (n_targets,)
+        The training targets' mean ``ȳ`` (zeros with ``fit_intercept=False``).
     lam_, lams_, n_features_in_, store_
         As for :class:`SISOKR`.
     """
 
     _estimator_type = "regressor"
-    _param_kinds = {"kernel": "kernel", "sketch": "sketch", **_RIDGE_PARAMS}
+    _param_kinds = {"kernel": "kernel", "sketch": "sketch", "fit_intercept": "json",
+                    **_RIDGE_PARAMS}
     _input = ("kernel", "sketch")
     _targets = "y"
     _standardized = "kernel"
     _configurable = True
 
-    def __init__(self, kernel="gaussian", *, sketch=None, lam=1e-6, random_state=None, store=None,
-                 options=None):
+    def __init__(self, kernel="gaussian", *, sketch=None, lam=1e-6, fit_intercept=False,
+                 random_state=None, store=None, options=None):
         self.kernel = kernel
         self.sketch = sketch
         self.lam = lam
+        self.fit_intercept = fit_intercept
         self.random_state = random_state
         self.store = store
         self.options = options
 
+    def _validate(self, X, Y) -> FitSpec:
+        check_intercept(getattr(self, "fit_intercept", False))  # TEMP until SketchedKRRCV has it
+        return super()._validate(X, Y)
+
     def _sums(self, spec: FitSpec) -> tuple[str, ...]:
-        return krr_sums(x_exact=spec.exact("sketch"))
+        sums = krr_sums(x_exact=spec.exact("sketch"))
+        return sums + intercept_sums(sums) if getattr(self, "fit_intercept", False) else sums
 
     def _solve(self, spec: FitSpec, res) -> None:
         self.kernel_ = spec.kernels["kernel"]
         self.sketch_ = res.x_sketch
         self.landmarks_ = res.x_landmarks
         # right-hand side of the solve: b = R_X K_X Y (sketched input), Y itself (exact)
-        self.input_solution_, self._rhs = solve_krr(res.sums, res.x_sketch, n=res.n,
-                                                    rtol=spec.options.eig_rtol,
-                                                    n_lams=len(spec.lams))
+        self.input_solution_, rhs = solve_krr(res.sums, res.x_sketch, n=res.n,
+                                              rtol=spec.options.eig_rtol, n_lams=len(spec.lams))
+        self._rhs, self.intercept_ = centre_targets(res.sums, rhs, n=res.n,
+                                                    fit_intercept=bool(getattr(self, "fit_intercept", False)))
         self._y_1d = spec.Y.input_ndim == 1
         self._set_lams(spec)
 
     def _update_coef(self):
         beta = krr_coef(self.input_solution_, self._rhs, self.lam_)
         self.dual_coef_ = self.sketch_.transpose_dot(beta)
+        if not hasattr(self, "intercept_"):  # TEMP until SketchedKRRCV sets it
+            self.intercept_ = np.zeros(np.shape(self._rhs)[1])
 
     def _default_metrics(self, Y) -> list[str]:
         return ["rmse", "r2"]
@@ -583,7 +675,7 @@ class SketchedKRR(RidgeEstimator):
     def _get_state(self):
         arrays, state = super()._get_state()
         self._put_side("input", self.kernel_, self.sketch_, self.landmarks_, arrays, state)
-        arrays.update(rhs=self._rhs)
+        arrays.update(rhs=self._rhs, intercept=self.intercept_)
         state.update(y_1d=bool(self._y_1d))
         return arrays, state
 
@@ -591,24 +683,78 @@ class SketchedKRR(RidgeEstimator):
         super()._set_state(arrays, state)
         self.kernel_, self.sketch_, self.landmarks_ = self._get_side("input", arrays, state)
         self._rhs = arrays["rhs"]
+        # models saved before fit_intercept existed have no intercept
+        intercept = arrays.get("intercept")
+        self.intercept_ = (np.zeros(self._rhs.shape[1]) if intercept is None
+                           else np.asarray(intercept, dtype=np.float64))
         self._y_1d = bool(state["y_1d"])
 
     @with_blas_limit
     def predict(self, X):
-        """``f(x) = k(x, landmarks_) @ dual_coef_``: shape (n,) or (n, n_targets).
+        """``f(x) = k(x, landmarks_) @ dual_coef_ + intercept_``: shape (n,) or (n, n_targets).
 
         A dask array input gives a lazy dask array.
         """
-        out = kernel_expansion(self, X)
+        out = kernel_expansion(self, X) + self.intercept_
         return out[:, 0] if self._y_1d else out
 
     def score(self, X, y) -> float:
-        """Coefficient of determination R² of ``predict(X)`` (uniform average over targets)."""
-        y = np.asarray(y, dtype=np.float64)
-        pred = np.asarray(self.predict(X), dtype=np.float64).reshape(y.shape)
-        ss_res = ((y - pred) ** 2).sum(axis=0)
-        ss_tot = ((y - y.mean(axis=0)) ** 2).sum(axis=0)
-        return float(np.mean(1.0 - ss_res / ss_tot))
+        """Coefficient of determination R² of ``predict(X)`` (uniform average over targets;
+        :func:`distsketch.metrics.r2_score`)."""
+        from .metrics import r2_score
+
+        return r2_score(y, np.asarray(self.predict(X)))
+
+
+def check_intercept(fit_intercept) -> None:
+    """``fit_intercept`` must be a bool (a string such as ``"false"`` would be truthy)."""
+    if not isinstance(fit_intercept, (bool, np.bool_)):
+        raise ValueError(f"fit_intercept: expected True or False, got {fit_intercept!r}")
+
+
+def intercept_sums(sums: tuple[str, ...]) -> tuple[str, ...]:
+    """The extra sums target centring needs: ``Σ y_i`` (``"y1"``), and ``s = R K 1``
+    (``"s"``) when the right-hand side is the sketched ``b = R K Y``."""
+    return ("s", "y1") if "b" in sums else ("y1",)
+
+
+def centre_targets(sums: dict, rhs: np.ndarray, *, n: int, fit_intercept: bool
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The right-hand side of the centred targets ``Y − 1ȳᵀ`` and the intercept ``ȳ``.
+
+    Sketched (``rhs = b = R K Y``, shape (m, t)): ``R K (Y − 1ȳᵀ) = b − s ȳᵀ`` with
+    ``s = R K 1``; exact (``rhs = Y``, shape (n, t)): ``Y − 1ȳᵀ``. Without an intercept,
+    ``(rhs, 0)``.
+    """
+    rhs = np.asarray(rhs, dtype=np.float64)
+    t = rhs.shape[1] if rhs.ndim == 2 else 1
+    if not fit_intercept:
+        return rhs, np.zeros(t)
+    ybar = np.asarray(sums["y1"], dtype=np.float64).reshape(-1) / n
+    if "b" in sums:
+        s = np.asarray(sums["s"], dtype=np.float64).reshape(-1)
+        return rhs - np.outer(s, ybar), ybar
+    return rhs - ybar[None, :], ybar
+
+
+def centred_rows(Y) -> tuple[np.ndarray, object]:
+    """``(ȳ, Y − 1ȳᵀ)`` of a row source: the column means in float64 (one read of ``Y``) and
+    the centred rows, dense (numpy in, numpy out; sparse densified; dask and zarr lazily)."""
+    data = Y.data
+    if Y.kind == "numpy":
+        A = np.asarray(data, dtype=np.float64).reshape(Y.shape)
+        ybar = A.mean(axis=0)
+        return ybar, A - ybar
+    if Y.kind == "sparse":
+        A = np.asarray(data.toarray(), dtype=np.float64)
+        ybar = A.mean(axis=0)
+        return ybar, A - ybar
+    import dask.array as da
+
+    A = (data if Y.kind == "dask" else da.from_zarr(data)).astype(np.float64)
+    A = A.reshape(Y.shape) if A.ndim == 1 else A
+    ybar = np.asarray(A.mean(axis=0).compute(), dtype=np.float64)
+    return ybar, A - ybar
 
 
 def kernel_expansion(est, X):

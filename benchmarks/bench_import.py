@@ -1,0 +1,87 @@
+"""Start-up cost: ``import distsketch`` and ``distsketch --help`` (issue 16).
+
+Protocol
+--------
+Each command runs in a fresh interpreter (``python -c ...``), interleaved round-robin so that
+the machine's load hits every command alike, ``--repeats`` times; medians reported.
+
+- ``python -c pass``: the interpreter's own start.
+- the dependencies alone: ``import numpy, scipy.linalg, scipy.sparse, dask.array, zarr``.
+- the dependencies, then ``import distsketch``: the package's own cost is the difference.
+- ``python -m distsketch --help`` and ``--version``: the CLI's start, against the bare
+  interpreter.
+
+Targets (issue 16): ``import distsketch`` ≤ 1.0 s beyond its dependencies; ``--help`` ≤ 0.5 s
+beyond Python's own start. Also listed: whether scikit-learn / distributed were imported.
+
+Writes the ``import`` section of RESULTS.md and results/import.jsonl (not with ``--quick``).
+
+    python benchmarks/bench_import.py [--repeats 9] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+from _common import record
+
+DEPS = "import numpy, scipy.linalg, scipy.sparse, dask.array, zarr"
+COMMANDS = {
+    "python": ["-c", "pass"],
+    "dependencies": ["-c", DEPS],
+    "dependencies + distsketch": ["-c", DEPS + "; import distsketch"],
+    "distsketch --help": ["-m", "distsketch", "--help"],
+    "distsketch --version": ["-m", "distsketch", "--version"],
+}
+PROBE = ("import sys, json, distsketch; print(json.dumps({m: m in sys.modules for m in "
+         "('sklearn', 'distributed', 'matplotlib', 'pandas')}))")
+
+
+def _time(args: list[str]) -> float:
+    t = time.perf_counter()
+    subprocess.run([sys.executable, *args], check=True, capture_output=True)
+    return time.perf_counter() - t
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--quick", action="store_true", help="2 repeats, nothing written")
+    args = ap.parse_args(argv)
+    repeats = 2 if args.quick else args.repeats
+    times: dict[str, list[float]] = {k: [] for k in COMMANDS}
+    for _ in range(repeats):
+        for name, cmd in COMMANDS.items():
+            times[name].append(_time(cmd))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    own = med["dependencies + distsketch"] - med["dependencies"]
+    cli = med["distsketch --help"] - med["python"]
+    loaded = json.loads(subprocess.run([sys.executable, "-c", PROBE], check=True,
+                                       capture_output=True, text=True).stdout)
+    print(json.dumps({"median_s": med, "import_beyond_deps_s": own, "help_beyond_python_s": cli,
+                      "imported": loaded}, indent=1))
+    if args.quick:
+        return
+    rows = "\n".join(f"| {k} | {v:.3f} |" for k, v in med.items())
+    md = f"""Fresh interpreters, commands interleaved, medians of {repeats} runs (seconds).
+
+| command | median wall (s) |
+|---|---|
+{rows}
+
+- `import distsketch` beyond its dependencies: **{own:.3f} s** (target ≤ 1.0 s).
+- `distsketch --help` beyond Python's own start: **{cli:.3f} s** (target ≤ 0.5 s).
+- Modules loaded by `import distsketch`: {", ".join(f"{k} {'yes' if v else 'no'}" for k, v in loaded.items())}.
+"""
+    record("import", md, {"median_s": med, "import_beyond_deps_s": own,
+                          "help_beyond_python_s": cli, "imported": loaded,
+                          "repeats": repeats})
+
+
+if __name__ == "__main__":
+    main()
