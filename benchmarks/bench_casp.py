@@ -113,7 +113,7 @@ def fit_quiet(est, *args):
 def run_distsketch(X, y, Xt, yt, *, gamma, m, lam, seed, store=None) -> dict:
     import distsketch as ds
 
-    model = ds.SketchedKRR(ds.Gaussian(gamma), sketch=ds.SubSampling(m), lam=lam,
+    model = ds.SketchedKRR(ds.Gaussian(gamma), fit_intercept=False, sketch=ds.SubSampling(m), lam=lam,
                            random_state=seed, store=store)
     t = time.perf_counter()
     model.fit(X, y)
@@ -160,7 +160,7 @@ def select_lam(X, y, *, gamma, m, seed) -> tuple[float, dict]:
     perm = np.random.default_rng(seed).permutation(len(X))
     n_fit = int(0.8 * len(X))
     a, v = perm[:n_fit], perm[n_fit:]
-    model = ds.SketchedKRR(ds.Gaussian(gamma), sketch=ds.SubSampling(min(m, n_fit)),
+    model = ds.SketchedKRR(ds.Gaussian(gamma), fit_intercept=False, sketch=ds.SubSampling(min(m, n_fit)),
                            lam=list(LAM_GRID), random_state=seed).fit(X[a], y[a])
     val = {lam: rmse(y[v], model.set_lam(lam).predict(X[v])) for lam in LAM_GRID}
     return min(val, key=val.get), val
@@ -186,7 +186,7 @@ def same_landmarks(X, y, Xt, yt, *, gamma, m, lam, seed) -> dict:
     grid = sorted(set(LAM_GRID) | {lam}, reverse=True)
 
     def fit(rtol=None, target=y, lams=grid):
-        return ds.SketchedKRR(ds.Gaussian(gamma), sketch=ds.SubSampling(m), lam=lams, random_state=seed,
+        return ds.SketchedKRR(ds.Gaussian(gamma), fit_intercept=False, sketch=ds.SubSampling(m), lam=lams, random_state=seed,
                               options=None if rtol is None else ds.EngineOptions(rtol=rtol)).fit(X, target)
 
     model, full = fit(), fit(rtol=1e-12)
@@ -254,14 +254,14 @@ def exact_subset(X, y, Xt, yt, *, gamma, n_sub, repeats, seed) -> dict:
     perm = np.random.default_rng(seed).permutation(len(X))
     rows, held = perm[:n_sub], perm[n_sub : 2 * n_sub]
     Xs, ys = X[rows], y[rows]
-    path = ds.SketchedKRR(ds.Gaussian(gamma), lam=list(LAM_GRID)).fit(Xs, ys)
+    path = ds.SketchedKRR(ds.Gaussian(gamma), fit_intercept=False, lam=list(LAM_GRID)).fit(Xs, ys)
     val = {v: rmse(y[held], path.set_lam(v).predict(X[held])) for v in LAM_GRID}
     lam = min(val, key=val.get)
     out = {"ds": [], "sk": []}
     preds = {}
     for r in range(repeats):
         for who in (("ds", "sk") if r % 2 == 0 else ("sk", "ds")):
-            est = (ds.SketchedKRR(ds.Gaussian(gamma), lam=lam) if who == "ds"
+            est = (ds.SketchedKRR(ds.Gaussian(gamma), fit_intercept=False, lam=lam) if who == "ds"
                    else KernelRidge(alpha=n_sub * lam, kernel="rbf", gamma=gamma))
             t = time.perf_counter()
             fit_quiet(est, Xs, ys)

@@ -46,7 +46,7 @@ def child(path: str, m: int, store: str) -> None:
 
     g = zarr.open_group(path, mode="r")
     t = time.perf_counter()
-    model = ds.SketchedKRR(ds.Gaussian(gamma=GAMMA), sketch=ds.SubSampling(m), lam=LAM,
+    model = ds.SketchedKRR(ds.Gaussian(gamma=GAMMA), fit_intercept=False, sketch=ds.SubSampling(m), lam=LAM,
                            random_state=0, store=store,
                            options=ds.EngineOptions(progress=False, overwrite=True)).fit(g["X"], g["y"])
     seconds = time.perf_counter() - t

@@ -7,85 +7,52 @@ Estimators: :class:`SISOKR` (IOKR / SIOKR / ISOKR / SISOKR by choice of sketches
 :mod:`distsketch.kernels`, sketches in :mod:`distsketch.sketches`, engine knobs in
 :class:`EngineOptions`, the block map-reduce in :mod:`distsketch.engine`. The layout and how
 to extend each part: docs/design.md.
+
+The package is imported lazily (PEP 562): ``import distsketch`` loads nothing but this file, and
+each name below loads its module on first use, so that ``import distsketch`` and the command
+line start fast and scikit-learn is never imported by the package itself.
 """
 
-from . import kernels, losses, metrics, sketches
-from ._version import __version__
-from .kernels import (
-    Gaussian,
-    GaussianTanimoto,
-    Laplacian,
-    Linear,
-    Matern,
-    Polynomial,
-    Standardized,
-    Tanimoto,
-)
-from .candidates import CandidateStore
-from .models import SISOKR, SketchedKRR
-from .cv import SISOKRCV, SketchedKRRCV
-from .regressors import SketchedQuantileRegressor, SketchedRegressor
-from .rows import standardized
-from .options import EngineOptions
-from .persist import load
-from .store import StoreDirectory
-from .transformers import SketchedFeatures
-from .sketches import (
-    Accumulation,
-    CountSketch,
-    GaussianSketch,
-    Identity,
-    LeverageScores,
-    PSparsified,
-    SubSampling,
-)
+from __future__ import annotations
 
-__all__ = [
-    "__version__",
-    "SISOKR",
-    "SISOKRCV",
-    "SketchedKRR",
-    "SketchedKRRCV",
-    "SketchedRegressor",
-    "SketchedQuantileRegressor",
-    "SketchedFeatures",
-    "CandidateStore",
-    "StoreDirectory",
-    "NotFittedError",
-    "EngineOptions",
-    "load",
-    "standardized",
-    "metrics",
-    "losses",
-    "kernels",
-    "sketches",
-    "Gaussian",
-    "GaussianTanimoto",
-    "Laplacian",
-    "Linear",
-    "Matern",
-    "Polynomial",
-    "Standardized",
-    "Tanimoto",
-    "Identity",
-    "SubSampling",
-    "PSparsified",
-    "Accumulation",
-    "GaussianSketch",
-    "LeverageScores",
-    "CountSketch",
-]
+import importlib
+
+from ._version import __version__
+
+#: Public names and the submodule each lives in.
+_NAMES = {
+    "SISOKR": "models", "SketchedKRR": "models",
+    "SISOKRCV": "cv", "SketchedKRRCV": "cv",
+    "SketchedRegressor": "regressors", "SketchedQuantileRegressor": "regressors",
+    "SketchedFeatures": "transformers",
+    "CandidateStore": "candidates", "StoreDirectory": "store",
+    "EngineOptions": "options", "load": "persist", "standardized": "rows",
+    "Gaussian": "kernels", "GaussianTanimoto": "kernels", "Laplacian": "kernels",
+    "Linear": "kernels", "Matern": "kernels", "Polynomial": "kernels",
+    "Standardized": "kernels", "Tanimoto": "kernels",
+    "Identity": "sketches", "SubSampling": "sketches", "PSparsified": "sketches",
+    "Accumulation": "sketches", "GaussianSketch": "sketches", "LeverageScores": "sketches",
+    "CountSketch": "sketches",
+}
+#: Submodules reachable as attributes (``distsketch.metrics``) without importing them.
+_SUBMODULES = ("metrics", "losses", "kernels", "sketches", "io", "select", "engine", "cv")
+
+__all__ = ["__version__", *_NAMES, "NotFittedError", "metrics", "losses", "kernels",
+           "sketches"]
 
 
 def __getattr__(name: str):
-    # Built on first use so that ``import distsketch`` does not import scikit-learn (see
-    # estimator.not_fitted_error); the submodule io (file readers) is loaded on first access.
-    if name == "NotFittedError":
-        from .estimator import not_fitted_error
+    if name in _NAMES:
+        value = getattr(importlib.import_module(f".{_NAMES[name]}", __name__), name)
+    elif name == "NotFittedError":  # built on first use: see estimator.not_fitted_error
+        value = importlib.import_module(".estimator", __name__).not_fitted_error()
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # later lookups skip this function
+    return value
 
-        return not_fitted_error()
-    if name == "io":
-        import importlib
 
-        return importlib.import_module(".io", __name__)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def __dir__():
+    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))

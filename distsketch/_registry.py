@@ -4,7 +4,10 @@ model by name without importing or naming it. A class registers itself by subcla
 
 from __future__ import annotations
 
-__all__ = ["MODELS", "register_model", "get_model"]
+__all__ = ["MODELS", "register_model", "get_model", "load_builtin_models"]
+
+#: Modules whose estimator classes register themselves when imported.
+BUILTIN = ("models", "cv", "regressors", "transformers")
 
 #: Estimator classes by class name.
 MODELS: dict[str, type] = {}
@@ -16,8 +19,20 @@ def register_model(cls: type) -> type:
     return cls
 
 
+def load_builtin_models() -> dict[str, type]:
+    """Import the package's estimator modules (``import distsketch`` is lazy, so they may not
+    be loaded yet); returns :data:`MODELS`."""
+    import importlib
+
+    for mod in BUILTIN:
+        importlib.import_module(f"{__package__}.{mod}")
+    return MODELS
+
+
 def get_model(name: str, *, what: str = "model") -> type:
     """The registered class called ``name``; ``ValueError`` naming the known ones otherwise."""
+    if name not in MODELS:
+        load_builtin_models()
     try:
         return MODELS[name]
     except (KeyError, TypeError):

@@ -232,9 +232,16 @@ def cmd_fit(args) -> int:
     estimate = _store_size_estimate(model, n, X.shape[1])
     if estimate:
         logger.info("store %s: expected size about %s", cfg.store, estimate)
+    selection = None
     with scheduler(args):
         t = time.perf_counter()
-        model.fit(X, Y)
+        if cfg.select:
+            from .select import select
+
+            selection = select(model, X, Y, **cfg.select)
+            model = selection.model
+        else:
+            model.fit(X, Y)
         seconds = time.perf_counter() - t
     group = zarr.open_group(os.fspath(cfg.store), mode="r+")
     group.attrs["distsketch_cli"] = {
@@ -244,10 +251,42 @@ def cmd_fit(args) -> int:
         "n_features": int(X.shape[1]),
         "feature_names": data.feature_names, "target_names": data.target_names,
         "impute_means": None if data.impute_means is None else [float(v) for v in data.impute_means],
+        "selection": None if selection is None else {
+            "route": selection.route, "metric": selection.metric, "best": selection.best,
+            "greater_is_better": selection.greater_is_better, "table": selection.table},
     }
+    summary = {"model": type(model).__name__, "n": n, "fit_seconds": seconds,
+               "lam": float(model.lam_), "store": str(cfg.store)}
+    if selection is not None:
+        summary["selection"] = group.attrs["distsketch_cli"]["selection"]
+    if getattr(args, "json", False):
+        import json
+
+        _out(json.dumps(summary))
+        return EXIT_OK
+    if selection is not None:
+        _print_selection(selection)
     _out(f"fitted {type(model).__name__} on {n:,} rows in {seconds:.2f} s; λ = {model.lam_:g}"
          f" (path {list(model.lams_)}); model saved in {cfg.store}")
     return EXIT_OK
+
+
+def _print_selection(sel) -> None:
+    """The table of every candidate's score (best marked) and the chosen values."""
+    keys = [k for k in ("gamma", "lam", "rank") if k in sel.table[0]]
+    what = (f"{sel.metric} (mean over folds, greater is better)" if sel.route == "cv" else
+            f"{sel.metric} on the held-out rows ({'greater' if sel.greater_is_better else 'smaller'}"
+            f" is better)")
+    _out(f"model selection by {sel.route}: {what}")
+    _out("  ".join(f"{k:>10}" for k in keys) + f"  {'score':>12}" +
+         (f"  {'std':>10}" if sel.route == "cv" else ""))
+    for row in sel.table:
+        mark = "  *" if all(row.get(k) == sel.best.get(k) for k in keys) else ""
+        _out("  ".join(f"{row[k]:>10g}" if row[k] is not None else f"{'full':>10}" for k in keys)
+             + f"  {row['score']:>12.6g}" + (f"  {row['std']:>10.3g}" if sel.route == "cv" else "")
+             + mark)
+    _out("chosen: " + ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
+                                for k, v in sel.best.items()))
 
 
 def _with_progress(options, progress: bool):
@@ -361,12 +400,11 @@ def cmd_evaluate(args) -> int:
         raise ValueError(f"--test: {test} holds no targets")
     names = args.metrics or stored.get("metrics") or model._default_metrics(Y)
     _check_metric_names(names, "--metrics")
-    try:  # does each metric apply to this model (e.g. no kernel_loss without an output kernel)?
-        from .metrics import check_metrics
-    except ImportError:  # pragma: no cover - metrics without applicability checks
-        check_metrics = None
-    if check_metrics is not None:
-        check_metrics(names, model=model, argument="--metrics")
+    from .metrics import check_metrics
+
+    # does each metric apply to this model (e.g. no kernel_loss without an output kernel)?
+    check_metrics(names, model=model, argument="--metrics")
+    _switch(model, args)
     with scheduler(args):
         t = time.perf_counter()
         needs_pred = any(METRICS[m].needs_prediction for m in names)
@@ -382,6 +420,24 @@ def cmd_evaluate(args) -> int:
         for name, value in results.items():
             _out(f"{name:>16}: {value:.6g}")
     return EXIT_OK
+
+
+def _switch(model, args) -> None:
+    """``--lam`` / ``--rank``: evaluate the saved model at another λ of its path (any λ > 0:
+    the fit's sums serve every λ) or rank, without refitting."""
+    lam, rank = getattr(args, "lam", None), getattr(args, "rank", None)
+    if lam is not None:
+        if not hasattr(model, "set_lam"):
+            raise ValueError(f"--lam: a {type(model).__name__} has no λ path to switch")
+        if not lam > 0:
+            raise ValueError(f"--lam: expected a positive number, got {lam}")
+        model.set_lam(lam)
+    if rank is not None:
+        if not hasattr(model, "set_rank"):
+            raise ValueError(f"--rank: a {type(model).__name__} has no rank to switch")
+        if rank < 1:
+            raise ValueError(f"--rank: expected a positive integer, got {rank}")
+        model.set_rank(rank)
 
 
 def cmd_info(args) -> int:
@@ -464,6 +520,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("config", help="TOML configuration (see distsketch.config)")
     f.add_argument("--store", help="override [store] path (a new or empty directory, or a "
                                    "distsketch store)")
+    f.add_argument("--json", action="store_true",
+                   help="print one JSON object on stdout (the fit and, with [select], every "
+                        "candidate's score and the chosen values)")
     _add_scheduler(f)
     f.set_defaults(func=cmd_fit)
 
@@ -494,6 +553,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--metrics", nargs="+", metavar="NAME",
                     help="metric names (default: by task): " + ", ".join(_METRIC_NAMES))
     ev.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    ev.add_argument("--lam", type=float, metavar="λ",
+                    help="evaluate at this λ (one of the fit's path, or any λ > 0 for ridge "
+                         "models: no refit)")
+    ev.add_argument("--rank", type=int, metavar="P", help="evaluate SISOKR at this rank")
     ev.add_argument("--trusted", action="store_true",
                     help="allow loading a model whose kernel is a user function (imports it)")
     _add_scheduler(ev)

@@ -52,11 +52,15 @@ Every key, by table (anything else is refused, naming the key and the allowed on
 
     - SISOKR: ``[model.input_kernel]``, ``[model.output_kernel]`` (required),
       ``[model.input_sketch]``, ``[model.output_sketch]`` (omitted: exact), ``rank`` (a
-      positive integer or a list: reduced rank), ``rank_lam``.
-    - SketchedKRR: ``[model.kernel]``, ``[model.sketch]``, ``fit_intercept``.
+      positive integer or a list: reduced rank), ``rank_lam``, ``fit_intercept`` (a linear
+      output kernel only; default false).
+    - SketchedKRR: ``[model.kernel]``, ``[model.sketch]``, ``fit_intercept`` (default true:
+      the targets are centred and their training mean added back).
     - SketchedKRRCV: ``kernel``, ``sketch``, ``lams`` (the grid), ``cv`` (folds),
-      ``scoring`` (``"neg_mean_squared_error"`` or ``"r2"``).
-    - SISOKRCV: the SISOKR tables, ``lams``, ``ranks``, ``cv``, ``scoring``.
+      ``scoring`` (``"neg_mean_squared_error"`` or ``"r2"``), ``fit_intercept``.
+    - SISOKRCV: the SISOKR tables, ``lams``, ``ranks``, ``cv``, ``scoring``
+      (``"surrogate"``, ``"f1_samples"``, ``"kernel_loss"``, ``"topk_accuracy"``), ``top_k``
+      (for ``topk_accuracy``, default 5).
     - SketchedRegressor: ``kernel``, ``sketch``, ``loss`` (``"squared"``, or a table such as
       ``{type = "huber", kappa = 1.0}``, ``{type = "epsilon_insensitive", epsilon = 0.5}``,
       ``{type = "pinball", tau = 0.9}``), ``output_matrix``, ``fit_intercept``, ``tol``,
@@ -116,6 +120,16 @@ Every key, by table (anything else is refused, naming the key and the allowed on
 ``[evaluate]``
     ``metrics``: the names ``distsketch evaluate`` reports by default (a list of
     :data:`distsketch.metrics.METRICS` names; default by task).
+
+``[select]`` (model selection over ``model.lam``, ``model.rank`` and ``gammas``;
+:mod:`distsketch.select`)
+    ``cv``: folds of the one-pass cross-validation (SketchedKRR with a sketch, SISOKR sketched
+    on both sides), or ``validation``: a held-out fraction of the training rows (any model);
+    ``metric``: a metric name (default ``rmse``; SISOKR ``surrogate_mse``; quantiles
+    ``pinball``; with ``cv``: ``rmse`` / ``r2`` for SketchedKRR, ``surrogate_mse`` /
+    ``f1_samples`` / ``kernel_loss`` for SISOKR); ``gammas``: widths of the input kernel to
+    try (one pass each); ``seed``: the folds' / split's seed (default 0). ``distsketch fit``
+    prints every candidate's score and saves the model refitted at the chosen values.
 """
 
 from __future__ import annotations
@@ -131,11 +145,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ._base import check_lam
-from ._registry import MODELS
+from ._registry import load_builtin_models
 from .kernels import Kernel, kernel_from_config
 from .metrics import METRICS
 from .options import EngineOptions, check_options
 from .sketches import SKETCHES, sketch_from_config
+
+MODELS = load_builtin_models()  # the registered estimators, by class name
 
 __all__ = ["ConfigError", "DataSet", "FitConfig", "load_config", "load_data", "read_data"]
 
@@ -162,6 +178,7 @@ class FitConfig:
     options: EngineOptions
     metrics: list[str] | None
     raw: dict
+    select: dict | None = None
 
     def estimator(self, *, n: int, X=None):
         """The estimator, with ``p = "c/n"`` resolved and the input kernel standardised."""
@@ -303,7 +320,7 @@ def load_config(path, *, require_train: bool = True) -> FitConfig:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path.name}: not valid TOML ({exc})") from None
     base = path.resolve().parent
-    _unknown(raw, {"model", "data", "store", "engine", "evaluate"}, "")
+    _unknown(raw, {"model", "data", "store", "engine", "evaluate", "select"}, "")
     model = _table(raw.get("model", {}), "model")
     types = sorted(name for name, cls in MODELS.items() if cls._configurable)
     default = [name for name, cls in MODELS.items() if cls._configurable == "default"]
@@ -400,8 +417,31 @@ def load_config(path, *, require_train: bool = True) -> FitConfig:
             metrics = [metrics]
         if not isinstance(metrics, list) or any(m not in METRICS for m in metrics):
             raise _err("evaluate.metrics", f"expected a list of {list(METRICS)}, got {metrics!r}")
+    select = _select(raw.get("select"), mtype)
     return FitConfig(path=path, model_type=mtype, model_params=params, data=data, store=store_path,
-                     overwrite=overwrite, options=options, metrics=metrics, raw=raw)
+                     overwrite=overwrite, options=options, metrics=metrics, raw=raw,
+                     select=select)
+
+
+def _select(value: Any, mtype: str) -> dict | None:
+    """The validated ``[select]`` table as keyword arguments of :func:`distsketch.select.select`."""
+    if value is None:
+        return None
+    from .select import check_selection
+
+    table = dict(_table(value, "select"))
+    _unknown(table, {"cv", "validation", "metric", "gammas", "seed"}, "select")
+    if "lams" in MODELS[mtype]._param_kinds:
+        raise _err("select", f"model.type = {mtype!r} cross-validates by itself; drop [select] "
+                             f"or use the plain model type")
+    seed = table.pop("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise _err("select.seed", f"expected a non-negative integer, got {seed!r}")
+    try:
+        check_selection(**table)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return {**table, "random_state": seed}
 
 
 def _data_paths(value: Any, base: Path, key: str, *, must_exist: bool = True) -> Path | list[Path]:

@@ -33,7 +33,7 @@ from ._base import check_lam
 from .accumulate import fold_ids
 from .estimator import FitSpec, SketchedEstimator
 from .kernels import Linear
-from .models import SISOKR, SketchedKRR
+from .models import SISOKR, SketchedKRR, centre_targets
 from .solve import check_rank, solve_krr, whitening
 
 __all__ = ["SketchedKRRCV", "SISOKRCV"]
@@ -120,6 +120,11 @@ class SketchedKRRCV(SketchedKRR):
     scoring : {"neg_mean_squared_error", "r2"}
         Validation score, greater is better: minus the mean squared error over rows and
         targets, or R² per target (fold mean as baseline) averaged over targets.
+    fit_intercept : bool, default True
+        As for :class:`~distsketch.SketchedKRR`: each fold's model centres the targets by its
+        own training mean ``ȳ_{−k} = (Σ y − Σ_k y) / n_{−k}`` (right-hand side
+        ``b_{−k} − s_{−k} ȳ_{−k}ᵀ``, from per-fold sums ``s_k = R K_k 1``) and predicts
+        ``C_k β + ȳ_{−k}`` on its validation rows.
     random_state, store, options
         As for :class:`~distsketch.SketchedKRR`.
 
@@ -136,18 +141,20 @@ class SketchedKRRCV(SketchedKRR):
     """
 
     _param_kinds = {"kernel": "kernel", "sketch": "sketch", "lams": "json", "cv": "json",
-                    "scoring": "json", "random_state": "random_state", "store": "store",
-                    "options": "options"}
+                    "scoring": "json", "fit_intercept": "json", "random_state": "random_state",
+                    "store": "store", "options": "options"}
     _configurable = True
 
     def __init__(self, kernel="gaussian", *, sketch=None, lams=(1e-8, 1e-7, 1e-6, 1e-5, 1e-4,
                                                                  1e-3, 1e-2), cv=5,
-                 scoring="neg_mean_squared_error", random_state=None, store=None, options=None):
+                 scoring="neg_mean_squared_error", fit_intercept=True, random_state=None,
+                 store=None, options=None):
         self.kernel = kernel
         self.sketch = sketch
         self.lams = lams
         self.cv = cv
         self.scoring = scoring
+        self.fit_intercept = fit_intercept
         self.random_state = random_state
         self.store = store
         self.options = options
@@ -169,7 +176,8 @@ class SketchedKRRCV(SketchedKRR):
 
     def _sums(self, spec: FitSpec) -> tuple[str, ...]:
         f = self._folds
-        return ("B", f"G@{f}", f"b@{f}", f"yy@{f}", f"y1@{f}", f"count@{f}")
+        sums = ("B", f"G@{f}", f"b@{f}", f"yy@{f}", f"y1@{f}", f"count@{f}")
+        return sums + (f"s@{f}",) if self.fit_intercept else sums
 
     def _solve(self, spec: FitSpec, res) -> None:
         f = self._folds
@@ -182,16 +190,27 @@ class SketchedKRRCV(SketchedKRR):
         cnt = np.asarray(sums[f"count@{f}"], dtype=np.float64).reshape(-1)
         n = res.n
         G, b = _ordered_sum(Gf), _ordered_sum(bf)
+        y1 = _ordered_sum(y1f)
+        intercept = bool(self.fit_intercept)
+        if intercept:
+            sf = np.asarray(sums[f"s@{f}"], dtype=np.float64).reshape(len(Gf), -1)
+            s = _ordered_sum(sf)
         lams = spec.lams
         T = whitening(sums["B"], rtol=spec.options.eig_rtol, argument="kernel")
         K = len(Gf)
         scores = np.full((K, len(lams)), np.nan)
         for k in range(K):
             n_tr, evals, P = _fold_basis(T, G, Gf[k], n, cnt[k], k)
-            z = P.T @ (b - bf[k])
+            b_tr, b_val, yy_val = b - bf[k], bf[k], yyf[k]
+            if intercept:  # centred by the fold's training mean ȳ (module notes)
+                ybar = (y1 - y1f[k]) / n_tr
+                b_tr = b_tr - np.outer(s - sf[k], ybar)
+                b_val = b_val - np.outer(sf[k], ybar)  # C_kᵀ (Y_k − 1ȳᵀ)
+                yy_val = yy_val - 2.0 * ybar * y1f[k] + cnt[k] * ybar * ybar  # Σ_k ‖y − ȳ‖²
+            z = P.T @ b_tr
             for j, lam in enumerate(lams):
                 beta = P @ (z / (evals + n_tr * lam)[:, None])  # (m, t)
-                sse = yyf[k] - 2.0 * np.einsum("ij,ij->j", beta, bf[k]) \
+                sse = yy_val - 2.0 * np.einsum("ij,ij->j", beta, b_val) \
                     + np.einsum("ij,ij->j", beta, Gf[k] @ beta)  # per target
                 if self.scoring == "r2":
                     sst = yyf[k] - y1f[k] ** 2 / cnt[k]
@@ -203,9 +222,12 @@ class SketchedKRRCV(SketchedKRR):
         self.kernel_ = spec.kernels["kernel"]
         self.sketch_ = res.x_sketch
         self.landmarks_ = res.x_landmarks
-        self.input_solution_, self._rhs = solve_krr({"G": G, "B": sums["B"], "b": b},
-                                                    res.x_sketch, n=n,
-                                                    rtol=spec.options.eig_rtol, n_lams=len(lams))
+        self.input_solution_, rhs = solve_krr({"G": G, "B": sums["B"], "b": b}, res.x_sketch,
+                                              n=n, rtol=spec.options.eig_rtol,
+                                              n_lams=len(lams))
+        self._rhs, self.intercept_ = centre_targets(
+            {"b": b, "y1": y1, **({"s": s} if intercept else {})}, rhs, n=n,
+            fit_intercept=intercept)
         self._y_1d = spec.Y.input_ndim == 1
         self.lams_ = tuple(lams)
         self.lam_ = lams[self.best_index_]

@@ -34,7 +34,7 @@ from .rows import RowSource, as_row_source
 from .sketches import RealizedSketch, Sketch, check_sketch
 from .solve import InputSolution
 
-__all__ = ["SketchedEstimator", "RidgeEstimator", "NotFittedError", "FitSpec", "check_lam",
+__all__ = ["SketchedEstimator", "RidgeEstimator", "not_fitted_error", "FitSpec", "check_lam",
            "check_random_state"]
 
 _NOT_FITTED: type | None = None

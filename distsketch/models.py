@@ -25,7 +25,7 @@ from .backends import dense
 from .candidates import CandidateStore, _check_query_sets, candidate_reader, concatenate_sets
 from .decode import candidate_features, decode_fixed, decode_ragged
 from ._base import check_lam
-from .estimator import FitSpec, RidgeEstimator, not_fitted_error
+from .estimator import FitSpec, RidgeEstimator
 from .features import FeatureMap
 from .kernels import Linear
 from .options import with_blas_limit
@@ -633,7 +633,7 @@ class SketchedKRR(RidgeEstimator):
     _standardized = "kernel"
     _configurable = True
 
-    def __init__(self, kernel="gaussian", *, sketch=None, lam=1e-6, fit_intercept=False,
+    def __init__(self, kernel="gaussian", *, sketch=None, lam=1e-6, fit_intercept=True,
                  random_state=None, store=None, options=None):
         self.kernel = kernel
         self.sketch = sketch
@@ -644,12 +644,12 @@ class SketchedKRR(RidgeEstimator):
         self.options = options
 
     def _validate(self, X, Y) -> FitSpec:
-        check_intercept(getattr(self, "fit_intercept", False))  # TEMP until SketchedKRRCV has it
+        check_intercept(self.fit_intercept)
         return super()._validate(X, Y)
 
     def _sums(self, spec: FitSpec) -> tuple[str, ...]:
         sums = krr_sums(x_exact=spec.exact("sketch"))
-        return sums + intercept_sums(sums) if getattr(self, "fit_intercept", False) else sums
+        return sums + intercept_sums(sums) if self.fit_intercept else sums
 
     def _solve(self, spec: FitSpec, res) -> None:
         self.kernel_ = spec.kernels["kernel"]
@@ -659,15 +659,13 @@ class SketchedKRR(RidgeEstimator):
         self.input_solution_, rhs = solve_krr(res.sums, res.x_sketch, n=res.n,
                                               rtol=spec.options.eig_rtol, n_lams=len(spec.lams))
         self._rhs, self.intercept_ = centre_targets(res.sums, rhs, n=res.n,
-                                                    fit_intercept=bool(getattr(self, "fit_intercept", False)))
+                                                    fit_intercept=bool(self.fit_intercept))
         self._y_1d = spec.Y.input_ndim == 1
         self._set_lams(spec)
 
     def _update_coef(self):
         beta = krr_coef(self.input_solution_, self._rhs, self.lam_)
         self.dual_coef_ = self.sketch_.transpose_dot(beta)
-        if not hasattr(self, "intercept_"):  # TEMP until SketchedKRRCV sets it
-            self.intercept_ = np.zeros(np.shape(self._rhs)[1])
 
     def _default_metrics(self, Y) -> list[str]:
         return ["rmse", "r2"]

@@ -53,15 +53,34 @@ from ._hashing import checksum
 from .losses import Loss
 from .sweep import Iterate
 
-__all__ = ["Problem", "Solution", "solve_path", "warm_start", "ConvergenceWarning"]
+__all__ = ["Problem", "Solution", "solve_path", "warm_start", "convergence_warning"]
 
 logger = logging.getLogger(__name__)
 
-try:  # scikit-learn's, when installed, so that its filters apply
-    from sklearn.exceptions import ConvergenceWarning
-except ImportError:  # pragma: no cover - exercised without scikit-learn
-    class ConvergenceWarning(UserWarning):
-        """The solver stopped at ``max_iter`` before reaching ``tol``."""
+_CONVERGENCE: type | None = None
+
+
+def convergence_warning() -> type:
+    """The ``ConvergenceWarning`` category: scikit-learn's when installed (so its filters
+    apply), else a ``UserWarning`` subclass. Resolved on first use, so that importing
+    distsketch never imports scikit-learn."""
+    global _CONVERGENCE
+    if _CONVERGENCE is None:
+        try:
+            from sklearn.exceptions import ConvergenceWarning as cls
+        except ImportError:  # pragma: no cover - exercised without scikit-learn
+            cls = type("ConvergenceWarning", (UserWarning,), {
+                "__doc__": "The solver stopped at ``max_iter`` before reaching ``tol``.",
+                "__module__": __name__})
+        _CONVERGENCE = cls
+    return _CONVERGENCE
+
+
+def __getattr__(name: str):
+    if name == "ConvergenceWarning":
+        return convergence_warning()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: Step sizes of the line search: 1, 1/2, …, 2^-12 (losses of all of them in one sweep).
 GRID = tuple(2.0 ** -k for k in range(13))
@@ -705,7 +724,7 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
         if v["n_iter"] >= max_iter:
             warnings.warn(f"{loss.name} loss, λ = {lam:g}: stopped at max_iter = {max_iter} "
                           f"with relative duality gap {rel:.3g} > tol = {tol:g}; increase "
-                          f"max_iter or tol", ConvergenceWarning, stacklevel=4)
+                          f"max_iter or tol", convergence_warning(), stacklevel=4)
             return _finish(prob, lam, v, tol, state, (p_true, gap, False))
         mu_floor = 0.02 * tol * abs(p_true) / lsq if lsq else 0.0
         if loss.smoothed and gap_mu <= GAP_RATIO * gap and mu > mu_floor:
@@ -799,7 +818,7 @@ def _finish(prob, lam, v: dict, tol: float, state, result, why: str | None = Non
             warnings.warn(f"{prob.loss.name} loss, λ = {lam:g}: {reason} with relative duality "
                           f"gap {rel:.3g} > tol = {tol:g}"
                           + ("; increase max_iter or tol" if why else ""),
-                          ConvergenceWarning, stacklevel=4)
+                          convergence_warning(), stacklevel=4)
     p_true, gap, converged = result
     sol = Solution(lam, v["Xi"], v["b0"], float(p_true), float(gap), int(v["n_iter"]),
                    bool(converged), v["history"])

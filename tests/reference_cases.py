@@ -6,6 +6,7 @@ Run ``python tests/reference_cases.py`` only to *re-record* (never as part of a 
 claims to keep results unchanged): it overwrites ``tests/data/reference_predictions.npz``.
 """
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -16,6 +17,9 @@ import distsketch as ds
 
 HERE = Path(__file__).resolve().parent
 REFERENCE = HERE / "data" / "reference_predictions.npz"
+
+#: The papers' estimator (no intercept): what the dense formulas here write.
+_KRR = functools.partial(ds.SketchedKRR, fit_intercept=False)
 
 
 def problem(n=60, d=3, L=6, seed=2024):
@@ -83,7 +87,7 @@ def cases():
         def run(dtype):
             opts = ds.EngineOptions(block_dtype=dtype, block_rows=block_rows, gram_chunk=17)
             y = np.c_[yt, yt ** 2] if y2d else yt
-            m = ds.SketchedKRR(ds.Gaussian(gamma=0.5), sketch=_sketch(s, 25), lam=LAMS,
+            m = _KRR(ds.Gaussian(gamma=0.5), sketch=_sketch(s, 25), lam=LAMS,
                                random_state=3, options=opts).fit(X, y)
             res = {}
             for lam in LAMS:
@@ -103,7 +107,7 @@ def cases():
         m = ds.SISOKR(ds.Gaussian(gamma=0.3), ds.Gaussian(gamma=0.3), input_sketch=ds.SubSampling(40),
                       output_sketch=ds.PSparsified(20, p=0.1), lam=1e-4, random_state=9,
                       options=opts).fit(Xb, Yb)
-        k = ds.SketchedKRR(ds.Gaussian(gamma=0.3), sketch=ds.GaussianSketch(30), lam=1e-4,
+        k = _KRR(ds.Gaussian(gamma=0.3), sketch=ds.GaussianSketch(30), lam=1e-4,
                            random_state=9, options=opts).fit(Xb, ytb)
         idx, scores = m.predict_topk(Xqb, k=4)
         return {"idx": idx, "scores": scores, "krr": k.predict(Xqb)}

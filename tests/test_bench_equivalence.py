@@ -6,6 +6,8 @@ KernelRidge minimises ``‖Kβ − y‖² + α βᵀKβ``. Both are ``n`` times 
 when ``α = nλ``: at the same landmarks the predictions agree (Ridge without intercept).
 """
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -15,6 +17,9 @@ pytest.importorskip("sklearn")
 from sklearn.kernel_approximation import Nystroem
 from sklearn.kernel_ridge import KernelRidge
 from sklearn.linear_model import Ridge
+
+#: The papers' estimator (no intercept): what the dense formulas here write.
+_KRR = functools.partial(ds.SketchedKRR, fit_intercept=False)
 
 GAMMA = 0.5
 #: float64 blocks agree with scikit-learn to rounding; float32 blocks (the default) to the
@@ -40,7 +45,7 @@ def _nystroem_ridge(model, X, y, Xt, alpha, fit_intercept=False):
 @pytest.mark.parametrize("lam", [1e-2, 1e-4, 1e-6])
 def test_subsampling_matches_nystroem_ridge_with_alpha_n_lam(data, lam, block_dtype):
     X, y, Xt = data
-    model = ds.SketchedKRR(ds.Gaussian(GAMMA), sketch=ds.SubSampling(40), lam=lam,
+    model = _KRR(ds.Gaussian(GAMMA), sketch=ds.SubSampling(40), lam=lam,
                            random_state=0, options=ds.EngineOptions(block_dtype=block_dtype)).fit(X, y)
     expected = _nystroem_ridge(model, X, y, Xt, alpha=len(X) * lam)
     np.testing.assert_allclose(model.predict(Xt), expected, rtol=RTOL[block_dtype], atol=1e-8)
@@ -50,7 +55,7 @@ def test_alpha_equal_lam_is_a_different_model(data):
     """Guards the convention: α = λ (without n) does not reproduce distsketch."""
     X, y, Xt = data
     lam = 1e-3
-    model = ds.SketchedKRR(ds.Gaussian(GAMMA), sketch=ds.SubSampling(40), lam=lam,
+    model = _KRR(ds.Gaussian(GAMMA), sketch=ds.SubSampling(40), lam=lam,
                            random_state=0).fit(X, y)
     wrong = _nystroem_ridge(model, X, y, Xt, alpha=lam)
     assert np.max(np.abs(model.predict(Xt) - wrong)) > 1e-3
@@ -59,7 +64,7 @@ def test_alpha_equal_lam_is_a_different_model(data):
 def test_set_lam_path_matches_nystroem_ridge(data, block_dtype):
     X, y, Xt = data
     grid = [1e-1, 1e-3, 1e-5]
-    model = ds.SketchedKRR(ds.Gaussian(GAMMA), sketch=ds.SubSampling(40), lam=grid,
+    model = _KRR(ds.Gaussian(GAMMA), sketch=ds.SubSampling(40), lam=grid,
                            random_state=1, options=ds.EngineOptions(block_dtype=block_dtype)).fit(X, y)
     for lam in grid:
         expected = _nystroem_ridge(model, X, y, Xt, alpha=len(X) * lam)
@@ -70,7 +75,7 @@ def test_centred_targets_match_ridge_on_centred_targets(data, block_dtype):
     """What the benchmark calls "y centred": fit on y − ȳ, add ȳ back (no feature centring)."""
     X, y, Xt = data
     lam, mean = 1e-3, y.mean()
-    model = ds.SketchedKRR(ds.Gaussian(GAMMA), sketch=ds.SubSampling(40), lam=lam,
+    model = _KRR(ds.Gaussian(GAMMA), sketch=ds.SubSampling(40), lam=lam,
                            random_state=0, options=ds.EngineOptions(block_dtype=block_dtype)).fit(X, y - mean)
     expected = _nystroem_ridge(model, X, y - mean, Xt, alpha=len(X) * lam) + mean
     np.testing.assert_allclose(model.predict(Xt) + mean, expected, rtol=RTOL[block_dtype], atol=1e-8)
@@ -81,6 +86,6 @@ def test_exact_matches_kernel_ridge_with_alpha_n_lam(data, lam, block_dtype):
     # the exact input side solves (K + nλI)β = y by Cholesky, every direction of K kept,
     # as KernelRidge does: the same predictions down to small λ
     X, y, Xt = data
-    model = ds.SketchedKRR(ds.Gaussian(GAMMA), lam=lam, options=ds.EngineOptions(block_dtype=block_dtype)).fit(X, y)
+    model = _KRR(ds.Gaussian(GAMMA), lam=lam, options=ds.EngineOptions(block_dtype=block_dtype)).fit(X, y)
     expected = KernelRidge(alpha=len(X) * lam, kernel="rbf", gamma=GAMMA).fit(X, y).predict(Xt)
     np.testing.assert_allclose(model.predict(Xt), expected, rtol=RTOL[block_dtype], atol=1e-8)

@@ -1,9 +1,9 @@
 """Every estimator path against the papers' dense closed forms (docs/design.md, "Driver solve")."""
 
+import functools
+
 import numpy as np
 import pytest
-
-import distsketch as ds
 from conftest import CLOSED_FORM_RTOL, all_sketches, dtype_options
 from naive import (
     exact_krr_predict,
@@ -13,6 +13,11 @@ from naive import (
     sisokr_scores,
     sketched_krr_predict,
 )
+
+import distsketch as ds
+
+#: The papers' estimator (no intercept): what the dense formulas here write.
+_KRR = functools.partial(ds.SketchedKRR, fit_intercept=False)
 
 KX = ds.Gaussian(gamma=1.0)
 KY = ds.Gaussian(gamma=0.5)
@@ -59,7 +64,7 @@ def test_sketched_krr_equals_eq3(small_problem, name, block_dtype):
     X, _, Xq, _ = small_problem
     rng = np.random.default_rng(1)
     y = np.sin(X @ np.array([1.0, -2.0, 0.5])) + 0.1 * rng.normal(size=len(X))
-    model = ds.SketchedKRR(KX, sketch=SKETCHES[name], lam=LAM, random_state=3, options=dtype_options(block_dtype)).fit(X, y)
+    model = _KRR(KX, sketch=SKETCHES[name], lam=LAM, random_state=3, options=dtype_options(block_dtype)).fit(X, y)
     got = model.predict(Xq)
     want = sketched_krr_predict(KX, model.sketch_.matrix(), X, y, Xq, LAM)
     assert got.shape == (len(Xq),)
@@ -69,7 +74,7 @@ def test_sketched_krr_equals_eq3(small_problem, name, block_dtype):
 def test_sketched_krr_multioutput_and_exact(small_problem, block_dtype):
     X, Y, Xq, _ = small_problem
     T = Y[:, :3] + 0.5 * X[:, :1]
-    model = ds.SketchedKRR(KX, lam=LAM, options=dtype_options(block_dtype)).fit(X, T)
+    model = _KRR(KX, lam=LAM, options=dtype_options(block_dtype)).fit(X, T)
     got = model.predict(Xq)
     assert got.shape == (len(Xq), 3)
     assert rel_err(got, exact_krr_predict(KX, X, T, Xq, LAM)) <= CLOSED_FORM_RTOL[block_dtype]
@@ -101,7 +106,7 @@ def test_set_lam_equals_fresh_fit(small_problem, lams):
     path = _fit(X, Y, ds.SubSampling(25), ds.PSparsified(12, p=0.2), seed=7)
     path.set_params(lam=list(lams))
     path.fit(X, Y)
-    krr = ds.SketchedKRR(KX, sketch=ds.GaussianSketch(15), lam=list(lams), random_state=2).fit(X, Y[:, 0])
+    krr = _KRR(KX, sketch=ds.GaussianSketch(15), lam=list(lams), random_state=2).fit(X, Y[:, 0])
     for lam in lams:
         assert path.set_lam(lam) is path
         fresh = ds.SISOKR(KX, KY, input_sketch=ds.SubSampling(25), output_sketch=ds.PSparsified(12, p=0.2),
@@ -110,7 +115,7 @@ def test_set_lam_equals_fresh_fit(small_problem, lams):
                                    rtol=1e-10, atol=0)
         np.testing.assert_array_equal(path.predict(Xq), fresh.predict(Xq))
         krr.set_lam(lam)
-        fresh_krr = ds.SketchedKRR(KX, sketch=ds.GaussianSketch(15), lam=lam, random_state=2).fit(X, Y[:, 0])
+        fresh_krr = _KRR(KX, sketch=ds.GaussianSketch(15), lam=lam, random_state=2).fit(X, Y[:, 0])
         np.testing.assert_allclose(krr.predict(Xq), fresh_krr.predict(Xq), rtol=1e-10, atol=0)
 
 
@@ -143,7 +148,7 @@ def test_exact_input_lam_path_equals_dense_formula(small_problem, sy, block_dtyp
     model = ds.SISOKR(KX, KY, output_sketch=sy, lam=lams, random_state=4, options=dtype_options(block_dtype)).fit(X, Y)
     assert model.input_solution_.exact and model.input_solution_.V is None  # Cholesky per λ
     T = Y[:, :2] + 0.5 * X[:, :1]
-    krr = ds.SketchedKRR(KX, lam=lams, options=dtype_options(block_dtype)).fit(X, T)
+    krr = _KRR(KX, lam=lams, options=dtype_options(block_dtype)).fit(X, T)
     for lam in lams:
         model.set_lam(lam)
         want = sisokr_scores(KX, KY, np.eye(len(X)), model.output_sketch_.matrix(), X, Y, Xq, Yc, lam)
@@ -160,7 +165,7 @@ def test_exact_input_falls_back_to_eigenvalues_where_cholesky_fails():
     X = np.repeat(np.arange(5.0)[:, None], 4, axis=0)
     y = np.arange(20.0)
     lam = 1e-300
-    model = ds.SketchedKRR(ds.Linear(), lam=lam).fit(X, y)
+    model = _KRR(ds.Linear(), lam=lam).fit(X, y)
     sol = model.input_solution_
     assert sol.V is None and sol._factor(lam) is None
     eig = sol.with_eigen()

@@ -19,9 +19,10 @@ def _data(n=300, t=1, seed=0):
     return X, (Y[:, 0] if t == 1 else Y)
 
 
-def _brute_force(model, X, y, lams, folds, scoring="neg_mean_squared_error"):
+def _brute_force(model, X, y, lams, folds, scoring="neg_mean_squared_error", intercept=False):
     """Fit on each fold's training rows with the realised sketch, score its validation rows:
-    β = (C_trᵀ C_tr + n_tr λ B)^† C_trᵀ y_tr (Chen & Yang eq. 3 on the training rows)."""
+    β = (C_trᵀ C_tr + n_tr λ B)^† C_trᵀ y_tr (Chen & Yang eq. 3 on the training rows); with an
+    intercept, of the targets centred by their training mean, which is added back."""
     n = len(X)
     K = np.exp(-GAMMA * ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
     R = model.sketch_.matrix()
@@ -33,10 +34,12 @@ def _brute_force(model, X, y, lams, folds, scoring="neg_mean_squared_error"):
     out = np.empty((f.max() + 1, len(lams)))
     for k in range(f.max() + 1):
         tr, va = f != k, f == k
+        ybar = Y[tr].mean(axis=0) if intercept else np.zeros(Y.shape[1])
         for j, lam in enumerate(lams):
             A = C[tr].T @ C[tr] + tr.sum() * lam * B
-            beta = np.linalg.pinv(0.5 * (A + A.T), rtol=1e-12, hermitian=True) @ C[tr].T @ Y[tr]
-            res = Y[va] - C[va] @ beta
+            beta = np.linalg.pinv(0.5 * (A + A.T), rtol=1e-12, hermitian=True) @ C[tr].T @ (
+                Y[tr] - ybar)
+            res = Y[va] - C[va] @ beta - ybar
             if scoring == "r2":
                 sst = ((Y[va] - Y[va].mean(axis=0)) ** 2).sum(axis=0)
                 out[k, j] = np.mean(1 - (res ** 2).sum(axis=0) / sst)
@@ -47,14 +50,17 @@ def _brute_force(model, X, y, lams, folds, scoring="neg_mean_squared_error"):
 
 @pytest.mark.parametrize("cv, folds", [(5, "5"), ("kfold", "4:7")])
 @pytest.mark.parametrize("t", [1, 3])
-def test_cv_results_equal_brute_force(cv, folds, t):
+@pytest.mark.parametrize("intercept", [True, False])
+def test_cv_results_equal_brute_force(cv, folds, t, intercept):
     X, y = _data(t=t)
+    y = y + 5.0  # an offset the intercept must absorb
     if cv == "kfold":
         sklearn = pytest.importorskip("sklearn.model_selection")
         cv = sklearn.KFold(n_splits=4, shuffle=True, random_state=7)
     model = ds.SketchedKRRCV(ds.Gaussian(gamma=GAMMA), sketch=ds.SubSampling(40), lams=LAMS,
-                             cv=cv, random_state=0, options=F64).fit(X, y)
-    want = _brute_force(model, X, y, LAMS, folds)
+                             cv=cv, fit_intercept=intercept, random_state=0,
+                             options=F64).fit(X, y)
+    want = _brute_force(model, X, y, LAMS, folds, intercept=intercept)
     got = np.stack([model.cv_results_[f"split{k}_test_score"] for k in range(len(want))])
     assert norm_rel_err(got, want) <= 1e-8
     assert model.best_params_ == {"lam": LAMS[int(np.argmax(want.mean(axis=0)))]}
@@ -65,7 +71,7 @@ def test_r2_scoring_equals_brute_force():
     X, y = _data(t=2, seed=1)
     model = ds.SketchedKRRCV(ds.Gaussian(gamma=GAMMA), sketch=ds.PSparsified(40, p=0.1),
                              lams=LAMS, cv=3, scoring="r2", random_state=1, options=F64).fit(X, y)
-    want = _brute_force(model, X, y, LAMS, "3", scoring="r2")
+    want = _brute_force(model, X, y, LAMS, "3", scoring="r2", intercept=True)
     got = np.stack([model.cv_results_[f"split{k}_test_score"] for k in range(3)])
     assert norm_rel_err(got, want) <= 1e-8
 

@@ -210,6 +210,7 @@ def test_squared_equals_sketched_krr():
     X, y = _data()
     for sketch in (ds.SubSampling(25), ds.PSparsified(20, p=0.1), None):
         krr = ds.SketchedKRR(ds.Gaussian(gamma=GAMMA), sketch=sketch, lam=1e-3, random_state=4,
+                             fit_intercept=False,
                              options=F64).fit(X, y)
         reg = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), loss="squared", sketch=sketch,
                                    lam=1e-3, fit_intercept=False, random_state=4,
@@ -222,7 +223,7 @@ def test_squared_equals_sketched_krr():
 def test_huber_with_large_kappa_is_krr():
     X, y = _data()
     krr = ds.SketchedKRR(ds.Gaussian(gamma=GAMMA), sketch=ds.SubSampling(25), lam=1e-3,
-                         random_state=5, options=F64).fit(X, y)
+                         fit_intercept=False, random_state=5, options=F64).fit(X, y)
     reg = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), loss=Huber(1e6),
                                sketch=ds.SubSampling(25), lam=1e-3, fit_intercept=False,
                                random_state=5, options=F64).fit(X, y)

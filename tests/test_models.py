@@ -1,5 +1,6 @@
 """Estimator contract and bad input (errors name the argument, raised before any store write)."""
 
+import functools
 import pickle
 import time
 
@@ -7,9 +8,12 @@ import dask.array as da
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from naive import norm_rel_err
 
 import distsketch as ds
-from naive import norm_rel_err
+
+#: The papers' estimator (no intercept): what the dense formulas here write.
+_KRR = functools.partial(ds.SketchedKRR, fit_intercept=False)
 
 
 @pytest.fixture
@@ -73,11 +77,11 @@ def test_krr_bad_input_names_y(tmp_path, data):
     y = Y[:, 0].copy()
     y[3] = np.nan
     with pytest.raises(ValueError, match=r"^y: contains NaN"):
-        ds.SketchedKRR(sketch=ds.SubSampling(5), store=tmp_path / "s").fit(X, y)
+        _KRR(sketch=ds.SubSampling(5), store=tmp_path / "s").fit(X, y)
     with pytest.raises(ValueError, match=r"^sketch: SubSampling\(m=50\) needs m <= n_samples = 30"):
-        ds.SketchedKRR(sketch=ds.SubSampling(50), store=tmp_path / "s").fit(X, Y)
+        _KRR(sketch=ds.SubSampling(50), store=tmp_path / "s").fit(X, Y)
     with pytest.raises(ValueError, match=r"^kernel: unknown kernel"):
-        ds.SketchedKRR(kernel="nope", store=tmp_path / "s").fit(X, Y)
+        _KRR(kernel="nope", store=tmp_path / "s").fit(X, Y)
     assert not (tmp_path / "s").exists()
 
 
@@ -146,12 +150,12 @@ def test_inputs_numpy_sparse_dask_zarr_same_model(tmp_path, data):
 
 def test_krr_predict_dask_stays_lazy(data):
     X, Y = data
-    model = ds.SketchedKRR(ds.Gaussian(gamma=0.5), sketch=ds.SubSampling(10), random_state=0).fit(X, Y[:, :2])
+    model = _KRR(ds.Gaussian(gamma=0.5), sketch=ds.SubSampling(10), random_state=0).fit(X, Y[:, :2])
     out = model.predict(da.from_array(X, chunks=(8, 3)))
     assert isinstance(out, da.Array)
     np.testing.assert_allclose(out.compute(), model.predict(X), rtol=1e-13)
     assert model.predict(X).shape == (30, 2)
-    one = ds.SketchedKRR(ds.Gaussian(gamma=0.5), sketch=ds.SubSampling(10), random_state=0).fit(X, Y[:, 0])
+    one = _KRR(ds.Gaussian(gamma=0.5), sketch=ds.SubSampling(10), random_state=0).fit(X, Y[:, 0])
     assert one.predict(X).shape == (30,)
 
 
@@ -165,7 +169,7 @@ def test_sklearn_check_estimator_on_sketched_krr(sketch):
     if sketch is not None:
         expected["check_regressors_train"] = ("5 landmarks cannot reach R² > 0.5 on the check's "
                                               "200-sample regression; the exact model does")
-    results = checks.check_estimator(ds.SketchedKRR(sketch=sketch, lam=1e-3, random_state=0),
+    results = checks.check_estimator(_KRR(sketch=sketch, lam=1e-3, random_state=0),
                                      on_fail=None, on_skip=None, expected_failed_checks=expected)
     failed = [f"{r['check_name']}: {r['exception']!r}"[:300] for r in results
               if r["status"] == "failed"]
@@ -196,7 +200,7 @@ def test_in_memory_features_run_on_all_cores_with_the_same_result():
     rng = np.random.default_rng(3)
     X, y = rng.normal(size=(300, 4)), rng.normal(size=300)
     Xq = rng.normal(size=(1500, 4))  # three blocks of 512 rows
-    model = ds.SketchedKRR(ds.Gaussian(0.3), sketch=ds.SubSampling(60), lam=1e-3,
+    model = _KRR(ds.Gaussian(0.3), sketch=ds.SubSampling(60), lam=1e-3,
                            random_state=0).fit(X, y)
     with dask.config.set(num_workers=1):
         one = model.predict(Xq)
@@ -231,7 +235,7 @@ def test_fit_logs_the_pass_wall_time(caplog):
     rng = np.random.default_rng(6)
     X, y = rng.normal(size=(90, 3)), rng.normal(size=90)
     with caplog.at_level("INFO", logger="distsketch.accumulate"):
-        ds.SketchedKRR(ds.Gaussian(0.5), sketch=ds.SubSampling(20), random_state=0).fit(X, y)
+        _KRR(ds.Gaussian(0.5), sketch=ds.SubSampling(20), random_state=0).fit(X, y)
     records = [r for r in caplog.records if hasattr(r, "pass_seconds")]
     assert len(records) == 1
     assert records[0].pass_rows == 90 and records[0].pass_seconds > 0

@@ -201,3 +201,43 @@ def test_sisokr_score_is_the_negative_surrogate_error_and_drives_grid_search():
                                     input_sketch=ds.SubSampling(30), random_state=0),
                           {"lam": [1e-1, 1e-4]}, cv=3).fit(X, Y)
     assert search.best_params_["lam"] in (1e-1, 1e-4)
+
+
+# --------------------------------------------------------------------------- start-up
+
+_IMPORT_PROBE = """
+import sys
+import distsketch as ds
+after_import = sorted(m for m in ("sklearn", "dask.array", "zarr", "distributed") if m in sys.modules)
+import numpy as np
+rng = np.random.default_rng(0)
+X, y = rng.normal(size=(80, 2)), rng.normal(size=80)
+ds.SketchedKRR(ds.Gaussian(), sketch=ds.SubSampling(10), lam=1e-3, random_state=0).fit(X, y)
+ds.SketchedRegressor(ds.Gaussian(), loss="huber", sketch=ds.SubSampling(10), lam=1e-3,
+                     random_state=0).fit(X, y).predict(X)
+print(",".join(after_import))
+print("sklearn" in sys.modules)
+"""
+
+
+def test_import_and_fits_do_not_import_scikit_learn():
+    """``import distsketch`` loads no heavy module (lazy package), and fits never import
+    scikit-learn (≈ 0.6 s): only NotFittedError / ConvergenceWarning, when used, do."""
+    out = subprocess.run([sys.executable, "-c", _IMPORT_PROBE], capture_output=True, text=True,
+                         timeout=300, check=True)
+    after_import, sklearn_after_fit = out.stdout.rstrip("\n").split("\n")[-2:]
+    assert after_import == ""
+    assert sklearn_after_fit == "False"
+
+
+def test_lazy_names_resolve_and_not_fitted_error_is_scikit_learns():
+    from sklearn.exceptions import NotFittedError
+
+    assert set(ds.__all__) <= set(dir(ds))
+    for name in ds.__all__:
+        assert getattr(ds, name) is not None
+    assert issubclass(ds.NotFittedError, NotFittedError)
+    with pytest.raises(NotFittedError):
+        ds.SketchedKRR().predict(np.zeros((2, 2)))
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        ds.nope  # noqa: B018

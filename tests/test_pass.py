@@ -1,6 +1,7 @@
 """The streaming pass: sums vs dense formulas, invariance, read-once, resume, store states."""
 
 import collections
+import functools
 import os
 from pathlib import Path
 
@@ -10,13 +11,16 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import zarr
+from conftest import all_sketches
+from naive import norm_rel_err, pass_sums
+from passhelpers import CountingGaussian, N, model, problem, sums_of
 from zarr.storage import LocalStore, WrapperStore
 
 import distsketch as ds
-from conftest import all_sketches
 from distsketch.store import open_fit_store
-from naive import norm_rel_err, pass_sums
-from passhelpers import CountingGaussian, N, model, problem, sums_of
+
+#: The papers' estimator (no intercept): what the dense formulas here write.
+_KRR = functools.partial(ds.SketchedKRR, fit_intercept=False)
 
 HERE = Path(__file__).resolve().parent
 
@@ -79,7 +83,7 @@ def test_sums_equal_dense_formulas(tmp_path, x_name, y_name, block_dtype):
 def test_vector_target_sum_b(tmp_path, block_dtype):
     X, Y = problem()
     k = ds.Gaussian(gamma=0.4)
-    m = ds.SketchedKRR(k, sketch=ds.CountSketch(20), random_state=1, store=tmp_path / "k",
+    m = _KRR(k, sketch=ds.CountSketch(20), random_state=1, store=tmp_path / "k",
                        options=ds.EngineOptions(block_rows=13, block_dtype=block_dtype)).fit(X, Y[:, :2])
     C = zarr.open_group(str(tmp_path / "k"), mode="r")["pass/C"][:]
     want = pass_sums(k, m.sketch_.matrix(), X, targets=Y[:, :2], C=C)
@@ -335,7 +339,7 @@ def test_leaf_task_sums_blocks_as_the_tree_node_would(tmp_path, kind):
         opts = {"block_dtype": "float64", "split_every": SPLIT}
         if kind == "sisokr":
             return model(kernel=kernel, store=path, **opts).fit(X, Y)
-        est = ds.SketchedKRR(kernel, sketch=None if kind == "exact_input" else ds.SubSampling(30),
+        est = _KRR(kernel, sketch=None if kind == "exact_input" else ds.SubSampling(30),
                              lam=1e-3, random_state=0, store=path,
                              options=ds.EngineOptions(block_rows=10, **opts))
         return est.fit(X, Y[:, :2])

@@ -111,3 +111,98 @@ def test_routes_a_model_cannot_take_are_refused_before_any_fit():
     with pytest.raises(ValueError, match="select.gammas: the input kernel Linear"):
         select(ds.SketchedKRR(ds.Linear(), sketch=ds.SubSampling(10), lam=LAMS), X, y,
                validation=0.2, gammas=[1.0])
+
+
+# --------------------------------------------------------------------------- the CLI's [select]
+
+SELECT_TOML = """
+[model]
+type = "{type}"
+lam = [1e-1, 1e-3, 1e-6]
+random_state = 0
+[model.kernel]
+name = "gaussian"
+gamma = 0.5
+[model.sketch]
+name = "subsampling"
+m = 30
+[data]
+train = "train.npz"
+test = "test.npz"
+[select]
+{select}
+"""
+
+
+@pytest.fixture
+def cli_dir(tmp_path):
+    X, y = _data(300)
+    np.savez(tmp_path / "train.npz", X=X[:240], Y=y[:240])
+    np.savez(tmp_path / "test.npz", X=X[240:], Y=y[240:])
+    return tmp_path
+
+
+@pytest.mark.parametrize("select_table, route", [
+    ('cv = 4\ngammas = [0.1, 1.0]\nmetric = "r2"', "cv"),
+    ('validation = 0.25\nmetric = "mae"\nseed = 3', "validation"),
+])
+def test_cli_fit_selects_prints_the_table_and_evaluates_at_any_lam(cli_dir, capsys,
+                                                                   select_table, route):
+    import json
+
+    from distsketch.cli import main
+
+    (cli_dir / "fit.toml").write_text(SELECT_TOML.format(type="SketchedKRR",
+                                                         select=select_table))
+    assert main(["-q", "fit", str(cli_dir / "fit.toml"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    sel = out["selection"]
+    assert sel["route"] == route
+    # the same selection through the API
+    X, y = _data(300)
+    kw = dict(cv=4, gammas=[0.1, 1.0], metric="r2") if route == "cv" else dict(
+        validation=0.25, metric="mae", random_state=3)
+    ref = select(ds.SketchedKRR(ds.Gaussian(gamma=0.5), sketch=ds.SubSampling(30), lam=LAMS,
+                                random_state=0), X[:240], y[:240], **kw)
+    assert sel["best"] == ref.best
+    assert [r["score"] for r in sel["table"]] == pytest.approx([r["score"] for r in ref.table],
+                                                               rel=1e-12)
+    assert out["lam"] == ref.best["lam"]
+    # the printed table marks the chosen row
+    assert main(["-q", "fit", str(cli_dir / "fit.toml")]) == 0
+    text = capsys.readouterr().out
+    assert f"model selection by {route}" in text and text.count("*") == 1 and "chosen:" in text
+    # evaluate at another λ of the path without refitting
+    store = str(cli_dir / "fit.zarr")
+    assert main(["-q", "evaluate", store, "--json", "--metrics", "rmse", "--lam", "0.1"]) == 0
+    at = json.loads(capsys.readouterr().out)["rmse"]
+    model = ds.load(store).set_lam(0.1)
+    assert at == pytest.approx(metrics.rmse(y[240:], model.predict(X[240:])), rel=1e-12)
+
+
+@pytest.mark.parametrize("type_, select_table, match", [
+    ("SketchedKRR", "cv = 4\nvalidation = 0.2", "select: give exactly one of cv"),
+    ("SketchedKRR", "cv = 4\nfolds = 3", r"select.folds: unknown key; allowed keys"),
+    ("SketchedKRR", "validation = 2.0", r"select.validation: expected a fraction"),
+    ("SketchedKRR", 'cv = 4\nmetric = "accuracy"', "select.metric: unknown metric"),
+    ("SketchedKRR", "cv = 4\nseed = -1", "select.seed: expected a non-negative integer"),
+])
+def test_cli_select_errors_name_the_key(cli_dir, type_, select_table, match):
+    from distsketch.config import ConfigError, load_config
+
+    (cli_dir / "bad.toml").write_text(SELECT_TOML.format(type=type_, select=select_table))
+    with pytest.raises(ConfigError, match=match):
+        load_config(cli_dir / "bad.toml")
+
+
+def test_evaluate_lam_is_validated(cli_dir, capsys):
+    from distsketch.cli import main
+
+    (cli_dir / "fit.toml").write_text(SELECT_TOML.format(type="SketchedKRR",
+                                                         select="validation = 0.2"))
+    assert main(["-q", "fit", str(cli_dir / "fit.toml")]) == 0
+    capsys.readouterr()
+    assert main(["-q", "evaluate", str(cli_dir / "fit.zarr"), "--lam", "-1"]) == 2
+    assert "--lam: expected a positive number" in capsys.readouterr().err
+    assert main(["-q", "evaluate", str(cli_dir / "fit.zarr"), "--rank", "2"]) == 2
+    assert "--rank: a SketchedKRR has no rank" in capsys.readouterr().err
