@@ -49,13 +49,13 @@ SETS = {
         "train": str(DATA / "mtr" / "rf1-train.arff"),
         "test": str(DATA / "mtr" / "rf1-test.arff"),
         "data": 'n_targets = 8\nmissing = "impute-mean"',
-        "gammas": [0.003, 0.01, 0.03, 0.1],
+        "gammas": [1e-5, 1e-4, 1e-3, 0.01],
     },
     "gas turbine NOx": {
         "train": [str(DATA / "gas_turbine_ppgas" / f"gt_{y}.csv") for y in (2011, 2012, 2013)],
         "test": [str(DATA / "gas_turbine_ppgas" / f"gt_{y}.csv") for y in (2014, 2015)],
         "data": 'target_columns = ["NOX"]\ndrop_columns = ["CO"]',
-        "gammas": [0.03, 0.1, 0.3, 1.0],
+        "gammas": [1e-3, 0.003, 0.01, 0.03, 0.1],
     },
 }
 
