@@ -31,7 +31,7 @@ test-fast: $(STAMP)
 
 ## Benchmarks replace their sections of benchmarks/RESULTS.md (about 40 minutes in all here).
 ## benchmarks/bench_compare.py --base REV (not in this list) compares the tree with a revision.
-BENCHMARKS := pass scaling casp bibtex usps decode rss store lipschitz pipelines friedman rf1 huber_scale quantile leverage cv usps_rr bibtex_rr
+BENCHMARKS := pass scaling casp bibtex usps decode rss store lipschitz pipelines friedman rf1 huber_scale quantile leverage cv usps_rr bibtex_rr import cli_regression
 bench: $(STAMP)
 	for b in $(BENCHMARKS); do $(BIN)/python benchmarks/bench_$$b.py || exit 1; done
 

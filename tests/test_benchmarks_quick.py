@@ -1,4 +1,4 @@
-"""The Lipschitz-loss benchmarks run end to end in their ``--quick`` setting (nothing recorded)."""
+"""The benchmarks that have a ``--quick`` setting run end to end in it (nothing recorded)."""
 
 import subprocess
 import sys
@@ -79,3 +79,16 @@ def test_usps_reduced_rank_quick():
 def test_bibtex_reduced_rank_quick():
     out = run("bench_bibtex_rr.py")
     assert "rr_tuned {" in out and "iokr_shared {" in out
+
+
+def test_import_quick():
+    out = run("bench_import.py")
+    assert '"import_beyond_deps_s"' in out and '"sklearn": false' in out
+
+
+@pytest.mark.skipif(not (BENCH.parent.parent / "shared" / "data" / "mtr" / "rf1-train.arff").exists(),
+                    reason="rf1 data not available")
+def test_cli_regression_quick():
+    pytest.importorskip("sklearn")
+    out = run("bench_cli_regression.py")
+    assert out.startswith("rf1 ") and '"nystroem"' in out and '"best"' in out

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 import distsketch as ds
+from clihelpers import CONFIG
 from distsketch import config
 from distsketch.cli import main
 from distsketch.config import ConfigError, load_config
-from test_cli import CONFIG  # the CLI tests' SISOKR config
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("DISTSKETCH_DATA", ROOT.parent / "shared" / "data"))
