@@ -1,4 +1,8 @@
-"""Shared fixtures of the command-line tests: the SISOKR config they fit."""
+"""Shared pieces of the command-line tests: the SISOKR config they fit and its toy data."""
+
+from pathlib import Path
+
+import numpy as np
 
 CONFIG = """
 [model]
@@ -33,5 +37,17 @@ standardize = true
 path = "fit.zarr"
 
 [engine]
-block_rows = 64
+block_rows = 64      # 4 row blocks: the pass really is spread over the workers
 """
+
+
+def toy_data(folder: Path) -> Path:
+    """train.npz (200 rows), test.npz (40 rows) of a 4-feature, 6-label problem and fit.toml
+    (:data:`CONFIG`) in ``folder``; returns ``folder``."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(240, 4)) * [1, 3, 0.5, 2]
+    Y = (rng.random((240, 6)) < 0.4).astype(float)
+    np.savez(folder / "train.npz", X=X[:200], Y=Y[:200])
+    np.savez(folder / "test.npz", X=X[200:], Y=Y[200:])
+    (folder / "fit.toml").write_text(CONFIG)
+    return folder

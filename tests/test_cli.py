@@ -9,7 +9,7 @@ import pytest
 
 import distsketch as ds
 from distsketch.cli import main
-from clihelpers import CONFIG
+from clihelpers import CONFIG, toy_data
 from clusterhelpers import dask_processes
 from distsketch.config import ConfigError, load_config
 
@@ -17,13 +17,7 @@ from distsketch.config import ConfigError, load_config
 
 @pytest.fixture
 def workdir(tmp_path):
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(240, 4)) * [1, 3, 0.5, 2]
-    Y = (rng.random((240, 6)) < 0.4).astype(float)
-    np.savez(tmp_path / "train.npz", X=X[:200], Y=Y[:200])
-    np.savez(tmp_path / "test.npz", X=X[200:], Y=Y[200:])
-    (tmp_path / "fit.toml").write_text(CONFIG)
-    return tmp_path
+    return toy_data(tmp_path)
 
 
 def run_cli(*args, cwd):

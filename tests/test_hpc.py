@@ -27,6 +27,7 @@ import pytest
 import zarr
 
 import distsketch as ds
+from clihelpers import CONFIG
 
 pytestmark = pytest.mark.hpc
 
@@ -34,41 +35,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / "cluster"
 SETUP = "run `bash .ci/hpc-setup.sh` as root to set it up"
 
-CONFIG = """
-[model]
-type = "SISOKR"
-lam = [1e-3, 1e-2]
-random_state = 0
-
-[model.input_kernel]
-name = "gaussian"
-gamma = 0.5
-
-[model.output_kernel]
-name = "gaussian"
-gamma = 0.5
-
-[model.input_sketch]
-name = "subsampling"
-m = 60
-
-[model.output_sketch]
-name = "p_sparsified"
-m = 25
-p = "20/n"
-kind = "gaussian"
-
-[data]
-train = "train.npz"
-test = "test.npz"
-standardize = true
-
-[store]
-path = "fit.zarr"
-
-[engine]
-block_rows = 64      # 4 row blocks: the pass really is spread over the workers
-"""
 
 #: SLURM job states after which a job will not run again.
 FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from clihelpers import CONFIG
+from clihelpers import CONFIG, toy_data
 from distsketch import config
 from distsketch.cli import main
 from distsketch.config import ConfigError, load_config
@@ -62,13 +62,7 @@ def run_cli(*args, cwd, stdout=subprocess.PIPE):
 
 
 def _toy(tmp_path: Path) -> Path:
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(240, 4)) * [1, 3, 0.5, 2]
-    Y = (rng.random((240, 6)) < 0.4).astype(float)
-    np.savez(tmp_path / "train.npz", X=X[:200], Y=Y[:200])
-    np.savez(tmp_path / "test.npz", X=X[200:], Y=Y[200:])
-    (tmp_path / "fit.toml").write_text(CONFIG)
-    return tmp_path
+    return toy_data(tmp_path)
 
 
 @pytest.fixture(scope="module")
