@@ -128,7 +128,8 @@ Every key, by table (anything else is refused, naming the key and the allowed on
     ``metric``: a metric name (default ``rmse``; SISOKR ``surrogate_mse``; quantiles
     ``pinball``; with ``cv``: ``rmse`` / ``r2`` for SketchedKRR, ``surrogate_mse`` /
     ``f1_samples`` / ``kernel_loss`` for SISOKR); ``gammas``: widths of the input kernel to
-    try (one pass each); ``seed``: the folds' / split's seed (default 0). ``distsketch fit``
+    try (one pass each); ``seed``: the hold-out split's seed (default 0; the ``cv`` folds are
+    contiguous). ``distsketch fit``
     prints every candidate's score and saves the model refitted at the chosen values.
 """
 

@@ -159,7 +159,7 @@ def select(model, X, Y, *, cv: int | None = None, validation: float | None = Non
     gammas : sequence of float, optional
         Widths of the input kernel to try (one pass each).
     random_state : int
-        Seed of the folds / the hold-out split.
+        Seed of the hold-out split (the cv route's folds are contiguous).
 
     Returns
     -------
@@ -170,8 +170,7 @@ def select(model, X, Y, *, cv: int | None = None, validation: float | None = Non
     check_metrics([metric], model=_Probe(model), argument="select.metric")
     kparam = _kernel_param(model) if gammas is not None else None
     if cv is not None:
-        return _select_cv(model, X, Y, cv=int(cv), metric=metric, gammas=gammas, kparam=kparam,
-                          random_state=random_state)
+        return _select_cv(model, X, Y, cv=int(cv), metric=metric, gammas=gammas, kparam=kparam)
     return _select_validation(model, X, Y, fraction=float(validation), metric=metric,
                               gammas=gammas, kparam=kparam, random_state=random_state)
 
@@ -195,7 +194,7 @@ class _Probe:
 # --------------------------------------------------------------------------- cv route
 
 
-def _cv_estimator(model, metric: str, folds: int, random_state: int):
+def _cv_estimator(model, metric: str, folds: int):
     from .cv import SISOKRCV, SketchedKRRCV
     from .models import SISOKR, SketchedKRR
 
@@ -230,8 +229,8 @@ def _cv_estimator(model, metric: str, folds: int, random_state: int):
                      f"SISOKR; for {type(model).__name__} use select.validation = 0.2")
 
 
-def _select_cv(model, X, Y, *, cv, metric, gammas, kparam, random_state) -> Selection:
-    est, kname = _cv_estimator(model, metric, cv, random_state)
+def _select_cv(model, X, Y, *, cv, metric, gammas, kparam) -> Selection:
+    est, kname = _cv_estimator(model, metric, cv)
     store = model.get_params(deep=False).get("store")
     table: list[dict] = []
     best = None
@@ -285,12 +284,10 @@ def _select_validation(model, X, Y, *, fraction, metric, gammas, kparam, random_
                        ) -> Selection:
     n = X.shape[0]
     train, val = split_rows(n, fraction, random_state)
-    Xtr, Ytr, Xva = _take(X, train), _take(Y, train), _take(X, val)
-    Yva = np.asarray(_take(Y, val).compute() if hasattr(_take(Y, val), "compute")
-                     else _take(Y, val))
-    if hasattr(Yva, "toarray"):
-        Yva = Yva.toarray()
-    Yva = np.asarray(Yva, dtype=np.float64)
+    Xtr, Ytr, Xva, Yva = _take(X, train), _take(Y, train), _take(X, val), _take(Y, val)
+    if hasattr(Yva, "compute"):
+        Yva = Yva.compute()
+    Yva = np.asarray(Yva.toarray() if hasattr(Yva, "toarray") else Yva, dtype=np.float64)
     sign = METRIC_ORIENTATION.get(metric, -1)
     m = METRICS[metric]
     params = model.get_params(deep=False)
