@@ -598,15 +598,31 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
         the blocks of ``C`` in row order (float64 copies of the block-dtype values).
     """
     client = distributed_client()
+    retries = int(dask.config.get("distsketch.pass-retries", 3))
     attempt, lost = 0, None
+
+    def retry(exc: BaseException) -> bool:
+        """Count one more attempt; whether to make it (the cluster has workers again)."""
+        nonlocal attempt
+        attempt += 1
+        if client is None or attempt > retries or not workers_back(client):
+            return False
+        logger.warning("%s; resending the in-memory blocks and resuming from the blocks "
+                       "stored so far (attempt %d of %d)", exc, attempt, retries)
+        return True
+
     while True:
         try:
             items = _pass_items(plan, x, y, client)
             plan_ref = share(plan, name="pass-plan", client=client)
         except Exception as exc:
-            if lost is not None:  # the cluster still has no worker to send the blocks to
+            if lost is None:
+                raise
+            # workers lost while the blocks are sent again (a second worker killed after the
+            # first loss was seen): the same recovery, within the same retry budget
+            if not retry(lost):
                 raise lost from exc
-            raise
+            continue
         start = time.perf_counter()  # the pass proper: the inputs are on the workers by now
         try:
             result = map_reduce(_pass_block, items, reducer=PASS_SUMS, shared=plan_ref,
@@ -614,12 +630,9 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
                                 progress=progress)
             break
         except WorkersLost as exc:
-            lost, attempt = exc, attempt + 1
-            retries = int(dask.config.get("distsketch.pass-retries", 3))
-            if client is None or attempt > retries or not workers_back(client):
+            lost = exc
+            if not retry(exc):
                 raise
-            logger.warning("%s; resending the in-memory blocks and resuming from the blocks "
-                           "stored so far (attempt %d of %d)", exc, attempt, retries)
     seconds = time.perf_counter() - start
     logger.info("pass: %d rows in %.3f s (%.0f rows/s)", plan.n, seconds, plan.n / seconds,
                 extra={"pass_seconds": seconds, "pass_rows": plan.n})

@@ -174,3 +174,48 @@ def test_workers_that_never_come_back_give_one_clear_message(tmp_path, undisturb
     with dask.config.set(scheduler="synchronous"):
         resumed = _slow_model(store).fit(X, Y)  # "fit again": it resumes
     np.testing.assert_array_equal(resumed.coef_, reference.coef_)
+
+
+def test_workers_lost_again_while_resending_blocks_is_retried(monkeypatch):
+    """The race behind a flaky CI run: both workers killed, the driver sees the first loss,
+    and sending the blocks again fails because the second worker is dead too. That failure is
+    the same loss and is retried within the ``distsketch.pass-retries`` budget; past it, the
+    error names the loss (not the send)."""
+    from distsketch import accumulate
+    from distsketch.engine import WorkersLost
+
+    calls = {"items": 0, "reduce": 0}
+    real_items, real_reduce = accumulate._pass_items, accumulate.map_reduce
+
+    def flaky_items(plan, x, y, client):
+        calls["items"] += 1
+        if calls["items"] == 2:  # the first resend meets the second dead worker
+            raise OSError("Connection reset by peer")
+        return real_items(plan, x, y, None)
+
+    def flaky_reduce(*args, **kw):
+        calls["reduce"] += 1
+        if calls["reduce"] == 1:
+            raise WorkersLost("pass: the dask cluster lost the workers")
+        return real_reduce(*args, **kw)
+
+    monkeypatch.setattr(accumulate, "_pass_items", flaky_items)
+    monkeypatch.setattr(accumulate, "map_reduce", flaky_reduce)
+    monkeypatch.setattr(accumulate, "distributed_client", lambda: object())
+    monkeypatch.setattr(accumulate, "workers_back", lambda client: True)
+    monkeypatch.setattr(accumulate.time, "sleep", lambda s: None)
+    monkeypatch.setattr(accumulate, "share", lambda value, **kw: value)
+    X, Y = problem()
+    with dask.config.set(scheduler="synchronous"):
+        fitted = model().fit(X, Y)
+        reference = model().fit(X, Y)
+    assert calls["items"] == 4 and calls["reduce"] == 3  # fail, resend fails, resend, (reference)
+    np.testing.assert_array_equal(fitted.coef_, reference.coef_)
+
+    calls.update(items=0, reduce=0)
+    monkeypatch.setattr(accumulate, "_pass_items",
+                        lambda *a: (_ for _ in ()).throw(OSError("reset"))
+                        if calls["reduce"] else real_items(a[0], a[1], a[2], None))
+    with dask.config.set({"scheduler": "synchronous", "distsketch.pass-retries": 2}), \
+            pytest.raises(WorkersLost, match="lost the workers"):
+        model().fit(X, Y)
