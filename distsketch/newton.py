@@ -82,7 +82,10 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-#: Step sizes of the line search: 1, 1/2, …, 2^-12 (losses of all of them in one sweep).
+#: Step sizes of the line search: 1, 1/2, …, 2^-12 (losses of all of them in one sweep). The
+#: full step when it meets Armijo's condition; otherwise the grid's lowest objective (not the
+#: longest step meeting Armijo's: on a piecewise-quadratic smoothed loss that cut the sweeps of
+#: ε-insensitive SVR on CASP-20 000 from 46 to 38 and of pinball τ = 0.9 from 126 to 91).
 GRID = tuple(2.0 ** -k for k in range(13))
 #: Steps along a KKT polish whose true objective a polish sweep reports.
 POLISH_GRID = tuple(2.0 ** -k for k in range(1, 9))
@@ -678,8 +681,8 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
             if loss.smoothed:  # Levenberg–Marquardt: damp more after a short step
                 v["damp"] = (v.get("damp", 0.0) * DAMP_DOWN if ok.size and ok[0] == 0
                              else max(v.get("damp", 0.0), DAMP_MIN) * DAMP_UP)
-            if not (ok.size and ok[0] == 0):  # not the full step: evaluate where we land
-                k = int(ok[0]) if ok.size else int(np.argmin(vals))
+            if not (ok.size and ok[0] == 0):  # not the full step: the grid's lowest point
+                k = int(np.argmin(vals))
                 if ok.size or vals[k] < v["p_at"]:
                     v["Xi"], v["b0"] = Xi + GRID[k] * dXi, b0 + GRID[k] * db0
                 elif loss.smoothed and mu > 0:
