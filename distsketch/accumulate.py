@@ -86,6 +86,11 @@ class PassPlan:
         Write blocks to a local store with O_DIRECT (see :func:`~distsketch.store.write_rows`).
     backend : str
         Compute backend of the block math (:mod:`distsketch.backends`).
+    x_widths : tuple of FeatureMap
+        Further input feature maps over the same landmarks and sketch (other kernel widths,
+        :func:`fit_pass` ``x_widths``): the sums named ``"<sum>~<j>"`` are those of the
+        ``j``-th (1-based) computed from its own block ``C_I^{(j)}``, recomputed from the
+        block's input rows (never stored). One read of the data serves every width.
     """
 
     n: int
@@ -103,6 +108,7 @@ class PassPlan:
     backend: str = "numpy"
     token: int = 0
     location: str = "<memory>"
+    x_widths: tuple = ()
 
     @property
     def x_sketch(self) -> RealizedSketch:
@@ -401,9 +407,28 @@ def _folded(base: SumTerm, folds: str) -> SumTerm:
     return SumTerm(func, reads_y=base.reads_y, reads_d=base.reads_d)
 
 
+def width_of(name: str) -> tuple[str, int]:
+    """``(sum name, width index)`` of a pass sum name: ``"G@5~2"`` is ``("G@5", 2)``, the sum
+    ``G@5`` of the second further input width (:attr:`PassPlan.x_widths`); 0 for the fit's
+    own input kernel."""
+    base, sep, j = name.rpartition("~")
+    if not sep:
+        return name, 0
+    if not (j.isdigit() and int(j) >= 1 and base):
+        raise KeyError(name)
+    return base, int(j)
+
+
 def sum_term(name: str) -> SumTerm:
     """The :class:`SumTerm` of a sum name: one of :data:`SUM_TERMS`, or ``"<name>@<folds>"``
-    (a :data:`FOLDABLE` sum per fold, shape (K, ...), see :func:`fold_ids`)."""
+    (a :data:`FOLDABLE` sum per fold, shape (K, ...), see :func:`fold_ids`), either of them
+    with a width suffix ``"~<j>"`` (:func:`width_of`; not for sums that keep the blocks)."""
+    name, j = width_of(name)
+    if j:
+        term = sum_term(name)
+        if term.keeps_blocks or term.reads_d:
+            raise KeyError(f"{name}~{j}")
+        return term
     base, sep, folds = name.partition("@")
     if not sep:
         return SUM_TERMS[name]
@@ -450,15 +475,28 @@ def _float64(block, ws, name: str, xp):
     return out
 
 
-def _block_sums(plan: PassPlan, i: int, C, D, yb, ws) -> dict:
-    """Partial sums of block ``i`` from its blocks ``C`` (and ``D``), in float64."""
+def _block_sums(plan: PassPlan, i: int, C, D, yb, ws, width: int = 0) -> dict:
+    """Partial sums of block ``i`` from its blocks ``C`` (and ``D``), in float64: the sums of
+    the input width ``width`` (0: the fit's own kernel; ``j``: ``plan.x_widths[j − 1]``, the
+    sums named ``"…~j"``)."""
     be = get_backend(plan.backend)
     s, e = plan.rows(i)
     C = _float64(C, ws, "C64", be.xp)
     if D is not None:
         D = _float64(D, ws, "D64", be.xp)
     view = BlockView(plan, s, e, C, D, yb, be)
-    return {name: sum_term(name).func(view) for name in plan.sums}
+    return {name: sum_term(name).func(view) for name in plan.sums if width_of(name)[1] == width}
+
+
+def _width_sums(plan: PassPlan, i: int, xb, yb, block, ws) -> dict:
+    """The sums of every further input width (:attr:`PassPlan.x_widths`) of block ``i``, each
+    from its own block ``C_I^{(j)}`` computed from the input rows ``xb`` into one reused
+    buffer (the sums are taken before the next width overwrites it)."""
+    out: dict = {}
+    for j, fmap in enumerate(plan.x_widths, start=1):
+        Cj = fmap.block(xb, dtype=plan.dtype, out=block("C~", fmap.width))
+        out.update(_block_sums(plan, i, Cj, None, yb, ws, width=j))
+    return out
 
 
 class BlockRecords:
@@ -510,6 +548,12 @@ def _pass_block(plan: PassPlan, item: tuple, ws) -> dict:
         ws = None
     be = get_backend(plan.backend)
     s, e = plan.rows(i)
+
+    def block(name: str, m: int):
+        shape = (e - s, m)
+        return be.xp.empty(shape, dtype=plan.dtype) if ws is None else ws.get(
+            name, shape, plan.dtype, be.xp)
+
     xfp, yfp = _fingerprints(plan, xb, yb) if plan.records is not None else (0, 0)
     if record is not None:
         stored = _stored_block(plan, i, record, xfp, yfp)
@@ -517,13 +561,10 @@ def _pass_block(plan: PassPlan, item: tuple, ws) -> dict:
             C, D = stored
             sums = _block_sums(plan, i, be.asarray(C), None if D is None else be.asarray(D),
                                yb, ws)
+            if plan.x_widths:
+                sums.update(_width_sums(plan, i, xb, yb, block, ws))
             sums["_records"] = BlockRecords({i: tuple(int(v) for v in record)})
             return sums
-
-    def block(name: str, m: int):
-        shape = (e - s, m)
-        return be.xp.empty(shape, dtype=plan.dtype) if ws is None else ws.get(
-            name, shape, plan.dtype, be.xp)
 
     if plan.check_x:
         check_finite_block(xb, argument="X", start=s)
@@ -540,6 +581,8 @@ def _pass_block(plan: PassPlan, item: tuple, ws) -> dict:
         written = _io_pool().submit(_write_block, plan, i, be.to_numpy(C),
                                     None if D is None else be.to_numpy(D), xfp, yfp)
     sums = _block_sums(plan, i, C, D, yb, ws)
+    if plan.x_widths:
+        sums.update(_width_sums(plan, i, xb, yb, block, ws))
     if written is not None:
         sums["_records"] = BlockRecords({i: written.result()})  # re-raises a failed write
     return sums
@@ -759,6 +802,7 @@ def fit_pass(
     options: EngineOptions,
     model: str,
     reuse_seeds: bool = False,
+    x_widths: tuple = (),
 ) -> PassResult:
     """Draw the sketches, gather landmarks and run (or resume, or reuse) the streaming pass.
 
@@ -768,9 +812,11 @@ def fit_pass(
     (None, a path, a zarr group or a :class:`~distsketch.store.StoreDirectory`): it is opened
     and locked here and returned open in ``PassResult.fs``; the caller saves its model there
     and closes it. ``reuse_seeds`` (a fit without a ``random_state``): take the sketch seeds a
-    pass recorded in the store, so that fitting again resumes it.
+    pass recorded in the store, so that fitting again resumes it. ``x_widths``: further input
+    kernels (other widths of ``x_kernel``) over the same sketch and landmarks, whose sums are
+    named ``"<sum>~<j>"`` (:attr:`PassPlan.x_widths`): one read of the rows for all of them.
     """
-    unknown = {s for s in sums if not known_sum(s)}
+    unknown = {s for s in sums if not known_sum(s) or width_of(s)[1] > len(x_widths)}
     if unknown:
         raise ValueError(f"fit_pass: unknown sums {sorted(unknown)}; known: {sorted(SUM_TERMS)}")
     directory = store if isinstance(store, StoreDirectory) else None
@@ -779,7 +825,7 @@ def fit_pass(
         return _fit_pass(X, Y, x_kernel=x_kernel, x_sketch=x_sketch, sums=sums,
                          y_kernel=y_kernel, y_sketch=y_sketch, rng=rng, fs=fs,
                          directory=directory, options=options, model=model,
-                         reuse_seeds=reuse_seeds)
+                         reuse_seeds=reuse_seeds, x_widths=tuple(x_widths))
     except BaseException:
         if fs is not None:
             fs.close()
@@ -787,7 +833,7 @@ def fit_pass(
 
 
 def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, directory,
-              options, model, reuse_seeds) -> PassResult:
+              options, model, reuse_seeds, x_widths=()) -> PassResult:
     n = X.n
     seeds = [int(s) for s in rng.integers(0, 2**63 - 1, size=2)]
     recorded = fs.meta.get("pass") if reuse_seeds and fs is not None else None
@@ -809,6 +855,8 @@ def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, di
     width = xs.m + X.shape[1]
     if Y is not None:
         width += (ys.m if ys is not None else Y.shape[1]) + Y.shape[1]
+    if x_widths:  # one more block buffer, reused by every further width
+        width += xs.m
     # An exact side's blocks are used as they are (the n × n Gram matrix K_X + nλI is
     # factored, or C itself enters the model), where float32 rounding would be amplified by
     # up to 1/(nλ): they stay float64 (small n, where the pass is cheap anyway).
@@ -836,6 +884,8 @@ def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, di
                   "shape": X.shape, "landmarks": fingerprint(x_land)},
         "output": output,
         "unique_outputs": "U" in sums,
+        # further input widths only where there are some: earlier stores keep their config
+        **({"input_widths": [kernel_description(k) for k in x_widths]} if x_widths else {}),
     })
     if directory is not None:
         fs = directory.open(config)
@@ -850,7 +900,8 @@ def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, di
             sums=tuple(sums), C=C, D=D, records=records, dtype=np.dtype(dtype),
             check_x=X.lazy, check_y=Y is not None and Y.lazy, direct_io=options.direct_io,
             backend=options.backend, token=0 if fs.temporary else fs.token,
-            location=fs.location)
+            location=fs.location,
+            x_widths=tuple(FeatureMap(k, x_land, xs, options.gram_chunk) for k in x_widths))
 
     def complete(plan):
         if fs.pass_complete:

@@ -80,7 +80,7 @@ def _cv_results(params: list[dict], scores: np.ndarray) -> dict:
     order = np.argsort(-mean, kind="stable")
     rank = np.empty(len(params), dtype=np.int64)
     rank[order] = np.arange(1, len(params) + 1)
-    out = {f"param_{k}": (np.array([p[k] for p in params]) if k == "lam"
+    out = {f"param_{k}": (np.array([p[k] for p in params]) if k in ("lam", "gamma")
                           else [p[k] for p in params]) for k in params[0]}
     out.update(params=[dict(p) for p in params],
                **{f"split{k}_test_score": scores[k] for k in range(len(scores))},
@@ -114,6 +114,13 @@ class SketchedKRRCV(SketchedKRR):
         A sketch (``None``, exact KRR, is not cross-validated from one pass).
     lams : sequence of float
         The λ grid.
+    gammas : sequence of float, optional
+        A grid of widths ``γ`` of the input kernel (which must have a ``gamma``), scored with
+        every λ **in the same pass**: each row block is read once and its blocks
+        ``C_I^{(γ)} = k_γ(X_I, X_J) R_mixᵀ`` computed for every γ over the same landmarks and
+        sketch, each with its own per-fold sums (the pass's kernel and sums cost × len(γ),
+        the reads of the data × 1). The refit uses the best γ (``kernel_``); the grid's first
+        width is the one whose blocks a ``store`` keeps. None: the kernel as given.
     cv : int or KFold-like
         Number of contiguous folds, or a splitter with ``n_splits``, ``shuffle``,
         ``random_state`` (:func:`fold_spec`).
@@ -131,27 +138,33 @@ class SketchedKRRCV(SketchedKRR):
     Attributes
     ----------
     cv_results_ : dict
-        scikit-learn's layout: ``param_lam``, ``params``, ``split{k}_test_score``,
-        ``mean_test_score``, ``std_test_score``, ``rank_test_score``.
+        scikit-learn's layout: ``param_lam`` (and ``param_gamma`` with a width grid),
+        ``params``, ``split{k}_test_score``, ``mean_test_score``, ``std_test_score``,
+        ``rank_test_score``; with ``gammas``, the rows run over γ (outer) × λ (inner).
     best_index_, best_params_, best_score_
     n_splits_ : int
     lam_ : float
-        The best λ (``set_lam`` switches to any other).
+        The best λ (``set_lam`` switches to any other, at the chosen width).
+    kernel_ : Kernel
+        The input kernel at the chosen width.
+    gammas_ : list of float or None
+        The width grid.
     Other attributes as :class:`~distsketch.SketchedKRR`.
     """
 
-    _param_kinds = {"kernel": "kernel", "sketch": "sketch", "lams": "json", "cv": "json",
-                    "scoring": "json", "fit_intercept": "json", "random_state": "random_state",
-                    "store": "store", "options": "options"}
+    _param_kinds = {"kernel": "kernel", "sketch": "sketch", "lams": "json", "gammas": "json",
+                    "cv": "json", "scoring": "json", "fit_intercept": "json",
+                    "random_state": "random_state", "store": "store", "options": "options"}
     _configurable = True
 
     def __init__(self, kernel="gaussian", *, sketch=None, lams=(1e-8, 1e-7, 1e-6, 1e-5, 1e-4,
-                                                                 1e-3, 1e-2), cv=5,
+                                                                 1e-3, 1e-2), gammas=None, cv=5,
                  scoring="neg_mean_squared_error", fit_intercept=True, random_state=None,
                  store=None, options=None):
         self.kernel = kernel
         self.sketch = sketch
         self.lams = lams
+        self.gammas = gammas
         self.cv = cv
         self.scoring = scoring
         self.fit_intercept = fit_intercept
@@ -167,36 +180,87 @@ class SketchedKRRCV(SketchedKRR):
         if self.sketch is None:
             raise ValueError("sketch: SketchedKRRCV cross-validates from per-fold sums of a "
                              "sketched pass; give a sketch (e.g. SubSampling(1000))")
+        gammas = check_gammas(self.gammas)
+        # the kernel's width is the grid's: a kernel without one is refused before any data
+        widths = None if gammas is None else [with_width(self.kernel, g) for g in gammas]
         spec = super()._validate(X, Y)
         K = int(folds.partition(":")[0])
         if spec.X.n < 2 * K:
             raise ValueError(f"cv: {K} folds need at least {2 * K} rows, got {spec.X.n}")
         self._folds = folds
-        return FitSpec(spec.X, spec.Y, spec.kernels, spec.sketches, spec.options, spec.rng, lams)
+        self._widths = widths
+        kernels = spec.kernels if widths is None else {**spec.kernels, "kernel": widths[0]}
+        return FitSpec(spec.X, spec.Y, kernels, spec.sketches, spec.options, spec.rng, lams)
+
+    def _x_widths(self, spec: FitSpec) -> tuple:
+        return () if self._widths is None else tuple(self._widths[1:])
 
     def _sums(self, spec: FitSpec) -> tuple[str, ...]:
         f = self._folds
         sums = ("B", f"G@{f}", f"b@{f}", f"yy@{f}", f"y1@{f}", f"count@{f}")
-        return sums + (f"s@{f}",) if self.fit_intercept else sums
+        sums = sums + (f"s@{f}",) if self.fit_intercept else sums
+        more = () if self._widths is None else tuple(
+            f"{name}~{j}" for j in range(1, len(self._widths)) for name in sums
+            if not name.startswith(("yy@", "y1@", "count@")))  # the same for every width
+        return sums + more
 
     def _solve(self, spec: FitSpec, res) -> None:
-        f = self._folds
+        lams = spec.lams
+        widths = self._widths or [spec.kernels["kernel"]]
+        scores = np.concatenate([self._width_scores(spec, res, j) for j in range(len(widths))],
+                                axis=1)
+        gammas = None if self._widths is None else [float(g) for g in self.gammas]
+        _set_best(self, scores, _krr_params(lams, gammas))
+        best_width, best_lam = divmod(self.best_index_, len(lams))
+        # the refit on all rows at the best width, from the same sums (the folds summed)
+        G, b, y1, s, B = self._width_sums(res.sums, best_width)
+        n = res.n
+        intercept = bool(self.fit_intercept)
+        self.kernel_ = widths[best_width]
+        self.gammas_ = gammas
+        self.sketch_ = res.x_sketch
+        self.landmarks_ = res.x_landmarks
+        self.input_solution_, rhs = solve_krr({"G": G, "B": B, "b": b}, res.x_sketch,
+                                              n=n, rtol=spec.options.eig_rtol,
+                                              n_lams=len(lams))
+        self._rhs, self.intercept_ = centre_targets(
+            {"b": b, "y1": y1, **({"s": s} if intercept else {})}, rhs, n=n,
+            fit_intercept=intercept)
+        self._y_1d = spec.Y.input_ndim == 1
+        self.lams_ = tuple(lams)
+        self.lam_ = lams[best_lam]
+
+    def _width_sums(self, sums: dict, j: int):
+        """``(G, b, Σy, s or None, B)`` of input width ``j``, the folds summed."""
+        f, sfx = self._folds, (f"~{j}" if j else "")
+        G = _ordered_sum(np.asarray(sums[f"G@{f}{sfx}"], dtype=np.float64))
+        bf = np.asarray(sums[f"b@{f}{sfx}"], dtype=np.float64)
+        b = _ordered_sum(bf.reshape(bf.shape[0], bf.shape[1], -1))
+        y1f = np.asarray(sums[f"y1@{f}"], dtype=np.float64)
+        y1 = _ordered_sum(y1f.reshape(len(y1f), -1))
+        s = None
+        if self.fit_intercept:
+            sf = np.asarray(sums[f"s@{f}{sfx}"], dtype=np.float64)
+            s = _ordered_sum(sf.reshape(len(sf), -1))
+        return G, b, y1, s, sums[f"B{sfx}"]
+
+    def _width_scores(self, spec: FitSpec, res, j: int) -> np.ndarray:
+        """Scores (K, n_λ) of every fold and λ at input width ``j`` (module notes)."""
+        f, sfx = self._folds, (f"~{j}" if j else "")
         sums = res.sums
-        Gf = np.asarray(sums[f"G@{f}"], dtype=np.float64)
-        bf = np.asarray(sums[f"b@{f}"], dtype=np.float64)
+        Gf = np.asarray(sums[f"G@{f}{sfx}"], dtype=np.float64)
+        bf = np.asarray(sums[f"b@{f}{sfx}"], dtype=np.float64)
         bf = bf.reshape(bf.shape[0], bf.shape[1], -1)
         yyf = np.asarray(sums[f"yy@{f}"], dtype=np.float64).reshape(len(Gf), -1)
         y1f = np.asarray(sums[f"y1@{f}"], dtype=np.float64).reshape(len(Gf), -1)
         cnt = np.asarray(sums[f"count@{f}"], dtype=np.float64).reshape(-1)
         n = res.n
-        G, b = _ordered_sum(Gf), _ordered_sum(bf)
-        y1 = _ordered_sum(y1f)
+        G, b, y1, s, B = self._width_sums(sums, j)
         intercept = bool(self.fit_intercept)
         if intercept:
-            sf = np.asarray(sums[f"s@{f}"], dtype=np.float64).reshape(len(Gf), -1)
-            s = _ordered_sum(sf)
+            sf = np.asarray(sums[f"s@{f}{sfx}"], dtype=np.float64).reshape(len(Gf), -1)
         lams = spec.lams
-        T = whitening(sums["B"], rtol=spec.options.eig_rtol, argument="kernel")
+        T = whitening(B, rtol=spec.options.eig_rtol, argument="kernel")
         K = len(Gf)
         scores = np.full((K, len(lams)), np.nan)
         for k in range(K):
@@ -208,42 +272,68 @@ class SketchedKRRCV(SketchedKRR):
                 b_val = b_val - np.outer(sf[k], ybar)  # C_kᵀ (Y_k − 1ȳᵀ)
                 yy_val = yy_val - 2.0 * ybar * y1f[k] + cnt[k] * ybar * ybar  # Σ_k ‖y − ȳ‖²
             z = P.T @ b_tr
-            for j, lam in enumerate(lams):
+            for i, lam in enumerate(lams):
                 beta = P @ (z / (evals + n_tr * lam)[:, None])  # (m, t)
                 sse = yy_val - 2.0 * np.einsum("ij,ij->j", beta, b_val) \
                     + np.einsum("ij,ij->j", beta, Gf[k] @ beta)  # per target
                 if self.scoring == "r2":
                     sst = yyf[k] - y1f[k] ** 2 / cnt[k]
-                    scores[k, j] = float(np.mean(1.0 - sse / sst))
+                    scores[k, i] = float(np.mean(1.0 - sse / sst))
                 else:
-                    scores[k, j] = -float(np.sum(sse) / (cnt[k] * len(sse)))
-        _set_best(self, scores, [{"lam": v} for v in lams])
-        # the refit on all rows, from the same sums (the folds summed)
-        self.kernel_ = spec.kernels["kernel"]
-        self.sketch_ = res.x_sketch
-        self.landmarks_ = res.x_landmarks
-        self.input_solution_, rhs = solve_krr({"G": G, "B": sums["B"], "b": b}, res.x_sketch,
-                                              n=n, rtol=spec.options.eig_rtol,
-                                              n_lams=len(lams))
-        self._rhs, self.intercept_ = centre_targets(
-            {"b": b, "y1": y1, **({"s": s} if intercept else {})}, rhs, n=n,
-            fit_intercept=intercept)
-        self._y_1d = spec.Y.input_ndim == 1
-        self.lams_ = tuple(lams)
-        self.lam_ = lams[self.best_index_]
+                    scores[k, i] = -float(np.sum(sse) / (cnt[k] * len(sse)))
+        return scores
 
     def _get_state(self):
         arrays, state = super()._get_state()
         r = self.cv_results_
         arrays.update(cv_scores=np.stack([r[f"split{k}_test_score"]
                                           for k in range(self.n_splits_)]))
-        state.update(best_index=self.best_index_, scoring=self.scoring)
+        state.update(best_index=self.best_index_, scoring=self.scoring, gammas=self.gammas_)
         return arrays, state
 
     def _set_state(self, arrays, state):
         super()._set_state(arrays, state)
-        _set_best(self, np.asarray(arrays["cv_scores"]), [{"lam": v} for v in self.lams_],
+        self.gammas_ = state.get("gammas")
+        _set_best(self, np.asarray(arrays["cv_scores"]), _krr_params(self.lams_, self.gammas_),
                   state["best_index"])
+
+
+def _krr_params(lams, gammas) -> list[dict]:
+    """The candidates of :class:`SketchedKRRCV`: λ, or γ (outer) × λ (inner)."""
+    if gammas is None:
+        return [{"lam": v} for v in lams]
+    return [{"gamma": g, "lam": v} for g in gammas for v in lams]
+
+
+def check_gammas(gammas, *, argument: str = "gammas") -> list[float] | None:
+    """A width grid: None, or a non-empty sequence of distinct positive finite numbers."""
+    if gammas is None:
+        return None
+    if (isinstance(gammas, (str, bytes)) or not hasattr(gammas, "__len__") or not len(gammas)
+            or not all(isinstance(g, numbers.Real) and not isinstance(g, bool)
+                       and np.isfinite(g) and g > 0 for g in gammas)):
+        raise ValueError(f"{argument}: expected a non-empty list of positive kernel widths, "
+                         f"got {gammas!r}")
+    if len({float(g) for g in gammas}) != len(gammas):
+        raise ValueError(f"{argument}: the widths must be distinct, got {list(gammas)!r}")
+    return [float(g) for g in gammas]
+
+
+def with_width(kernel, gamma: float, *, argument: str = "gammas"):
+    """A copy of ``kernel`` (a kernel with a ``gamma``, possibly :class:`Standardized`) with
+    width ``gamma``."""
+    from .kernels import Standardized, check_kernel
+
+    kernel = check_kernel(kernel, name="kernel")
+    if isinstance(kernel, Standardized):
+        return Standardized(with_width(kernel.kernel, gamma, argument=argument), kernel.mean,
+                            kernel.scale)
+    params = kernel.get_params(deep=False)
+    if "gamma" not in params:
+        raise ValueError(f"{argument}: the kernel {kernel!r} has no width gamma to vary; drop "
+                         f"{argument} or use a kernel with one (Gaussian, Laplacian, Matern, "
+                         f"…)")
+    return type(kernel)(**{**params, "gamma": float(gamma)})
 
 
 def _fold_basis(T, G, Gk, n: int, count: float, k: int):
@@ -323,6 +413,7 @@ class SISOKRCV(SISOKR):
                     "ranks": "json", "cv": "json", "scoring": "json", "top_k": "json",
                     "random_state": "random_state", "store": "store", "options": "options"}
     _configurable = True
+    _needs_eigenbasis = True  # the fold scores work in the refit's eigenbasis of H
 
     def __init__(self, input_kernel="gaussian", output_kernel="gaussian", *, input_sketch=None,
                  output_sketch=None, lams=(1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2),

@@ -187,6 +187,7 @@ class SketchedEstimator(ParamsMixin):
             sums=self._sums(spec), rng=spec.rng, store=self.store, options=spec.options,
             model=self._pass_model or type(self).__name__,
             reuse_seeds=self.random_state is None,
+            x_widths=self._x_widths(spec),
         )
         # the store's lock is held from the pass to the saved model: one writer at a time
         with res.fs as fs:
@@ -222,6 +223,11 @@ class SketchedEstimator(ParamsMixin):
     def _sums(self, spec: FitSpec) -> tuple[str, ...]:
         """Names of the pass sums this model needs (``accumulate.SUM_TERMS``)."""
         raise NotImplementedError
+
+    def _x_widths(self, spec: FitSpec) -> tuple:
+        """Further input kernels whose sums the same pass computes (``"<sum>~<j>"``, see
+        :func:`~distsketch.accumulate.fit_pass`); none by default."""
+        return ()
 
     def _solve(self, spec: FitSpec, res: PassResult) -> None:
         """Set the fitted state from the pass's result (calling a ``solve.solve_*``)."""

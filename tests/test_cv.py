@@ -19,12 +19,13 @@ def _data(n=300, t=1, seed=0):
     return X, (Y[:, 0] if t == 1 else Y)
 
 
-def _brute_force(model, X, y, lams, folds, scoring="neg_mean_squared_error", intercept=False):
+def _brute_force(model, X, y, lams, folds, scoring="neg_mean_squared_error", intercept=False,
+                 gamma=GAMMA):
     """Fit on each fold's training rows with the realised sketch, score its validation rows:
     β = (C_trᵀ C_tr + n_tr λ B)^† C_trᵀ y_tr (Chen & Yang eq. 3 on the training rows); with an
     intercept, of the targets centred by their training mean, which is added back."""
     n = len(X)
-    K = np.exp(-GAMMA * ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+    K = np.exp(-gamma * ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
     R = model.sketch_.matrix()
     R = R.toarray() if hasattr(R, "toarray") else np.asarray(R)
     C = K @ R.T
@@ -145,6 +146,90 @@ def test_bad_input_before_anything_is_written(tmp_path, kw, match):
     kw = {"sketch": ds.SubSampling(20), **kw}
     with pytest.raises(ValueError, match=match):
         ds.SketchedKRRCV(ds.Gaussian(gamma=GAMMA), store=store, **kw).fit(X, y)
+    assert not store.exists()
+
+
+GAMMAS = [0.3, 0.5, 1.5]
+
+
+@pytest.mark.parametrize("intercept", [True, False])
+def test_width_grid_in_one_pass_equals_brute_force(intercept):
+    """A γ grid: every (γ, λ) scored from one pass equals the per-fold dense refits at that γ
+    (same realised sketch), the best (γ, λ) is refitted, and it predicts as a plain
+    SketchedKRR with that kernel and λ."""
+    X, y = _data(t=2, seed=5)
+    model = ds.SketchedKRRCV(ds.Gaussian(gamma=1.0), sketch=ds.SubSampling(40), lams=LAMS,
+                             gammas=GAMMAS, cv=4, fit_intercept=intercept, random_state=0,
+                             options=F64).fit(X, y + 3.0)
+    want = np.concatenate([_brute_force(model, X, y + 3.0, LAMS, "4", intercept=intercept,
+                                        gamma=g) for g in GAMMAS], axis=1)
+    got = np.stack([model.cv_results_[f"split{k}_test_score"] for k in range(4)])
+    assert norm_rel_err(got, want) <= 1e-8
+    best = int(np.argmax(want.mean(axis=0)))
+    g, lam = GAMMAS[best // len(LAMS)], LAMS[best % len(LAMS)]
+    assert model.best_params_ == {"gamma": g, "lam": lam}
+    assert list(model.cv_results_["param_gamma"]) == [v for v in GAMMAS for _ in LAMS]
+    assert model.kernel_.gamma == g and model.lam_ == lam
+    krr = ds.SketchedKRR(ds.Gaussian(gamma=g), sketch=ds.SubSampling(40), lam=lam,
+                         fit_intercept=intercept, random_state=0, options=F64).fit(X, y + 3.0)
+    # the refit's G is the folds' sums added, the plain fit's the blocks': the same sum in
+    # another order (relative 1e-16 per entry), amplified by cond(H + nλI) ≈ 1e6 at γ = 0.3
+    assert norm_rel_err(model.predict(X), krr.predict(X)) <= 1e-8
+
+
+def test_width_grid_reads_each_block_once(monkeypatch):
+    """Every width's block comes from the same rows read once per block: one FeatureMap.block
+    call per (block, width), each block's widths on the same array."""
+    from distsketch.features import FeatureMap
+
+    seen = []
+    original = FeatureMap.block
+
+    def counting(self, A, **kw):
+        seen.append((A, self.kernel.gamma))
+        return original(self, A, **kw)
+
+    monkeypatch.setattr(FeatureMap, "block", counting)
+    X, y = _data(seed=6)
+    ds.SketchedKRRCV(ds.Gaussian(gamma=1.0), sketch=ds.SubSampling(30), lams=LAMS,
+                     gammas=GAMMAS, cv=3, random_state=0, options=F64).fit(X, y)
+    blocks = -(-len(X) // 64)
+    assert len(seen) == blocks * len(GAMMAS)
+    assert len({id(A) for A, _ in seen}) == blocks  # the arrays are alive: distinct ids
+    assert sum(len(A) for A, g in seen if g == GAMMAS[1]) == len(X)
+
+
+def test_width_grid_saved_resumed_and_refused(tmp_path):
+    X, y = _data(seed=7)
+    store = tmp_path / "w.zarr"
+    kw = dict(sketch=ds.SubSampling(30), lams=LAMS, gammas=GAMMAS, cv=3, random_state=0)
+    model = ds.SketchedKRRCV(ds.Gaussian(gamma=1.0), store=store, **kw).fit(X, y)
+    loaded = ds.load(store)
+    assert loaded.best_params_ == model.best_params_ and loaded.gammas_ == GAMMAS
+    assert list(loaded.cv_results_["param_gamma"]) == list(model.cv_results_["param_gamma"])
+    assert np.array_equal(loaded.predict(X), model.predict(X))
+    again = ds.SketchedKRRCV(ds.Gaussian(gamma=1.0), store=store, **kw).fit(X, y)
+    assert np.array_equal(again.cv_results_["mean_test_score"],
+                          model.cv_results_["mean_test_score"])
+    # another grid is another fit: the store refuses it rather than mixing the two
+    with pytest.raises(Exception, match="overwrite"):
+        ds.SketchedKRRCV(ds.Gaussian(gamma=1.0), store=store,
+                         **{**kw, "gammas": [0.2, 0.4]}).fit(X, y)
+
+
+@pytest.mark.parametrize("kernel, gammas, match", [
+    (ds.Gaussian(gamma=1.0), [], r"^gammas: expected a non-empty list"),
+    (ds.Gaussian(gamma=1.0), [0.5, -1.0], r"^gammas: expected a non-empty list"),
+    (ds.Gaussian(gamma=1.0), [0.5, 0.5], r"^gammas: the widths must be distinct"),
+    (ds.Gaussian(gamma=1.0), "0.5", r"^gammas: expected a non-empty list"),
+    (ds.Linear(), [0.5, 1.0], r"^gammas: the kernel Linear\(\) has no width gamma"),
+])
+def test_width_grid_bad_input_before_anything_is_written(tmp_path, kernel, gammas, match):
+    X, y = _data()
+    store = tmp_path / "s.zarr"
+    with pytest.raises(ValueError, match=match):
+        ds.SketchedKRRCV(kernel, sketch=ds.SubSampling(20), gammas=gammas, store=store,
+                         lams=LAMS).fit(X, y)
     assert not store.exists()
 
 
