@@ -426,7 +426,7 @@ def sum_term(name: str) -> SumTerm:
     name, j = width_of(name)
     if j:
         term = sum_term(name)
-        if term.keeps_blocks or term.reads_d:
+        if term.keeps_blocks:
             raise KeyError(f"{name}~{j}")
         return term
     base, sep, folds = name.partition("@")
@@ -488,14 +488,15 @@ def _block_sums(plan: PassPlan, i: int, C, D, yb, ws, width: int = 0) -> dict:
     return {name: sum_term(name).func(view) for name in plan.sums if width_of(name)[1] == width}
 
 
-def _width_sums(plan: PassPlan, i: int, xb, yb, block, ws) -> dict:
+def _width_sums(plan: PassPlan, i: int, xb, yb, D, block, ws) -> dict:
     """The sums of every further input width (:attr:`PassPlan.x_widths`) of block ``i``, each
     from its own block ``C_I^{(j)}`` computed from the input rows ``xb`` into one reused
-    buffer (the sums are taken before the next width overwrites it)."""
+    buffer (the sums are taken before the next width overwrites it) and the block's output
+    side ``D`` (the same for every width)."""
     out: dict = {}
     for j, fmap in enumerate(plan.x_widths, start=1):
         Cj = fmap.block(xb, dtype=plan.dtype, out=block("C~", fmap.width))
-        out.update(_block_sums(plan, i, Cj, None, yb, ws, width=j))
+        out.update(_block_sums(plan, i, Cj, D, yb, ws, width=j))
     return out
 
 
@@ -562,7 +563,8 @@ def _pass_block(plan: PassPlan, item: tuple, ws) -> dict:
             sums = _block_sums(plan, i, be.asarray(C), None if D is None else be.asarray(D),
                                yb, ws)
             if plan.x_widths:
-                sums.update(_width_sums(plan, i, xb, yb, block, ws))
+                sums.update(_width_sums(plan, i, xb, yb, None if D is None else be.asarray(D),
+                                        block, ws))
             sums["_records"] = BlockRecords({i: tuple(int(v) for v in record)})
             return sums
 
@@ -582,7 +584,7 @@ def _pass_block(plan: PassPlan, item: tuple, ws) -> dict:
                                     None if D is None else be.to_numpy(D), xfp, yfp)
     sums = _block_sums(plan, i, C, D, yb, ws)
     if plan.x_widths:
-        sums.update(_width_sums(plan, i, xb, yb, block, ws))
+        sums.update(_width_sums(plan, i, xb, yb, D, block, ws))
     if written is not None:
         sums["_records"] = BlockRecords({i: written.result()})  # re-raises a failed write
     return sums

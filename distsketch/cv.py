@@ -298,6 +298,13 @@ class SketchedKRRCV(SketchedKRR):
                   state["best_index"])
 
 
+def _sisokr_params(lams, ranks, gammas) -> list[dict]:
+    """The candidates of :class:`SISOKRCV`: (λ, p), γ the outer loop when given."""
+    grid = [{"lam": lam, "rank": None} for lam in lams] if not ranks else \
+        [{"lam": lam, "rank": p} for lam in lams for p in ranks]
+    return grid if gammas is None else [{"gamma": g, **p} for g in gammas for p in grid]
+
+
 def _krr_params(lams, gammas) -> list[dict]:
     """The candidates of :class:`SketchedKRRCV`: λ, or γ (outer) × λ (inner)."""
     if gammas is None:
@@ -319,12 +326,12 @@ def check_gammas(gammas, *, argument: str = "gammas") -> list[float] | None:
     return [float(g) for g in gammas]
 
 
-def with_width(kernel, gamma: float, *, argument: str = "gammas"):
+def with_width(kernel, gamma: float, *, argument: str = "gammas", kernel_name: str = "kernel"):
     """A copy of ``kernel`` (a kernel with a ``gamma``, possibly :class:`Standardized`) with
     width ``gamma``."""
     from .kernels import Standardized, check_kernel
 
-    kernel = check_kernel(kernel, name="kernel")
+    kernel = check_kernel(kernel, name=kernel_name)
     if isinstance(kernel, Standardized):
         return Standardized(with_width(kernel.kernel, gamma, argument=argument), kernel.mean,
                             kernel.scale)
@@ -381,6 +388,11 @@ class SISOKRCV(SISOKR):
     lams : sequence of float
     ranks : None or sequence of int
         Ranks to try (``None``: full rank only); a rank at least ``r_Y`` is the full model.
+    gammas : sequence of float, optional
+        A grid of widths of the input kernel, every one scored with every (λ, p) from the same
+        pass (one read of the rows; each block's ``C_I`` computed once per width, see
+        :class:`SketchedKRRCV`). The driver work (whitening, ``eigh(H)``, fold reductions)
+        is once per width; the model is refitted at the best width.
     cv : int or KFold-like
         See :func:`fold_spec`.
     scoring : {"surrogate", "f1_samples", "kernel_loss", "topk_accuracy"}
@@ -400,9 +412,9 @@ class SISOKRCV(SISOKR):
     Attributes
     ----------
     cv_results_ : dict
-        ``param_lam``, ``param_rank`` (None: full), ``params``, ``split{k}_test_score``
-        (the ``scoring``, greater is better), ``mean_test_score``, ``std_test_score``,
-        ``rank_test_score``.
+        ``param_lam``, ``param_rank`` (None: full), with ``gammas`` also ``param_gamma``
+        (the outer loop), ``params``, ``split{k}_test_score`` (the ``scoring``, greater is
+        better), ``mean_test_score``, ``std_test_score``, ``rank_test_score``.
     best_index_, best_params_, best_score_, n_splits_
     Other attributes as :class:`~distsketch.SISOKR`, refitted at the best ``(λ, p)`` from the
     same sums (``set_lam`` and ``set_rank`` switch).
@@ -410,21 +422,23 @@ class SISOKRCV(SISOKR):
 
     _param_kinds = {"input_kernel": "kernel", "output_kernel": "kernel",
                     "input_sketch": "sketch", "output_sketch": "sketch", "lams": "json",
-                    "ranks": "json", "cv": "json", "scoring": "json", "top_k": "json",
-                    "random_state": "random_state", "store": "store", "options": "options"}
+                    "ranks": "json", "gammas": "json", "cv": "json", "scoring": "json",
+                    "top_k": "json", "random_state": "random_state", "store": "store",
+                    "options": "options"}
     _configurable = True
     _needs_eigenbasis = True  # the fold scores work in the refit's eigenbasis of H
 
     def __init__(self, input_kernel="gaussian", output_kernel="gaussian", *, input_sketch=None,
                  output_sketch=None, lams=(1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2),
-                 ranks=None, cv=5, scoring="surrogate", top_k=5, random_state=None, store=None,
-                 options=None):
+                 ranks=None, gammas=None, cv=5, scoring="surrogate", top_k=5, random_state=None,
+                 store=None, options=None):
         self.input_kernel = input_kernel
         self.output_kernel = output_kernel
         self.input_sketch = input_sketch
         self.output_sketch = output_sketch
         self.lams = lams
         self.ranks = ranks
+        self.gammas = gammas
         self.cv = cv
         self.scoring = scoring
         self.top_k = top_k
@@ -446,6 +460,9 @@ class SISOKRCV(SISOKR):
             if getattr(self, name) is None:
                 raise ValueError(f"{name}: SISOKRCV cross-validates from per-fold sums of a pass "
                                  f"sketched on both sides; give a sketch (e.g. SubSampling(500))")
+        gammas = check_gammas(getattr(self, "gammas", None))
+        widths = None if gammas is None else [
+            with_width(self.input_kernel, g, kernel_name="input_kernel") for g in gammas]
         spec = SketchedEstimator._validate(self, X, Y)
         self._offset = None  # SISOKR's output centring (fit_intercept): not cross-validated
         if isinstance(spec.kernels["output_kernel"], Linear):
@@ -455,11 +472,21 @@ class SISOKRCV(SISOKR):
         if spec.X.n < 2 * K:
             raise ValueError(f"cv: {K} folds need at least {2 * K} rows, got {spec.X.n}")
         self._folds = folds
-        return FitSpec(spec.X, spec.Y, spec.kernels, spec.sketches, spec.options, spec.rng, lams)
+        self._widths = widths
+        kernels = spec.kernels if widths is None else {**spec.kernels,
+                                                       "input_kernel": widths[0]}
+        return FitSpec(spec.X, spec.Y, kernels, spec.sketches, spec.options, spec.rng, lams)
+
+    def _x_widths(self, spec: FitSpec) -> tuple:
+        return () if self._widths is None else tuple(self._widths[1:])
 
     def _sums(self, spec: FitSpec) -> tuple[str, ...]:
         f = self._folds
-        return ("B", "E", "U", f"G@{f}", f"M@{f}", f"kyy@{f}", f"count@{f}")
+        sums = ("B", "E", "U", f"G@{f}", f"M@{f}", f"kyy@{f}", f"count@{f}")
+        more = () if self._widths is None else tuple(
+            f"{name}~{j}" for j in range(1, len(self._widths))
+            for name in ("B", f"G@{f}", f"M@{f}"))  # the output side's are the same
+        return sums + more
 
     def _fit_ranks(self):
         # the refit runs before the scores exist (its factors serve every fold); _solve
@@ -468,31 +495,24 @@ class SISOKRCV(SISOKR):
 
     def _solve(self, spec: FitSpec, res) -> None:
         f = self._folds
-        sums = res.sums
-        Gf = np.asarray(sums[f"G@{f}"], dtype=np.float64)
-        Mf = np.asarray(sums[f"M@{f}"], dtype=np.float64)
-        kyy = np.asarray(sums[f"kyy@{f}"], dtype=np.float64).reshape(-1)
-        cnt = np.asarray(sums[f"count@{f}"], dtype=np.float64).reshape(-1)
+        cnt = np.asarray(res.sums[f"count@{f}"], dtype=np.float64).reshape(-1)
         n, lams = res.n, spec.lams
         ranks = check_rank(self.ranks, argument="ranks")
-        grid = [(lam, None) for lam in lams] if not ranks else \
-            [(lam, p) for lam in lams for p in ranks]
         for k in range(len(cnt)):
             if cnt[k] == 0 or cnt[k] == n:
                 raise ValueError(f"cv: fold {k} has {int(cnt[k])} of the {n} rows; use fewer "
                                  f"folds or contiguous folds")
-        # the refit on all rows from the same sums (the folds summed), first: its whitening
-        # T_X, T_Y and eigendecomposition H = V Λ Vᵀ serve every fold
-        G, M = _ordered_sum(Gf), _ordered_sum(Mf)
-        SISOKR._solve(self, spec, _with_sums(res, dict(sums, G=G, M=M)))
-        sol = self.input_solution_
-        decoded = self.scoring != "surrogate"
-        scores, models = sisokr_fold_scores(sol.T @ sol.V, sol.evals, self.operator_,
-                                            self.output_whitening_, Gf, Mf, kyy, cnt, n=n,
-                                            lams=lams, ranks=ranks, keep_models=decoded)
-        if decoded:
-            scores = self._decoded_scores(spec, res, models, ranks, self.output_whitening_, cnt)
-        _set_best(self, scores, [{"lam": g[0], "rank": g[1]} for g in grid])
+        widths = self._widths or [spec.kernels["input_kernel"]]
+        scores = []
+        for j in range(len(widths)):  # each width's refit is left fitted by its scores
+            scores.append(self._width_scores(self._width_spec(spec, j), res, j))
+        gammas = None if self._widths is None else [float(g) for g in self.gammas]
+        _set_best(self, np.concatenate(scores, axis=1), _sisokr_params(lams, ranks, gammas))
+        best_width = self.best_index_ // (len(lams) * max(len(ranks), 1))
+        if best_width != len(widths) - 1:  # the refit at the best width (its driver work again)
+            SISOKR._solve(self, self._width_spec(spec, best_width),
+                          self._width_result(res, best_width))
+        self.gammas_ = gammas
         # the refit at the best (λ, p): best first, as SISOKR(lam=[...], rank=[...]) would
         best_lam, best_rank = self.best_params_["lam"], self.best_params_["rank"]
         self.lams_ = (best_lam, *[v for v in lams if v != best_lam])
@@ -501,6 +521,39 @@ class SISOKRCV(SISOKR):
             (best_rank, *[p for p in ranks if p != best_rank])
         self.rank_ = best_rank
         self._principal = None
+
+    def _width_spec(self, spec: FitSpec, j: int) -> FitSpec:
+        if self._widths is None:
+            return spec
+        return FitSpec(spec.X, spec.Y, {**spec.kernels, "input_kernel": self._widths[j]},
+                       spec.sketches, spec.options, spec.rng, spec.lams)
+
+    def _width_result(self, res, j: int):
+        """The pass's result as a plain SISOKR of input width ``j`` sees it (folds summed)."""
+        f, sfx, sums = self._folds, (f"~{j}" if j else ""), res.sums
+        return _with_sums(res, dict(sums, B=sums[f"B{sfx}"],
+                                    G=_ordered_sum(np.asarray(sums[f"G@{f}{sfx}"], np.float64)),
+                                    M=_ordered_sum(np.asarray(sums[f"M@{f}{sfx}"], np.float64))))
+
+    def _width_scores(self, spec: FitSpec, res, j: int) -> np.ndarray:
+        """Scores (K, n_λ · n_p) at input width ``j``; leaves the refit of that width fitted."""
+        f, sfx, sums = self._folds, (f"~{j}" if j else ""), res.sums
+        Gf = np.asarray(sums[f"G@{f}{sfx}"], dtype=np.float64)
+        Mf = np.asarray(sums[f"M@{f}{sfx}"], dtype=np.float64)
+        kyy = np.asarray(sums[f"kyy@{f}"], dtype=np.float64).reshape(-1)
+        cnt = np.asarray(sums[f"count@{f}"], dtype=np.float64).reshape(-1)
+        ranks = check_rank(self.ranks, argument="ranks")
+        # the refit on all rows from the same sums (the folds summed), first: its whitening
+        # T_X, T_Y and eigendecomposition H = V Λ Vᵀ serve every fold
+        SISOKR._solve(self, spec, self._width_result(res, j))
+        sol = self.input_solution_
+        decoded = self.scoring != "surrogate"
+        scores, models = sisokr_fold_scores(sol.T @ sol.V, sol.evals, self.operator_,
+                                            self.output_whitening_, Gf, Mf, kyy, cnt, n=res.n,
+                                            lams=spec.lams, ranks=ranks, keep_models=decoded)
+        if decoded:
+            scores = self._decoded_scores(spec, res, models, ranks, self.output_whitening_, cnt)
+        return scores
 
     def _decoded_scores(self, spec, res, models, ranks, T_Y, cnt) -> np.ndarray:
         """Per fold and setting, the mean decoded score of the fold's rows (one more read of
@@ -573,13 +626,18 @@ class SISOKRCV(SISOKR):
         arrays.update(cv_scores=np.stack([self.cv_results_[f"split{k}_test_score"]
                                           for k in range(self.n_splits_)]))
         state.update(best_index=self.best_index_,
-                     cv_params=[[float(p["lam"]), p["rank"]] for p in self.cv_results_["params"]])
+                     cv_params=[[float(p["lam"]), p["rank"]] for p in self.cv_results_["params"]],
+                     gammas=self.gammas_)
         return arrays, state
 
     def _set_state(self, arrays, state):
         super()._set_state(arrays, state)
+        self.gammas_ = state.get("gammas")
         params = [{"lam": float(a), "rank": None if b is None else int(b)}
                   for a, b in state["cv_params"]]
+        if self.gammas_ is not None:  # the pairs repeat per width, γ the outer loop
+            per = len(params) // len(self.gammas_)
+            params = [{"gamma": self.gammas_[i // per], **p} for i, p in enumerate(params)]
         _set_best(self, np.asarray(arrays["cv_scores"]), params, state["best_index"])
 
 

@@ -306,6 +306,44 @@ def test_sisokr_cv_results_equal_brute_force(ranks, route, monkeypatch):
     assert norm_rel_err(model.score_candidates(X[:5], Yc), ref.score_candidates(X[:5], Yc)) <= 1e-9
 
 
+@pytest.mark.parametrize("scoring", ["surrogate", "f1_samples"])
+def test_sisokr_cv_width_grid_in_one_pass_equals_brute_force(scoring, tmp_path):
+    """SISOKRCV(gammas=…): every (γ, λ, p) from one pass equals the dense per-fold refits at
+    that input width; the refit is SISOKR at the best (γ, λ, p); saved and loaded."""
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(160, 4))
+    Y = (X[:, :3] @ rng.normal(size=(3, 6)) + 0.3 * rng.normal(size=(160, 6)) > 0.5)
+    Y = Y.astype(np.float64)
+    lams, ranks, gammas = [1e-4, 1e-2], [2, 4], [0.2, 0.3, 0.6]
+    model = ds.SISOKRCV(ds.Gaussian(gamma=1.0), ds.Gaussian(gamma=0.5),
+                        input_sketch=ds.SubSampling(40), output_sketch=ds.SubSampling(30),
+                        lams=lams, ranks=ranks, gammas=gammas, cv=4, scoring=scoring,
+                        random_state=0, options=F64, store=tmp_path / "w.zarr").fit(X, Y)
+    got = np.stack([model.cv_results_[f"split{k}_test_score"] for k in range(4)])
+    if scoring == "surrogate":
+        want = np.concatenate([_sisokr_brute_force(model, X, Y, lams, ranks, "4", g, 0.5)
+                               for g in gammas], axis=1)
+        assert norm_rel_err(got, want) <= 1e-8
+    else:  # decoded: each width as its own SISOKRCV (the surrogate route checks the sums)
+        want = np.concatenate([np.stack([ds.SISOKRCV(
+            ds.Gaussian(gamma=g), ds.Gaussian(gamma=0.5), input_sketch=ds.SubSampling(40),
+            output_sketch=ds.SubSampling(30), lams=lams, ranks=ranks, cv=4, scoring=scoring,
+            random_state=0, options=F64).fit(X, Y).cv_results_[f"split{k}_test_score"]
+            for k in range(4)]) for g in gammas], axis=1)
+        assert np.array_equal(got, want)  # F1 of decoded rows: the same rows decoded
+    best = model.cv_results_["params"][int(np.argmax(got.mean(axis=0)))]
+    assert model.best_params_ == best and set(best) == {"gamma", "lam", "rank"}
+    ref = ds.SISOKR(ds.Gaussian(gamma=best["gamma"]), ds.Gaussian(gamma=0.5),
+                    input_sketch=ds.SubSampling(40), output_sketch=ds.SubSampling(30),
+                    lam=best["lam"], rank=best["rank"], random_state=0, options=F64).fit(X, Y)
+    Yc = Y[:20]
+    assert norm_rel_err(model.score_candidates(X[:5], Yc), ref.score_candidates(X[:5], Yc)) <= 1e-9
+    loaded = ds.load(tmp_path / "w.zarr")
+    assert loaded.best_params_ == best and loaded.gammas_ == gammas
+    assert loaded.cv_results_["params"] == model.cv_results_["params"]
+    assert np.array_equal(loaded.score_candidates(X[:5], Yc), model.score_candidates(X[:5], Yc))
+
+
 def test_sisokr_cv_bad_input_and_saved(tmp_path):
     X, Y = _data(t=3)
     Y = (Y > 0).astype(float)
