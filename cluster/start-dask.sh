@@ -3,7 +3,7 @@
 #
 #   cluster/start-dask.sh [start] --scheduler-file FILE [--workers N] [--threads T]
 #                         [--memory-limit M] [--interface IF] [--local-directory DIR]
-#                         [--launcher auto|srun|mpirun|local] [--timeout S]
+#                         [--launcher auto|srun|mpirun|local] [--timeout S] [--gpus]
 #   cluster/start-dask.sh stop --scheduler-file FILE
 #
 # `start` returns once all N workers have registered and prints the scheduler address; then run
@@ -13,6 +13,11 @@
 #   mpirun  inside a PBS job spanning several nodes: workers started by `mpirun -n N` (Open MPI
 #           and MPICH read the PBS node file; the workers themselves do not use MPI);
 #   local   anywhere else: background processes on this machine.
+# --gpus: one GPU per worker for EngineOptions(device="cuda") (pip install "distsketch[gpu]"):
+# srun gives each worker task its own GPU (SRUN_GPU_ARGS, default --gpus-per-task=1: SLURM sets
+# CUDA_VISIBLE_DEVICES; a site whose srun wants --gres=gpu:1 per step sets SRUN_GPU_ARGS);
+# mpirun and local set CUDA_VISIBLE_DEVICES to the worker's node-local rank (local: 0…N−1, so
+# N must not exceed the GPUs of this machine); workers get DASK_DISTSKETCH__DEVICE=cuda.
 # The processes outlive this script; `stop` shuts them down through the scheduler, then ends the
 # recorded process ids (FILE.pids). Logs: FILE.scheduler.log, FILE.workers.log.
 #
@@ -36,6 +41,7 @@ INTERFACE=""
 LOCAL_DIR=""
 LAUNCHER=auto
 TIMEOUT=300
+GPUS=0
 PYTHON=${PYTHON:-python3}
 while (($#)); do
     case $1 in
@@ -47,6 +53,7 @@ while (($#)); do
         --local-directory) LOCAL_DIR=${2:?}; shift 2 ;;
         --launcher) LAUNCHER=${2:?}; shift 2 ;;
         --timeout) TIMEOUT=${2:?}; shift 2 ;;
+        --gpus) GPUS=1; shift ;;
         -h | --help) usage ;;
         *) printf 'start-dask: unknown argument %q\n' "$1" >&2; usage ;;
     esac
@@ -120,6 +127,15 @@ worker_args=(-m distributed.cli.dask_worker --scheduler-file "$SCHED_FILE" --nwo
              --nthreads "$THREADS" --memory-limit "$MEMORY_LIMIT" "${net[@]}")
 [[ -z $LOCAL_DIR ]] || worker_args+=(--local-directory "$LOCAL_DIR")
 sched_args=(-m distributed.cli.dask_scheduler --scheduler-file "$SCHED_FILE" --port 0 "${net[@]}")
+# one GPU per worker: the worker command runs through a wrapper that picks the GPU of its
+# node-local rank (srun sets CUDA_VISIBLE_DEVICES itself with --gpus-per-task)
+gpu_wrap=()
+if ((GPUS)); then
+    export DASK_DISTSKETCH__DEVICE=cuda
+    gpu_wrap=(env DASK_DISTSKETCH__DEVICE=cuda bash -c
+              'r=${OMPI_COMM_WORLD_LOCAL_RANK:-${MPI_LOCALRANKID:-${PMI_LOCAL_RANK:-}}}
+               [[ -z $r ]] || export CUDA_VISIBLE_DEVICES=$r; exec "$@"' gpu-worker)
+fi
 SLOG="$SCHED_FILE.scheduler.log"
 WLOG="$SCHED_FILE.workers.log"
 
@@ -130,29 +146,38 @@ case $LAUNCHER in
         srun --overlap --nodes=1 --ntasks=1 --input=none "$PYTHON" "${sched_args[@]}" >"$SLOG" 2>&1 &
         echo $! >>"$PIDS"
         # shellcheck disable=SC2086  # SRUN_ARGS: several flags
-        srun --overlap --ntasks="$WORKERS" --cpus-per-task="$THREADS" --input=none ${SRUN_ARGS:-} \
-            "$PYTHON" "${worker_args[@]}" >"$WLOG" 2>&1 &
+        gpu_srun=""
+        ((GPUS)) && gpu_srun=${SRUN_GPU_ARGS:---gpus-per-task=1}
+        # shellcheck disable=SC2086  # SRUN_ARGS, SRUN_GPU_ARGS: several flags
+        srun --overlap --ntasks="$WORKERS" --cpus-per-task="$THREADS" $gpu_srun \
+            --input=none ${SRUN_ARGS:-} "$PYTHON" "${worker_args[@]}" >"$WLOG" 2>&1 &
         echo $! >>"$PIDS"
         ;;
     mpirun)
         "$PYTHON" "${sched_args[@]}" </dev/null >"$SLOG" 2>&1 &
         echo $! >>"$PIDS"
         # shellcheck disable=SC2086  # MPIRUN_ARGS: several flags
-        mpirun -n "$WORKERS" ${MPIRUN_ARGS:-} "$PYTHON" "${worker_args[@]}" </dev/null >"$WLOG" 2>&1 &
+        mpirun -n "$WORKERS" ${MPIRUN_ARGS:-} "${gpu_wrap[@]}" "$PYTHON" "${worker_args[@]}" \
+            </dev/null >"$WLOG" 2>&1 &
         echo $! >>"$PIDS"
         ;;
     local)
         "$PYTHON" "${sched_args[@]}" </dev/null >"$SLOG" 2>&1 &
         echo $! >>"$PIDS"
         : >"$WLOG"
-        for _ in $(seq "$WORKERS"); do
-            "$PYTHON" "${worker_args[@]}" </dev/null >>"$WLOG" 2>&1 &
+        for i in $(seq 0 $((WORKERS - 1))); do
+            if ((GPUS)); then
+                CUDA_VISIBLE_DEVICES=$i DASK_DISTSKETCH__DEVICE=cuda \
+                    "$PYTHON" "${worker_args[@]}" </dev/null >>"$WLOG" 2>&1 &
+            else
+                "$PYTHON" "${worker_args[@]}" </dev/null >>"$WLOG" 2>&1 &
+            fi
             echo $! >>"$PIDS"
         done
         ;;
     *) die "--launcher: expected auto, srun, mpirun or local, got '$LAUNCHER'" ;;
 esac
-log "$LAUNCHER: scheduler and $WORKERS worker(s) x $THREADS thread(s), memory limit $MEMORY_LIMIT"
+log "$LAUNCHER: scheduler and $WORKERS worker(s) x $THREADS thread(s), memory limit $MEMORY_LIMIT$( ((GPUS)) && echo ', one GPU each')"
 
 # Wait for the scheduler file, then for every worker; fail early if a launcher process died.
 deadline=$((SECONDS + TIMEOUT))

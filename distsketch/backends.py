@@ -8,22 +8,31 @@ the arrays it was given and calls that backend's ``xp`` namespace — the array-
 (:meth:`Backend.asarray`), computes, and brings the small partial sums back to the host
 (:meth:`Backend.to_numpy`). The driver's ``m × m`` solve always runs on the host.
 
-Only the numpy backend ships here. Another backend is a new module that subclasses
+Only the numpy backend is built here. Another backend is a new module that subclasses
 :class:`Backend` and calls :func:`register_backend` — nothing else in the package changes
 (docs/design.md, "How to add a backend"; tests/test_backends.py builds one in its test file).
+A backend shipped with the package but needing an optional dependency is listed in
+:data:`LAZY_BACKENDS` and made on first use: ``"cuda"`` (:mod:`distsketch.cuda`, CuPy), so
+importing distsketch never imports CuPy.
 
 This module imports neither dask nor anything but numpy and scipy.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
 
 __all__ = ["Backend", "NumpyBackend", "register_backend", "get_backend", "backend_of", "BACKENDS",
-           "dense"]
+           "LAZY_BACKENDS", "BackendUnavailable", "known_backend", "dense"]
+
+
+class BackendUnavailable(RuntimeError):
+    """A registered backend that cannot run in this process (a missing optional dependency or
+    device); the message names what to install."""
 
 
 class Backend:
@@ -37,6 +46,9 @@ class Backend:
     name: ClassVar[str] = ""
     xp: Any = None
     array_types: ClassVar[tuple[type, ...]] = ()
+    #: Bytes of a row tile when a kernel fills a block in place (None: the kernels' default,
+    #: sized for CPU caches; a GPU backend takes far larger tiles).
+    tile_bytes: ClassVar[int | None] = None
 
     def asarray(self, a, dtype=None):
         """A host array (ndarray, or scipy.sparse for backends with sparse support) or one of
@@ -71,6 +83,10 @@ class Backend:
     def cityblock(self, A, B):
         """``Σ_k |a_ik − b_jk|`` of dense blocks, shape (n_a, n_b), float64."""
         raise NotImplementedError
+
+    def argsort_stable(self, a, axis: int = -1):
+        """Stable argsort along ``axis`` (equal keys keep their order)."""
+        return self.xp.argsort(a, axis=axis, kind="stable")
 
     def __repr__(self) -> str:
         return f"<distsketch backend {self.name!r}>"
@@ -121,16 +137,37 @@ def register_backend(backend: Backend) -> Backend:
 
 NUMPY = register_backend(NumpyBackend())
 
+#: Backends made on first use, by name: ``(module, factory)``; the factory registers and
+#: returns the backend or raises :class:`BackendUnavailable`. Imported by name, so this module
+#: does not import them.
+LAZY_BACKENDS: dict[str, tuple[str, str]] = {"cuda": ("distsketch.cuda", "cuda_backend")}
+_LAZY_LOCK = threading.Lock()
+
+
+def known_backend(name) -> bool:
+    """Whether ``name`` is a registered or a lazily made backend."""
+    return isinstance(name, str) and (name in BACKENDS or name in LAZY_BACKENDS)
+
 
 def get_backend(name: str | Backend) -> Backend:
-    """The backend registered under ``name`` (a Backend is returned as is)."""
+    """The backend registered under ``name`` (a Backend is returned as is); a lazy backend
+    (:data:`LAZY_BACKENDS`) is made on first use and may raise :class:`BackendUnavailable`."""
     if isinstance(name, Backend):
         return name
     try:
         return BACKENDS[name]
     except (KeyError, TypeError):
-        raise ValueError(f"options.backend: unknown backend {name!r}; registered backends are "
-                         f"{sorted(BACKENDS)}") from None
+        pass
+    if known_backend(name):
+        import importlib
+
+        with _LAZY_LOCK:  # the tasks of one process make one instance
+            if name in BACKENDS:
+                return BACKENDS[name]
+            module, factory = LAZY_BACKENDS[name]
+            return getattr(importlib.import_module(module), factory)()
+    raise ValueError(f"options.backend: unknown backend {name!r}; registered backends are "
+                     f"{sorted(set(BACKENDS) | set(LAZY_BACKENDS))}")
 
 
 def backend_of(a) -> Backend:

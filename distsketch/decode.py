@@ -71,11 +71,11 @@ def _features_of(fmap: FeatureMap, cand, rows: int):
 
 def _fixed_block(shared, item, ws):
     """Top-k of all queries ``G`` against one candidate block (rows offset …)."""
-    fmap, G, k, rows = shared
+    fmap, G, k, rows, backend = shared
     cand, offset = item
     F, kyy = _features_of(fmap, cand, rows)
     return score_topk(G, F, kyy, k, np.arange(offset, offset + F.shape[0], dtype=np.int64),
-                      rows=rows)
+                      rows=rows, backend=backend)
 
 
 def _ragged_block(shared, item, ws):
@@ -87,7 +87,7 @@ def _ragged_block(shared, item, ws):
     them, ``whole`` whether ``[a, b)`` is the entire set (else a piece of a large set, merged
     with the other pieces).
     """
-    fmap, G, k, rows = shared
+    fmap, G, k, rows, backend = shared
     cand, span_start, groups = item
     F, kyy = _features_of(fmap, cand, rows)
     out_q, out_i, out_s = [], [], []
@@ -96,7 +96,7 @@ def _ragged_block(shared, item, ws):
         # a whole set of one tile is one GEMM; sets split over calls use fixed-shape tiles
         idx, vals = score_topk(G[queries], F[lo:hi], kyy[lo:hi], k,
                                np.arange(a - base, b - base, dtype=np.int64),
-                               pad=not whole or (b - a) > rows, rows=rows)
+                               pad=not whole or (b - a) > rows, rows=rows, backend=backend)
         out_q.append(queries)
         out_i.append(idx)
         out_s.append(vals)
@@ -108,7 +108,7 @@ def _ragged_block(shared, item, ws):
 
 def decode_fixed(fmap: FeatureMap, G: np.ndarray, candidates, *, n_candidates: int, k: int,
                  block_rows: int, split_every: int = 4, query_rows: int = 65536,
-                 progress: bool = False):
+                 progress: bool = False, backend: str = "numpy"):
     """Top-k over one candidate set for every query.
 
     Parameters
@@ -126,6 +126,9 @@ def decode_fixed(fmap: FeatureMap, G: np.ndarray, candidates, *, n_candidates: i
         Candidates per task.
     query_rows : int
         Queries per task (bounds the surrogate block a task holds).
+    backend : str
+        Compute backend of the scores and top-k (``EngineOptions.backend``; ``"cuda"``: on
+        the device, only the winners come back — :mod:`distsketch.topk`).
 
     Returns
     -------
@@ -141,8 +144,8 @@ def decode_fixed(fmap: FeatureMap, G: np.ndarray, candidates, *, n_candidates: i
     for qs in range(0, G.shape[0], query_rows):
         Gq = share(np.ascontiguousarray(G[qs : qs + query_rows]), name=f"decode-g-{qs}",
                    client=client)
-        leaves = map_blocks(_fixed_block, blocks, shared=(fmap_ref, Gq, k, topk.SCORE_ROWS),
-                            name=f"decode-{qs}")
+        leaves = map_blocks(_fixed_block, blocks,
+                            shared=(fmap_ref, Gq, k, topk.SCORE_ROWS, backend), name=f"decode-{qs}")
         finals.append(tree_reduce(leaves, reducer, split_every=split_every, name=f"decode-{qs}"))
     results = compute(finals, progress=progress, what="decode")
     return (np.concatenate([r[0] for r in results]), np.concatenate([r[1] for r in results]))
@@ -150,7 +153,7 @@ def decode_fixed(fmap: FeatureMap, G: np.ndarray, candidates, *, n_candidates: i
 
 def decode_ragged(fmap: FeatureMap, G: np.ndarray, candidates, *, offsets: np.ndarray,
                   query_sets: np.ndarray, k: int, block_rows: int, split_every: int = 4,
-                  progress: bool = False):
+                  progress: bool = False, backend: str = "numpy"):
     """Top-k of each query over its own candidate set; indices are positions in that set.
 
     Parameters
@@ -162,10 +165,13 @@ def decode_ragged(fmap: FeatureMap, G: np.ndarray, candidates, *, offsets: np.nd
     query_sets : ndarray of int64, shape (n_queries,)
     block_rows : int
         Candidate rows per task: small sets are packed into one span, large sets split.
+    backend : str
+        As for :func:`decode_fixed`.
     """
     client = distributed_client()
     shared = (share(fmap, name="decode-features", client=client),
-              share(np.ascontiguousarray(G), name="decode-g", client=client), k, topk.SCORE_ROWS)
+              share(np.ascontiguousarray(G), name="decode-g", client=client), k, topk.SCORE_ROWS,
+              backend)
     order = np.argsort(query_sets, kind="stable")
     used, starts = np.unique(query_sets[order], return_index=True)
     members = np.split(order, starts[1:])

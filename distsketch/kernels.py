@@ -459,7 +459,8 @@ class Gaussian(_ExponentialKernel):
         d = A.shape[1]
         same = A is B
         Ba = _augment_right(B, self.gamma, be)
-        rows = max(n_a, 1) if d > _TILE_MAX_D else max(8, _TILE_BYTES // (8 * max(n_b, 1)))
+        tile = be.tile_bytes or _TILE_BYTES  # a GPU backend fills far larger tiles
+        rows = max(n_a, 1) if d > _TILE_MAX_D else max(8, tile // (8 * max(n_b, 1)))
         for r in range(0, n_a, rows):
             e = min(r + rows, n_a)
             dst = out[r:e]

@@ -9,11 +9,11 @@ from __future__ import annotations
 import functools
 import numbers
 from contextlib import nullcontext
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import dask.config
 
-from .backends import BACKENDS
+from .backends import BACKENDS, LAZY_BACKENDS, BackendUnavailable, get_backend, known_backend
 
 __all__ = ["EngineOptions", "check_options", "blas_limit"]
 
@@ -25,6 +25,9 @@ __all__ = ["EngineOptions", "check_options", "blas_limit"]
 # ``null`` leaves the BLAS library's own setting alone.
 dask.config.update_defaults({"distsketch": {"blas-threads": 1, "worker-wait": 60,
                                             "pass-retries": 3}})
+# ``device``: where block math runs when EngineOptions.device is not given ("cpu" or "cuda";
+# DASK_DISTSKETCH__DEVICE=cuda on GPU workers' deployments).
+dask.config.update_defaults({"distsketch": {"device": "cpu"}})
 # ``worker-wait``: seconds a fit waits for a dask cluster that lost its workers to have one
 # again before giving up (``pass-retries`` times at most), resending the in-memory blocks and
 # resuming from the blocks already stored.
@@ -98,8 +101,9 @@ class EngineOptions:
         other zarr stores are written the ordinary way either way.
     backend : str
         Compute backend of the block math (kernel blocks, block products, partial sums):
-        a name registered in :mod:`distsketch.backends` (``"numpy"``, the default). The
-        driver's small solves always run on the host.
+        a name registered in :mod:`distsketch.backends` (``"numpy"``, the default;
+        ``"cuda"``, as ``device="cuda"`` sets it). The driver's small solves always run on
+        the host.
     sweep_memory : int
         Bytes of sketched blocks ``C`` that an iterative model (``SketchedRegressor``,
         ``SketchedQuantileRegressor``) fitted without a store (``store=None``) on the local
@@ -107,6 +111,16 @@ class EngineOptions:
         copies of the values a store would hold, so the model is the same). Above
         it, or on a distributed cluster, every sweep recomputes the kernel blocks and a
         fit's memory stays that of its tasks. 0: always recompute.
+    device : {"cpu", "cuda"} or None
+        Where the block math runs. ``"cuda"``: on the GPU of each process running a task
+        through CuPy (:mod:`distsketch.cuda`; needs ``pip install "distsketch[gpu]"`` and a
+        CUDA device, checked when the options are validated, before anything is written).
+        ``None``: the dask config key ``distsketch.device`` (default ``"cpu"``); a value
+        given here wins. ``device`` picks the backend: ``"cuda"`` sets ``backend="cuda"``
+        (``backend`` left at ``"numpy"`` or set to ``"cuda"``; another backend with
+        ``device="cuda"`` is refused as contradictory), ``backend="cuda"`` alone implies
+        ``device="cuda"``, and ``device="cpu"`` with ``backend="cuda"`` is refused.
+        :func:`check_options` returns the options with both fields resolved.
     """
 
     block_rows: int | None = None
@@ -121,6 +135,7 @@ class EngineOptions:
     direct_io: bool = True
     backend: str = "numpy"
     sweep_memory: int = 2**30
+    device: str | None = None
 
     @property
     def eig_rtol(self) -> float:
@@ -158,8 +173,43 @@ def check_options(options: EngineOptions | None) -> EngineOptions:
         raise _bad("block_dtype", f"must be 'float64' or 'float32', got {options.block_dtype!r}")
     if options.rtol is not None and not (0.0 < float(options.rtol) < 1.0):
         raise _bad("rtol", f"must be in (0, 1), got {options.rtol!r}")
-    if options.backend not in BACKENDS:
-        raise _bad("backend", f"unknown backend {options.backend!r}; registered backends are "
-                              f"{sorted(BACKENDS)}")
-    return options
+    return _resolve_device(options)
 
+
+_DEVICES = ("cpu", "cuda")
+
+
+def _resolve_device(options: EngineOptions) -> EngineOptions:
+    """``options`` with ``device`` (the option, else the dask config key ``distsketch.device``)
+    and ``backend`` resolved and consistent; a CUDA backend is made here, so a missing CuPy or
+    device fails before a fit writes anything."""
+    device, given = options.device, options.device is not None
+    if device is None:
+        device = dask.config.get("distsketch.device", None) or "cpu"
+        if device not in _DEVICES:
+            raise _bad("device", f"the dask config key distsketch.device must be 'cpu' or "
+                                 f"'cuda', got {device!r}")
+    elif device not in _DEVICES:
+        raise _bad("device", f"must be 'cpu', 'cuda' or None (the dask config key "
+                             f"distsketch.device), got {device!r}")
+    backend = options.backend
+    if not known_backend(backend):
+        raise _bad("backend", f"unknown backend {backend!r}; registered backends are "
+                              f"{sorted(set(BACKENDS) | set(LAZY_BACKENDS))}")
+    if device == "cuda" and backend not in ("numpy", "cuda"):
+        raise _bad("device", f"device='cuda' runs the block math on the 'cuda' backend, but "
+                             f"backend={backend!r}: leave backend at its default or drop device")
+    if backend == "cuda" and device == "cpu":
+        if given:
+            raise _bad("device", "device='cpu' contradicts backend='cuda': drop one of them "
+                                 "(backend='cuda' alone means device='cuda')")
+        device = "cuda"
+    if device == "cuda":
+        backend = "cuda"
+        try:
+            get_backend("cuda")
+        except BackendUnavailable as exc:
+            raise _bad("device", str(exc)) from exc
+    if (device, backend) != (options.device, options.backend):
+        options = replace(options, device=device, backend=backend)
+    return options

@@ -9,12 +9,19 @@ score(x, y) = k_Y(y, y) − 2 φ_Y(y)ᵀ g(x)    smaller is better
 Scores are computed in GEMM-shaped blocks ``kyy − 2 G Fᵀ`` (queries × candidates) and reduced
 at once to a partial top-k; partial results merge by (score, index). Ties are broken by the
 lower candidate index everywhere, so a merge tree gives the same result in any shape.
+
+With a compute backend other than numpy (``score_topk(..., backend="cuda")``) a task's
+candidate block, queries and ``kyy`` go to the device once, the score tiles, the first tile's
+top-k (a stable sort) and the merges of later tiles (stable sorts of the few entries that
+beat a running k-th best) run there, and only the ``k`` winners per query come back: the
+same (score, index) order as the host path, on the device's GEMM scores.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .backends import NUMPY, get_backend
 from .blocks import pad_rows
 
 __all__ = ["SCORE_ROWS", "smallest_k", "merge_topk", "score_topk"]
@@ -102,7 +109,7 @@ def _merge_entries(best: tuple[np.ndarray, np.ndarray], rows: np.ndarray, index:
 
 
 def score_topk(G: np.ndarray, F: np.ndarray, kyy: np.ndarray, k: int, index: np.ndarray, *,
-               pad: bool = True, rows: int | None = None):
+               pad: bool = True, rows: int | None = None, backend=None):
     """Top-k of ``kyy − 2 G Fᵀ`` over tiles of ``SCORE_ROWS`` candidates (bounded score block).
 
     After the first tile only scores strictly below each query's running k-th best are
@@ -110,11 +117,15 @@ def score_topk(G: np.ndarray, F: np.ndarray, kyy: np.ndarray, k: int, index: np.
     tile is the GEMM plus one comparison pass. ``pad``: give every GEMM the same shape (needed
     when the candidates of one set are split over several calls). ``rows``: the tile (default
     :data:`SCORE_ROWS`, read when a decoding graph is built and shipped with it, so every
-    worker tiles alike).
+    worker tiles alike). ``backend``: a compute backend name (module docstring); ``None`` or
+    ``"numpy"`` scores on the host.
     """
+    tile_rows = SCORE_ROWS if rows is None else rows
+    be = NUMPY if backend is None else get_backend(backend)
+    if be is not NUMPY:
+        return _score_topk_device(be, G, F, kyy, k, index, pad=pad, tile_rows=tile_rows)
     G2 = -2.0 * G
     best = None
-    tile_rows = SCORE_ROWS if rows is None else rows
     for s in range(0, F.shape[0], tile_rows):
         w = min(tile_rows, F.shape[0] - s)
         tile = pad_rows(F[s : s + w], tile_rows) if pad else F[s : s + w]
@@ -127,3 +138,78 @@ def score_topk(G: np.ndarray, F: np.ndarray, kyy: np.ndarray, k: int, index: np.
         if rows.size:
             best = _merge_entries(best, rows, index[s + cols], S[rows, cols], k)
     return best
+
+
+# --------------------------------------------------------------------------- on a device
+# The same order as the host path: entries sorted by (score, candidate position), positions
+# increasing with the candidate index. Stable sorts over keys laid out in position order do
+# the lexicographic sorts (CuPy's sort is always stable and has no 2-D lexsort).
+
+
+def _score_topk_device(be, G, F, kyy, k: int, index: np.ndarray, *, pad: bool, tile_rows: int):
+    """:func:`score_topk` with the tiles, the top-k and the merges in backend ``be``; returns
+    host ``(idx, scores)``, (q, k) each, as the host path."""
+    xp = be.xp
+    G2 = be.asarray(-2.0 * np.asarray(G, dtype=np.float64))
+    Fd = be.asarray(F, dtype=np.float64)
+    kd = be.asarray(np.asarray(kyy, dtype=np.float64).ravel())
+    c = F.shape[0]
+    best = None
+    padded = xp.zeros((tile_rows, Fd.shape[1])) if pad else None
+    for s in range(0, c, tile_rows):
+        w = min(tile_rows, c - s)
+        if pad:
+            padded[:w] = Fd[s:s + w]
+            padded[w:] = 0.0
+            tile = padded
+        else:
+            tile = Fd[s:s + w]
+        S = (G2 @ tile.T)[:, :w]
+        S += kd[s:s + w]
+        if best is None:
+            best = _first_topk(be, S, k, s)
+            continue
+        rows_, cols = xp.nonzero(S < best[1][:, -1:])
+        if int(rows_.size):
+            best = _merge_device(be, best, rows_, cols + s, S[rows_, cols], k)
+    pos, vals = be.to_numpy(best[0]), be.to_numpy(best[1])
+    idx = np.where(pos < 0, -1, np.asarray(index)[np.maximum(pos, 0)]).astype(np.int64)
+    return idx, vals
+
+
+def _first_topk(be, S, k: int, offset: int):
+    """Positions (``offset`` + column) and scores of each row's ``k`` smallest, by (score,
+    position), padded with −1 / +inf to ``k`` columns."""
+    xp = be.xp
+    q, w = S.shape
+    order = be.argsort_stable(S, axis=1)[:, :k]
+    vals = xp.take_along_axis(S, order, axis=1)
+    pos = order.astype(np.int64) + offset
+    if w < k:
+        pos = xp.concatenate([pos, xp.full((q, k - w), -1, dtype=np.int64)], axis=1)
+        vals = xp.concatenate([vals, xp.full((q, k - w), np.inf)], axis=1)
+    return pos, vals
+
+
+def _merge_device(be, best, rows, pos, vals, k: int):
+    """Merge entries ``(rows, pos, vals)`` into the running ``best`` (on the device), as
+    :func:`_merge_entries`: sort by (row, score, position) with invalid entries last."""
+    xp = be.xp
+    best_i, best_v = best
+    touched = xp.unique(rows)
+    all_r = xp.concatenate([xp.repeat(touched, k), rows.astype(touched.dtype)])
+    all_i = xp.concatenate([best_i[touched].ravel(), pos.astype(np.int64)])
+    all_v = xp.concatenate([best_v[touched].ravel(), vals])
+    invalid = all_i < 0
+    key = xp.where(invalid, np.iinfo(np.int64).max, all_i)
+    all_v = xp.where(invalid, np.inf, all_v)
+    order = be.argsort_stable(key)
+    order = order[be.argsort_stable(all_v[order])]
+    order = order[be.argsort_stable(all_r[order])]
+    counts = xp.bincount(all_r[order], minlength=best_i.shape[0])[touched]
+    starts = xp.cumsum(counts) - counts
+    take = order[(starts[:, None] + xp.arange(k)).ravel()]  # every touched row has >= k entries
+    best_i, best_v = best_i.copy(), best_v.copy()
+    best_i[touched] = all_i[take].reshape(-1, k)
+    best_v[touched] = all_v[take].reshape(-1, k)
+    return best_i, best_v
