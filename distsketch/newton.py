@@ -323,7 +323,8 @@ class SolverState:
     """The iterations' state in a store group (``solver/<key>``), double-buffered: arrays go
     to the slot not in use, then the attributes (with the arrays' checksums) switch to it."""
 
-    ARRAYS = ("Xi", "b0", "dXi", "db0", "fix_C", "fix_col", "fix_y", "fix_beta")
+    ARRAYS = ("Xi", "b0", "dXi", "db0", "fix_C", "fix_col", "fix_y", "fix_beta", "best_Xi",
+              "best_b0")
 
     def __init__(self, group):
         self.group = group
@@ -614,6 +615,14 @@ _FIX = ("fix_C", "fix_col", "fix_y", "fix_beta")
 #: Most band entries the KKT polish gathers on the driver (rows of C): beyond, no polish.
 POLISH_ENTRIES = 20000
 
+#: Sweeps without a better certified point (a lower relative duality gap) after which the
+#: iterations stop and return the best one with a ConvergenceWarning, once that best is
+#: within STALL_NEAR × tol: past it the continuation has shrunk μ below what float64
+#: certifies (a smoothed dual point at μ ≈ 1e-9 is worse than the polish's). Farther from
+#: tol a μ stage can wander above its best gap for longer (slow stages of pinball), so only
+#: max_iter stops it.
+STALL_SWEEPS, STALL_NEAR = 60, 100.0
+
 
 def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_iter: int,
               state: SolverState | None = None) -> Solution:
@@ -682,7 +691,7 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
                 v["damp"] = (v.get("damp", 0.0) * DAMP_DOWN if ok.size and ok[0] == 0
                              else max(v.get("damp", 0.0), DAMP_MIN) * DAMP_UP)
             if not (ok.size and ok[0] == 0):  # not the full step: the grid's lowest point
-                k = int(np.argmin(vals))
+                k = int(ok[np.argmin(vals[ok])]) if ok.size else int(np.argmin(vals))
                 if ok.size or vals[k] < v["p_at"]:
                     v["Xi"], v["b0"] = Xi + GRID[k] * dXi, b0 + GRID[k] * db0
                 elif loss.smoothed and mu > 0:
@@ -724,11 +733,15 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
                     lam, v["n_iter"], p_true, rel, f", μ = {mu:.3g}" if loss.smoothed else "")
         if rel <= tol:
             return _finish(prob, lam, v, tol, state, (p_true, gap, True))
+        if not rel >= v.get("best_rel", math.inf):  # the best certified point so far
+            v.update(best_rel=float(rel), best_p=float(p_true), best_at=float(v["n_iter"]),
+                     best_Xi=Xi.copy(), best_b0=np.array(b0, dtype=np.float64))
         if v["n_iter"] >= max_iter:
-            warnings.warn(f"{loss.name} loss, λ = {lam:g}: stopped at max_iter = {max_iter} "
-                          f"with relative duality gap {rel:.3g} > tol = {tol:g}; increase "
-                          f"max_iter or tol", convergence_warning(), stacklevel=4)
-            return _finish(prob, lam, v, tol, state, (p_true, gap, False))
+            return _finish(prob, lam, v, tol, state, None, why=f"max_iter = {max_iter}")
+        if (v["n_iter"] - v.get("best_at", 0.0) > STALL_SWEEPS
+                and v["best_rel"] <= STALL_NEAR * tol):
+            return _finish(prob, lam, v, tol, state, None,
+                           why=f"no better certified point in {STALL_SWEEPS} sweeps")
         mu_floor = 0.02 * tol * abs(p_true) / lsq if lsq else 0.0
         if loss.smoothed and gap_mu <= GAP_RATIO * gap and mu > mu_floor:
             v["mu"], v["level"] = max(mu * MU_FACTOR, mu_floor), 0  # a narrower band
@@ -808,12 +821,18 @@ def _save(state, v: dict) -> None:
 def _finish(prob, lam, v: dict, tol: float, state, result, why: str | None = None
             ) -> Solution:
     """The solution of this λ (saved as done); ``result``: ``(objective, gap, converged)``,
-    or None when stopped without a fresh gap (the last one is reported)."""
+    or None when stopped without a fresh gap: then the best certified point of the iterations
+    (``best_*``, the lowest relative gap) is returned, or the last one."""
     if result is None:
         if v["history"]:
             _, p_true, rel, _ = v["history"][-1]
         else:
             p_true, rel = float("nan"), float("inf")
+        if v.get("best_Xi") is not None and v["best_rel"] < rel:
+            # the continuation can move past its best point (μ shrunk below what float64
+            # certifies): the best one the iterations certified is the answer
+            v["Xi"], v["b0"] = v["best_Xi"], v["best_b0"]
+            p_true, rel = v["best_p"], v["best_rel"]
         result = (p_true, rel * abs(p_true), rel <= tol)
         if rel > tol:
             reason = (f"stopped at {why}" if why else "no further decrease is possible in "

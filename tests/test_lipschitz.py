@@ -458,6 +458,32 @@ def test_max_iter_warns():
     assert est.n_iter_ == 3
 
 
+def test_stalled_continuation_returns_its_best_certified_point():
+    """Two pinball levels, no output matrix, tol = 1e-10 (found by the ADMM tests): the KKT
+    polish certifies a relative gap of about 1e-10, then the continuation shrinks μ to 1e-9,
+    where the smoothed dual point certifies only 1e-1. The iterations stop STALL_SWEEPS
+    sweeps after the best point (not at max_iter) and return it, warning: the objective is
+    the optimum's, the reported gap the best certified one (≤ 1e-8, issue 14's bar)."""
+    from distsketch import newton
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    Y = (np.sin(X[:, :1]) + 0.5 * X[:, 1:2] + 0.3 * np.arange(2)[None, :] * X[:, 2:3]
+         + 0.1 * rng.normal(size=(200, 2)))
+    Y[:12] += 4.0
+    kw = dict(loss=Pinball((0.2, 0.7)), sketch=ds.SubSampling(30), lam=1e-3, max_iter=5000,
+              random_state=1, options=ds.EngineOptions(block_dtype="float64", block_rows=64))
+    ref = ds.SketchedRegressor(ds.Gaussian(gamma=0.5), tol=1e-8, **kw).fit(X, Y)
+    with pytest.warns(Warning, match="no better certified point") as record:
+        est = ds.SketchedRegressor(ds.Gaussian(gamma=0.5), tol=1e-10, **kw).fit(X, Y)
+    assert any("ConvergenceWarning" in type(w.message).__name__ for w in record)
+    assert est.n_iter_ < 1000
+    assert 0 <= est.duality_gap_ <= 1e-8 * est.objective_
+    assert abs(est.objective_ - ref.objective_) <= 1e-9 * ref.objective_
+    np.testing.assert_allclose(est.predict(X), ref.predict(X), rtol=0, atol=1e-6)
+    assert newton.STALL_NEAR * 1e-10 >= est.duality_gap_ / est.objective_
+
+
 REGRESSOR_TOML = """
 [model]
 type = "{type}"
