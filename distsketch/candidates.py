@@ -3,7 +3,7 @@
 Layout (one zarr v3 group)::
 
     <store>/                attrs["distsketch_candidates"] = {format_version, kind, n_candidates,
-                                                              width, n_sets}
+                                                              width, n_sets, token}
         candidates  (n_c, d_Y)        the candidate rows (their own dtype: bool fingerprints stay bool)
         offsets     (n_sets + 1,)     ragged only: set s is rows offsets[s]:offsets[s+1]
         query_sets  (n_queries,)      ragged, optional: the set of each query
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -123,6 +124,9 @@ class CandidateStore:
         self.n_candidates = int(meta["n_candidates"])
         self.width = int(meta["width"])
         self.n_sets = int(meta["n_sets"])
+        #: identity of this store's contents (new at every ``create``; None for stores written
+        #: before it existed): the key of a model's folded decoding cache
+        self.token = meta.get("token")
 
     def __repr__(self) -> str:
         return (f"CandidateStore({self.location!r}, kind={self.kind!r}, "
@@ -187,7 +191,8 @@ class CandidateStore:
                 group.create_array("query_sets", data=qs)
         group.attrs[_ATTR] = {"format_version": FORMAT_VERSION,
                               "kind": "fixed" if offsets is None else "ragged",
-                              "n_candidates": int(n), "width": int(width), "n_sets": int(n_sets)}
+                              "n_candidates": int(n), "width": int(width), "n_sets": int(n_sets),
+                              "token": uuid.uuid4().hex}
         return cls(group, location=os.fspath(path))
 
     @classmethod

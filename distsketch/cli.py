@@ -273,20 +273,31 @@ def cmd_fit(args) -> int:
 
 def _print_selection(sel) -> None:
     """The table of every candidate's score (best marked) and the chosen values."""
-    keys = [k for k in ("gamma", "lam", "rank") if k in sel.table[0]]
+    keys = [k for k in ("kernel", "gamma", "lam", "rank") if k in sel.table[0]]
+    # the kernel column (a description) left-aligned at its widest; a kernel without a width
+    # has no gamma ("-"), a full rank is "full"
+    kw = max([len("kernel")] + [len(str(r["kernel"])) for r in sel.table]) if "kernel" in keys else 0
+
+    def cell(k, v):
+        if k == "kernel":
+            return f"{v:<{kw}}"
+        if v is None:
+            return f"{'-' if k == 'gamma' else 'full':>10}"
+        return f"{v:>10g}"
+
     what = (f"{sel.metric} (mean over folds, greater is better)" if sel.route == "cv" else
             f"{sel.metric} on the held-out rows ({'greater' if sel.greater_is_better else 'smaller'}"
             f" is better)")
     _out(f"model selection by {sel.route}: {what}")
-    _out("  ".join(f"{k:>10}" for k in keys) + f"  {'score':>12}" +
-         (f"  {'std':>10}" if sel.route == "cv" else ""))
+    _out("  ".join(f"{k:<{kw}}" if k == "kernel" else f"{k:>10}" for k in keys)
+         + f"  {'score':>12}" + (f"  {'std':>10}" if sel.route == "cv" else ""))
     for row in sel.table:
         mark = "  *" if all(row.get(k) == sel.best.get(k) for k in keys) else ""
-        _out("  ".join(f"{row[k]:>10g}" if row[k] is not None else f"{'full':>10}" for k in keys)
+        _out("  ".join(cell(k, row[k]) for k in keys)
              + f"  {row['score']:>12.6g}" + (f"  {row['std']:>10.3g}" if sel.route == "cv" else "")
              + mark)
     _out("chosen: " + ", ".join(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}"
-                                for k, v in sel.best.items()))
+                                for k, v in sel.best.items() if v is not None))
 
 
 def _with_progress(options, progress: bool):

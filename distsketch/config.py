@@ -55,7 +55,8 @@ Every key, by table (anything else is refused, naming the key and the allowed on
       positive integer or a list: reduced rank), ``rank_lam``, ``fit_intercept`` (a linear
       output kernel only; default false).
     - SketchedKRR: ``[model.kernel]``, ``[model.sketch]``, ``fit_intercept`` (default true:
-      the targets are centred and their training mean added back).
+      the targets are centred and their training mean added back), ``solver`` (``"auto"``,
+      ``"direct"``, ``"pcg"``), ``tol``, ``max_iter`` (PCG).
     - SketchedKRRCV: ``kernel``, ``sketch``, ``lams`` (the grid), ``cv`` (folds),
       ``scoring`` (``"neg_mean_squared_error"`` or ``"r2"``), ``fit_intercept``.
     - SISOKRCV: the SISOKR tables, ``lams``, ``ranks``, ``cv``, ``scoring``
@@ -64,7 +65,7 @@ Every key, by table (anything else is refused, naming the key and the allowed on
     - SketchedRegressor: ``kernel``, ``sketch``, ``loss`` (``"squared"``, or a table such as
       ``{type = "huber", kappa = 1.0}``, ``{type = "epsilon_insensitive", epsilon = 0.5}``,
       ``{type = "pinball", tau = 0.9}``), ``output_matrix``, ``fit_intercept``, ``tol``,
-      ``max_iter``, ``exact_hessian``.
+      ``max_iter``, ``exact_hessian``, ``solver`` (``"newton"``, ``"admm"``, ``"auto"``).
     - SketchedQuantileRegressor: ``kernel``, ``sketch``, ``quantiles`` (a list in (0, 1)),
       ``quantile_gamma``, ``fit_intercept``, ``tol``, ``max_iter``.
 
@@ -115,21 +116,27 @@ Every key, by table (anything else is refused, naming the key and the allowed on
 ``[engine]``
     :class:`distsketch.EngineOptions` fields: ``block_rows``, ``block_memory``,
     ``gram_chunk``, ``block_dtype``, ``rtol``, ``split_every``, ``progress``,
-    ``candidate_rows``, ``direct_io``, ``backend``, ``sweep_memory``.
+    ``candidate_rows``, ``direct_io``, ``backend``, ``sweep_memory``, ``device``
+    (``"cpu"`` or ``"cuda"``; default: the dask config key ``distsketch.device``).
 
 ``[evaluate]``
     ``metrics``: the names ``distsketch evaluate`` reports by default (a list of
     :data:`distsketch.metrics.METRICS` names; default by task).
 
-``[select]`` (model selection over ``model.lam``, ``model.rank`` and ``gammas``;
+``[select]`` (model selection over ``model.lam``, ``model.rank``, ``kernels`` and ``gammas``;
 :mod:`distsketch.select`)
     ``cv``: folds of the one-pass cross-validation (SketchedKRR with a sketch, SISOKR sketched
     on both sides), or ``validation``: a held-out fraction of the training rows (any model);
     ``metric``: a metric name (default ``rmse``; SISOKR ``surrogate_mse``; quantiles
     ``pinball``; with ``cv``: ``rmse`` / ``r2`` for SketchedKRR, ``surrogate_mse`` /
     ``f1_samples`` / ``kernel_loss`` for SISOKR); ``gammas``: widths of the input kernel to
-    try (one pass each); ``seed``: the hold-out split's seed (default 0; the ``cv`` folds are
-    contiguous). ``distsketch fit``
+    try (one pass each); ``kernels``: input kernels to try in place of ``[model.kernel]`` /
+    ``[model.input_kernel]``, each a name or a kernel table as those take
+    (``kernels = ["gaussian", "linear", {name = "polynomial", degree = 2}]``; standardised
+    like the model's kernel with ``standardize = true``); ``gammas`` then applies to each
+    kernel that has a ``gamma`` (a kernel table naming its own ``gamma`` besides ``gammas`` is
+    refused), the others are tried once; one pass per kernel × γ; ``seed``: the hold-out
+    split's seed (default 0; the ``cv`` folds are contiguous). ``distsketch fit``
     prints every candidate's score and saves the model refitted at the chosen values.
 """
 
@@ -431,13 +438,16 @@ def _select(value: Any, mtype: str) -> dict | None:
     from .select import check_selection
 
     table = dict(_table(value, "select"))
-    _unknown(table, {"cv", "validation", "metric", "gammas", "seed"}, "select")
+    _unknown(table, {"cv", "validation", "metric", "gammas", "kernels", "seed"}, "select")
     if "lams" in MODELS[mtype]._param_kinds:
         raise _err("select", f"model.type = {mtype!r} cross-validates by itself; drop [select] "
                              f"or use the plain model type")
     seed = table.pop("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise _err("select.seed", f"expected a non-negative integer, got {seed!r}")
+    if "kernels" in table and not MODELS[mtype]._standardized:
+        raise _err("select.kernels", f"model.type = {mtype!r} has no input kernel to vary; "
+                                     f"drop select.kernels")
     try:
         check_selection(**table)
     except ValueError as exc:

@@ -10,6 +10,9 @@ object, everything the solver (:mod:`distsketch.newton`) asks of it:
   that a pass forms the weighted Gram ``Σ_i Δ_i ⊗ c̃_i c̃_iᵀ`` over those rows only;
 - the convex conjugate ``h*`` (:meth:`~Loss.dual_scale`, :meth:`~Loss.conjugate_sum`), for the
   duality gap that certifies a solution, and its smoothing ``h*_μ = h* + (μ/2)‖·‖²``.
+- :meth:`~Loss.prox` — the proximal operator of ``t·h`` row by row (the ADMM route,
+  :mod:`distsketch.admm`): radial losses shrink ``‖v‖`` by their 1-d prox, pinball
+  soft-thresholds each entry with its two slopes.
 
 Two families:
 
@@ -149,6 +152,23 @@ class Loss(ParamsMixin):
         """``L²`` with ``h − h_μ ≤ μL²/2`` (per row)."""
         return 0.0
 
+    def prox(self, V: np.ndarray, t: float) -> np.ndarray:
+        """The proximal operator of ``t·h``, row by row: ``argmin_z h(z) + ‖z − v_i‖²/(2t)``.
+
+        Parameters
+        ----------
+        V : ndarray of shape (b, d)
+            Residual-space points ``v_i`` (one row each).
+        t : float > 0
+            Step (the ADMM route uses ``t = 1/ρ``, :mod:`distsketch.admm`).
+
+        Returns
+        -------
+        ndarray of shape (b, d)
+            The minimisers; ``(v_i − z_i)/t ∈ ∂h(z_i)`` (the optimality condition).
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no proximal operator")
+
     def dual_scale(self, c: np.ndarray) -> np.ndarray | float:
         """``t`` with ``t(α_i − c)`` in the domain of ``h*`` for every ``α_i`` of
         :meth:`gradient` (``c``: the mean gradient subtracted for the intercept)."""
@@ -184,6 +204,16 @@ class _Radial(Loss):
 
     def value(self, R, mu=0.0):
         return self._profile(self._norms(R), mu)[0]
+
+    def _prox_norm(self, s: np.ndarray, t: float) -> np.ndarray:
+        """The 1-d prox of ``t·p`` on ``[0, ∞)`` at ``s = ‖v‖`` (the norm of the minimiser)."""
+        raise NotImplementedError
+
+    def prox(self, V, t):
+        # radial: the minimiser is along v, its norm the 1-d prox of the profile
+        s = self._norms(V)
+        q = self._prox_norm(s, float(t))
+        return V * np.where(s > 0, q / np.where(s > 0, s, 1.0), 0.0)[:, None]
 
     def gradient(self, R, mu=0.0):
         return R * self._profile(self._norms(R), mu)[1][:, None]
@@ -245,6 +275,9 @@ class Squared(_Radial):
     def _profile(self, t, mu):
         return 0.5 * t * t, np.ones_like(t), np.ones_like(t)
 
+    def _prox_norm(self, s, t):
+        return s / (1.0 + t)
+
 
 class Huber(_Radial):
     """κ-Huber: ``½‖r‖²`` if ``‖r‖ ≤ κ``, else ``κ‖r‖ − κ²/2`` (robust regression).
@@ -277,6 +310,10 @@ class Huber(_Radial):
         g = np.where(inside, 1.0, k / safe)
         p2 = inside.astype(np.float64)
         return p, g, p2
+
+    def _prox_norm(self, s, t):
+        k = float(self.kappa)  # quadratic part while s/(1 + t) ≤ κ, else a shift by tκ
+        return np.where(s <= k * (1.0 + t), s / (1.0 + t), s - t * k)
 
 
 class EpsilonInsensitive(_Radial):
@@ -323,6 +360,10 @@ class EpsilonInsensitive(_Radial):
             return None
         over = self._norms(R) - eps
         return np.flatnonzero((over > 0) & (over <= mu))
+
+    def _prox_norm(self, s, t):
+        eps = float(self.epsilon)  # inside the tube: kept; within t of it: onto it; else shifted
+        return np.where(s <= eps, s, np.where(s <= eps + t, eps, s - t))
 
     def _profile(self, t, mu):
         eps = float(self.epsilon)
@@ -406,6 +447,12 @@ class Pinball(Loss):
         if mu <= 0:
             return np.where(R > 0, hi, np.where(R < 0, lo, 0.0)) + np.zeros_like(R)
         return np.clip(R / mu, lo, hi)
+
+    def prox(self, V, t):
+        # entry-wise soft thresholding with the asymmetric slopes lo = −τ, hi = 1 − τ
+        lo, hi = self._bounds(V.shape[1])
+        t = float(t)
+        return np.where(V > t * hi, V - t * hi, np.where(V < t * lo, V - t * lo, 0.0))
 
     def curvature_kind(self, d, *, exact=True):
         return "scalar" if d == 1 else "diag"

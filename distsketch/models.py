@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import os
 
 import numpy as np
 
 from .backends import dense
 from .candidates import CandidateStore, _check_query_sets, candidate_reader, concatenate_sets
-from .decode import candidate_features, decode_fixed, decode_ragged
+from .decode import candidate_features, decode_fixed, decode_ragged, fold_candidates, \
+    fold_costs, fold_route, local_tile
 from ._base import check_lam
-from .estimator import FitSpec, RidgeEstimator
+from .estimator import FitSpec, RidgeEstimator, SketchedEstimator
 from .features import FeatureMap
 from .kernels import Linear
 from .options import with_blas_limit
@@ -64,9 +66,11 @@ class SISOKR(RidgeEstimator):
     input_sketch, output_sketch : Sketch or None
     lam : float or sequence of float
         Ridge parameter λ > 0 of ``(1/n) Σ ‖h(x_i) − ψ(y_i)‖² + λ‖h‖²``. A sequence is
-        solved from the same pass and the same eigendecomposition (an exact input side
-        factors ``K_X + nλI`` per λ unless there are more than 8); the first value is
-        active after ``fit`` and :meth:`set_lam` switches.
+        solved from the same pass: one Cholesky factorisation per λ, or one
+        eigendecomposition for a path long enough that it pays off (more than 8 values with
+        an exact input side; the measured crossover of :func:`distsketch.solve.eigen_pays`
+        with a sketched one); the first value is active after ``fit`` and :meth:`set_lam`
+        switches.
     rank : None, int or sequence of int
         Reduced-rank estimator (Brogat-Motte et al., JMLR 2022): the surrogate projected onto
         the top-``p`` principal directions in H_Y of its own training predictions,
@@ -100,17 +104,19 @@ class SISOKR(RidgeEstimator):
     ----------
     input_sketch_, output_sketch_ : RealizedSketch
     input_feature_map_ : FeatureMap
-        ``φ_X(x) = T_Xᵀ R_X k_X(X, x)`` in the eigenbasis of ``H`` (``k_X(X, x)`` for an exact
-        input side on the Cholesky route): ``(input_kernel_, input_landmarks_,
-        input_projection_)``.
+        ``φ_X(x) = T_Xᵀ R_X k_X(X, x)`` in the eigenbasis of ``H`` on the eigen route;
+        ``(R_X k_X(X, x))_keep`` in the generalized form (the certified columns of
+        ``B``; :func:`distsketch.solve.solve_input`); ``k_X(X, x)`` for an exact input side on
+        the Cholesky route: ``(input_kernel_, input_landmarks_, input_projection_)``.
     output_feature_map_ : FeatureMap
         ``φ_Y(y) = T_Yᵀ R_Y k_Y(Y, y)`` (``k_Y(Y, y)`` for an exact output side): the
         candidate features of decoding.
     input_landmarks_ : array of shape (s'_X, d_X)
     output_landmarks_ : array of shape (s'_Y, d_Y)
     input_solution_ : InputSolution
-        λ-independent factors of the input side: ``T_X`` and ``H = T_Xᵀ G T_X``, or
-        ``H = K_X`` with an exact input side (see :mod:`distsketch.solve`).
+        λ-independent factors of the input side: ``T_X`` and ``H = T_Xᵀ G T_X``, the
+        generalized form ``G_kk``, ``B_kk``, or ``H = K_X`` with an exact input side (see
+        :mod:`distsketch.solve`); its ``route`` says how the active λ was solved.
     output_whitening_ : ndarray of shape (m_Y, r_Y) or None
         ``None`` for an exact output side (features are ``k_Y(Y, y)`` themselves).
     lam_ : float
@@ -187,12 +193,17 @@ class SISOKR(RidgeEstimator):
         return sisokr_sums(x_exact=spec.exact("input_sketch"), y_exact=spec.exact("output_sketch"),
                            linear_output=isinstance(spec.kernels["output_kernel"], Linear))
 
+    #: Whether the fit needs the input side's eigenbasis whatever the λ path (SISOKRCV's
+    #: fold scores); otherwise the driver picks its route by cost (distsketch.solve).
+    _needs_eigenbasis = False
+
     def _solve(self, spec: FitSpec, res) -> None:
         kx, ky = spec.kernels["input_kernel"], spec.kernels["output_kernel"]
         linear = isinstance(ky, Linear)
-        sol = solve_sisokr(res.sums, res.x_sketch, res.y_sketch, res.y_landmarks, n=res.n,
-                           rtol=spec.options.eig_rtol, n_lams=len(spec.lams),
-                           linear_output=linear)
+        with driver_threads(_driver_size(res.sums)):
+            sol = solve_sisokr(res.sums, res.x_sketch, res.y_sketch, res.y_landmarks, n=res.n,
+                               rtol=spec.options.eig_rtol, n_lams=len(spec.lams),
+                               linear_output=linear, eigen=self._needs_eigenbasis)
         chunk = spec.options.gram_chunk
         self.input_sketch_, self.output_sketch_ = res.x_sketch, res.y_sketch
         self.input_solution_ = sol.input
@@ -243,7 +254,8 @@ class SISOKR(RidgeEstimator):
         return self._principal[1], self._principal[2]
 
     def _update_coef(self):
-        W = sisokr_coef(self.input_solution_, self.operator_, self.lam_)
+        with driver_threads(self.input_solution_.H.shape[0]):
+            W = sisokr_coef(self.input_solution_, self.operator_, self.lam_)
         base, out_map = self._output_base, self._output_map_base
         self.principal_values_ = None
         p = self.rank_
@@ -298,12 +310,14 @@ class SISOKR(RidgeEstimator):
                       candidates=self.candidates_, candidate_index=self.candidate_index_,
                       output_map=self._output_map_base)
         arrays.update(intercept=self.intercept_)
+        arrays.update(input_metric=self.input_solution_.metric)
         state.update(n_outputs=self.n_outputs_, ranks=list(self.ranks_), rank=self.rank_,
                      rank_lam=self.rank_lam_)
         return arrays, state
 
     def _set_state(self, arrays, state):
         super()._set_state(arrays, state)
+        self.input_solution_ = with_metric(self.input_solution_, arrays)
         chunk = self._options().gram_chunk
         kx, self.input_sketch_, lx = self._get_side("input", arrays, state)
         ky, self.output_sketch_, ly = self._get_side("output", arrays, state)
@@ -499,27 +513,34 @@ class SISOKR(RidgeEstimator):
                 query_sets = stored_qs
             if query_sets is None:
                 raise ValueError("query_sets: required with candidate_sets (one set number per query)")
-            G = self.surrogate(X)
+            n_q = X.shape[0] if hasattr(X, "shape") else len(X)
+            G = self._surrogate_by(self._ragged_route(n_q), X)
             qs = _check_query_sets(query_sets, len(offsets) - 1, n_queries=G.shape[0])
             idx, scores = decode_ragged(fmap, G, read, offsets=offsets, query_sets=qs, k=int(k),
                                         block_rows=options.candidate_rows,
-                                        split_every=options.split_every, progress=options.progress)
+                                        split_every=options.split_every, progress=options.progress,
+                                        backend=options.backend)
             return idx, scores, lambda best: _take_rows(source, offsets[qs] + best)
+        features = None  # () → (phi, kyy) of every candidate, for a folded route
         if isinstance(candidates, CandidateStore):
             store = _check_store(candidates, "fixed", self.n_outputs_)
             read, n_c, take = (_cached_reader(store, fmap, self.output_key_, options.progress),
                               store.n_candidates, store.rows)
+            source = ("store", os.path.abspath(store.location), store.token, n_c)
+            features = lambda: store.ensure_features(fmap, self.output_key_)  # noqa: E731
         elif candidates is None:
             if self.candidates_ is None:
                 raise ValueError("candidates: a model with a linear output kernel has no default "
                                  "candidates; pass candidates=")
             if self._candidate_features is None:  # features of the default set, once per fit
-                self._candidate_features = (
-                    candidate_features(fmap, self.candidates_, parallel=True),
+                self._candidate_features = (  # tiles sized to the set, on all local cores
+                    candidate_features(fmap, self.candidates_, parallel=True,
+                                       rows=local_tile(len(self.candidates_))),
                     fmap.diag(self.candidates_))
             phi, kyy = self._candidate_features
             read, n_c = (lambda a, b: ("cached", phi, kyy, a, b)), len(phi)
             take = self.candidates_.__getitem__
+            source, features = ("default",), (lambda: (phi, kyy))
         else:
             src = as_row_source(candidates, argument="candidates")
             if src.shape[1] != self.n_outputs_:
@@ -528,11 +549,104 @@ class SISOKR(RidgeEstimator):
             src.check_finite()
             read, n_c = candidate_reader(src.data), src.n
             take = lambda best: _take_rows(src, best)  # noqa: E731
-        G = self.surrogate(X)
+            source = None  # not cached: a fold is paid by this call's queries
+            if isinstance(src.data, np.ndarray):
+                features = lambda: (candidate_features(fmap, src.data, parallel=True),  # noqa: E731
+                                    fmap.diag(src.data))
+        n_q = X.shape[0] if hasattr(X, "shape") else len(X)
+        route = self._fold_route(n_q, n_c, source, foldable=features is not None)
+        if route in ("unfolded", "coef"):
+            G = self._surrogate_by(route, X)
+        else:  # scores φ(x)ᵀ Z with Z folded once (distsketch.decode.fold_costs)
+            Z, kyy_c = self._folded(route, source, features)
+            read = lambda a, b: ("cached", Z, kyy_c, a, b)  # noqa: E731
+            qmap = self._input_map()
+            if route == "kernel":
+                qmap = dataclasses.replace(qmap, projection=None)
+            G = np.asarray(qmap.transform(X, block_memory=options.block_memory, model="SISOKR"))
         idx, scores = decode_fixed(fmap, G, read, n_candidates=n_c, k=int(k),
                                    block_rows=options.candidate_rows, split_every=options.split_every,
-                                   progress=options.progress)
+                                   progress=options.progress, backend=options.backend)
         return idx, scores, take
+
+    #: Folded decoding: ``None`` (the cost rule of :func:`distsketch.decode.fold_route`), or
+    #: force ``"unfolded"``, ``"coef"``, ``"features"`` or ``"kernel"`` (tests, benchmarks).
+    _fold = None
+
+    def _fold_cache(self) -> dict:
+        """Folded matrices ``{(source, route): (Z, kyy)}`` (``(None, "coef"): (M, None)``)
+        valid for the active coefficients: emptied whenever ``coef_`` (λ, rank, refit) or the
+        output map changes."""
+        cache = getattr(self, "_folded_cache", None)
+        if cache is None or cache[0] is not self.coef_ or cache[1] != self.output_key_:
+            cache = self._folded_cache = (self.coef_, self.output_key_, {})
+        return cache[2]
+
+    def _surrogate_by(self, route: str, X) -> np.ndarray:
+        """``g(x) = W φ_X(x)`` (n_queries, r_Y): :meth:`surrogate` (``"unfolded"``), or
+        ``Mᵀ k_X(L, x)`` with ``M = P Wᵀ`` folded once (``"coef"``)."""
+        if route == "unfolded":
+            return self.surrogate(X)
+        M, _ = self._folded("coef", None, None)
+        qmap = dataclasses.replace(self._input_map(), projection=None)
+        return np.asarray(qmap.transform(X, post=M, block_memory=self._options().block_memory,
+                                         model="SISOKR"))
+
+    def _ragged_route(self, n_queries: int) -> str:
+        """``"unfolded"`` or ``"coef"`` for per-query sets: the candidate-free part of
+        :func:`distsketch.decode.fold_costs` (the scoring ``n_c·r_Y`` is the same on both)."""
+        if self.input_feature_map_.projection is None:
+            return "unfolded"
+        if self._fold is not None:
+            return "coef" if self._fold in ("coef", "kernel") else "unfolded"
+        costs = fold_costs(n_queries=n_queries, n_candidates=0,
+                           n_landmarks=self.input_feature_map_.landmarks.shape[0],
+                           r_x=self.coef_.shape[1], r_y=self.coef_.shape[0], projected=True,
+                           cached=[r for (_, r) in self._fold_cache()])
+        return "coef" if costs["coef"] < costs["unfolded"] else "unfolded"
+
+    def _fold_route(self, n_queries: int, n_candidates: int, source, *,
+                    foldable: bool = True) -> str:
+        """The decoding route for a fixed set (:func:`distsketch.decode.fold_route`);
+        ``foldable=False``: the candidates cannot be folded (a dask or zarr array)."""
+        P = self.input_feature_map_.projection
+        cache = self._fold_cache()
+        if self._fold is not None:
+            route = self._fold
+            if P is None and route in ("coef", "kernel"):  # no projection to fold
+                route = "unfolded" if route == "coef" else "features"
+            if not foldable and route in ("features", "kernel"):
+                route = "unfolded"
+            return route
+        return fold_route(n_queries=n_queries, n_candidates=n_candidates,
+                          n_landmarks=self.input_feature_map_.landmarks.shape[0],
+                          r_x=self.coef_.shape[1], r_y=self.coef_.shape[0],
+                          projected=P is not None, memory=None if foldable else 0,
+                          cached=[r for (s, r) in cache if s == source or r == "coef"])
+
+    def _folded(self, route: str, source, features):
+        """``(Z, kyy)``: ``Z = φ_Y(C) W`` (n_c × r_X, ``"features"``) or ``φ_Y(C) W Pᵀ``
+        (n_c × s_X, ``"kernel"``), so that ``⟨ĥ(x), ψ(c)⟩ = (Z φ_X(x))_c`` or
+        ``(Z k_X(L, x))_c``; cached per candidate source while ``coef_`` is unchanged.
+        ``"coef"``: ``(M, None)`` with ``M = P Wᵀ`` (s_X × r_Y), ``g(x) = Mᵀ k_X(L, x)``, for
+        any candidates."""
+        cache = self._fold_cache()
+        if route == "coef":
+            if (None, "coef") not in cache:
+                P = np.asarray(self.input_feature_map_.projection)
+                with driver_threads(P.shape[0]):
+                    cache[(None, "coef")] = (P @ self.coef_.T, None)
+            return cache[(None, "coef")]
+        if source is not None and (source, route) in cache:
+            return cache[(source, route)]
+        phi, kyy = features()
+        # "kernel": W Pᵀ = Mᵀ of the "coef" fold (computed once for both)
+        M = self.coef_ if route != "kernel" else self._folded("coef", None, None)[0].T
+        Z = fold_candidates(phi, M)  # tiles on all local cores
+        out = (Z, np.asarray(kyy[:], dtype=np.float64))
+        if source is not None:
+            cache[(source, route)] = out
+        return out
 
     @with_blas_limit
     def predict(self, X, candidates=None, *, candidate_sets=None, query_sets=None):
@@ -610,35 +724,62 @@ class SketchedKRR(RidgeEstimator):
         features are not centred: ``ȳ`` is the intercept for every λ.
     lam, random_state, store, options
         As for :class:`SISOKR`.
+    solver : {"auto", "direct", "pcg"}, default "auto"
+        ``"direct"``: one streaming pass forms ``G = CᵀC`` (``2nm²`` flops; a kept store holds
+        ``C``, n × m) and the driver solves every λ from it. ``"pcg"``: Falkon's preconditioned
+        conjugate gradient (:mod:`distsketch.pcg`) for large m: no ``G``, no ``C`` stored, each
+        iteration one pass of recomputed kernel blocks (``4nm`` flops plus the kernel); the
+        same model up to ``tol``. Only for sketches that pick landmarks (``SubSampling``,
+        ``LeverageScores``). ``"auto"``: direct while forming ``G`` (``2nm²`` flops) costs no
+        more than PCG's passes of kernel blocks (``m ≤ 8100``, the measured crossover) and a kept store's ``C``
+        (``4nm`` bytes) ≤ 32 GiB, PCG beyond (:func:`distsketch.pcg.choose_solver`).
+    tol : float, default 1e-8
+        PCG only: the relative residual ``‖Pᵀ(z − Hα)‖ ≤ tol ‖Pᵀz‖`` to reach, per target.
+    max_iter : int, default 200
+        PCG only: most iterations (passes) per λ; reaching it warns (``ConvergenceWarning``).
 
     Attributes
     ----------
     sketch_ : RealizedSketch
     kernel_ : Kernel
     landmarks_ : array of shape (s', d)
-    input_solution_ : InputSolution
+    input_solution_ : InputSolution or None
+        None after a PCG fit.
     dual_coef_ : ndarray of shape (s', n_targets)
         ``R_mixᵀ β(λ)``: ``f(x) = k(x, landmarks_) @ dual_coef_ + intercept_``.
     intercept_ : ndarray of shape (n_targets,)
         The training targets' mean ``ȳ`` (zeros with ``fit_intercept=False``).
+    solver_ : str
+        The route taken, ``"direct"`` or ``"pcg"``.
+    n_iter_, n_iters_ : int, ndarray of int
+        PCG iterations (passes) of the active λ and of each λ; 1 on the direct route (one
+        solve from the pass's sums).
+    n_passes_ : int
+        PCG only: passes over the rows the fit made (a resumed fit makes fewer).
+        A PCG fit keeps the λ path given at fit:
+        :meth:`set_lam` switches among ``lams_`` only (any other λ needs the data again).
     lam_, lams_, n_features_in_, store_
         As for :class:`SISOKR`.
     """
 
     _estimator_type = "regressor"
     _param_kinds = {"kernel": "kernel", "sketch": "sketch", "fit_intercept": "json",
-                    **_RIDGE_PARAMS}
+                    **_RIDGE_PARAMS, "solver": "json", "tol": "json", "max_iter": "json"}
     _input = ("kernel", "sketch")
     _targets = "y"
     _standardized = "kernel"
     _configurable = True
 
     def __init__(self, kernel="gaussian", *, sketch=None, lam=1e-6, fit_intercept=True,
-                 random_state=None, store=None, options=None):
+                 solver="auto", tol=1e-8, max_iter=200, random_state=None, store=None,
+                 options=None):
         self.kernel = kernel
         self.sketch = sketch
         self.lam = lam
         self.fit_intercept = fit_intercept
+        self.solver = solver
+        self.tol = tol
+        self.max_iter = max_iter
         self.random_state = random_state
         self.store = store
         self.options = options
@@ -646,6 +787,88 @@ class SketchedKRR(RidgeEstimator):
     def _validate(self, X, Y) -> FitSpec:
         check_intercept(self.fit_intercept)
         return super()._validate(X, Y)
+
+    # -- the solver route (subclasses without a ``solver`` parameter stay direct) ----------
+    def _route(self, X) -> str:
+        """``"direct"`` or ``"pcg"``: validates ``solver``, ``tol``, ``max_iter`` and resolves
+        ``"auto"`` from the rows of ``X`` and the sketch's m (:func:`~distsketch.pcg.choose_solver`)."""
+        solver = getattr(self, "solver", "direct")
+        if solver not in ("auto", "direct", "pcg"):
+            raise ValueError(f"solver: expected 'auto', 'direct' or 'pcg', got {solver!r}")
+        if solver == "direct":
+            return solver
+        tol, max_iter = self.tol, self.max_iter
+        if (isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not np.isfinite(tol)
+                or not 0 < tol < 1):
+            raise ValueError(f"tol: the relative residual PCG stops at must lie in (0, 1), got "
+                             f"{tol!r}")
+        if isinstance(max_iter, bool) or not isinstance(max_iter, numbers.Integral) or max_iter < 1:
+            raise ValueError(f"max_iter: expected a positive integer (PCG iterations per λ), got "
+                             f"{max_iter!r}")
+        from .pcg import check_pcg_sketch, choose_solver
+        from .sketches import check_sketch
+
+        if solver == "pcg":
+            check_pcg_sketch(check_sketch(self.sketch, argument="sketch"), solver=solver)
+            return solver
+        try:  # "auto": bad arguments or data are left to fit's validation, in its order
+            sketch = check_sketch(self.sketch, argument="sketch")
+            n = as_row_source(X, argument="X").n
+        except Exception:
+            return "direct"
+        return choose_solver(solver, n=n, m=getattr(sketch, "m", None), sketch=sketch,
+                             store=self.store)
+
+    @with_blas_limit
+    def fit(self, X, y=None):
+        """Fit on inputs ``X`` and targets ``y``; returns self. The ``solver`` route: one pass
+        and the direct solve, or PCG (:mod:`distsketch.pcg`)."""
+        if self._route(X) == "direct":
+            self._pcg = None
+            super().fit(X, y)
+            self.solver_ = "direct"
+            return self
+        from . import persist
+        from .pcg import fit_pcg
+
+        spec = self._validate(X, y)
+        res = fit_pcg(spec, kernel=spec.kernels["kernel"], sketch=spec.sketches["sketch"],
+                      store=self.store, reuse_seeds=self.random_state is None,
+                      tol=float(self.tol), max_iter=int(self.max_iter),
+                      fit_intercept=bool(self.fit_intercept))
+        with res.fs as fs:
+            r = res.result
+            self.kernel_ = spec.kernels["kernel"]
+            self.sketch_, self.landmarks_ = res.sketch, res.landmarks
+            self.input_solution_ = self._rhs = None
+            self._pcg = {"alphas": r.alphas, "n_iters": r.n_iters, "residuals": r.residuals}
+            self.intercept_ = r.intercept
+            self.n_passes_ = int(r.n_passes)
+            self._y_1d = spec.Y.input_ndim == 1
+            self._set_lams(spec)
+            self.n_features_in_ = spec.X.shape[1]
+            self.store_ = res.store
+            self.solver_ = "pcg"
+            self._update_coef()
+            if not fs.temporary:
+                persist.save(self, fs, overwrite=True)
+        return self
+
+    def set_lam(self, lam: float):
+        """Switch the active λ; returns self. After a direct fit any λ > 0 (the fit's ``H``
+        serves every λ); after a PCG fit one of the fitted ``lams_`` (another λ needs new
+        passes over the data: fit again with ``lam=[...]``)."""
+        if getattr(self, "_pcg", None) is None:
+            return super().set_lam(lam)
+        self._check_fitted()
+        matches = [v for v in self.lams_ if np.isclose(v, lam, rtol=1e-12, atol=0)]
+        if not matches:
+            raise ValueError(f"lam: {lam!r} was not fitted; a solver='pcg' fit keeps the λ path "
+                             f"given at fit, {list(self.lams_)}: fit again with lam=[...] to "
+                             f"solve other values (or solver='direct', which serves any λ)")
+        self.lam_ = matches[0]
+        self._update_coef()
+        return self
 
     def _sums(self, spec: FitSpec) -> tuple[str, ...]:
         sums = krr_sums(x_exact=spec.exact("sketch"))
@@ -656,29 +879,64 @@ class SketchedKRR(RidgeEstimator):
         self.sketch_ = res.x_sketch
         self.landmarks_ = res.x_landmarks
         # right-hand side of the solve: b = R_X K_X Y (sketched input), Y itself (exact)
-        self.input_solution_, rhs = solve_krr(res.sums, res.x_sketch, n=res.n,
-                                              rtol=spec.options.eig_rtol, n_lams=len(spec.lams))
+        with driver_threads(_driver_size(res.sums)):
+            self.input_solution_, rhs = solve_krr(res.sums, res.x_sketch, n=res.n,
+                                                  rtol=spec.options.eig_rtol,
+                                                  n_lams=len(spec.lams))
         self._rhs, self.intercept_ = centre_targets(res.sums, rhs, n=res.n,
                                                     fit_intercept=bool(self.fit_intercept))
         self._y_1d = spec.Y.input_ndim == 1
         self._set_lams(spec)
 
     def _update_coef(self):
-        beta = krr_coef(self.input_solution_, self._rhs, self.lam_)
+        pcg = getattr(self, "_pcg", None)
+        if pcg is not None:  # α(λ) of the fitted path (distsketch.pcg: α = R_mixᵀ β)
+            k = self.lams_.index(self.lam_)
+            self.dual_coef_ = pcg["alphas"][k]
+            self.n_iters_ = np.asarray(pcg["n_iters"], dtype=np.int64)
+            self.n_iter_ = int(self.n_iters_[k])
+            return
+        with driver_threads(self.input_solution_.H.shape[0]):
+            beta = krr_coef(self.input_solution_, self._rhs, self.lam_)
         self.dual_coef_ = self.sketch_.transpose_dot(beta)
+        self.n_iters_ = np.ones(len(self.lams_), dtype=np.int64)  # one solve per λ
+        self.n_iter_ = 1
 
     def _default_metrics(self, Y) -> list[str]:
         return ["rmse", "r2"]
 
     def _get_state(self):
-        arrays, state = super()._get_state()
+        pcg = getattr(self, "_pcg", None)
+        if pcg is not None:  # no InputSolution: the path's coefficients themselves
+            arrays, state = SketchedEstimator._get_state(self)
+            arrays.update(pcg_alphas=pcg["alphas"], pcg_residuals=pcg["residuals"])
+            state.update(solver="pcg", lams=list(self.lams_), lam=self.lam_,
+                         n_iters=[int(v) for v in pcg["n_iters"]], n_passes=int(self.n_passes_))
+        else:
+            arrays, state = super()._get_state()
+            arrays.update(rhs=self._rhs, input_metric=self.input_solution_.metric)
         self._put_side("input", self.kernel_, self.sketch_, self.landmarks_, arrays, state)
-        arrays.update(rhs=self._rhs, intercept=self.intercept_)
+        arrays.update(intercept=self.intercept_)
         state.update(y_1d=bool(self._y_1d))
         return arrays, state
 
     def _set_state(self, arrays, state):
+        if state.get("solver") == "pcg":
+            SketchedEstimator._set_state(self, arrays, state)
+            self.kernel_, self.sketch_, self.landmarks_ = self._get_side("input", arrays, state)
+            self._pcg = {"alphas": arrays["pcg_alphas"], "n_iters": np.array(state["n_iters"]),
+                         "residuals": arrays["pcg_residuals"]}
+            self.input_solution_ = self._rhs = None
+            self.lams_, self.lam_ = tuple(state["lams"]), float(state["lam"])
+            self.n_passes_ = int(state["n_passes"])
+            self.intercept_ = np.asarray(arrays["intercept"], dtype=np.float64)
+            self._y_1d = bool(state["y_1d"])
+            self.solver_ = "pcg"
+            return
+        self._pcg = None
+        self.solver_ = "direct"
         super()._set_state(arrays, state)
+        self.input_solution_ = with_metric(self.input_solution_, arrays)
         self.kernel_, self.sketch_, self.landmarks_ = self._get_side("input", arrays, state)
         self._rhs = arrays["rhs"]
         # models saved before fit_intercept existed have no intercept
@@ -733,6 +991,84 @@ def centre_targets(sums: dict, rhs: np.ndarray, *, n: int, fit_intercept: bool
         s = np.asarray(sums["s"], dtype=np.float64).reshape(-1)
         return rhs - np.outer(s, ybar), ybar
     return rhs - ybar[None, :], ybar
+
+
+def with_metric(sol, arrays: dict):
+    """The saved input solution with its generalized form's ``metric = B_kk`` (models saved
+    before the generalized form have none: the whitened form, ``metric = I``)."""
+    metric = arrays.get("input_metric")
+    return sol if metric is None else dataclasses.replace(
+        sol, metric=np.asarray(metric, dtype=np.float64))
+
+
+# BLAS threads of the driver's solve, once the pass is over. Its tasks ran one per core on one
+# BLAS thread each (distsketch.blas-threads); the driver is one process left with the
+# machine, so it may use the cores that are idle NOW — on a machine shared with other work a
+# second BLAS thread is far slower than one (measured on this 2-core machine under load:
+# Cholesky of 2250² 0.135 s → 1.2 s, eigh 5 s → 20 s). The rule, from the measurements in
+# docs/design.md ("Driver routes"): below _DRIVER_THREADS_MIN_SIZE one thread (the
+# factorisations are too small to share); above, as many threads as cores found idle over a
+# _IDLE_WINDOW-second sample of /proc/stat (Linux; elsewhere one thread). Configuration
+# ``distsketch.driver-threads`` (dask config): "auto" (this rule, the default) or a number.
+_DRIVER_THREADS_MIN_SIZE = 1000
+_IDLE_WINDOW = 0.05
+
+
+def _idle_cores(window: float = _IDLE_WINDOW) -> float:
+    """Cores idle over ``window`` seconds (idle + iowait jiffies of /proc/stat's first line
+    times the number of CPUs); 0 where /proc/stat cannot be read."""
+    import os
+    import time
+
+    def sample():
+        with open("/proc/stat") as f:
+            v = [float(x) for x in f.readline().split()[1:9]]
+        return v[3] + v[4], sum(v)
+
+    try:
+        idle0, total0 = sample()
+        time.sleep(window)
+        idle1, total1 = sample()
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    if total1 <= total0:
+        return 0.0
+    return (idle1 - idle0) / (total1 - total0) * (os.cpu_count() or 1)
+
+
+_IDLE_SAMPLE = [-np.inf, 0.0]  # (time.monotonic() of the sample, idle cores)
+
+
+def driver_blas_threads(size: int) -> int:
+    """BLAS threads for a driver factorisation of order ``size`` (the rule above)."""
+    import os
+    import time
+
+    import dask.config
+
+    setting = dask.config.get("distsketch.driver-threads", "auto")
+    if setting != "auto":
+        return max(1, int(setting))
+    if size < _DRIVER_THREADS_MIN_SIZE:
+        return 1
+    now = time.monotonic()
+    if now - _IDLE_SAMPLE[0] > 1.0:  # one sample serves the calls of the next second
+        _IDLE_SAMPLE[:] = [now, _idle_cores()]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(int(cores or 1), int(_IDLE_SAMPLE[1] + 0.25)))
+
+
+def driver_threads(size: int):
+    """Context manager: BLAS limited to :func:`driver_blas_threads` threads."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=driver_blas_threads(size), user_api="blas")
+
+
+def _driver_size(sums: dict) -> int:
+    """The order of the driver's largest factorisation: ``m_X`` (``B``) or ``n`` (``C``)."""
+    A = sums.get("B", sums.get("C"))
+    return 0 if A is None else int(np.shape(A)[0])
 
 
 def centred_rows(Y) -> tuple[np.ndarray, object]:

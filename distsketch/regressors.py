@@ -22,6 +22,8 @@ import numbers
 
 import numpy as np
 
+from .admm import RowState, _admm_block, choose_route, supports
+from .admm import solve_path as admm_path
 from .engine import distributed_client
 from .estimator import FitSpec, SketchedEstimator
 from .features import FeatureMap
@@ -65,6 +67,20 @@ def _check_matrix(M, d: int) -> np.ndarray:
     if w[-1] <= 0:
         raise ValueError("output_matrix: must not be zero")
     return 0.5 * (A + A.T)
+
+
+#: ``solver=`` values of :class:`SketchedRegressor`.
+SOLVERS = ("newton", "admm", "auto")
+
+
+def _local_memory_ok() -> bool:
+    """Whether tasks run in this process (so ADMM's rows can be held in memory)."""
+    import dask
+
+    if distributed_client() is not None:
+        return False
+    sched = dask.config.get("scheduler", None)
+    return sched in (None, "threads", "threading", "sync", "synchronous", "single-threaded")
 
 
 def _check_positive_int(value, name: str) -> int:
@@ -115,6 +131,13 @@ class SketchedRegressor(SketchedEstimator):
         Multi-output radial losses: form the exact d × d Hessian of every row (``True``;
         d² Grams per sweep) or a scalar majorant (``False``: one Gram, more sweeps).
         ``None``: exact for d ≤ 8 while the d² Grams of size (m+1)² take at most 256 MiB.
+    solver : {"newton", "admm", "auto"}
+        ``"newton"``: (semismooth, smoothed) Newton iterations, weighted Grams per sweep
+        (:mod:`distsketch.newton`). ``"admm"``: ADMM reusing the eigendecomposition of the
+        feature Gram, no Gram per sweep, ``O(r²d)`` driver work per iteration and more
+        iterations (:mod:`distsketch.admm`; without a ``store`` only on the local
+        scheduler). ``"auto"``: ADMM from r ≥ 4000 whitened features
+        (:data:`distsketch.admm.AUTO_RANK`), else Newton. Both stop on the same certified gap.
     random_state, store, options
         As for :class:`~distsketch.SketchedKRR`.
 
@@ -142,13 +165,15 @@ class SketchedRegressor(SketchedEstimator):
         ``objective_``).
     n_passes_ : int
         Passes over the training rows this fit made (the streaming pass and the sweeps).
+    solver_ : str
+        The route taken: ``"newton"`` or ``"admm"``.
     lam_, lams_, n_features_in_, store_
         As for :class:`~distsketch.SketchedKRR`.
     """
 
     _estimator_type = "regressor"
     _param_kinds = {**_PARAMS, "fit_intercept": "json", "tol": "json", "max_iter": "json",
-                    "exact_hessian": "json"}
+                    "exact_hessian": "json", "solver": "json"}
     _input = ("kernel", "sketch")
     _targets = "y"
     _standardized = "kernel"
@@ -158,7 +183,8 @@ class SketchedRegressor(SketchedEstimator):
 
     def __init__(self, kernel="gaussian", *, loss="squared", sketch=None, lam=1e-6,
                  output_matrix=None, fit_intercept=True, tol=1e-6, max_iter=100,
-                 exact_hessian=None, random_state=None, store=None, options=None):
+                 exact_hessian=None, solver="newton", random_state=None, store=None,
+                 options=None):
         self.kernel = kernel
         self.loss = loss
         self.sketch = sketch
@@ -168,6 +194,7 @@ class SketchedRegressor(SketchedEstimator):
         self.tol = tol
         self.max_iter = max_iter
         self.exact_hessian = exact_hessian
+        self.solver = solver
         self.random_state = random_state
         self.store = store
         self.options = options
@@ -191,11 +218,22 @@ class SketchedRegressor(SketchedEstimator):
         if self.exact_hessian not in (None, True, False):
             raise ValueError(f"exact_hessian: expected None, True or False, got "
                              f"{self.exact_hessian!r}")
+        if not isinstance(self.solver, str) or self.solver not in SOLVERS:
+            raise ValueError(f"solver: expected one of {list(SOLVERS)}, got {self.solver!r}")
+        if self.solver == "admm" and self.store is None and not _local_memory_ok():
+            raise ValueError("solver: 'admm' without a store keeps its per-row variables in "
+                             "memory, which needs the local threaded or synchronous scheduler; "
+                             "give store=... (a fit store on shared storage) to run it on a "
+                             "cluster or with processes")
         self._check_own()
         spec = super()._validate(X, Y)
         d = self._n_outputs(spec)
-        self._loss(d)
+        loss = self._loss(d)
         self._matrix(d)
+        if getattr(self, "solver", "newton") == "admm" and not supports(loss):
+            raise ValueError(f"solver: 'admm' needs a loss with a proximal operator (squared, "
+                             f"huber, epsilon_insensitive, pinball); got {loss!r}: use "
+                             f"solver='newton'")
         return spec
 
     def _check_own(self) -> None:
@@ -260,8 +298,13 @@ class SketchedRegressor(SketchedEstimator):
                          held=held, x=None if C is not None or held is not None else FeatureMap(
                              spec.kernels["kernel"], res.x_landmarks, xs, spec.options.gram_chunk),
                          dtype=np.dtype(meta["block_dtype"]), location=fs.location)
+        route = choose_route(getattr(self, "solver", "newton"), prob.r)
+        if route == "admm" and ((fs.temporary and not _local_memory_ok()) or not supports(loss)):
+            route = "newton"  # "auto" on a cluster without a store (nowhere to keep Z, U), or
+            # a loss without a proximal operator
         sweeper = Sweeper(data, spec.X, spec.Y, split_every=spec.options.split_every,
-                          progress=spec.options.progress)
+                          progress=spec.options.progress,
+                          **({"block": _admm_block, "name": "admm"} if route == "admm" else {}))
         lams = spec.lams
 
         def states(k: int):
@@ -271,10 +314,23 @@ class SketchedRegressor(SketchedEstimator):
                       "tol": float(self.tol), "M": Mx.tolist(), "intercept": prob.intercept,
                       "exact": prob.exact_curvature,
                       "warm": sorted(v for v in lams if v > lams[k])}
+            if route == "admm":  # its own state (and row arrays) beside Newton's
+                config = {**config, "solver": "admm", "exact": None}
             return SolverState(fs.group.require_group("solver").require_group(state_key(config)))
 
-        sols = solve_path(prob, lams, sweeper, tol=float(self.tol),
-                          max_iter=int(self.max_iter), states=states)
+        if route == "admm":
+            def rows(k: int, state):
+                if state is None:
+                    return RowState.in_memory(n, d)
+                return RowState.in_group(state.group, n, d, int(meta["block_rows"]),
+                                         fresh=False)
+
+            sols = admm_path(prob, lams, sweeper, tol=float(self.tol),
+                             max_iter=int(self.max_iter), rows=rows, states=states)
+        else:
+            sols = solve_path(prob, lams, sweeper, tol=float(self.tol),
+                              max_iter=int(self.max_iter), states=states)
+        self.solver_ = route
         self.kernel_ = spec.kernels["kernel"]
         self.sketch_ = xs
         self.landmarks_ = res.x_landmarks
@@ -328,7 +384,7 @@ class SketchedRegressor(SketchedEstimator):
                      n_iters=[int(v) for v in self.n_iters_],
                      objectives=[float(v) for v in self.objectives_],
                      duality_gaps=[float(v) for v in self.duality_gaps_],
-                     n_passes=int(self.n_passes_))
+                     n_passes=int(self.n_passes_), solver=self.solver_)
         return arrays, state
 
     def _set_state(self, arrays, state):
@@ -345,6 +401,7 @@ class SketchedRegressor(SketchedEstimator):
         self.objectives_ = np.array(state["objectives"])
         self.duality_gaps_ = np.array(state["duality_gaps"])
         self.n_passes_ = int(state["n_passes"])
+        self.solver_ = str(state.get("solver", "newton"))
 
     # -- prediction -------------------------------------------------------------------
     @with_blas_limit
@@ -419,6 +476,7 @@ class SketchedQuantileRegressor(SketchedRegressor):
         self.options = options
 
     exact_hessian = None
+    solver = "newton"  # joint quantiles: the Newton route (no solver= parameter yet)
 
     def _check_own(self) -> None:
         _check_quantiles(self.quantiles)

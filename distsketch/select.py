@@ -1,5 +1,6 @@
-"""Model selection over λ (and rank, and a small grid of input kernel widths γ) for the CLI's
-``[select]`` table and for scripts: K-fold cross-validation from one pass, or a hold-out split.
+"""Model selection over λ (and rank, the input kernel, and a small grid of its widths γ) for the
+CLI's ``[select]`` table and for scripts: K-fold cross-validation from one pass, or a hold-out
+split.
 
 Two routes:
 
@@ -13,8 +14,16 @@ Two routes:
   scored on the held-out rows with a metric of :data:`distsketch.metrics.METRICS`, then
   refitted on all rows at the chosen values.
 
-A γ grid costs one pass per γ (a kernel block depends on γ) plus the refit's pass; without a
-grid, the cv route costs one pass in all and the validation route two.
+The input kernel itself can be a candidate, as ``kernel`` in a scikit-learn ``GridSearchCV``
+param grid: ``kernels = [...]`` lists kernels (a name, a config table, a distsketch kernel),
+each one replacing the model's input kernel (inside its standardisation, when it has one), and
+``gammas`` crosses every candidate that has a ``gamma`` with the γ grid.
+
+Cost: the cv route costs one pass per kernel entry — the γ grid of an entry is scored in the
+same pass (``gammas=`` of the CV estimators: each row block read once, its kernel block
+computed per γ) — and with more than one entry the chosen candidate is refitted (one more
+pass); the validation route costs one pass per input-kernel candidate (each kernel × each of
+its γ) plus the refit.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import numbers
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -29,7 +39,7 @@ import numpy as np
 from ._hashing import row_hash
 from .metrics import METRICS, check_metrics
 
-__all__ = ["Selection", "select", "check_selection", "METRIC_ORIENTATION"]
+__all__ = ["Selection", "select", "check_selection", "check_kernels", "METRIC_ORIENTATION"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +62,10 @@ class Selection:
     model : estimator
         Fitted on all rows at the chosen values (saved in its store when it has one).
     table : list of dict
-        One row per candidate: ``gamma`` (when a grid was given), ``lam``, ``rank`` (SISOKR with
+        One row per candidate: ``kernel`` (when ``kernels`` was given: a short description of
+        the input kernel, e.g. ``"gaussian"``, ``"linear"``, ``"polynomial(degree=2, gamma=1.0,
+        coef0=1.0)"``; ``gamma`` in its own column when ``gammas`` was given), ``gamma`` (when
+        ``gammas`` was given; None for a kernel without one), ``lam``, ``rank`` (SISOKR with
         ranks), ``score`` (the metric on the held-out rows, or the CV mean) and, for cv,
         ``std``.
     best : dict
@@ -71,7 +84,7 @@ class Selection:
     route: str
 
 
-def check_selection(*, cv=None, validation=None, metric=None, gammas=None,
+def check_selection(*, cv=None, validation=None, metric=None, gammas=None, kernels=None,
                     argument: str = "select") -> None:
     """Validate the arguments of :func:`select` (``ValueError`` naming ``argument.key``)."""
     if (cv is None) == (validation is None):
@@ -95,13 +108,145 @@ def check_selection(*, cv=None, validation=None, metric=None, gammas=None,
                        or not np.isfinite(g) for g in gammas)):
             raise ValueError(f"{argument}.gammas: expected a non-empty list of positive numbers, "
                              f"got {gammas!r}")
+    if kernels is not None:
+        check_kernels(kernels, gammas=gammas, argument=argument)
 
 
-def _kernel_param(model) -> str:
+_KERNELS_FIX = ('a non-empty list of kernels: names ("linear"), tables ({name = "gaussian", '
+                'gamma = 0.1}) or distsketch kernels')
+
+
+def check_kernels(kernels, *, gammas=None, argument: str = "select") -> list:
+    """The candidate input kernels of ``kernels`` (validated, before any work).
+
+    Parameters
+    ----------
+    kernels : sequence
+        Each entry a kernel name, a config mapping ``{"name": ..., **params}`` (TOML: a table or
+        an inline table), a :class:`~distsketch.kernels.Kernel` or a callable (see
+        :func:`~distsketch.kernels.check_kernel`).
+    gammas : sequence of float, optional
+        The γ grid; it applies to the entries with a ``gamma`` parameter.
+    argument : str
+        Prefix of the error messages.
+
+    Returns
+    -------
+    list of Kernel
+        One per entry, in order.
+
+    Raises
+    ------
+    ValueError
+        Naming ``argument.kernels[i]`` and the fix: not a list, an empty list, an unknown name
+        or parameter, a config table that gives ``gamma`` while ``gammas`` is given (two grids
+        for one parameter), ``gammas`` with no entry that has a ``gamma``, or two entries that
+        are the same candidate.
+    """
+    from .kernels import check_kernel
+
+    key = f"{argument}.kernels"
+    if isinstance(kernels, (str, bytes)) or not isinstance(kernels, (list, tuple)) or not kernels:
+        raise ValueError(f"{key}: expected {_KERNELS_FIX}, got {kernels!r}")
+    out = []
+    for i, entry in enumerate(kernels):
+        if isinstance(entry, Mapping) and "name" not in entry:
+            raise ValueError(f"{key}[{i}].name: missing kernel name (e.g. {{name = \"linear\"}}"
+                             f" or the bare name \"linear\")")
+        try:
+            k = check_kernel(entry, name=f"{key}[{i}]")
+        except ValueError as exc:
+            raise ValueError(str(exc).replace("kernel_from_config: ", "")) from None
+        if gammas is not None and isinstance(entry, Mapping) and "gamma" in entry:
+            raise ValueError(f"{key}[{i}].gamma: given here and by {argument}.gammas; drop it "
+                             f"here (the gammas grid applies to this kernel) or drop "
+                             f"{argument}.gammas and list one kernel per width")
+        out.append(k)
+    if gammas is not None and not any(_has_gamma(k) for k in out):
+        raise ValueError(f"{argument}.gammas: none of {key} has a width gamma "
+                         f"({[_describe(k, False) for k in out]}); drop {argument}.gammas or "
+                         f"add a kernel with one (gaussian, laplacian, gaussian_tanimoto, "
+                         f"polynomial)")
+    seen: dict = {}
+    for i, k in enumerate(out):
+        for g in (gammas if gammas is not None and _has_gamma(k) else [None]):
+            cand = with_gamma(k, g) if g is not None else k
+            ident = _identity(cand)
+            if ident in seen:
+                raise ValueError(f"{key}[{i}]: the same candidate as {key}[{seen[ident]}] "
+                                 f"({_describe(cand, False)}); list each kernel once")
+            seen[ident] = i
+    return out
+
+
+def _has_gamma(kernel) -> bool:
+    from .kernels import Standardized
+
+    if isinstance(kernel, Standardized):
+        return _has_gamma(kernel.kernel)
+    params = kernel.get_params(deep=False) if hasattr(kernel, "get_params") else {}
+    return "gamma" in params
+
+
+def _identity(kernel):
+    try:
+        key = kernel._key()
+        hash(key)
+        return key
+    except TypeError:  # an unhashable parameter: by object
+        return id(kernel)
+
+
+def _describe(kernel, gamma_column: bool) -> str:
+    """A short description of a candidate kernel: its name and parameters (``gamma`` left out
+    when it has its own column; a standardisation wrapper left out)."""
+    from .kernels import Standardized, kernel_description
+
+    if isinstance(kernel, Standardized):
+        return _describe(kernel.kernel, gamma_column)
+    cfg = dict(kernel_description(kernel))
+    name = cfg.pop("name", None) or cfg.pop("callable", "?")
+    if gamma_column:
+        cfg.pop("gamma", None)
+    return name + (f"({', '.join(f'{k}={v!r}' for k, v in cfg.items())})" if cfg else "")
+
+
+def _kernel_param(model, key: str) -> str:
     name = getattr(type(model), "_standardized", None)
     if not name:
-        raise ValueError(f"select.gammas: {type(model).__name__} has no input kernel to vary")
+        raise ValueError(f"select.{key}: {type(model).__name__} has no input kernel to vary")
     return name
+
+
+def _inside(base, kernel):
+    """``kernel`` on the inputs of ``base``: wrapped in ``base``'s standardisation when ``base``
+    has one and ``kernel`` has none."""
+    from .kernels import Standardized
+
+    if isinstance(base, Standardized) and not isinstance(kernel, Standardized):
+        return Standardized(kernel, base.mean, base.scale)
+    return kernel
+
+
+def _candidates(model, *, kernels, gammas) -> list[tuple[dict, Any]]:
+    """The input-kernel candidates, in table order: ``(row prefix, input kernel)`` pairs; one
+    ``({}, None)`` (the model's own kernel) without ``kernels`` and ``gammas``."""
+    if kernels is None and gammas is None:
+        return [({}, None)]
+    base = model.get_params(deep=False)[_kernel_param(
+        model, "kernels" if kernels is not None else "gammas")]
+    if kernels is None:
+        return [({"gamma": float(g)}, with_gamma(base, g)) for g in gammas]
+    out = []
+    for k in check_kernels(kernels, gammas=gammas):
+        k = _inside(base, k)
+        for g in (gammas if gammas is not None and _has_gamma(k) else [None]):
+            cand = with_gamma(k, g) if g is not None else k
+            row = {"kernel": _describe(cand, gammas is not None)}
+            if gammas is not None:
+                row["gamma"] = None if g is None else float(g)
+            out.append((row, cand))
+    return out
 
 
 def with_gamma(kernel, gamma: float):
@@ -139,9 +284,19 @@ def _take(A, idx: np.ndarray):
 
 
 def select(model, X, Y, *, cv: int | None = None, validation: float | None = None,
-           metric: str | None = None, gammas=None, random_state: int = 0) -> Selection:
+           metric: str | None = None, gammas=None, kernels=None,
+           random_state: int = 0) -> Selection:
     """Choose λ (the model's ``lam`` grid), the rank (SISOKR's ``rank`` grid) and optionally
-    the input kernel's γ, then fit on all rows at the chosen values.
+    the input kernel (``kernels``) and its γ (``gammas``), then fit on all rows at the chosen
+    values.
+
+    The candidates are the product kernel × γ × λ (× rank): for every input-kernel candidate
+    (every entry of ``kernels``, and with ``gammas`` every γ of an entry that has a ``gamma``)
+    one fit scores the whole λ (rank) path — the cv route from that fit's per-fold sums (**one
+    pass per kernel entry**, its γ grid included: the widths share the pass), the validation
+    route on the held-out rows (one pass per kernel × γ) — and the best candidate is refitted
+    on all rows (one more pass when the cv route had more than one kernel entry and the model
+    has a store; the validation route always refits).
 
     Parameters
     ----------
@@ -157,22 +312,49 @@ def select(model, X, Y, *, cv: int | None = None, validation: float | None = Non
         A name of :data:`~distsketch.metrics.METRICS`. Default: ``rmse`` (regression),
         ``surrogate_mse`` (SISOKR), ``pinball`` (quantiles).
     gammas : sequence of float, optional
-        Widths of the input kernel to try (one pass each).
+        Values of the input kernel's ``gamma`` to try (a width for gaussian / laplacian /
+        gaussian_tanimoto, the scale of ``⟨x, x'⟩`` for polynomial). Without ``kernels``, the
+        model's input kernel must have one. With ``kernels``, the grid applies to each entry
+        that has a ``gamma`` (replacing its own) and the others are tried once; an entry given
+        as a config table with its own ``gamma`` is refused (two grids for one parameter), and
+        so is a grid that applies to no entry.
+    kernels : sequence, optional
+        Input kernels to try, in place of the model's (scikit-learn's ``GridSearchCV`` with
+        ``{"kernel": [...]}``): names (``"linear"``), config mappings (``{"name":
+        "polynomial", "degree": 2}``), distsketch kernels or callables, as
+        :func:`~distsketch.kernels.check_kernel` takes them. When the model's input kernel is a
+        :class:`~distsketch.kernels.Standardized` (``[data] standardize = true``,
+        :func:`distsketch.standardized`), each entry is applied to the same standardised
+        inputs (unless it is a ``Standardized`` itself). The table's ``kernel`` column
+        describes each. Validated before any work (:func:`check_kernels`). A ``linear`` kernel
+        with ``fit_intercept=True`` on standardised inputs is ridge regression on the raw
+        features.
     random_state : int
         Seed of the hold-out split (the cv route's folds are contiguous).
 
     Returns
     -------
     Selection
+
+    Examples
+    --------
+    A Gaussian kernel at three widths against ridge regression on the raw features (four
+    passes, plus the refit's)::
+
+        select(SketchedKRR(standardized(Gaussian(), X), sketch=SubSampling(1000),
+                           lam=[1e-3, 1e-5, 1e-7]),
+               X, y, cv=5, kernels=["gaussian", "linear"], gammas=[0.01, 0.1, 1.0])
     """
-    check_selection(cv=cv, validation=validation, metric=metric, gammas=gammas)
+    check_selection(cv=cv, validation=validation, metric=metric, gammas=gammas,
+                    kernels=kernels)
     metric = metric or _default_metric(model)
     check_metrics([metric], model=_Probe(model), argument="select.metric")
-    kparam = _kernel_param(model) if gammas is not None else None
+    candidates = _candidates(model, kernels=kernels, gammas=gammas)
     if cv is not None:
-        return _select_cv(model, X, Y, cv=int(cv), metric=metric, gammas=gammas, kparam=kparam)
+        return _select_cv(model, X, Y, cv=int(cv), metric=metric, candidates=candidates)
+    kparam = _kernel_param(model, "kernels") if candidates[0][1] is not None else None
     return _select_validation(model, X, Y, fraction=float(validation), metric=metric,
-                              gammas=gammas, kparam=kparam, random_state=random_state)
+                              candidates=candidates, kparam=kparam, random_state=random_state)
 
 
 class _Probe:
@@ -229,35 +411,62 @@ def _cv_estimator(model, metric: str, folds: int):
                      f"SISOKR; for {type(model).__name__} use select.validation = 0.2")
 
 
-def _select_cv(model, X, Y, *, cv, metric, gammas, kparam) -> Selection:
+def _width_groups(candidates) -> list[list[tuple[dict, Any]]]:
+    """Consecutive candidates that differ only in their width γ (one kernel entry × the γ
+    grid): one CV trial each, every width scored in the same pass (``gammas=`` of the CV
+    estimators: each row block read once)."""
+    groups: list[list[tuple[dict, Any]]] = []
+    for prefix, kernel in candidates:
+        g = prefix.get("gamma")
+        if (groups and g is not None and groups[-1][0][0].get("gamma") is not None
+                and {k: v for k, v in groups[-1][0][0].items() if k != "gamma"}
+                == {k: v for k, v in prefix.items() if k != "gamma"}):
+            groups[-1].append((prefix, kernel))
+        else:
+            groups.append([(prefix, kernel)])
+    return groups
+
+
+def _select_cv(model, X, Y, *, cv, metric, candidates) -> Selection:
     est, kname = _cv_estimator(model, metric, cv)
     store = model.get_params(deep=False).get("store")
+    groups = _width_groups(candidates)
+    single = len(groups) == 1
     table: list[dict] = []
     best = None
-    for g in _grid(gammas):
-        # without a γ grid the one fit is the final model (into the store); with one, the
-        # trials keep nothing on disk and the chosen γ is refitted into the store
-        trial = _clone(est).set_params(
-            store=store if gammas is None else None,
-            **({kname: with_gamma(getattr(model, kname), g)} if g is not None else {}))
+    for group in groups:
+        # one trial: its fit is the final model (into the store); several: the trials keep
+        # nothing on disk and the chosen one is refitted into the store
+        widths = [float(p["gamma"]) for p, _ in group] if len(group) > 1 else None
+        prefixes = {float(p["gamma"]): p for p, _ in group} if widths else None
+        kernel = group[0][1]
+        trial = _clone(est).set_params(store=store if single else None,
+                                       **({kname: kernel} if kernel is not None else {}),
+                                       **({"gammas": widths} if widths else {}))
         trial.fit(X, Y)
         res = trial.cv_results_
         for i, params in enumerate(res["params"]):
-            row = ({"gamma": float(g)} if g is not None else {}) | {"lam": float(params["lam"])}
+            prefix = prefixes[float(params["gamma"])] if widths else group[0][0]
+            row = dict(prefix) | {"lam": float(params["lam"])}
             if params.get("rank") is not None:
                 row["rank"] = params["rank"]
             row.update(score=float(res["mean_test_score"][i]),
                        std=float(res["std_test_score"][i]))
             table.append(row)
+        if widths:
+            at = float(trial.best_params_["gamma"])
+            best_prefix, best_kernel = prefixes[at], next(k for p, k in group
+                                                          if float(p["gamma"]) == at)
+        else:
+            best_prefix, best_kernel = group[0]
         if best is None or trial.best_score_ > best[0]:
-            best = (trial.best_score_, g, trial)
-        logger.info("select: γ = %s, best CV %s %.6g at %s", g, trial.scoring, trial.best_score_,
-                    trial.best_params_)
-    _, g_best, fitted = best
-    if store is not None and gammas is not None:
-        fitted = _clone(est).set_params(
-            **{kname: with_gamma(getattr(model, kname), g_best)}, store=store).fit(X, Y)
-    chosen = ({"gamma": float(g_best)} if g_best is not None else {}) | dict(fitted.best_params_)
+            best = (trial.best_score_, best_prefix, best_kernel, trial)
+        logger.info("select: %s best CV %s %.6g at %s", best_prefix or "", trial.scoring,
+                    trial.best_score_, trial.best_params_)
+    _, prefix, kernel, fitted = best
+    if store is not None and not single:
+        fitted = _clone(est).set_params(**{kname: kernel}, store=store).fit(X, Y)
+    chosen = dict(prefix) | {k: v for k, v in fitted.best_params_.items() if k != "gamma"}
     return Selection(fitted, table, chosen, est.scoring, True, "cv")
 
 
@@ -280,7 +489,7 @@ def split_rows(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarr
     return train, val
 
 
-def _select_validation(model, X, Y, *, fraction, metric, gammas, kparam, random_state
+def _select_validation(model, X, Y, *, fraction, metric, candidates, kparam, random_state
                        ) -> Selection:
     n = X.shape[0]
     train, val = split_rows(n, fraction, random_state)
@@ -295,9 +504,9 @@ def _select_validation(model, X, Y, *, fraction, metric, gammas, kparam, random_
     ranks = _grid(params.get("rank")) if "rank" in params else [None]
     table: list[dict] = []
     best = None
-    for g in _grid(gammas):
+    for prefix, kernel in candidates:
         trial = _clone(model).set_params(store=None, **(
-            {kparam: with_gamma(params[kparam], g)} if g is not None else {}))
+            {kparam: kernel} if kernel is not None else {}))
         trial.fit(Xtr, Ytr)
         for lam in lams:
             trial.set_lam(lam)
@@ -306,20 +515,20 @@ def _select_validation(model, X, Y, *, fraction, metric, gammas, kparam, random_
                     trial.set_rank(rank)
                 pred = np.asarray(trial.predict(Xva)) if m.needs_prediction else None
                 score = float(m.func(trial, Xva, Yva, pred))
-                row = ({"gamma": float(g)} if g is not None else {}) | {"lam": float(lam)} | (
+                row = dict(prefix) | {"lam": float(lam)} | (
                     {"rank": rank} if rank is not None else {})
                 row["score"] = score
                 table.append(row)
                 if best is None or sign * score > sign * best[0]:
-                    best = (score, {k: v for k, v in row.items() if k != "score"})
+                    best = (score, {k: v for k, v in row.items() if k != "score"}, kernel)
                 logger.info("select: %s → %s %.6g", row, metric, score)
-    chosen = best[1]
+    _, chosen, kernel = best
     final_params: dict[str, Any] = {"lam": [chosen["lam"]] + [l for l in lams
                                                                if l != chosen["lam"]]
                                     if len(lams) > 1 else chosen["lam"]}
     if "rank" in chosen:
         final_params["rank"] = chosen["rank"]
-    if "gamma" in chosen:
-        final_params[kparam] = with_gamma(params[kparam], chosen["gamma"])
+    if kernel is not None:
+        final_params[kparam] = kernel
     final = _clone(model).set_params(**final_params).fit(X, Y)
     return Selection(final, table, chosen, metric, sign > 0, "validation")

@@ -41,6 +41,7 @@ landmark columns — is here too (:func:`solve_sisokr`, :func:`solve_krr`,
 
 from __future__ import annotations
 
+import logging
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -48,7 +49,7 @@ from typing import Any
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_solve, cholesky
-from scipy.linalg.lapack import dpocon, dpotri, dtrtri
+from scipy.linalg.lapack import dpocon, dpotri, dpstrf, dtrtri
 
 from .backends import dense
 
@@ -56,8 +57,10 @@ __all__ = [
     "whitening", "InputSolution", "solve_input", "solve_input_exact", "solve_input_side",
     "input_basis", "sisokr_operator", "sisokr_coef", "krr_coef", "EIGEN_PATH_LENGTH",
     "SisokrSolution", "solve_sisokr", "solve_krr", "solve_features", "sisokr_sums", "krr_sums",
-    "feature_sums", "BandReduction", "EigenShifted",
+    "feature_sums", "BandReduction", "EigenShifted", "eigen_pays",
 ]
+
+logger = logging.getLogger(__name__)
 
 
 def _sym(A: np.ndarray) -> np.ndarray:
@@ -105,11 +108,19 @@ def whitening(B: np.ndarray, *, rtol: float, argument: str = "kernel") -> np.nda
     -------
     ndarray of shape (m, r)
     """
+    return _whitening(B, rtol=rtol, argument=argument)[0]
+
+
+def _whitening(B: np.ndarray, *, rtol: float, argument: str) -> tuple[np.ndarray, str]:
+    """:func:`whitening` and the route it took: ``"cholesky"`` or ``"eigen"``."""
     _check_finite_sum(B, what="the sketched Gram matrix R K Rᵀ", argument=argument)
     B = _sym(B)
     T = _cholesky_whitening(B, rtol=rtol)
     if T is not None:
-        return T
+        return T, "cholesky"
+    # (no pivoted stage here: the whitened coordinates are visible — the output side's
+    # surrogate coordinates, the features of SketchedFeatures — and the eigenbasis keeps them
+    # as they were; the input side's generalized form needs no whitening, see solve_input)
     s, U = np.linalg.eigh(B)
     top = s[-1] if s.size else 0.0
     if not np.isfinite(top) or top <= 0.0:
@@ -118,7 +129,7 @@ def whitening(B: np.ndarray, *, rtol: float, argument: str = "kernel") -> np.nda
             f"check the kernel (is it positive definite?) and that the sketch is not empty"
         )
     keep = s > rtol * top
-    return U[:, keep] / np.sqrt(s[keep])
+    return U[:, keep] / np.sqrt(s[keep]), "eigen"
 
 
 def _cholesky_whitening(B: np.ndarray, *, rtol: float) -> np.ndarray | None:
@@ -138,23 +149,128 @@ def _cholesky_whitening(B: np.ndarray, *, rtol: float) -> np.ndarray | None:
     return np.ascontiguousarray(L_inv.T)
 
 
+# The input side's generalized form (solve_input) needs no whitening, only the columns of B
+# that span the model. Where the rcond test above fails — B rank deficient, as with
+# duplicated landmarks (Bibtex's binary inputs: 4 of 2250 sub-sampled rows repeat), or well
+# conditioned but with less margin than 1e3 — a pivoted Cholesky factorisation (LAPACK
+# pstrf, stopping at its default tolerance m·ε·max diag B, the rounding level of B's
+# entries) keeps r columns ``keep`` and is accepted only when it provably keeps the eigen
+# threshold's space:
+# - dropped: the Schur complement S of the kept block bounds the discarded spectrum,
+#   λ_{r+1}(B) ≤ ‖S‖₂ ≤ ‖S‖₁ (Weyl: B minus the rank-r factor is diag(0, S)); ‖S‖₁ below
+#   rtol·max diag(B)/2 ≤ rtol·max(s)/2 means the eigen route drops as many directions, and as
+#   S is at the rounding level of B, what it drops are the same functions up to rounding (a
+#   repeated landmark's kernel column is exactly a kept one);
+# - kept: every eigenvalue of the kept block exceeds 2·rtol·‖B‖₁ ≥ 2·rtol·max(s) (so, by
+#   interlacing, B's top r eigenvalues do too), certified by a Cholesky factorisation of
+#   B_kk − 2·rtol·‖B‖₁·I succeeding (its backward error, ~r·ε·‖B‖, is far below rtol·‖B‖),
+#   or by the rcond test above when it passes. One more O(r³/3) factorisation: a tenth of
+#   an eigendecomposition (docs/design.md, "Driver routes").
+_KEPT_SHIFT = 2.0
+
+
+def _pivoted_factor(B: np.ndarray, *, rtol: float, norm1: float) -> np.ndarray | None:
+    """The columns ``keep`` (in pivot order) of a pivoted Cholesky factorisation of the
+    symmetric ``B`` (``norm1 = ‖B‖₁``) when their span is provably the eigen threshold's (see
+    the notes above), else None."""
+    m = B.shape[0]
+    c, piv, rank, info = dpstrf(B, lower=1)
+    if info < 0 or rank < 1:
+        return None
+    piv = np.asarray(piv[:m], dtype=np.intp) - 1  # LAPACK's 1-based pivots
+    keep, drop = piv[:rank], piv[rank:]
+    if rank < m:
+        L21 = c[rank:, :rank]
+        S = B[np.ix_(drop, drop)] - L21 @ L21.T
+        if not np.abs(S).sum(axis=0).max() <= 0.5 * rtol * B.diagonal().max():
+            return None
+    B_kk = B[np.ix_(keep, keep)]
+    norm_kk = np.abs(B_kk).sum(axis=0).max()
+    rcond, info = dpocon(c[:rank, :rank], norm_kk, uplo="L")  # reads the lower triangle only
+    if info == 0 and rcond > _CHOLESKY_MARGIN * rtol * norm1 / norm_kk:
+        return keep
+    B_kk.flat[:: rank + 1] -= _KEPT_SHIFT * rtol * norm1
+    try:
+        cholesky(B_kk.T, lower=True, overwrite_a=True, check_finite=False)  # symmetric: .T is
+        # the matrix in Fortran order, factored in place
+    except LinAlgError:
+        return None
+    return keep
+
+
+def _certified_columns(B: np.ndarray, *, rtol: float) -> np.ndarray | None:
+    """The columns of ``B`` whose span is the model's (all of them, in order, or the pivoted
+    factorisation's ``keep``), certified as in the notes above; None: eigen route only."""
+    m = B.shape[0]
+    if m == 0 or not np.isfinite(B).all():
+        return None
+    norm1 = np.abs(B).sum(axis=0).max()
+    try:  # B symmetric: B.T is B in Fortran order, no transposing copy
+        L = cholesky(B.T, lower=True, check_finite=False)
+    except LinAlgError:
+        L = None
+    if L is not None:
+        rcond, info = dpocon(L, norm1, uplo="L")
+        if info == 0 and rcond > _CHOLESKY_MARGIN * rtol:
+            return np.arange(m)
+    keep = _pivoted_factor(B, rtol=rtol, norm1=norm1)
+    return None if keep is None else np.sort(keep)
+
+
 # An exact input side (H = K_X) factors H + nλI by Cholesky per λ: r³/3 flops against the
 # ~9r³ of a symmetric eigendecomposition with vectors, and K_X itself carries only rounding
-# error. A λ path longer than this shares one eigendecomposition instead. A sketched input
-# side is always eigen-decomposed: H = T_Xᵀ G T_X amplifies the rounding of G by ‖T_X‖²
-# (up to 1/(rtol·max s)), its eigenvalues can be negative far beyond nλ for small λ, and
-# the eigen route clips them at 0 where a Cholesky factor would fail or amplify them.
+# error. A λ path longer than this shares one eigendecomposition instead.
 EIGEN_PATH_LENGTH = 8
+
+# A sketched input side is factored per λ too, with a safety test. H = T_Xᵀ G T_X carries the
+# rounding of the pass sum G amplified by ‖T_X‖² = 1/λ_min(B) (up to 1/(rtol·max s)): its
+# computed eigenvalues can be negative, far beyond nλ for small λ. The eigen route clips them
+# at 0; a Cholesky factor of H + nλI keeps them, which is the same model only while they are
+# small against nλ: a λ is solved by Cholesky once a factorisation of H + τ·nλ·I
+# (τ = _NOISE_SHIFT) has succeeded, which proves — to the rounding the factorisation itself
+# adds, Tᵀ(m·ε·‖G‖)T, the same amplified rounding — that every eigenvalue of H exceeds
+# −τ·nλ, so the two routes differ by less than τ/(1 − τ) relative, and only along directions
+# where H is rounding noise; otherwise (tiny λ, CASP's small λ) the eigen route. The
+# generalized form needs neither T nor H: with B_kk = L Lᵀ on the certified columns ``keep``
+# (T = E_keep L^{-T}), T (H + nλI)^{-1} Tᵀ = E_keep (G_kk + nλ B_kk)^{-1} E_keepᵀ and
+# Tᵀ(... ) scales congruently, so the test and the solve factor G_kk + c·B_kk instead.
+_NOISE_SHIFT = 1e-2
+
+# Path length from which one eigendecomposition beats a Cholesky factorisation per λ on a
+# sketched input side, by the r of H, measured on this machine (2-core AMD EPYC shared with
+# other work, one BLAS thread) by `python benchmarks/bench_bibtex.py --driver-crossover`
+# (docs/design.md, "Driver routes"): the eigen route costs a generalized symmetric
+# eigendecomposition (scipy eigh(H, metric)) and one product Vᵀ R, then O(r·r_Y) per λ; the
+# Cholesky route one safety factorisation, then per λ a factorisation and its solve with r_Y
+# right-hand sides. k* = (t_eig − t_safety) / t_per-λ with r_Y = 200 (one right-hand side,
+# KRR, moves it up 1.2–3.5×), at load average 5: r = 250: 5.2, 500: 7.1, 1000: 7.2, 2000:
+# 19.6, 3000: 18.2 (at load 9: 11.5, 5.5, 8.9, 16.2, 22.0); the eigendecomposition's
+# memory-bound tridiagonal reduction slows relative to the Cholesky factorisation as r grows.
+# Interpolated between the sizes, the end values beyond them.
+_EIGEN_CROSSOVER = ((250, 5.2), (500, 7.1), (1000, 7.2), (2000, 19.6), (3000, 18.2))
+
+
+def eigen_pays(n_lams: int, r: int) -> bool:
+    """Whether a sketched input side of ``r`` features solves ``n_lams`` values of λ faster
+    from one eigendecomposition than by a Cholesky factorisation per λ (measured crossover,
+    :data:`_EIGEN_CROSSOVER`)."""
+    sizes, lengths = zip(*_EIGEN_CROSSOVER)
+    return n_lams > float(np.interp(r, sizes, lengths))
 
 
 @dataclass(frozen=True)
 class InputSolution:
     """λ-independent factors of the input side: ``T_X``, ``H`` and ``n``.
 
-    The model of every λ is the ridge solution ``(H + nλI)^{-1} R`` in the input features
-    ``φ_X(x) = T_Xᵀ R_X k_X(X, x)``, whose Gram matrix over the training rows is ``H``:
+    The model of every λ is the ridge solution ``(H + nλ·metric)^{-1} R`` in the input
+    features ``φ_X(x) = T_Xᵀ R_X k_X(X, x)``, whose Gram matrix over the training rows is
+    ``H``:
 
-    - sketched input: ``H = T_Xᵀ G T_X`` (r_X × r_X);
+    - sketched input, whitened (``metric=None``, the identity): ``H = T_Xᵀ G T_X``
+      (r_X × r_X) with ``T_Xᵀ B T_X = I``;
+    - sketched input, generalized form: ``T = E_keep`` selects the certified columns of
+      ``B`` (see :func:`solve_input`), ``H = G_kk`` and ``metric = B_kk``: the features are
+      ``(R_X k_X(X, x))_keep`` themselves, and no whitening or ``Tᵀ G T`` is formed;
     - exact input (``T=None``, ``φ_X(x) = k_X(X, x)``): ``H = K_X`` (n × n), which gives the
       dense closed forms of IOKR and exact KRR, every direction of ``K_X`` kept (as
       scikit-learn's ``KernelRidge`` solves it).
@@ -165,9 +281,19 @@ class InputSolution:
     H : ndarray of shape (r_X, r_X)
     n : int
     V, evals : ndarray of shape (r_X, r_X) and (r_X,), or None
-        ``H = V diag(evals) Vᵀ`` (eigenvalues clipped at 0), when set (:meth:`with_eigen`)
-        every λ is solved from it; otherwise each λ is solved by a Cholesky factorisation
-        of ``H + nλI``, or, where that fails numerically, by the eigendecomposition.
+        ``H = V diag(evals) Vᵀ`` with ``Vᵀ metric V = I`` (eigenvalues clipped at 0), when set
+        (:meth:`with_eigen`) every λ is solved from it; otherwise each λ is solved by a
+        Cholesky factorisation of ``H + nλ·metric``, or, where the safety test refuses it
+        (notes at :data:`_NOISE_SHIFT`), by the eigendecomposition.
+    metric : ndarray of shape (r_X, r_X) or None
+        ``Tᵀ B T`` when it is not the identity (the generalized form), else None.
+    support : ndarray of int or None
+        The generalized form's ``keep`` (``T = E_keep``), for products that select columns
+        instead of multiplying by ``T``; None otherwise (not saved: ``T`` says the same).
+    whitening_route : str
+        How ``B`` was handled: ``"cholesky"`` (every column, certified), ``"pivoted"``
+        (the certified columns of a pivoted factorisation), ``"eigen"`` (eigendecomposition),
+        ``"exact"`` (no ``B``), or ``""`` (unknown: a saved model).
     """
 
     T: np.ndarray | None
@@ -175,48 +301,105 @@ class InputSolution:
     n: int
     V: np.ndarray | None = None
     evals: np.ndarray | None = None
+    metric: np.ndarray | None = None
+    support: np.ndarray | None = None
+    whitening_route: str = ""
 
     @property
     def exact(self) -> bool:
         return self.T is None
 
+    @property
+    def route(self) -> str:
+        """The route the last λ was solved by: ``"eigen"``, ``"cholesky"`` (``H + nλI``) or
+        ``"generalized"`` (``G_kk + nλB_kk``); ``""`` before any solve."""
+        if self.V is not None:
+            return "eigen"
+        return self.__dict__.get("_route", "")
+
+    def _note_route(self, route: str, lam: float) -> None:
+        object.__setattr__(self, "_route", route)  # a record, not state
+        logger.debug("input side, λ = %g: %s route (r = %d)", lam, route, self.H.shape[0])
+
     def with_eigen(self) -> "InputSolution":
-        """The same solution with ``H`` eigen-decomposed once (computed once per object)."""
+        """The same solution with ``H`` eigen-decomposed once (computed once per object);
+        the generalized form by the generalized problem ``H v = μ metric v``."""
         if self.V is not None:
             return self
         cached = self.__dict__.get("_eigen")
         if cached is None:
-            evals, V = np.linalg.eigh(_sym(self.H))
+            if self.metric is None:
+                evals, V = np.linalg.eigh(_sym(self.H))
+            else:  # metric = B_kk is certified positive definite
+                from scipy.linalg import eigh
+
+                evals, V = eigh(_sym(self.H), _sym(self.metric), check_finite=False)
             cached = replace(self, V=V, evals=np.clip(evals, 0.0, None))
             object.__setattr__(self, "_eigen", cached)  # a cache, not state
         return cached
 
-    def _factor(self, lam: float) -> np.ndarray | None:
-        """Lower Cholesky factor of ``H + nλI``, or None if it is not numerically PD."""
-        A = _sym(self.H)
-        A.flat[:: A.shape[0] + 1] += self.n * float(lam)
+    def _shifted(self, shift: float) -> np.ndarray:
+        """``H + shift·metric`` (a new Fortran-ordered array) for a lower Cholesky
+        factorisation in place. ``H`` and ``metric`` are symmetric, so the transpose of a
+        row-major copy is the matrix itself, in LAPACK's order, without a transposing copy
+        (the factorisation reads one triangle: no symmetrisation)."""
+        A = np.array(self.H, dtype=np.float64, order="C")
+        if self.metric is None:
+            A.flat[:: A.shape[0] + 1] += shift
+        else:
+            A += shift * np.asarray(self.metric, dtype=np.float64)
+        return A.T
+
+    def _certified(self, lam: float) -> bool:
+        """Whether λ may be solved by Cholesky (a sketched side: every eigenvalue of ``H``
+        above ``−τ·nλ``, notes at :data:`_NOISE_SHIFT`; shown once for all λ above it)."""
+        if self.exact:
+            return True
+        low = self.__dict__.get("_certified_down_to")
+        if low is not None and lam >= low:
+            return True
         try:
-            return cholesky(A, lower=True, overwrite_a=True, check_finite=False)
+            cholesky(self._shifted(_NOISE_SHIFT * self.n * float(lam)), lower=True,
+                     overwrite_a=True, check_finite=False)
+        except LinAlgError:
+            logger.debug("input side, λ = %g: H + τnλ not positive definite, eigen route", lam)
+            return False
+        object.__setattr__(self, "_certified_down_to", float(lam))  # a cache, not state
+        return True
+
+    def _factor(self, lam: float) -> np.ndarray | None:
+        """Lower Cholesky factor of ``H + nλ·metric``, or None if it is not numerically PD
+        or the safety test refuses it."""
+        if not self._certified(lam):
+            return None
+        try:
+            return cholesky(self._shifted(self.n * float(lam)), lower=True, overwrite_a=True,
+                            check_finite=False)
         except LinAlgError:
             return None
 
     def solve(self, rhs: np.ndarray, lam: float) -> np.ndarray:
-        """``(H + nλI)^{-1} rhs`` of shape (r_X, k)."""
+        """``(H + nλ·metric)^{-1} rhs`` of shape (r_X, k)."""
         rhs = np.asarray(rhs, dtype=np.float64)
         if self.V is not None:
             return self.V @ ((self.V.T @ rhs) / (self.evals + self.n * float(lam))[:, None])
         L = self._factor(lam)
         if L is None:
+            self._note_route("eigen", lam)
             return self.with_eigen().solve(rhs, lam)
+        self._note_route("cholesky" if self.metric is None else "generalized", lam)
         return cho_solve((L, True), rhs, check_finite=False)
 
     def inverse(self, lam: float) -> np.ndarray:
-        """``(H + nλI)^{-1}`` of shape (r_X, r_X) (from the Cholesky factor, LAPACK ``potri``)."""
+        """``(H + nλ·metric)^{-1}`` of shape (r_X, r_X) (from the Cholesky factor, LAPACK
+        ``potri``)."""
         if self.V is not None:
             return (self.V / (self.evals + self.n * float(lam))) @ self.V.T
         L = self._factor(lam)
         if L is None:
+            self._note_route("eigen", lam)
             return self.with_eigen().inverse(lam)
+        self._note_route("cholesky" if self.metric is None else "generalized", lam)
         inv, info = dpotri(L, lower=1)
         if info != 0:  # pragma: no cover - the factor exists, so potri cannot fail
             raise ValueError(f"lam: inverting H + nλI failed (LAPACK info {info})")
@@ -226,17 +409,42 @@ class InputSolution:
 
 
 def solve_input(G: np.ndarray, B: np.ndarray, *, n: int, rtol: float,
-                argument: str = "input_kernel") -> InputSolution:
-    """Sketched input side: whiten ``B`` and form ``H = T_Xᵀ G T_X``."""
+                argument: str = "input_kernel", generalized: bool = True) -> InputSolution:
+    """Sketched input side: the generalized form, or whiten ``B`` and form ``H = T_Xᵀ G T_X``.
+
+    ``generalized``: where the columns ``keep`` of ``B`` are certified to span the eigen
+    threshold's space (all of them when ``B`` is safely well conditioned; notes at
+    :data:`_KEPT_SHIFT`), return ``T = E_keep``, ``H = G_kk``, ``metric = B_kk``: with
+    ``B_kk = L Lᵀ`` and the whitening ``T_X = E_keep L^{-T}``,
+    ``T_X (Hw + nλI)^{-1} T_Xᵀ = E_keep (G_kk + nλ B_kk)^{-1} E_keepᵀ`` for the whitened
+    ``Hw = T_Xᵀ G T_X``: the same model, solved by one Cholesky factorisation per λ with no
+    triangular inverse and no ``Tᵀ G T`` product. Otherwise (or ``generalized=False``) the
+    whitening of :func:`whitening`.
+    """
     _check_finite_sum(G, what="the sum CᵀC", argument=argument)
-    T = whitening(B, rtol=rtol, argument=argument)
-    return InputSolution(T=T, H=_sym(T.T @ _sym(G) @ T), n=int(n))
+    _check_finite_sum(B, what="the sketched Gram matrix R K Rᵀ", argument=argument)
+    B = _sym(B)
+    if generalized:
+        keep = _certified_columns(B, rtol=rtol)
+        if keep is not None:
+            m = B.shape[0]
+            T = np.zeros((m, len(keep)))
+            T[keep, np.arange(len(keep))] = 1.0
+            route = "cholesky" if len(keep) == m else "pivoted"
+            logger.debug("input side: B certified on %d of %d columns (%s), generalized form",
+                         len(keep), m, route)
+            ix = np.ix_(keep, keep)
+            return InputSolution(T=T, H=_sym(np.asarray(G)[ix]), n=int(n), metric=B[ix],
+                                 support=keep, whitening_route=route)
+    T, route = _whitening(B, rtol=rtol, argument=argument)
+    return InputSolution(T=T, H=_sym(T.T @ _sym(G) @ T), n=int(n), whitening_route=route)
 
 
 def solve_input_exact(K: np.ndarray, *, n: int, argument: str = "input_kernel") -> InputSolution:
     """Exact input side (``R_X = I``): ``H = K_X``, input features ``k_X(X, x)``."""
     _check_finite_sum(K, what="the Gram matrix K_X", argument=argument)
-    return InputSolution(T=None, H=np.asarray(K, dtype=np.float64), n=int(n))
+    return InputSolution(T=None, H=np.asarray(K, dtype=np.float64), n=int(n),
+                         whitening_route="exact")
 
 
 def input_basis(sol: InputSolution) -> np.ndarray | None:
@@ -270,7 +478,9 @@ def sisokr_operator(sol: InputSolution, T_Y: np.ndarray | None, M: np.ndarray | 
     if sol.exact:
         R = None if T_Y is None else np.asarray(D, dtype=np.float64) @ T_Y
     else:
-        MT = np.asarray(M, dtype=np.float64) @ sol.T  # (r_Y or n) × r_X
+        M = np.asarray(M, dtype=np.float64)
+        # (r_Y or n) × r_X; the generalized form's T selects columns
+        MT = M[:, sol.support] if sol.support is not None else M @ sol.T
         R = (MT if T_Y is None else T_Y.T @ MT).T
     if sol.V is None:
         return R
@@ -294,13 +504,20 @@ def krr_coef(sol: InputSolution, b: np.ndarray, lam: float) -> np.ndarray:
     """Coefficients of ``f(x) = (R_X k_X(X, x))ᵀ β(λ)``, shape (m_X, t).
 
     Sketched input: ``β(λ) = T_X (H + nλI)^{-1} T_Xᵀ b`` with ``b = R_X K_X Y``
-    (Chen & Yang eq. 3). Exact input: ``β(λ) = (K_X + nλI)^{-1} Y``; pass ``b = Y``.
+    (Chen & Yang eq. 3); in the generalized form ``β(λ) = E_keep (G_kk + nλ B_kk)^{-1} b_keep``.
+    Exact input: ``β(λ) = (K_X + nλI)^{-1} Y``; pass ``b = Y``.
     """
     b = np.asarray(b, dtype=np.float64)
     basis = input_basis(sol)
     if sol.V is not None:
         return basis @ ((basis.T @ b) / (sol.evals + sol.n * float(lam))[:, None])
-    return sol.solve(b, lam)  # exact input, Cholesky route
+    if sol.exact:  # Cholesky route
+        return sol.solve(b, lam)
+    if sol.support is not None:  # T = E_keep: select and scatter
+        beta = np.zeros((sol.T.shape[0],) + b.shape[1:])
+        beta[sol.support] = sol.solve(b[sol.support], lam)
+        return beta
+    return sol.T @ sol.solve(sol.T.T @ b, lam)
 
 
 # --------------------------------------------------------------------------- assembly
@@ -335,18 +552,21 @@ def feature_sums(*, x_exact: bool) -> tuple[str, ...]:
 
 
 def solve_input_side(sums: dict, *, exact: bool, n: int, rtol: float, n_lams: int,
-                     argument: str = "input_kernel") -> InputSolution:
+                     argument: str = "input_kernel", eigen: bool = False) -> InputSolution:
     """The λ-independent input solution from the pass's sums.
 
-    Sketched: one eigendecomposition of ``H`` for every λ. Exact: ``H + nλI`` factored per λ
-    unless the λ path is longer than :data:`EIGEN_PATH_LENGTH` (this module's notes explain
-    both).
+    Exact: ``H + nλI`` factored per λ unless the λ path is longer than
+    :data:`EIGEN_PATH_LENGTH`. Sketched: the generalized form where ``B`` is certified (else
+    the whitened ``H``), factored per λ behind the safety test, unless the path is long
+    enough that one eigendecomposition pays off (:func:`eigen_pays`); this module's notes
+    explain both. ``eigen``: the eigen route whatever the path (callers that need the
+    eigenbasis).
     """
     if exact:  # H = K_X = C itself
         sol = solve_input_exact(sums["C"], n=n, argument=argument)
-    else:
-        sol = solve_input(sums["G"], sums["B"], n=n, rtol=rtol, argument=argument)
-    return sol.with_eigen() if not sol.exact or n_lams > EIGEN_PATH_LENGTH else sol
+        return sol.with_eigen() if eigen or n_lams > EIGEN_PATH_LENGTH else sol
+    sol = solve_input(sums["G"], sums["B"], n=n, rtol=rtol, argument=argument)
+    return sol.with_eigen() if eigen or eigen_pays(n_lams, sol.H.shape[0]) else sol
 
 
 @dataclass(frozen=True)
@@ -378,15 +598,18 @@ class SisokrSolution:
 
 
 def solve_sisokr(sums: dict, x_sketch, y_sketch, y_landmarks, *, n: int, rtol: float,
-                 n_lams: int, linear_output: bool) -> SisokrSolution:
+                 n_lams: int, linear_output: bool, eigen: bool = False) -> SisokrSolution:
     """Assemble a SISOKR-family model (docs/design.md, "Driver solve") from the pass's sums.
 
     ``x_sketch``, ``y_sketch``: the realised sketches (``transpose_dot`` maps sketch
     coordinates to landmark columns); ``y_landmarks``: the output landmarks (a linear output
-    kernel's ``output_map`` is ``(R_Ymixᵀ T_Y)ᵀ Y_J``).
+    kernel's ``output_map`` is ``(R_Ymixᵀ T_Y)ᵀ Y_J``). ``eigen``: the input side's eigen
+    route whatever the λ path (:func:`solve_input_side`).
     """
-    sol = solve_input_side(sums, exact=x_sketch.is_identity, n=n, rtol=rtol, n_lams=n_lams)
-    # input features: (T_X V)ᵀ R_X k_X(X, x) in the eigenbasis of H, or k_X(X, x) itself
+    sol = solve_input_side(sums, exact=x_sketch.is_identity, n=n, rtol=rtol, n_lams=n_lams,
+                           eigen=eigen)
+    # input features: (T_X V)ᵀ R_X k_X(X, x) in the eigenbasis of H, T_Xᵀ R_X k_X(X, x) on
+    # the Cholesky route ((R_X k_X(X, x))_keep in the generalized form), or k_X(X, x) itself
     # (exact input side, Cholesky route)
     basis = input_basis(sol)
     input_projection = None if basis is None else x_sketch.transpose_dot(basis)

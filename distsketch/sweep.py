@@ -287,9 +287,13 @@ class Sweeper:
     """Runs sweeps over a fit's blocks; the items (and scattered rows) are built once."""
 
     def __init__(self, data: SweepData, X: RowSource, Y: RowSource, *, split_every: int,
-                 progress: bool = False):
+                 progress: bool = False, block=None, name: str = "sweep"):
         self.data, self.X, self.Y = data, X, Y
         self.split_every, self.progress = split_every, progress
+        # the block function (default: the Lipschitz machines'); another solver's sweep
+        # (distsketch.pcg) passes its own, with the same items, retries and fixed-order sums
+        self.block = _sweep_block if block is None else block
+        self.name = name
         self._items = None
         self.count = 0
 
@@ -300,14 +304,14 @@ class Sweeper:
             try:
                 if self._items is None:
                     self._items = sweep_items(self.data, self.X, self.Y, client=client)
-                shared = share((self.data, it), name="sweep-iterate", client=client)
+                shared = share((self.data, it), name=f"{self.name}-iterate", client=client)
             except Exception as exc:
                 if lost is not None:
                     raise lost from exc
                 raise
             try:
-                result = map_reduce(_sweep_block, self._items, reducer=SWEEP_SUMS, shared=shared,
-                                    split_every=self.split_every, fuse=True, name="sweep",
+                result = map_reduce(self.block, self._items, reducer=SWEEP_SUMS, shared=shared,
+                                    split_every=self.split_every, fuse=True, name=self.name,
                                     progress=self.progress)
                 self.count += 1
                 return result

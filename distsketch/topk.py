@@ -24,7 +24,7 @@ import numpy as np
 from .backends import NUMPY, get_backend
 from .blocks import pad_rows
 
-__all__ = ["SCORE_ROWS", "smallest_k", "merge_topk", "score_topk"]
+__all__ = ["SCORE_ROWS", "smallest_k", "merge_topk", "score_topk", "tile_rows"]
 
 #: Candidate rows per BLAS call inside a task: it bounds the score block (queries × this), and
 #: every call has exactly this many rows (the last tile is zero-padded). BLAS results depend on
@@ -32,6 +32,20 @@ __all__ = ["SCORE_ROWS", "smallest_k", "merge_topk", "score_topk"]
 #: candidates bitwise-equal scores — exact ties, resolved by the lower index — whatever the
 #: task boundaries, chunking or scheduler.
 SCORE_ROWS = 4096
+
+
+def tile_rows(n_candidates: int, *, block_rows: int | None = None) -> int:
+    """Score tile of one decoding: at most :data:`SCORE_ROWS` rows, sized to the candidates.
+
+    A candidate block of ``b = min(n_candidates, block_rows)`` rows is cut into
+    ``t = ⌈b / SCORE_ROWS⌉`` equal tiles of ``⌈b / t⌉`` rows rounded up to a multiple of 8, so
+    2 058 candidates are scored in one tile of 2 064 rows (not padded to 4 096). The tile is
+    fixed once per decoding (from the candidate count, never from the task layout) and shipped
+    with the graph, so every GEMM of one decoding has the same shape: exact ties stay exact.
+    """
+    b = max(1, int(n_candidates) if block_rows is None else min(int(n_candidates), int(block_rows)))
+    t = -(-b // SCORE_ROWS)
+    return min(SCORE_ROWS, -(-(-(-b // t)) // 8) * 8)
 
 
 def smallest_k(S: np.ndarray, k: int, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

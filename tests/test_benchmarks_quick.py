@@ -92,3 +92,15 @@ def test_cli_regression_quick():
     pytest.importorskip("sklearn")
     out = run("bench_cli_regression.py")
     assert out.startswith("rf1 ") and '"nystroem"' in out and '"best"' in out
+
+
+def test_large_m_quick():
+    """PCG against the direct solve on a tiny synthetic problem (issue 18)."""
+    out = run("bench_large_m.py")
+    assert "PCG" in out or "pcg" in out
+
+
+def test_lipschitz_admm_quick():
+    """The ADMM route against Newton on a tiny synthetic Huber problem (issue 14)."""
+    out = run("bench_lipschitz_admm.py")
+    assert "admm" in out.lower() and "newton" in out.lower()

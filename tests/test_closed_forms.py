@@ -175,8 +175,9 @@ def test_exact_input_falls_back_to_eigenvalues_where_cholesky_fails():
 
 def test_long_lam_path_eigen_route_equals_cholesky_route(small_problem):
     """Exact input side: more than EIGEN_PATH_LENGTH values share one eigendecomposition
-    of K_X; fewer factor K_X + nλI per λ. The same model either way. A sketched input
-    side always takes the eigen route."""
+    of K_X; fewer factor K_X + nλI per λ. The same model either way. A sketched input side
+    with a well-conditioned B and one λ takes the generalized route (G + nλB factored, no
+    eigendecomposition; tests/test_driver_routes.py checks it against the others)."""
     X, Y, Xq, Yc = small_problem
     long_path = list(np.geomspace(1e-6, 1e-1, ds.solve.EIGEN_PATH_LENGTH + 1))
     eig = _fit(X, Y, None, ds.GaussianSketch(10), lam=long_path, seed=2)
@@ -186,4 +187,4 @@ def test_long_lam_path_eigen_route_equals_cholesky_route(small_problem):
         assert chol.input_solution_.V is None
         assert rel_err(eig.set_lam(lam).score_candidates(Xq, Yc),
                        chol.score_candidates(Xq, Yc)) <= 1e-9, lam
-    assert _fit(X, Y, ds.SubSampling(25), None).input_solution_.V is not None
+    assert _fit(X, Y, ds.SubSampling(25), None).input_solution_.route == "generalized"

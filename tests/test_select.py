@@ -65,6 +65,44 @@ def test_cv_route_is_the_one_pass_cv_estimator():
     assert np.array_equal(sel.model.predict(X), ref.predict(X))
 
 
+def test_cv_route_scores_a_width_grid_in_one_pass(monkeypatch):
+    """cv + gammas (+ kernels): each kernel entry's γ grid is one CV trial whose pass reads
+    every row block once (SketchedKRRCV(gammas=)); its rows equal one CV estimator per γ."""
+    from distsketch.features import FeatureMap
+
+    seen = []
+    original = FeatureMap.block
+
+    def counting(self, A, **kw):
+        seen.append(A)
+        return original(self, A, **kw)
+
+    X, y = _data()
+    gammas = [0.1, 0.5, 2.0]
+    opts = ds.EngineOptions(block_dtype="float64", block_rows=64)
+    model = ds.SketchedKRR(ds.Gaussian(gamma=1.0), sketch=ds.SubSampling(30), lam=LAMS,
+                           random_state=1, options=opts)
+    monkeypatch.setattr(FeatureMap, "block", counting)
+    sel = select(model, X, y, cv=4, metric="rmse", gammas=gammas, kernels=["gaussian", "linear"])
+    monkeypatch.setattr(FeatureMap, "block", original)
+    blocks = -(-len(X) // 64)
+    # the Gaussian's 3 widths in one pass, the linear kernel's pass (the final model is
+    # a trial's own fit without a store: no refit pass)
+    assert len({id(A) for A in seen}) == 2 * blocks and len(seen) == (3 + 1) * blocks
+    want = []
+    for g in gammas:
+        ref = ds.SketchedKRRCV(ds.Gaussian(gamma=g), sketch=ds.SubSampling(30), lams=LAMS,
+                               cv=4, random_state=1, options=opts).fit(X, y)
+        want += list(ref.cv_results_["mean_test_score"])
+    ref = ds.SketchedKRRCV(ds.Linear(), sketch=ds.SubSampling(30), lams=LAMS, cv=4,
+                           random_state=1, options=opts).fit(X, y)
+    want += list(ref.cv_results_["mean_test_score"])
+    assert [r["score"] for r in sel.table] == pytest.approx(want, rel=1e-12)
+    assert [r["gamma"] for r in sel.table] == [g for g in gammas for _ in LAMS] + [None] * 3
+    best = sel.table[int(np.argmax([r["score"] for r in sel.table]))]
+    assert sel.best == {k: v for k, v in best.items() if k not in ("score", "std")}
+
+
 def test_regressor_and_reduced_rank_through_validation():
     X, y = _data()
     sel = select(ds.SketchedRegressor(ds.Gaussian(gamma=0.5), loss="huber",
@@ -206,3 +244,178 @@ def test_evaluate_lam_is_validated(cli_dir, capsys):
     assert "--lam: expected a positive number" in capsys.readouterr().err
     assert main(["-q", "evaluate", str(cli_dir / "fit.zarr"), "--rank", "2"]) == 2
     assert "--rank: a SketchedKRR has no rank" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- kernel choice
+
+KERNELS = ["gaussian", "linear", {"name": "polynomial", "degree": 2}]
+
+
+def _candidate_kernels(X, gammas):
+    """The brute-force list of (description, gamma, kernel) for KERNELS × gammas, each on the
+    inputs standardised by all of X (what the model's Standardized kernel does)."""
+    out = []
+    for g in gammas:
+        out.append(("gaussian", g, ds.standardized(ds.Gaussian(gamma=g), X)))
+    out.append(("linear", None, ds.standardized(ds.Linear(), X)))
+    for g in gammas:
+        out.append(("polynomial(coef0=1.0, degree=2)", g,
+                    ds.standardized(ds.Polynomial(degree=2, gamma=g), X)))
+    return out
+
+
+def _std_model(X, **kw):
+    return ds.SketchedKRR(ds.standardized(ds.Gaussian(gamma=0.5), X), sketch=ds.SubSampling(30),
+                          lam=LAMS, random_state=1, options=F64, **kw)
+
+
+def test_kernel_choice_validation_route_equals_brute_force_and_refits_the_best():
+    X, y = _data()
+    gammas = [0.1, 1.0]
+    sel = select(_std_model(X), X, y, validation=0.25, metric="mae", kernels=KERNELS,
+                 gammas=gammas, random_state=7)
+    train, val = split_rows(len(X), 0.25, 7)
+    kw = dict(sketch=ds.SubSampling(30), random_state=1, options=F64)
+    scores, kernels = {}, {}
+    for desc, g, kernel in _candidate_kernels(X, gammas):
+        kernels[(desc, g)] = kernel
+        for lam in LAMS:
+            est = ds.SketchedKRR(kernel, lam=lam, **kw).fit(X[train], y[train])
+            scores[(desc, g, lam)] = metrics.mae(y[val], est.predict(X[val]))
+    # kernel-major order, a kernel without a width once with gamma None
+    assert [(r["kernel"], r["gamma"], r["lam"]) for r in sel.table] == list(scores)
+    for row in sel.table:
+        assert row["score"] == pytest.approx(scores[(row["kernel"], row["gamma"], row["lam"])],
+                                             rel=1e-9)
+    desc, g, lam = min(scores, key=scores.get)
+    assert sel.best == {"kernel": desc, "gamma": g, "lam": lam}
+    assert sel.model.kernel == kernels[(desc, g)] and sel.model.lam_ == lam
+    plain = ds.SketchedKRR(kernels[(desc, g)], lam=lam, **kw).fit(X, y)
+    assert np.allclose(sel.model.predict(X), plain.predict(X), rtol=0, atol=1e-9)
+
+
+def test_the_linear_candidate_is_ridge_regression_on_the_standardised_features():
+    # f(x) = ȳ + x_sᵀw, w = (X_sᵀX_s + nλ I)⁻¹ X_sᵀ(y − ȳ) on the training rows (n of them):
+    # SubSampling(30) spans the 3-dimensional row space, so the sketch loses nothing
+    X, y = _data()
+    sel = select(_std_model(X), X, y, validation=0.25, metric="rmse",
+                 kernels=["linear", {"name": "gaussian", "gamma": 0.3}], random_state=2)
+    train, val = split_rows(len(X), 0.25, 2)
+    Xs = (X - X.mean(axis=0)) / X.std(axis=0)
+    ybar = y[train].mean()
+    rows = {r["lam"]: r["score"] for r in sel.table if r["kernel"] == "linear"}
+    assert [r["kernel"] for r in sel.table] == ["linear"] * 3 + ["gaussian(gamma=0.3)"] * 3
+    for lam in LAMS:
+        A = Xs[train].T @ Xs[train] + len(train) * lam * np.eye(3)
+        w = np.linalg.solve(A, Xs[train].T @ (y[train] - ybar))
+        assert rows[lam] == pytest.approx(metrics.rmse(y[val], ybar + Xs[val] @ w), rel=1e-8)
+
+
+def test_kernel_choice_cv_route_is_the_cv_estimator_per_kernel(tmp_path):
+    X, y = _data()
+    kernels = [ds.Gaussian(gamma=0.1), ds.Gaussian(gamma=1.0), "linear"]
+    sel = select(_std_model(X, store=str(tmp_path / "m.zarr")), X, y, cv=4, metric="rmse",
+                 kernels=kernels)
+    refs = {}
+    for desc, kernel in [("gaussian(gamma=0.1)", ds.Gaussian(gamma=0.1)),
+                         ("gaussian(gamma=1.0)", ds.Gaussian(gamma=1.0)),
+                         ("linear", ds.Linear())]:
+        refs[desc] = ds.SketchedKRRCV(ds.standardized(kernel, X), sketch=ds.SubSampling(30),
+                                      lams=LAMS, cv=4, random_state=1, options=F64).fit(X, y)
+    assert [r["kernel"] for r in sel.table] == [d for d in refs for _ in LAMS]
+    assert "gamma" not in sel.table[0]  # no gammas grid: the width is in the description
+    expected = [s for ref in refs.values() for s in ref.cv_results_["mean_test_score"]]
+    assert [r["score"] for r in sel.table] == pytest.approx(expected, rel=1e-12)
+    best = max(refs, key=lambda d: refs[d].best_score_)
+    assert sel.best == {"kernel": best, **refs[best].best_params_}
+    # several candidates and a store: the best one refitted into the store
+    assert sel.model.kernel == refs[best].kernel
+    assert np.allclose(sel.model.predict(X), refs[best].predict(X), rtol=0, atol=1e-9)
+    assert np.allclose(ds.load(str(tmp_path / "m.zarr")).predict(X), refs[best].predict(X),
+                       rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"kernels": "linear"}, r"select.kernels: expected a non-empty list of kernels"),
+    ({"kernels": []}, r"select.kernels: expected a non-empty list of kernels"),
+    ({"kernels": ["gausian"]}, r"select.kernels\[0\]: unknown kernel 'gausian'; use one of"),
+    ({"kernels": ["linear", {"name": "gaussian", "width": 1}]},
+     r"select.kernels\[1\]: unknown parameter 'width' for kernel 'gaussian'"),
+    ({"kernels": [{"gamma": 1.0}]}, r"select.kernels\[0\].name: missing kernel name"),
+    ({"kernels": [{"name": "gaussian", "gamma": -1}]}, r"select.kernels\[0\]: Gaussian: gamma"),
+    ({"kernels": [{"name": "gaussian", "gamma": 0.1}, "linear"], "gammas": [1.0]},
+     r"select.kernels\[0\].gamma: given here and by select.gammas; drop it here"),
+    ({"kernels": ["linear", "tanimoto"], "gammas": [1.0]},
+     r"select.gammas: none of select.kernels has a width gamma"),
+    ({"kernels": ["linear", {"name": "linear"}]},
+     r"select.kernels\[1\]: the same candidate as select.kernels\[0\] \(linear\)"),
+    ({"kernels": [ds.Gaussian(gamma=0.1), ds.Gaussian(gamma=2.0)], "gammas": [0.5]},
+     r"select.kernels\[1\]: the same candidate as select.kernels\[0\]"),
+])
+def test_bad_kernels_are_refused_naming_the_entry(kw, match):
+    with pytest.raises(ValueError, match=match):
+        check_selection(cv=3, **kw)
+
+
+def test_kernels_are_validated_before_any_work():
+    # X and Y are never touched: the errors come first
+    model = ds.SketchedKRR(ds.Gaussian(), sketch=ds.SubSampling(10), lam=LAMS)
+    with pytest.raises(ValueError, match=r"select.kernels\[0\]: unknown kernel"):
+        select(model, None, None, validation=0.2, kernels=["gausian"])
+    with pytest.raises(ValueError, match=r"select.gammas: none of select.kernels"):
+        select(model, None, None, cv=3, kernels=["linear"], gammas=[0.1])
+
+
+# SELECT_TOML for SketchedKRR with standardised inputs
+KERNEL_TOML = SELECT_TOML.replace("{type}", "SketchedKRR").replace(
+    'test = "test.npz"\n', 'test = "test.npz"\nstandardize = true\n')
+
+
+@pytest.mark.parametrize("select_table, route", [
+    ('cv = 4\nkernels = ["gaussian", {name = "linear"}]\ngammas = [0.1, 1.0]', "cv"),
+    ('validation = 0.25\nmetric = "mae"\nkernels = ["gaussian", "linear"]\ngammas = [0.1, 1.0]',
+     "validation"),
+])
+def test_cli_kernel_choice_equals_the_api_and_prints_a_kernel_column(cli_dir, capsys,
+                                                                     select_table, route):
+    import json
+
+    from distsketch.cli import main
+
+    (cli_dir / "fit.toml").write_text(KERNEL_TOML.format(select=select_table))
+    assert main(["-q", "fit", str(cli_dir / "fit.toml"), "--json"]) == 0
+    sel = json.loads(capsys.readouterr().out)["selection"]
+    X, y = _data(300)
+    kw = dict(cv=4) if route == "cv" else dict(validation=0.25, metric="mae")
+    ref = select(ds.SketchedKRR(ds.standardized(ds.Gaussian(gamma=0.5), X[:240]),
+                                sketch=ds.SubSampling(30), lam=LAMS, random_state=0),
+                 X[:240], y[:240], kernels=["gaussian", "linear"], gammas=[0.1, 1.0], **kw)
+    assert sel["best"] == ref.best
+    assert [(r["kernel"], r["gamma"], r["lam"]) for r in sel["table"]] == [
+        (r["kernel"], r["gamma"], r["lam"]) for r in ref.table]
+    assert [r["score"] for r in sel["table"]] == pytest.approx([r["score"] for r in ref.table],
+                                                               rel=1e-12)
+    model = ds.load(str(cli_dir / "fit.zarr"))
+    assert np.allclose(model.predict(X[240:]), ref.model.predict(X[240:]), rtol=0, atol=1e-9)
+    assert main(["-q", "fit", str(cli_dir / "fit.toml")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[:3] == ["kernel", "gamma", "lam"] and "linear" in lines[1 + 7]
+    linear = [ln for ln in lines if ln.startswith("linear")]
+    assert len(linear) == 3 and all(ln.split()[1] == "-" for ln in linear)
+    assert sum(ln.endswith("*") for ln in lines) == 1
+    assert lines[-2].startswith("chosen: kernel = " + ref.best["kernel"])
+
+
+@pytest.mark.parametrize("select_table, match", [
+    ('cv = 4\nkernels = ["gausian"]', r"select.kernels\[0\]: unknown kernel 'gausian'"),
+    ('cv = 4\nkernels = "linear"', r"select.kernels: expected a non-empty list"),
+    ('cv = 4\nkernels = [{name = "gaussian", gamma = 0.1}]\ngammas = [1.0]',
+     r"select.kernels\[0\].gamma: given here and by select.gammas"),
+    ('cv = 4\nkernels = ["linear"]\ngammas = [1.0]', r"select.gammas: none of select.kernels"),
+])
+def test_cli_bad_kernels_name_the_key(cli_dir, select_table, match):
+    from distsketch.config import ConfigError, load_config
+
+    (cli_dir / "bad.toml").write_text(KERNEL_TOML.format(select=select_table))
+    with pytest.raises(ConfigError, match=match):
+        load_config(cli_dir / "bad.toml")

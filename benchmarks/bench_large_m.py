@@ -1,0 +1,189 @@
+"""Large m: ``SketchedKRR(solver="pcg")`` (Falkon's PCG) against the direct route (issue 18).
+
+Synthetic regression, d = 20, ``X ~ N(0, I)``, ``y = sin(X w) + 0.1·noise`` (w = 1/√d),
+Gaussian kernel γ = 1/(2d), ``SubSampling(m)`` landmarks, λ = 1e-6, default engine options
+(float32 kernel blocks, float64 sums), ``store=None``, threaded scheduler.
+
+(a) n = 10⁵ (``--n``), m over ``--ms``: fit time and test RMSE (20 000 fresh rows) of the
+    direct route (one pass forming ``G = CᵀC``, ``2nm²`` flops, then the driver's ``m × m``
+    eigendecompositions) and of PCG at ``--tol`` (each iteration one pass of recomputed
+    kernel blocks, ``4nm`` flops plus the kernel), the relative RMSE difference (target
+    ≤ 1e-6), the iterations, and the crossover m (the smallest m of the grid where PCG is
+    faster). Time per PCG pass = fit time / passes (the first pass computes ``K_nmᵀy``, the
+    others ``K_nmᵀ(K_nm v)``; the driver's m-sized work is included), against the roofline
+    of one pass: ``max(flops / R_gemm, n·m / R_exp)`` with ``2nm(d + 2) + 4nm`` flops (the
+    kernel GEMM, ``K v`` and ``Kᵀ(Kv)``) and ``n·m`` float32 exponentials, at the GEMM and
+    all-cores exp rates measured in this run (benchmarks/bench_pass.py's method).
+(b) ``--part b``: n = 10⁶, m = 20 000 with PCG, each fit in a fresh process whose peak RSS
+    (``ru_maxrss``) is reported (benchmarks/bench_rss.py's method), with the test RMSE of
+    m = 1 000 and 5 000 for comparison. Long (targets: ≤ 20 min, ≤ 8 GB).
+
+    python benchmarks/bench_large_m.py [--n 100000] [--ms 2000 4000 ...] [--part a|b|ab]
+                                       [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
+
+D = 20
+GAMMA = 1.0 / (2 * D)
+LAM = 1e-6
+N_TEST = 20_000
+
+
+def data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows generated in chunks of 100 000 from ``[seed, chunk]`` (any n, the same rows)."""
+    w = np.ones(D) / np.sqrt(D)
+    Xs, ys = [], []
+    for i, s in enumerate(range(0, n, 100_000)):
+        rng = np.random.default_rng([seed, i])
+        xb = rng.standard_normal((min(100_000, n - s), D))
+        Xs.append(xb)
+        ys.append(np.sin(xb @ w) + 0.1 * rng.standard_normal(len(xb)))
+    return np.concatenate(Xs), np.concatenate(ys)
+
+
+def fit(X, y, Xt, yt, *, m: int, solver: str, tol: float) -> dict:
+    import distsketch as ds
+
+    t = time.perf_counter()
+    est = ds.SketchedKRR(ds.Gaussian(gamma=GAMMA), sketch=ds.SubSampling(m), lam=LAM,
+                         solver=solver, tol=tol, max_iter=500, random_state=0).fit(X, y)
+    seconds = time.perf_counter() - t
+    rmse = float(np.sqrt(np.mean((np.asarray(est.predict(Xt)) - yt) ** 2)))
+    out = {"m": m, "solver": solver, "seconds": seconds, "rmse": rmse}
+    if solver == "pcg":
+        out.update(iterations=int(est.n_iter_), passes=int(est.n_passes_),
+                   per_pass=seconds / est.n_passes_)
+    return out
+
+
+def pass_flops(n: int, m: int) -> float:
+    """One PCG pass: the kernel GEMM (augmented, ``2nm(d + 2)``), ``K v`` and ``Kᵀ(Kv)``."""
+    return 2.0 * n * m * (D + 2) + 4.0 * n * m
+
+
+def rates() -> tuple[float, float]:
+    from bench_pass import exp_rate_all_cores
+
+    return _common.gemm_gflops(repeats=3), exp_rate_all_cores(repeats=3, dtype=np.float32)
+
+
+def part_a(args, report=None) -> dict:
+    """``report(partial)`` after each m (the figures so far are recorded as they come)."""
+    X, y = data(args.n, 0)
+    Xt, yt = data(N_TEST, 1)
+    fit(X[:5000], y[:5000], Xt[:100], yt[:100], m=100, solver="pcg", tol=args.tol)  # warm-up
+    rows = []
+    for m in args.ms:
+        gemm, expr = rates()
+        d = fit(X, y, Xt, yt, m=m, solver="direct", tol=args.tol)
+        p = fit(X, y, Xt, yt, m=m, solver="pcg", tol=args.tol)
+        roof = max(pass_flops(args.n, m) / (gemm * 1e9), args.n * m / expr)
+        row = {"m": m, "direct_s": d["seconds"], "pcg_s": p["seconds"], "rmse_direct": d["rmse"],
+               "rmse_pcg": p["rmse"], "rmse_rel_diff": abs(p["rmse"] - d["rmse"]) / d["rmse"],
+               "iterations": p["iterations"], "passes": p["passes"], "per_pass_s": p["per_pass"],
+               "roofline_pass_s": roof, "gemm_gflops": gemm, "exp32_per_s": expr}
+        rows.append(row)
+        print(f"m={m:>6}  direct {d['seconds']:8.1f} s  RMSE {d['rmse']:.6f} | pcg {p['seconds']:8.1f}"
+              f" s  RMSE {p['rmse']:.6f}  rel diff {row['rmse_rel_diff']:.1e}  {p['iterations']}"
+              f" it, {p['per_pass']:.2f} s/pass (roofline {roof:.2f} s: "
+              f"{roof / p['per_pass']:.0%})", flush=True)
+        faster = [r["m"] for r in rows if r["pcg_s"] < r["direct_s"]]
+        out = {"rows": rows, "crossover_m": faster[0] if faster else None}
+        if report is not None:
+            report(out)
+    return out
+
+
+def child(m: int, n: int, tol: float) -> None:
+    """One PCG fit in this fresh process; prints one JSON line (peak RSS included)."""
+    X, y = data(n, 0)
+    Xt, yt = data(N_TEST, 1)
+    out = fit(X, y, Xt, yt, m=m, solver="pcg", tol=tol)
+    out["peak_rss_mib"] = _common.peak_rss_mib()
+    print(json.dumps(out))
+
+
+def part_b(args) -> dict:
+    rows = []
+    for m in (1000, 5000, 20_000):
+        r = _common.run_child([__file__, "--child", str(m), "--n", str(args.n_b),
+                               "--tol", str(args.tol)])
+        rows.append(r)
+        print(f"n={args.n_b:,} m={m:>6}: {r['seconds']:.0f} s, {r['iterations']} it, "
+              f"RMSE {r['rmse']:.6f}, peak RSS {r['peak_rss_mib']:.0f} MiB", flush=True)
+    return {"rows": rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--n-b", type=int, default=1_000_000)
+    ap.add_argument("--ms", type=int, nargs="+", default=[2000, 4000, 6000, 8000, 10_000])
+    ap.add_argument("--tol", type=float, default=1e-6)
+    ap.add_argument("--part", default="a", choices=["a", "b", "ab"])
+    ap.add_argument("--quick", action="store_true", help="n = 4000, m = 100, 200; no RESULTS.md")
+    ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child is not None:
+        return child(args.child, args.n, args.tol)
+    if args.quick:
+        args.n, args.ms, args.part = 4000, [100, 200], "a"
+    out = {"n": args.n, "n_b": args.n_b, "d": D, "lam": LAM, "tol": args.tol}
+
+    def partial(a):
+        if not args.quick:
+            write({**out, "a": a, "partial": True})
+
+    if "a" in args.part:
+        out["a"] = part_a(args, report=partial if len(args.ms) > 1 else None)
+    if "b" in args.part:
+        out["b"] = part_b(args)
+    if not args.quick:
+        write(out)
+
+
+def write(out: dict) -> None:
+    """Replace RESULTS.md's ``large_m`` section (and append the record) with ``out``."""
+    md = [f"Synthetic d = {D}, Gaussian γ = 1/(2d), SubSampling(m), λ = {LAM:g}, float32 "
+          f"blocks, store=None; PCG at tol = {out['tol']:g} (relative residual). Test RMSE on "
+          f"{N_TEST:,} fresh rows. Time per PCG pass = fit time / passes; roofline of a pass = "
+          f"max(flops / GEMM rate, n·m / float32 exp rate), both rates measured in this run."]
+    if "a" in out:
+        a = out["a"]
+        md.append(f"\n(a) n = {out['n']:,}\n\n| m | direct (s) | PCG (s) | RMSE direct | RMSE PCG | "
+                  "rel. diff | PCG iterations | s / pass | roofline / pass | GEMM (GFLOP/s) | "
+                  "exp f32 (G/s) |\n|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in a["rows"]:
+            md.append(f"| {r['m']:,} | {r['direct_s']:.1f} | {r['pcg_s']:.1f} | "
+                      f"{r['rmse_direct']:.6f} | {r['rmse_pcg']:.6f} | {r['rmse_rel_diff']:.1e} | "
+                      f"{r['iterations']} | {r['per_pass_s']:.2f} | "
+                      f"{r['roofline_pass_s']:.2f} s ({r['roofline_pass_s'] / r['per_pass_s']:.0%}) | "
+                      f"{r['gemm_gflops']:.1f} | {r['exp32_per_s'] / 1e9:.2f} |")
+        cm = a["crossover_m"]
+        md.append("\nCrossover (smallest m of the grid where PCG is faster): "
+                  + (f"m = {cm:,}" if cm else "not reached in this grid") + "."
+                  + (" (Written after each m: the run had not finished the grid.)"
+                     if out.get("partial") else ""))
+    if "b" in out:
+        md.append(f"\n(b) n = {out['n_b']:,}, PCG, one fresh process per fit\n\n"
+                  "| m | fit (s) | iterations | test RMSE | peak RSS (MiB) |\n|---|---|---|---|---|")
+        for r in out["b"]["rows"]:
+            md.append(f"| {r['m']:,} | {r['seconds']:.0f} | {r['iterations']} | {r['rmse']:.6f} | "
+                      f"{r['peak_rss_mib']:.0f} |")
+    _common.record("large_m", "\n".join(md), out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,559 @@
+"""Large m: Falkon's preconditioned conjugate gradient for sketched KRR with landmarks.
+
+Glossary (docs/design.md, "Large m: preconditioned conjugate gradient")::
+
+    n, m, t     training rows, landmarks (the sketch's support J), target columns
+    K_nm        k(X, X_J), n × m — never formed: its row blocks K_I are recomputed per pass
+    K_mm        k(X_J, X_J), m × m
+    α           the dual coefficients on the landmarks, f(x) = k(x, X_J) α + ȳ (m × t)
+    z           K_nmᵀ (Y − 1ȳᵀ) (ȳ = 0 without an intercept)
+    H           K_nmᵀ K_nm + nλ K_mm
+
+The sketched KRR problem with a sub-sampling sketch ``R = diag(r) S_J`` (uniform or
+leverage-score landmarks), ``min_f (1/n) Σ ‖f(x_i) − y_i‖² + λ‖f‖²`` over
+``f = k(·, X) Rᵀ β``, has the normal equations ``(G + nλB) β = b`` with ``G = CᵀC``,
+``B = R K Rᵀ``, ``b = Cᵀ Y``, ``C = K Rᵀ = K_nm diag(r)`` (Chen & Yang 2021, eq. 3). In
+``α = diag(r) β`` (the model's ``dual_coef_``) they read ``H α = z``, the system of Falkon
+(Rudi, Carratino & Rosasco, NeurIPS 2017; Meanti et al., NeurIPS 2020); ``r`` drops out.
+:class:`~distsketch.SketchedKRR`'s direct route solves the same system through ``H``'s
+eigendecomposition (``B`` whitened), so both give the same ``α`` when ``K_mm`` has full rank.
+
+Falkon's preconditioner is built from ``K_mm`` alone: ``T`` upper-triangular with
+``TᵀT = K_mm + εI`` (a small jitter ε, raised until the Cholesky factorisation succeeds), ``A``
+upper-triangular with ``AᵀA = T Tᵀ/m + λI``, and ``P = n^{-1/2} T^{-1} A^{-1}``, so that
+``P Pᵀ = ((n/m) K_mm² + nλ K_mm)^{-1}`` up to ε: the inverse of ``H`` under the Nyström
+approximation ``K_nmᵀ K_nm ≈ (n/m) K_mm²``. Conjugate gradient runs on ``Pᵀ H P u = Pᵀ z``,
+``α = P u``, one column of ``z`` at a time (vectorised: the columns share the passes but not
+their step sizes, and a column that has converged is frozen, so each column's result is the
+one it would have alone). Every iteration is ONE block map-reduce over the training rows
+(:class:`distsketch.sweep.Sweeper` with :func:`_pcg_block`): each task recomputes its kernel
+block ``K_I`` from the rows (in ``EngineOptions.block_dtype``, float64 accumulation; no ``C``
+stored, no ``G`` formed) and returns ``K_Iᵀ (K_I V)``, reduced in the engine's fixed tree; the
+first pass also returns ``K_Iᵀ Y``, ``K_Iᵀ 1`` and ``Σ y``. ``H`` is applied exactly:
+``K_nmᵀ K_nm v`` from the pass plus ``nλ K_mm v`` on the driver with the unjittered ``K_mm``
+(the jitter touches only the preconditioner, never the solution). Driver memory O(m² + m t),
+task memory O(b m).
+
+Stopping rule: the relative residual ``‖Pᵀ(z − H α)‖ ≤ tol ‖Pᵀ z‖`` of each column (the
+recursively updated residual of CG), or ``max_iter`` iterations (a ``ConvergenceWarning``).
+A λ path is solved in decreasing order, each λ warm-started from the previous solution; the
+products ``K_nmᵀ K_nm α`` are carried along the iterations, so a warm start costs no pass.
+With a kept store, the right-hand side and each iteration's state (``u``, residual, direction,
+``K_nmᵀ K_nm α``) are written under ``solver/<key>`` (double-buffered, checksummed:
+:class:`distsketch.newton.SolverState`): a fit killed between iterations resumes from the
+last one and ends with the identical model, after one pass that checks the rows' fingerprints
+against those the first pass recorded (other data: ``DataChanged``). The store keeps no kernel
+blocks.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.linalg import LinAlgError, cholesky, solve_triangular
+
+from ._hashing import data_fingerprint, fingerprint
+from .backends import dense
+from .newton import SolverState, convergence_warning, state_key
+from .rows import check_finite_block
+from .store import DataChanged
+from .sweep import SweepData, Sweeper, _block_C
+
+__all__ = ["PCG_SKETCHES", "Preconditioner", "LandmarkGram", "PCGResult", "pcg_path", "fit_pcg",
+           "check_pcg_sketch", "choose_solver", "AUTO_PCG_PASSES", "AUTO_PASS_FLOPS",
+           "AUTO_STORE_BYTES"]
+
+logger = logging.getLogger(__name__)
+
+#: Sketches PCG supports: those that pick landmarks (a support of m distinct training rows and
+#: a diagonal ``R_mix``), so ``C = K_nm diag(r)`` is a scaled kernel block recomputable from the
+#: rows and ``B = diag(r) K_mm diag(r)`` the landmarks' own Gram matrix, the preconditioner's
+#: input. Mixing sketches (Gaussian, p-sparsified, accumulation, CountSketch) make ``B`` a
+#: mix of many training rows' kernel values, with no Nyström structure to precondition by.
+PCG_SKETCHES = ("SubSampling", "LeverageScores")
+
+#: ``solver="auto"``'s cost model. The direct route's pass forms ``G = CᵀC``: ``2nm²`` flops more
+#: than one pass of kernel blocks; PCG makes about ``AUTO_PCG_PASSES`` passes, each of ``n·m``
+#: kernel values (exponentials, then ``K v`` and ``Kᵀ(Kv)``) costing as much as
+#: ``AUTO_PASS_FLOPS`` flops of the direct route each. Direct while
+#: ``2nm² ≤ AUTO_PCG_PASSES · n·m · AUTO_PASS_FLOPS``, i.e. while ``m ≤ 8 100``, whatever n.
+#: Measured (benchmarks/bench_large_m.py, n = 1e5, λ = 1e-6, tol = 1e-6, RESULTS.md
+#: ``large_m``): at m = 8000, 42 PCG passes of 13.1 s (8e8 kernel values each) against a direct
+#: fit of 585 s (``2nm² = 1.28e13`` flops), i.e. one kernel value per pass ≈ 360 flops; PCG
+#: was faster from m = 8000 on (563 s vs 585 s), slower at m = 4000 (506 s vs 169 s) …
+AUTO_PCG_PASSES = 45
+AUTO_PASS_FLOPS = 360
+#: … and while a kept store's ``C`` (``n m`` values, 4 bytes in float32) takes at most this.
+AUTO_STORE_BYTES = 32 * 2**30
+#: Jitter of the preconditioner's Cholesky factor: ``ε = JITTER · m · mean(diag K_mm)``, raised
+#: 100-fold until the factorisation succeeds (Falkon's ``ε · M``).
+JITTER = 1e-13
+#: ``K_mm`` is held on the driver while it takes at most this many bytes (m ≤ 11 585), else
+#: recomputed for each product (:class:`LandmarkGram`).
+KMM_MEMORY = 2**30
+#: Format of the PCG state in a store (part of its key).
+PCG_STATE_VERSION = 1
+
+
+# --------------------------------------------------------------------------- choosing a solver
+
+
+def check_pcg_sketch(sketch, *, solver: str) -> None:
+    """Refuse a sketch PCG cannot use, naming ``solver`` and the supported sketches."""
+    name = type(sketch).__name__
+    if name not in PCG_SKETCHES:
+        what = "sketch=None (exact KRR)" if name == "Identity" else f"sketch={sketch!r}"
+        raise ValueError(
+            f"solver={solver!r}: the preconditioned conjugate gradient needs landmarks, a sketch "
+            f"that sub-samples rows ({', '.join(PCG_SKETCHES)}): its preconditioner is built from "
+            f"the landmarks' kernel matrix K_mm alone; {what} has none. Use one of those "
+            f"sketches, or solver='direct'")
+
+
+def choose_solver(solver: str, *, n: int, m: int | None, sketch, store) -> str:
+    """``"direct"`` or ``"pcg"`` for a fit of ``n`` rows and ``m`` landmarks.
+
+    ``"auto"``: direct while forming ``G`` costs no more than PCG's passes,
+    ``2nm² ≤ AUTO_PCG_PASSES · n·m · AUTO_PASS_FLOPS`` (``m ≤ 8 100``), and (with a kept
+    ``store``) the stored ``C``, ``4nm`` bytes in float32, is at most ``AUTO_STORE_BYTES``;
+    PCG beyond, when the sketch picks landmarks (:data:`PCG_SKETCHES`; any other sketch stays
+    direct).
+    """
+    if solver != "auto":
+        return solver
+    if m is None or type(sketch).__name__ not in PCG_SKETCHES:
+        return "direct"
+    cheaper = 2.0 * n * m * m <= AUTO_PCG_PASSES * n * m * AUTO_PASS_FLOPS
+    affordable = store is None or 4.0 * n * m <= AUTO_STORE_BYTES
+    return "direct" if cheaper and affordable else "pcg"
+
+
+# --------------------------------------------------------------------------- the block task
+
+
+@dataclass(frozen=True)
+class PCGStep:
+    """What one PCG sweep ships to the tasks: directions ``V`` (m × k, or None) whose
+    ``K_nmᵀ K_nm V`` is wanted, and whether to also return the right-hand side's sums."""
+
+    V: np.ndarray | None
+    first: bool = False
+    check: bool = False  # first pass of lazy inputs: check the rows for NaN / inf
+    fingerprint: bool = False  # return the rows' fingerprints (a resumed fit checks the data)
+
+
+def _pcg_block(shared, item, ws) -> dict:
+    """``K_Iᵀ (K_I V)`` of one row block (and on the first pass ``K_Iᵀ Y``, ``K_Iᵀ 1``,
+    ``Σ y``), float64, from the kernel block recomputed from the rows."""
+    data, step = shared
+    i, ref, crc, yb = item
+    if step.check:  # lazy inputs are checked block by block, as the streaming pass does
+        start = data.rows(i)[0]
+        check_finite_block(ref, argument="X", start=start)
+        check_finite_block(yb, argument="y", start=start)
+    out = {}
+    if step.fingerprint:  # 64-bit hashes of the rows as exact 32-bit halves (sums are exact)
+        fp = np.zeros((data.n_blocks, 4))
+        for j, h in enumerate((data_fingerprint(ref), data_fingerprint(yb))):
+            fp[i, 2 * j], fp[i, 2 * j + 1] = h >> 32, h & 0xFFFFFFFF
+        out["fp"] = fp
+        if step.V is None and not step.first:
+            return out
+    K = _block_C(data, i, ref, crc, ws)  # k(X_I, X_J) at the block dtype, as float64
+    if step.V is not None:
+        out["GV"] = K.T @ (K @ step.V)
+    if step.first:
+        Y = dense(yb).astype(np.float64, copy=False).reshape(K.shape[0], -1)
+        out["b"] = K.T @ Y
+        out["s"] = K.sum(axis=0)
+        out["y1"] = Y.sum(axis=0)
+    return out
+
+
+# --------------------------------------------------------------------------- the preconditioner
+
+
+class Preconditioner:
+    """Falkon's ``P = n^{-1/2} T^{-1} A^{-1}`` for one λ (see the module's notes).
+
+    Parameters
+    ----------
+    Kmm : ndarray (m, m) or LandmarkGram
+        The landmarks' kernel matrix (float64, symmetric); only read when ``T`` is not given.
+    lam : float
+    n : int
+    """
+
+    def __init__(self, Kmm, lam: float, n: int, *, T: np.ndarray | None = None):
+        m = Kmm.m if isinstance(Kmm, LandmarkGram) else Kmm.shape[0]
+        self.n, self.m = n, m
+        self.T = factor_kmm(Kmm) if T is None else T
+        M = self.T @ self.T.T  # symmetric: its transpose is the Fortran-ordered view LAPACK
+        M /= m                 # factors in place (no second m × m array)
+        M[np.diag_indices(m)] += lam
+        self.A = cholesky(M.T, lower=False, overwrite_a=True, check_finite=False)
+        self._root = np.sqrt(float(n))
+
+    def apply(self, u: np.ndarray) -> np.ndarray:
+        """``P u = n^{-1/2} T^{-1} A^{-1} u``."""
+        v = solve_triangular(self.A, u, lower=False, check_finite=False)
+        return solve_triangular(self.T, v, lower=False, check_finite=False) / self._root
+
+    def apply_t(self, v: np.ndarray) -> np.ndarray:
+        """``Pᵀ v = n^{-1/2} A^{-T} T^{-T} v``."""
+        w = solve_triangular(self.T, v, lower=False, trans="T", check_finite=False)
+        return solve_triangular(self.A, w, lower=False, trans="T", check_finite=False) / self._root
+
+    def inverse(self, a: np.ndarray) -> np.ndarray:
+        """``P^{-1} a = n^{1/2} A T a`` (a warm start's ``u``)."""
+        return self._root * (self.A @ (self.T @ a))
+
+
+class LandmarkGram:
+    """``K_mm = k(X_J, X_J)`` of a landmark feature map ``FeatureMap(kernel, X_J, None)``, held
+    (float64) while it takes at most :data:`KMM_MEMORY`, else recomputed in row chunks for
+    each product (``m² `` kernel values per iteration, about m/n of a pass), so that the
+    driver holds two m × m arrays (``T`` and ``A``), not three."""
+
+    CHUNK = 1024
+
+    def __init__(self, fmap, *, hold: bool | None = None):
+        self.fmap = fmap
+        self.m = m = fmap.landmarks.shape[0]
+        self.hold = m * m * 8 <= KMM_MEMORY if hold is None else bool(hold)
+        self._K = None
+        if self.hold:
+            K = self._full()
+            self._K = np.ascontiguousarray(0.5 * (K + K.T))
+
+    def _rows(self, s: int, e: int) -> np.ndarray:
+        return np.asarray(self.fmap.block(self.fmap.landmarks[s:e], dtype=np.float64))
+
+    def _full(self) -> np.ndarray:
+        K = np.empty((self.m, self.m), order="F")
+        for s in range(0, self.m, self.CHUNK):
+            K[s:s + self.CHUNK] = self._rows(s, min(s + self.CHUNK, self.m))
+        return K
+
+    def matrix(self) -> np.ndarray:
+        """A fresh Fortran-ordered copy (the caller may factor it in place)."""
+        return np.array(self._K, order="F") if self._K is not None else self._full()
+
+    def dot(self, v: np.ndarray) -> np.ndarray:
+        """``K_mm v``."""
+        if self._K is not None:
+            return self._K @ v
+        out = np.empty((self.m, v.shape[1]))
+        for s in range(0, self.m, self.CHUNK):
+            e = min(s + self.CHUNK, self.m)
+            out[s:e] = self._rows(s, e) @ v
+        return out
+
+
+def factor_kmm(Kmm) -> np.ndarray:
+    """``T`` upper-triangular with ``TᵀT = K_mm + εI``, ε the smallest of
+    ``JITTER · m · mean(diag) · 100^k`` for which the factorisation succeeds (``Kmm``: an
+    ndarray or a :class:`LandmarkGram`; factored in place of a fresh copy)."""
+    fresh = Kmm.matrix if isinstance(Kmm, LandmarkGram) else (
+        lambda: np.array(Kmm, dtype=np.float64, order="F"))
+    K = fresh()
+    m = K.shape[0]
+    scale = float(np.mean(np.diag(K))) or 1.0
+    eps = JITTER * m * scale
+    for attempt in range(8):
+        if attempt:
+            K = fresh()
+        K[np.diag_indices(m)] += eps
+        try:
+            return cholesky(K, lower=False, overwrite_a=True, check_finite=False)
+        except LinAlgError:
+            eps *= 100.0
+    raise ValueError("kernel: the landmarks' kernel matrix K_mm is not positive semi-definite "
+                     "(its Cholesky factorisation fails even with a jitter of "
+                     f"{eps / 100:.3g}); check the kernel or use solver='direct'")
+
+
+# --------------------------------------------------------------------------- the iterations
+
+
+class _RhsState(SolverState):
+    """The first pass's sums in a store group (``solver/<key>``)."""
+
+    ARRAYS = ("b", "s", "y1", "fp")
+
+
+class _PCGState(SolverState):
+    """One λ's CG state in a store group: ``u``, residual ``r``, direction ``p``, the carried
+    ``K_nmᵀ K_nm α`` (``galpha``), ``‖r‖²`` (``rr``), iterations per column, and when done
+    the solution ``alpha``."""
+
+    ARRAYS = ("u", "r", "p", "galpha", "rr", "iters", "alpha")
+
+
+@dataclass
+class PCGResult:
+    """Solutions of a λ path (in the order of ``lams``).
+
+    Attributes
+    ----------
+    alphas : ndarray (n_lams, m, t)
+        ``α(λ)``.
+    intercept : ndarray (t,)
+        ``ȳ`` (zeros without an intercept).
+    n_iters : ndarray (n_lams,) of int
+        CG iterations (passes) of each λ: the most over the columns.
+    residuals : ndarray (n_lams, t)
+        Relative residuals ``‖Pᵀ(z − Hα)‖ / ‖Pᵀ z‖`` reached (recursive).
+    converged : ndarray (n_lams,) of bool
+    n_passes : int
+        Passes over the training rows this call made (a resumed fit makes fewer).
+    """
+
+    alphas: np.ndarray
+    intercept: np.ndarray
+    n_iters: np.ndarray
+    residuals: np.ndarray
+    converged: np.ndarray
+    n_passes: int
+
+
+def _first_pass(sweeper: Sweeper, state) -> dict:
+    """The right-hand side's sums (and the rows' fingerprints): from the store, after one
+    pass of fingerprints only that checks the data are the recorded ones, or computed."""
+    st = state.load() if state is not None else None
+    if st is not None and st.get("done"):
+        found = sweeper(PCGStep(None, fingerprint=True))["fp"]
+        bad = np.flatnonzero(np.any(found != st["fp"], axis=1))
+        if len(bad):
+            s, e = sweeper.data.rows(int(bad[0]))
+            which = "X" if np.any(found[bad[0], :2] != st["fp"][bad[0], :2]) else "y"
+            raise DataChanged(
+                f"store {sweeper.data.location!r}: the training data differ from those the "
+                f"stored PCG iterations were computed from ({which}, rows {s}–{e - 1}); fit on "
+                f"the same data, or use EngineOptions(overwrite=True) or a new store path")
+        return {k: st[k] for k in ("b", "s", "y1")}
+    sums = sweeper(PCGStep(None, first=True, check=sweeper.X.lazy or sweeper.Y.lazy,
+                           fingerprint=state is not None))
+    if state is not None:
+        state.save({**sums, "done": True})
+    return sums
+
+
+def _solve_lam(Kmm, T, z, lam, n, sweeper, *, alpha0, galpha0, tol, max_iter, state):
+    """CG on ``Pᵀ H P u = Pᵀ z`` for one λ; returns ``(α, Kᵀ K α, n_iter, residuals, ok)``."""
+    P = Preconditioner(Kmm, lam, n, T=T)
+    nlam = n * lam
+    rhs = P.apply_t(z)
+    norm0 = np.sqrt(np.einsum("ij,ij->j", rhs, rhs))
+    st = state.load() if state is not None else None
+    if st is not None and st.get("done"):
+        logger.info("pcg λ = %.3g: solution found in the store (%d iterations)", lam,
+                    st["n_iter"])
+        rr = st["rr"]
+        return (st["alpha"], st["galpha"], int(st["n_iter"]), _rel(rr, norm0),
+                bool(st["converged"]))
+    if st is not None:
+        u, r, p, galpha, rr = st["u"], st["r"], st["p"], st["galpha"], st["rr"]
+        iters, n_iter = st["iters"], int(st["n_iter"])
+        logger.info("pcg λ = %.3g: resuming at iteration %d from the store", lam, n_iter)
+    else:
+        u = P.inverse(alpha0)
+        galpha = galpha0.copy()
+        r = rhs - P.apply_t(galpha + nlam * Kmm.dot(alpha0))
+        p = r.copy()
+        rr = np.einsum("ij,ij->j", r, r)
+        iters, n_iter = np.zeros(z.shape[1]), 0
+    while True:
+        active = np.flatnonzero(np.sqrt(rr) > tol * norm0)
+        if len(active) == 0 or n_iter >= max_iter:
+            break
+        pa = p[:, active]
+        v = P.apply(pa)
+        gv = sweeper(PCGStep(v))["GV"]
+        q = P.apply_t(gv + nlam * Kmm.dot(v))
+        step = rr[active] / np.einsum("ij,ij->j", pa, q)
+        u[:, active] += step * pa
+        galpha[:, active] += step * gv
+        ra = r[:, active] - step * q
+        r[:, active] = ra
+        rr_new = np.einsum("ij,ij->j", ra, ra)
+        p[:, active] = ra + (rr_new / rr[active]) * pa
+        rr[active] = rr_new
+        iters[active] += 1
+        n_iter += 1
+        if state is not None:
+            state.save({"u": u, "r": r, "p": p, "galpha": galpha, "rr": rr, "iters": iters,
+                        "alpha": None, "n_iter": n_iter, "done": False})
+        logger.debug("pcg λ = %.3g: iteration %d, relative residuals %s", lam, n_iter,
+                     _rel(rr, norm0))
+    res = _rel(rr, norm0)
+    ok = bool(np.all(res <= tol))
+    if not ok:
+        warnings.warn(f"solver='pcg', λ = {lam:g}: stopped at max_iter = {max_iter} with relative "
+                      f"residual {res.max():.3g} > tol = {tol:g}; increase max_iter or tol",
+                      convergence_warning(), stacklevel=4)
+    alpha = P.apply(u)
+    if state is not None:
+        state.save({"u": u, "r": r, "p": p, "galpha": galpha, "rr": rr, "iters": iters,
+                    "alpha": alpha, "n_iter": n_iter, "done": True, "converged": ok})
+    return alpha, galpha, n_iter, res, ok
+
+
+def _rel(rr: np.ndarray, norm0: np.ndarray) -> np.ndarray:
+    return np.where(norm0 > 0, np.sqrt(rr) / np.where(norm0 > 0, norm0, 1.0), 0.0)
+
+
+def pcg_path(data: SweepData, X, Y, *, Kmm: LandmarkGram, lams, tol: float, max_iter: int,
+             fit_intercept: bool, split_every: int = 4, progress: bool = False,
+             states=None) -> PCGResult:
+    """Solve ``(K_nmᵀ K_nm + nλ K_mm) α = K_nmᵀ (Y − 1ȳᵀ)`` for every λ of ``lams`` by PCG.
+
+    Parameters
+    ----------
+    data : SweepData
+        The sweep's layout; ``data.x`` is ``FeatureMap(kernel, X_J, None)`` (raw kernel blocks
+        ``K_I``, recomputed: ``data.C`` and ``data.held`` None).
+    X, Y : RowSource
+        Training inputs and targets (n rows; Y of t columns, or 1-D).
+    Kmm : LandmarkGram
+        ``K_mm`` (products and the matrix to factor).
+    lams : sequence of float
+    tol, max_iter : float, int
+        Relative residual to reach per column; most iterations per λ.
+    fit_intercept : bool
+        Centre the targets (``ȳ`` from the first pass).
+    states : callable or None
+        ``states(key: dict) -> SolverState group or None``: where to keep the state of the
+        right-hand side (``key["what"] == "rhs"``) and of each λ (kept store), or None.
+
+    Returns
+    -------
+    PCGResult
+    """
+    sweeper = Sweeper(data, X, Y, split_every=split_every, progress=progress, block=_pcg_block,
+                      name="pcg")
+    n = data.n
+    sums = _first_pass(sweeper, None if states is None else _RhsState(states({"what": "rhs"})))
+    b = np.asarray(sums["b"], dtype=np.float64)
+    y1 = np.asarray(sums["y1"], dtype=np.float64).reshape(-1)
+    if fit_intercept:
+        ybar = y1 / n
+        z = b - np.outer(np.asarray(sums["s"], dtype=np.float64), ybar)
+    else:
+        ybar, z = np.zeros_like(y1), b
+    T = factor_kmm(Kmm)
+    m, t = z.shape
+    order = sorted(range(len(lams)), key=lambda k: -lams[k])
+    alphas = np.empty((len(lams), m, t))
+    n_iters = np.zeros(len(lams), dtype=np.int64)
+    residuals = np.empty((len(lams), t))
+    converged = np.zeros(len(lams), dtype=bool)
+    alpha, galpha = np.zeros((m, t)), np.zeros((m, t))
+    for k in order:
+        lam = float(lams[k])
+        state = None
+        if states is not None:
+            state = _PCGState(states({"what": "lam", "lam": lam, "tol": float(tol),
+                                      "intercept": bool(fit_intercept),
+                                      "warm": sorted(float(v) for v in lams if v > lam)}))
+        alpha, galpha, n_iters[k], residuals[k], converged[k] = _solve_lam(
+            Kmm, T, z, lam, n, sweeper, alpha0=alpha, galpha0=galpha, tol=tol,
+            max_iter=max_iter, state=state)
+        alphas[k] = alpha
+        logger.info("pcg λ = %.3g: %d iterations, relative residual %.3g", lam, n_iters[k],
+                    residuals[k].max())
+    return PCGResult(alphas, ybar, n_iters, residuals, converged, sweeper.count)
+
+
+# --------------------------------------------------------------------------- a whole fit
+
+
+@dataclass
+class PCGFit:
+    """What :func:`fit_pcg` gives the estimator: the realised sketch, landmarks, kernel, the
+    solutions, and the open store (closed by the caller after saving the model)."""
+
+    sketch: object
+    landmarks: object
+    result: PCGResult
+    store: str | None
+    fs: object
+
+
+def fit_pcg(spec, *, kernel, sketch, store, reuse_seeds: bool, tol: float, max_iter: int,
+            fit_intercept: bool, model: str = "SketchedKRR") -> PCGFit:
+    """Draw the sketch (as the streaming pass draws it: the same seeds give the same
+    landmarks as the direct route), open the store and solve the λ path by PCG.
+
+    ``spec`` is the estimator's validated :class:`~distsketch.estimator.FitSpec`; ``kernel`` and
+    ``sketch`` its resolved input side. The store records a pass configuration with
+    ``"solver": "pcg"`` and no block arrays; the solver's states live under ``solver/``.
+    """
+    from .accumulate import _choose_block_rows, _jsonable
+    from .features import FeatureMap
+    from .kernels import kernel_description
+    from .store import StoreDirectory, open_fit_store
+
+    check_pcg_sketch(sketch, solver="pcg")
+    X, Y, options = spec.X, spec.Y, spec.options
+    n = X.n
+    directory = store if isinstance(store, StoreDirectory) else None
+    fs = None if directory is not None else open_fit_store(store, lock=True)
+    try:
+        seed = int(spec.rng.integers(0, 2**63 - 1, size=2)[0])
+        recorded = fs.meta.get("pass") if reuse_seeds and fs is not None else None
+        if recorded:
+            found = (recorded.get("input") or {}).get("sketch", {}).get("seed")
+            seed = found if isinstance(found, int) else seed
+        if getattr(sketch, "needs_kernel", False):
+            xs = sketch.realize(n, seed=seed, data=X, kernel=kernel)
+        else:
+            xs = sketch.realize(n, seed=seed, data=X)
+        land = X.take(xs.support)
+        dtype = np.dtype(options.block_dtype)
+        m = xs.m
+        b = _choose_block_rows(options, n, m + X.shape[1] + 2 * Y.shape[1], X.native_rows,
+                               dtype)
+        config = _jsonable({
+            "model": model, "solver": "pcg", "version": PCG_STATE_VERSION, "n": n,
+            "block_rows": b, "block_dtype": str(dtype), "gram_chunk": options.gram_chunk,
+            "m_x": None, "m_y": None,  # no blocks are stored
+            "input": {"kernel": kernel_description(kernel), "sketch": xs.to_config(),
+                      "shape": X.shape, "landmarks": fingerprint(land)},
+            "output": {"targets": Y.shape}, "unique_outputs": False,
+        })
+        if directory is not None:
+            fs = directory.open(config)
+        fs.prepare_pass(config, overwrite=options.overwrite)
+        fmap = FeatureMap(kernel, land, None, options.gram_chunk)
+        Kmm = LandmarkGram(fmap)
+        data = SweepData(n=n, block_rows=b, m=m, d=1, C=None, crcs=(), x=fmap, dtype=dtype,
+                         location=fs.location)
+
+        def states(key: dict):
+            if fs.temporary:
+                return None
+            return fs.group.require_group("solver").require_group(
+                state_key({"pass": config, **key}))
+
+        def solve():
+            return pcg_path(data, X, Y, Kmm=Kmm, lams=spec.lams, tol=tol, max_iter=max_iter,
+                            fit_intercept=fit_intercept, split_every=options.split_every,
+                            progress=options.progress, states=states)
+
+        try:
+            result = solve()
+        except DataChanged as exc:
+            if not options.overwrite:
+                raise
+            logger.warning("%s; overwrite=True: solving afresh", exc)
+            fs.reset(config)
+            result = solve()
+    except BaseException:
+        if fs is not None:
+            fs.close()
+        raise
+    return PCGFit(xs, land, result, None if fs.temporary else fs.location, fs)

@@ -1,0 +1,52 @@
+"""The Lipschitz-loss problems solved by an independent solver (CVXPY with Clarabel) in the
+feature space of a fitted estimator's realised sketch: the reference of tests/test_lipschitz.py
+and tests/test_admm.py."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+from distsketch.losses import EpsilonInsensitive, Huber, Squared
+
+
+def reference(est, X, y, loss, lam, M=None, intercept=True, *, gamma):
+    """``(objective, predictions, C)`` of the feature-space problem of ``est`` (Gaussian
+    kernel of width ``gamma``) solved by CVXPY (Clarabel) on the realised sketch."""
+    cp = pytest.importorskip("cvxpy")
+    n = len(X)
+    Y = y.reshape(n, -1)
+    K = np.exp(-gamma * ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+    R = est.sketch_.matrix()
+    R = R.toarray() if hasattr(R, "toarray") else np.asarray(R)
+    C = K @ R.T
+    B = R @ C
+    s, U = np.linalg.eigh(0.5 * (B + B.T))
+    keep = s > 1e-10 * s[-1]
+    T = U[:, keep] / np.sqrt(s[keep])
+    Phi = C @ T
+    d = len(est.output_sqrt_)
+    if M is None:
+        M = np.eye(d)
+    w, V = np.linalg.eigh(M)
+    S = (V * np.sqrt(np.clip(w, 0, None))) @ V.T
+    Xi = cp.Variable((Phi.shape[1], d))
+    b = cp.Variable(d) if intercept else np.zeros(d)
+    F = Phi @ Xi @ S + (cp.reshape(b, (1, d), order="C") if intercept else 0)
+    Rs = F - (np.repeat(Y, d, axis=1) if Y.shape[1] != d else Y)
+    if isinstance(loss, Squared):
+        data = 0.5 * cp.sum_squares(Rs)
+    elif isinstance(loss, Huber):
+        W = cp.Variable((n, d))  # h(r) = min_w ½‖w‖² + κ‖r − w‖ (radial Huber)
+        data = 0.5 * cp.sum_squares(W) + loss.kappa * cp.sum(cp.norm(Rs - W, 2, axis=1))
+    elif isinstance(loss, EpsilonInsensitive):
+        data = cp.sum(cp.pos(cp.norm(Rs, 2, axis=1) - loss.epsilon))
+    else:
+        tau = loss.taus(d)[None, :]
+        data = cp.sum(cp.maximum(cp.multiply(-tau, Rs), cp.multiply(1 - tau, Rs)))
+    prob = cp.Problem(cp.Minimize(data / n + lam / 2 * cp.sum_squares(Xi)))
+    with warnings.catch_warnings():  # "may be inaccurate": the objective is checked to 1e-6
+        warnings.simplefilter("ignore")
+        prob.solve(solver="CLARABEL", tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+    pred = Phi @ Xi.value @ S + (b.value if intercept else 0)
+    return float(prob.value), pred, C
