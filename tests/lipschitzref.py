@@ -1,6 +1,6 @@
 """The Lipschitz-loss problems solved by an independent solver (CVXPY with Clarabel) in the
 feature space of a fitted estimator's realised sketch: the reference of tests/test_lipschitz.py
-and tests/test_admm.py."""
+and tests/test_admm.py, and their data."""
 
 import warnings
 
@@ -8,6 +8,17 @@ import numpy as np
 import pytest
 
 from distsketch.losses import EpsilonInsensitive, Huber, Squared
+
+
+def data(n, d=1, seed=0, outliers=12):
+    """Smooth targets with ``outliers`` gross outliers (where robust losses differ from the
+    squared one): ``X`` (n, 3), ``y`` (n,) or ``Y`` (n, d)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    base = np.sin(X[:, :1]) + 0.5 * X[:, 1:2]
+    Y = base + 0.3 * np.arange(d)[None, :] * X[:, 2:3] + 0.1 * rng.normal(size=(n, d))
+    Y[:outliers] += 4.0
+    return X, (Y[:, 0] if d == 1 else Y)
 
 
 def reference(est, X, y, loss, lam, M=None, intercept=True, *, gamma):

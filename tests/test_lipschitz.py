@@ -21,7 +21,7 @@ import pytest
 
 import distsketch as ds
 from distsketch.losses import EpsilonInsensitive, Huber, Pinball, Squared
-from lipschitzref import reference
+from lipschitzref import data, reference
 
 cp = pytest.importorskip("cvxpy")
 
@@ -30,12 +30,7 @@ GAMMA = 0.5
 
 
 def _data(n=150, d=1, seed=0, outliers=12):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 3))
-    base = np.sin(X[:, :1]) + 0.5 * X[:, 1:2]
-    Y = base + 0.3 * np.arange(d)[None, :] * X[:, 2:3] + 0.1 * rng.normal(size=(n, d))
-    Y[:outliers] += 4.0  # gross outliers: where robust losses differ from the squared one
-    return X, (Y[:, 0] if d == 1 else Y)
+    return data(n, d, seed, outliers)
 
 
 def _reference(est, X, y, loss, lam, M=None, intercept=True):
