@@ -22,6 +22,7 @@ refitted on all rows at the best λ uses the summed folds (``G = Σ_k G_k``).
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -48,6 +49,10 @@ FOLD_BAND = 96
 # Each thread runs single-threaded BLAS (distsketch.blas-threads); the folds are independent
 # and each is computed the same way whatever the threads, so the scores do not depend on it.
 FOLD_THREADS = None
+# Largest per-fold sums a CV estimator holds on the driver (K · m_X · (m_X + m_Y) float64,
+# m_Y = 0 for SketchedKRRCV): beyond,
+# a fit is refused before the pass (an exact side has m = n).
+MAX_FOLD_BYTES = 8 * 2**30
 
 
 def fold_spec(cv, *, argument: str = "cv") -> str:
@@ -111,7 +116,9 @@ class SketchedKRRCV(SketchedKRR):
     ----------
     kernel : kernel, str or callable
     sketch : Sketch
-        A sketch (``None``, exact KRR, is not cross-validated from one pass).
+        A sketch, or ``None`` (exact KRR: cross-validated as the all-rows sub-sampling
+        ``SubSampling(n)``, whose fold scores are exact KRR's on each fold's rows; the fold
+        sums are n × n, at most :data:`MAX_FOLD_BYTES`).
     lams : sequence of float
         The λ grid.
     gammas : sequence of float, optional
@@ -177,9 +184,6 @@ class SketchedKRRCV(SketchedKRR):
         folds = fold_spec(self.cv)
         if self.scoring not in SCORINGS:
             raise ValueError(f"scoring: expected one of {list(SCORINGS)}, got {self.scoring!r}")
-        if self.sketch is None:
-            raise ValueError("sketch: SketchedKRRCV cross-validates from per-fold sums of a "
-                             "sketched pass; give a sketch (e.g. SubSampling(1000))")
         gammas = check_gammas(self.gammas)
         # the kernel's width is the grid's: a kernel without one is refused before any data
         widths = None if gammas is None else [with_width(self.kernel, g) for g in gammas]
@@ -187,6 +191,7 @@ class SketchedKRRCV(SketchedKRR):
         K = int(folds.partition(":")[0])
         if spec.X.n < 2 * K:
             raise ValueError(f"cv: {K} folds need at least {2 * K} rows, got {spec.X.n}")
+        spec = _all_rows_for_exact_sides(spec, K)
         self._folds = folds
         self._widths = widths
         kernels = spec.kernels if widths is None else {**spec.kernels, "kernel": widths[0]}
@@ -343,6 +348,41 @@ def with_width(kernel, gamma: float, *, argument: str = "gammas", kernel_name: s
     return type(kernel)(**{**params, "gamma": float(gamma)})
 
 
+def _all_rows_for_exact_sides(spec: FitSpec, K: int) -> FitSpec:
+    """``spec`` with each exact side (``Identity``) as the all-rows sub-sampling ``SubSampling(n)``
+    (``R = I_n``: every training row a landmark, in order, scale 1), after checking that the
+    per-fold sums fit :data:`MAX_FOLD_BYTES`.
+
+    The fold scores of an exact side are those of the exact per-fold models: the model trained
+    without fold ``k`` minimises its objective over the span of the training rows' features,
+    a subspace of the span of all rows' features that ``SubSampling(n)`` gives (representer
+    theorem), and the validation error of ``ψ(y)`` in H_Y is measured in the span of all
+    rows' outputs, which holds both ``ĥ(x)`` and ``ψ(y)``. The refit is the exact model in the
+    whitened basis of ``K`` (directions of ``K`` below ``eig_rtol`` dropped, as for every
+    sketched side).
+    """
+    from .sketches import Identity, SubSampling
+
+    n = spec.X.n
+    sketches = {name: SubSampling(n) if isinstance(sk, Identity) else sk
+                for name, sk in spec.sketches.items()}
+    names = list(sketches)  # ["sketch"] (SketchedKRRCV) or ["input_sketch", "output_sketch"]
+    m_x = int(getattr(sketches[names[0]], "m", n))
+    m_y = int(getattr(sketches[names[1]], "m", n)) if len(names) > 1 else 0
+    need = 8 * K * m_x * (m_x + m_y)
+    if need > MAX_FOLD_BYTES:
+        exact = [name for name, sk in spec.sketches.items() if isinstance(sk, Identity)]
+        name = (exact or names)[0]
+        fit = int((MAX_FOLD_BYTES / (8 * K * len(names))) ** 0.5)  # m_X = m_Y = fit
+        raise ValueError(f"{name}: the per-fold sums {'G_k' if m_y == 0 else 'G_k, M_k'} "
+                         f"({K} folds × {m_x} × {m_x + m_y} float64) take "
+                         f"{need / 2**20:,.0f} MiB on the driver, more than "
+                         f"distsketch.cv.MAX_FOLD_BYTES = {MAX_FOLD_BYTES / 2**20:,.0f} MiB; "
+                         f"give a smaller sketch (e.g. SubSampling({max(1, min(n - 1, fit))})) "
+                         f"or fewer folds")
+    return dataclasses.replace(spec, sketches=sketches)
+
+
 def _fold_basis(T, G, Gk, n: int, count: float, k: int):
     """``(n_{−k}, Λ_k, T V_k)``: the model without fold ``k`` in the eigenbasis of
     ``H_{−k} = Tᵀ (G − G_k) T`` (eigenvalues clipped at 0)."""
@@ -365,7 +405,10 @@ def _ordered_sum(parts: np.ndarray) -> np.ndarray:
 class SISOKRCV(SISOKR):
     """SISOKR with λ and the reduced rank p chosen by K-fold cross-validation, from one pass.
 
-    Both sides sketched. The pass computes per fold ``G_k = Σ c_i c_iᵀ``, ``M_k = Σ d_i c_iᵀ``
+    Either side sketched or exact (``None``: cross-validated as the all-rows sub-sampling
+    ``SubSampling(n)``, which gives the exact per-fold models' scores; its fold sums are
+    n-sized, so the driver must hold ``K · m_X · (m_X + m_Y)`` floats, at most
+    :data:`MAX_FOLD_BYTES`). The pass computes per fold ``G_k = Σ c_i c_iᵀ``, ``M_k = Σ d_i c_iᵀ``
     and ``Σ k_Y(y_i, y_i)``; with the feature maps fixed (sketches drawn once from all rows),
     the model without fold ``k`` is, in the eigenbasis ``V_k, Λ_k`` of
     ``H_{−k} = T_Xᵀ (G − G_k) T_X``, ``W = Ã (Λ_k + n_{−k} λ)^{-1}`` with
@@ -384,7 +427,9 @@ class SISOKRCV(SISOKR):
     Parameters
     ----------
     input_kernel, output_kernel, input_sketch, output_sketch
-        As for :class:`~distsketch.SISOKR` (both sketches required).
+        As for :class:`~distsketch.SISOKR`. An exact side (``None``) is cross-validated and
+        refitted as ``SubSampling(n)`` (``R = I_n``, the exact model in the whitened basis of
+        its kernel matrix; ``input_sketch_`` / ``output_sketch_`` record it).
     lams : sequence of float
     ranks : None or sequence of int
         Ranks to try (``None``: full rank only); a rank at least ``r_Y`` is the full model.
@@ -456,10 +501,6 @@ class SISOKRCV(SISOKR):
         if self.scoring not in DECODED_SCORINGS:
             raise ValueError(f"scoring: expected one of {list(DECODED_SCORINGS)}, got "
                              f"{self.scoring!r}")
-        for name in ("input_sketch", "output_sketch"):
-            if getattr(self, name) is None:
-                raise ValueError(f"{name}: SISOKRCV cross-validates from per-fold sums of a pass "
-                                 f"sketched on both sides; give a sketch (e.g. SubSampling(500))")
         gammas = check_gammas(getattr(self, "gammas", None))
         widths = None if gammas is None else [
             with_width(self.input_kernel, g, kernel_name="input_kernel") for g in gammas]
@@ -471,6 +512,7 @@ class SISOKRCV(SISOKR):
         K = int(folds.partition(":")[0])
         if spec.X.n < 2 * K:
             raise ValueError(f"cv: {K} folds need at least {2 * K} rows, got {spec.X.n}")
+        spec = _all_rows_for_exact_sides(spec, K)
         self._folds = folds
         self._widths = widths
         kernels = spec.kernels if widths is None else {**spec.kernels,

@@ -386,9 +386,6 @@ def _cv_estimator(model, metric: str, folds: int):
         if metric not in _KRR_SCORING:
             raise ValueError(f"select.metric: cross-validation from one pass scores SketchedKRR "
                              f"by {sorted(_KRR_SCORING)}; for {metric!r} use select.validation")
-        if p["sketch"] is None:
-            raise ValueError("select.cv: exact KRR (no [model.sketch]) is not cross-validated "
-                             "from one pass; use select.validation, or give a sketch")
         extra = {}
         if "fit_intercept" in SketchedKRRCV().get_params(deep=False):
             extra["fit_intercept"] = p.get("fit_intercept", True)
@@ -398,10 +395,6 @@ def _cv_estimator(model, metric: str, folds: int):
         if metric not in _SISOKR_SCORING:
             raise ValueError(f"select.metric: cross-validation from one pass scores SISOKR by "
                              f"{sorted(_SISOKR_SCORING)}; for {metric!r} use select.validation")
-        if p["input_sketch"] is None or p["output_sketch"] is None:
-            raise ValueError("select.cv: SISOKR is cross-validated from one pass only with both "
-                             "sides sketched ([model.input_sketch] and [model.output_sketch]); "
-                             "otherwise use select.validation")
         ranks = p.get("rank")
         return SISOKRCV(p["input_kernel"], p["output_kernel"], input_sketch=p["input_sketch"],
                         output_sketch=p["output_sketch"], lams=_grid(p["lam"]),

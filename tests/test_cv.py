@@ -131,13 +131,38 @@ def test_saved_and_loaded(tmp_path):
     assert krr.predict(X).shape == (len(X),)
 
 
+@pytest.mark.parametrize("intercept", [True, False])
+def test_exact_krr_cv_equals_exact_per_fold_krr(intercept):
+    """SketchedKRRCV(sketch=None) cross-validates as SubSampling(n): its scores are exact KRR's
+    fitted on each fold's rows alone, ``α = (K_tr + n_tr λ I)^{-1} (y_tr − ȳ_tr)``."""
+    X, y = _data(n=60, t=2)
+    lams = [1e-3, 1e-2, 1e-1]
+    model = ds.SketchedKRRCV(ds.Gaussian(gamma=1.0), sketch=None, lams=lams, cv=4,
+                             fit_intercept=intercept, random_state=0, options=F64).fit(X, y)
+    K = np.exp(-((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+    f = fold_ids(0, 60, 60, "4")
+    want = np.empty((4, len(lams)))
+    for k in range(4):
+        tr, va = f != k, f == k
+        ybar = y[tr].mean(axis=0) if intercept else 0.0
+        for j, lam in enumerate(lams):
+            alpha = np.linalg.solve(K[np.ix_(tr, tr)] + tr.sum() * lam * np.eye(tr.sum()),
+                                    y[tr] - ybar)
+            want[k, j] = -np.mean((K[np.ix_(va, tr)] @ alpha + ybar - y[va]) ** 2)
+    got = np.stack([model.cv_results_[f"split{k}_test_score"] for k in range(4)])
+    assert norm_rel_err(got, want) <= 1e-8
+    assert model.sketch is None and model.sketch_.m == 60
+    ref = ds.SketchedKRR(ds.Gaussian(gamma=1.0), lam=model.best_params_["lam"],
+                         fit_intercept=intercept, options=F64).fit(X, y)
+    assert norm_rel_err(model.predict(X[:7]), ref.predict(X[:7])) <= 1e-8
+
+
 @pytest.mark.parametrize("kw, match", [
     (dict(cv=1), r"^cv: the number of folds must be at least 2"),
     (dict(cv="five"), r"^cv: expected a number of folds"),
     (dict(lams=[]), r"^lams: empty sequence"),
     (dict(lams=[1e-3, -1.0]), r"^lams: the ridge parameter"),
     (dict(scoring="accuracy"), r"^scoring: expected one of"),
-    (dict(sketch=None), r"^sketch: SketchedKRRCV cross-validates"),
     (dict(cv=200), r"^cv: 200 folds need at least 400 rows"),
 ])
 def test_bad_input_before_anything_is_written(tmp_path, kw, match):
@@ -347,8 +372,6 @@ def test_sisokr_cv_width_grid_in_one_pass_equals_brute_force(scoring, tmp_path):
 def test_sisokr_cv_bad_input_and_saved(tmp_path):
     X, Y = _data(t=3)
     Y = (Y > 0).astype(float)
-    with pytest.raises(ValueError, match=r"^output_sketch: SISOKRCV cross-validates"):
-        ds.SISOKRCV(input_sketch=ds.SubSampling(10), store=tmp_path / "a").fit(X, Y)
     with pytest.raises(ValueError, match=r"^scoring: expected one of"):
         ds.SISOKRCV(input_sketch=ds.SubSampling(10), output_sketch=ds.SubSampling(10),
                     scoring="accuracy", store=tmp_path / "a").fit(X, Y)
@@ -470,3 +493,75 @@ def test_sisokr_cv_scores_do_not_depend_on_the_fold_threads(monkeypatch):
                             options=F64).fit(X, Y)
         got.append(np.stack([model.cv_results_[f"split{k}_test_score"] for k in range(3)]))
     assert np.array_equal(got[0], got[1])
+
+
+def _exact_fold_errors(X, Y, lams, ranks, folds, gx, gy):
+    """Exact IOKR trained on each fold's training rows only (n_tr × n_tr, no sketch), and its
+    reduced rank: ``α(x) = (K_tr + n_tr λ I)^{-1} k_tr(x)``, ``ĥ(x) = Σ_j α_j(x) ψ(y_j)``;
+    rank p projects onto the top-p principal directions of the training predictions, in the
+    orthonormal coordinates ``K_Y,tr^{1/2} α`` of H_Y's training span."""
+    def gauss(A, B, g):
+        return np.exp(-g * ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1))
+
+    f = fold_ids(0, len(X), len(X), folds)
+    grid = [(lam, p) for lam in lams for p in (ranks or [None])]
+    out = np.empty((f.max() + 1, len(grid)))
+    for k in range(f.max() + 1):
+        tr, va = f != k, f == k
+        n_tr = tr.sum()
+        Kx, kx = gauss(X[tr], X[tr], gx), gauss(X[tr], X[va], gx)
+        Ky, ky = gauss(Y[tr], Y[tr], gy), gauss(Y[tr], Y[va], gy)
+        s, U = np.linalg.eigh(Ky)
+        root, iroot = (U * np.sqrt(s)) @ U.T, (U / np.sqrt(s)) @ U.T
+        for j, (lam, p) in enumerate(grid):
+            inv = np.linalg.inv(Kx + n_tr * lam * np.eye(n_tr))
+            alpha = inv @ kx  # (n_tr, n_va)
+            if p is not None:
+                F = root @ (inv @ Kx)  # training predictions' coordinates, one per column
+                w, Q = np.linalg.eigh(F @ F.T)
+                Qp = Q[:, ::-1][:, :p]
+                alpha = iroot @ Qp @ Qp.T @ root @ alpha
+            err = 1.0 - 2 * np.einsum("ij,ij->j", alpha, ky) \
+                + np.einsum("ij,ij->j", alpha, Ky @ alpha)
+            out[k, j] = -err.mean()
+    return out
+
+
+@pytest.mark.parametrize("sides", ["exact/exact", "exact/sketched", "sketched/exact"])
+def test_sisokr_cv_exact_sides_equal_exact_per_fold_models(sides, tmp_path):
+    """An exact side (None) is cross-validated as SubSampling(n): its fold scores are those of
+    the exact models trained on each fold's rows alone (representer theorem), for every λ and
+    rank; the refit equals SISOKR with the exact side at the best (λ, p)."""
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(48, 3))
+    Y = X[:, :2] @ rng.normal(size=(2, 4)) + 0.3 * rng.normal(size=(48, 4))
+    ins, outs = [None if s == "exact" else ds.SubSampling(48) for s in sides.split("/")]
+    lams, ranks = [1e-3, 1e-1], [1, 3, 100]
+    model = ds.SISOKRCV(ds.Gaussian(gamma=1.0), ds.Gaussian(gamma=0.5), input_sketch=ins,
+                        output_sketch=outs, lams=lams, ranks=ranks, cv=3, random_state=0,
+                        options=F64).fit(X, Y)
+    got = np.stack([model.cv_results_[f"split{k}_test_score"] for k in range(3)])
+    want = _exact_fold_errors(X, Y, lams, ranks, "3", 1.0, 0.5)
+    assert norm_rel_err(got, want) <= 1e-8
+    assert model.input_sketch is ins and model.input_sketch_.m == 48  # params untouched
+    best = model.best_params_
+    ref = ds.SISOKR(ds.Gaussian(gamma=1.0), ds.Gaussian(gamma=0.5), input_sketch=ins,
+                    output_sketch=outs, lam=best["lam"], rank=best["rank"], random_state=0,
+                    options=F64).fit(X, Y)
+    assert norm_rel_err(model.score_candidates(X[:5], Y[:7]),
+                        ref.score_candidates(X[:5], Y[:7])) <= 1e-8
+
+
+def test_sisokr_cv_refuses_fold_sums_beyond_the_driver_budget(tmp_path, monkeypatch):
+    import distsketch.cv
+
+    X, Y = _data(n=200, t=3)
+    monkeypatch.setattr(distsketch.cv, "MAX_FOLD_BYTES", 8 * 5 * 200 * 400 - 1)
+    with pytest.raises(ValueError, match=r"^input_sketch: the per-fold sums .*"
+                                         r"MAX_FOLD_BYTES"):
+        ds.SISOKRCV(cv=5, store=tmp_path / "a").fit(X, Y)
+    with pytest.raises(ValueError, match=r"^output_sketch: the per-fold sums"):
+        ds.SISOKRCV(input_sketch=ds.SubSampling(200), cv=5, store=tmp_path / "a").fit(X, Y)
+    assert not (tmp_path / "a").exists()
+    monkeypatch.setattr(distsketch.cv, "MAX_FOLD_BYTES", 8 * 5 * 200 * 400)
+    ds.SISOKRCV(lams=[1e-2], cv=5, random_state=0).fit(X, Y)  # exactly at the budget: fits

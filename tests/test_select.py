@@ -122,6 +122,20 @@ def test_regressor_and_reduced_rank_through_validation():
     assert max(sel.table, key=lambda r: r["score"])["rank"] == sel.model.rank
 
 
+def test_exact_output_side_through_one_pass_cv():
+    """SISOKR with an exact output side: select's cv route is SISOKRCV (exact side as
+    SubSampling(n)), whose scores are the table's; the model is SISOKR at the best λ."""
+    X, _ = _data()
+    Y = np.c_[X[:, :2], -X[:, 0]] + 0.1 * np.random.default_rng(3).normal(size=(len(X), 3))
+    kw = dict(input_sketch=ds.SubSampling(40), output_sketch=None, random_state=0)
+    sel = select(ds.SISOKR(ds.Gaussian(gamma=0.3), ds.Gaussian(gamma=0.5), lam=[1e-1, 1e-3],
+                           **kw), X, Y, cv=3)
+    cv = ds.SISOKRCV(ds.Gaussian(gamma=0.3), ds.Gaussian(gamma=0.5), lams=[1e-1, 1e-3], cv=3,
+                     **kw).fit(X, Y)
+    assert sel.best["lam"] == cv.best_params_["lam"] == sel.model.lam_
+    assert sorted(r["score"] for r in sel.table) == sorted(cv.cv_results_["mean_test_score"])
+
+
 @pytest.mark.parametrize("kw, match", [
     ({}, "select: give exactly one of cv"),
     ({"cv": 5, "validation": 0.2}, "select: give exactly one of cv"),
