@@ -373,3 +373,23 @@ def test_pass_tasks_keep_every_core_busy():
         # N // 10 blocks < GROUPS_PER_SLOT · split_every · 2
         layout = _pass_task_layout(lambda: model().fit(X, Y))
     assert layout == {1: N // 10}
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, bool])
+def test_unique_rows_are_numpys_in_order_of_first_occurrence(dtype):
+    """The byte-keyed unique rows equal ``np.unique(axis=0)``'s set, each at its first
+    occurrence; ``-0.0`` and ``0.0`` are one row; the block merge keeps the earliest index."""
+    from distsketch.accumulate import _merge_unique, _unique_rows
+
+    rng = np.random.default_rng(0)
+    Y = rng.integers(-1, 2, size=(300, 4)).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        Y[::7] *= -1.0  # makes -0.0 entries where the row had 0
+        assert np.signbit(Y[Y == 0]).any()
+    rows, first = _unique_rows(Y, 1000)
+    want_rows, want_first = np.unique(Y, axis=0, return_index=True)
+    order = np.argsort(want_first)
+    assert np.array_equal(first, want_first[order] + 1000)
+    assert np.array_equal(rows, want_rows[order])
+    merged = _merge_unique([_unique_rows(Y[:120], 0), _unique_rows(Y[120:], 120)])
+    assert np.array_equal(merged[1], want_first[order]) and np.array_equal(merged[0], rows)
