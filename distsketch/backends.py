@@ -80,6 +80,13 @@ class Backend:
         ``block @ M`` for blocks of this backend."""
         raise NotImplementedError
 
+    def cached_operand(self, owner, key, make):
+        """``operand(make())`` for a host matrix that belongs to ``owner`` (a realised sketch's
+        mixing columns, a feature map's projection) and is the same for every block: backends
+        whose operands are copies (a device) keep it between blocks; here it is made each
+        time (a host operand is the matrix itself, no copy)."""
+        return self.operand(make())
+
     def cityblock(self, A, B):
         """``Σ_k |a_ik − b_jk|`` of dense blocks, shape (n_a, n_b), float64."""
         raise NotImplementedError

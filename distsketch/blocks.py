@@ -117,9 +117,10 @@ def gram_dot(
     for a, c in spans:
         Kc = kernel(A, landmarks[a:c])
         if sketch is not None:
-            acc += Kc @ be.operand(sketch.mixing_t_block(a, c))
+            acc += Kc @ be.cached_operand(sketch, ("mixing", a, c),
+                                          lambda: sketch.mixing_t_block(a, c))
         else:
-            acc += Kc @ be.operand(right[a:c])
+            acc += Kc @ be.cached_operand(right, ("rows", a, c), lambda: right[a:c])
     if out is not None:
         xp.copyto(out, acc)
         return out

@@ -61,6 +61,8 @@ PINNED_MIN_BYTES = 1 << 20
 #: the CPU caches; a GPU wants few, large launches: 256 MiB is 16 384 rows × 2048 columns of
 #: float64 exponents, bounding the float64 work array a float32 block is filled through).
 DEVICE_TILE_BYTES = 256 << 20
+#: Device memory for operands kept between blocks (:meth:`CupyBackend.cached_operand`).
+OPERAND_CACHE_BYTES = 512 << 20
 
 
 class CudaUnavailable(BackendUnavailable):
@@ -319,6 +321,8 @@ class CupyBackend(Backend):
         self.xp = self.modules.xp
         self.array_types = tuple(self.modules.array_types)
         self._staging = _Staging()
+        self._operands: collections.OrderedDict = collections.OrderedDict()
+        self._operand_lock = threading.Lock()
 
     # -- data movement ---------------------------------------------------------------
     def asarray(self, a, dtype=None):
@@ -392,6 +396,37 @@ class CupyBackend(Backend):
         """Sketch mixing columns on the device: scipy.sparse as device CSR, dense as float64."""
         return self.asarray(M, dtype=np.float64)
 
+    def cached_operand(self, owner, key, make):
+        """The device copy of ``make()`` kept between blocks (least recently used first out,
+        at most :data:`OPERAND_CACHE_BYTES` on the device): a sketch's mixing columns and a
+        feature map's projection cross the bus once per process instead of once per block.
+        Entries hold a weak reference to ``owner``, so a freed owner's entry (or a new object
+        at its address) is never served."""
+        import weakref
+
+        ident = (id(owner), key)
+        with self._operand_lock:
+            hit = self._operands.get(ident)
+            if hit is not None and hit[0]() is owner:
+                self._operands.move_to_end(ident)
+                return hit[1]
+        M = self.operand(make())
+        size = _nbytes(M)
+        if size > OPERAND_CACHE_BYTES:
+            return M
+        try:
+            ref = weakref.ref(owner)
+        except TypeError:  # an owner without weak references: not cached
+            return M
+        with self._operand_lock:
+            self._operands[ident] = (ref, M, size)
+            self._operands.move_to_end(ident)
+            total = sum(e[2] for e in self._operands.values())
+            while total > OPERAND_CACHE_BYTES:
+                _, (_, _, freed) = self._operands.popitem(last=False)
+                total -= freed
+        return M
+
     def cityblock(self, A, B):
         """``Σ_k |a_ik − b_jk|`` (n_a, n_b), float64, in row tiles of about 256 MiB of
         temporaries; each pair sums in the order k = 0 … d−1 (as scipy's ``cdist``)."""
@@ -421,3 +456,10 @@ def cuda_backend() -> CupyBackend:
     logger.info("CUDA backend: %s", be.modules.xp.__name__ if hasattr(be.modules.xp, "__name__")
                 else type(be.modules).__name__)
     return be
+
+
+def _nbytes(M) -> int:
+    """Device bytes of a dense array or of a CSR matrix's three arrays."""
+    if hasattr(M, "nbytes"):
+        return int(M.nbytes)
+    return int(sum(getattr(M, a).nbytes for a in ("data", "indices", "indptr")))

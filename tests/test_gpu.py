@@ -326,6 +326,60 @@ def test_device_cuda_fits_through_the_cuda_backend(cuda_is_emulated):
     np.testing.assert_array_equal(got.predict(X), ref.predict(X))
 
 
+def test_mixing_and_projections_cross_to_the_device_once(monkeypatch):
+    """A sketch's mixing columns (and a feature map's projection) are copied to the device
+    once per span, not once per block; freed owners and the byte budget are honoured; the
+    model is bitwise the host's (emulated device)."""
+    import gc
+
+    import distsketch.cuda
+    from distsketch.sketches import SparseSketch, TiledSketch
+
+    X, _, y = _problem()
+    calls = collections.Counter()
+    for cls in (SparseSketch, TiledSketch):
+        orig = cls.mixing_t_block
+
+        def counted(self, a, c, _orig=orig):
+            calls[(id(self), a, c)] += 1
+            return _orig(self, a, c)
+
+        monkeypatch.setattr(cls, "mixing_t_block", counted)
+    be = CupyBackend(HostModules(), name="cuda-emulated-cache")
+    register_backend(be)
+    try:
+        for sketch in (ds.GaussianSketch(12), ds.PSparsified(12, p=0.3)):
+            calls.clear()
+            opts = _opts(be.name, "float64")  # 13-row blocks: 7 blocks, 9-column spans
+            got = ds.SketchedKRR(ds.Gaussian(0.3), sketch=sketch, lam=1e-3, random_state=0,
+                                 options=opts).fit(X, y)
+            assert calls and max(calls.values()) == 1  # each span once, over 7 blocks
+            ref = ds.SketchedKRR(ds.Gaussian(0.3), sketch=sketch, lam=1e-3, random_state=0,
+                                 options=_opts("numpy", "float64")).fit(X, y)
+            np.testing.assert_array_equal(got.predict(X), ref.predict(X))
+        # a projection: cached while its owner lives, never served to a new owner
+        def cache_one():
+            P = np.arange(12.0).reshape(6, 2)
+            first = be.cached_operand(P, ("rows", 0, 6), lambda: P)
+            assert be.cached_operand(P, ("rows", 0, 6), lambda: 1 / 0) is first
+            return id(P)
+
+        key = cache_one()  # P is freed on return
+        gc.collect()
+        Q = np.ones((6, 2))
+        if id(Q) == key:  # the address reused: the dead owner's entry must not be served
+            assert be.to_numpy(be.cached_operand(Q, ("rows", 0, 6), lambda: Q)).sum() == 12
+        # over the budget: made each time, nothing kept
+        monkeypatch.setattr(distsketch.cuda, "OPERAND_CACHE_BYTES", 64)
+        big = np.ones((10, 10))
+        made = []
+        for _ in range(2):
+            be.cached_operand(big, ("rows", 0, 10), lambda: made.append(1) or big)
+        assert len(made) == 2
+    finally:
+        BACKENDS.pop(be.name, None)
+
+
 @pytest.mark.cluster
 def test_two_workers_give_the_one_worker_model(device):
     """One GPU per worker: a LocalCluster of two workers (threads in this process, so they see
