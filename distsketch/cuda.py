@@ -405,20 +405,19 @@ class CupyBackend(Backend):
         import weakref
 
         ident = (id(owner), key)
-        with self._operand_lock:
+        with self._operand_lock:  # held while copying: two threads never copy one span twice
             hit = self._operands.get(ident)
             if hit is not None and hit[0]() is owner:
                 self._operands.move_to_end(ident)
                 return hit[1]
-        M = self.operand(make())
-        size = _nbytes(M)
-        if size > OPERAND_CACHE_BYTES:
-            return M
-        try:
-            ref = weakref.ref(owner)
-        except TypeError:  # an owner without weak references: not cached
-            return M
-        with self._operand_lock:
+            M = self.operand(make())
+            size = _nbytes(M)
+            if size > OPERAND_CACHE_BYTES:
+                return M
+            try:
+                ref = weakref.ref(owner)
+            except TypeError:  # an owner without weak references: not cached
+                return M
             self._operands[ident] = (ref, M, size)
             self._operands.move_to_end(ident)
             total = sum(e[2] for e in self._operands.values())
