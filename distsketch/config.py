@@ -65,7 +65,7 @@ Every key, by table (anything else is refused, naming the key and the allowed on
     - SketchedRegressor: ``kernel``, ``sketch``, ``loss`` (``"squared"``, or a table such as
       ``{type = "huber", kappa = 1.0}``, ``{type = "epsilon_insensitive", epsilon = 0.5}``,
       ``{type = "pinball", tau = 0.9}``), ``output_matrix``, ``fit_intercept``, ``tol``,
-      ``max_iter``, ``exact_hessian``, ``solver`` (``"newton"``, ``"admm"``, ``"auto"``).
+      ``max_iter``, ``exact_hessian``, ``solver`` (``"newton"``, ``"admm"``, ``"pcg"`` — squared loss —, ``"auto"``).
     - SketchedQuantileRegressor: ``kernel``, ``sketch``, ``quantiles`` (a list in (0, 1)),
       ``quantile_gamma``, ``fit_intercept``, ``tol``, ``max_iter``.
 

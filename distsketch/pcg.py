@@ -18,6 +18,11 @@ leverage-score landmarks), ``min_f (1/n) Σ ‖f(x_i) − y_i‖² + λ‖f‖²
 :class:`~distsketch.SketchedKRR`'s direct route solves the same system through ``H``'s
 eigendecomposition (``B`` whitened), so both give the same ``α`` when ``K_mm`` has full rank.
 
+:class:`~distsketch.SketchedRegressor`'s squared loss (``fit_pcg(..., centre=True)``) fits its
+intercept jointly, ``b₀ = ȳ − αᵀ s/n`` with ``s = K_nmᵀ 1``: the centred system
+``(K_nmᵀ K_nm − s sᵀ/n + nλ K_mm) α = z``, the rank-one term applied on the driver
+(:func:`pcg_path`).
+
 Falkon's preconditioner is built from ``K_mm`` alone: ``T`` upper-triangular with
 ``TᵀT = K_mm + εI`` (a small jitter ε, raised until the Cholesky factorisation succeeds), ``A``
 upper-triangular with ``AᵀA = T Tᵀ/m + λI``, and ``P = n^{-1/2} T^{-1} A^{-1}``, so that
@@ -60,7 +65,7 @@ from .backends import dense
 from .newton import SolverState, convergence_warning, state_key
 from .rows import check_finite_block
 from .store import DataChanged
-from .sweep import SweepData, Sweeper, _block_C
+from .sweep import SweepData, Sweeper, _block_native, gram_product
 
 __all__ = ["PCG_SKETCHES", "Preconditioner", "LandmarkGram", "PCGResult", "pcg_path", "fit_pcg",
            "check_pcg_sketch", "choose_solver", "AUTO_PCG_PASSES", "AUTO_PASS_FLOPS",
@@ -147,7 +152,7 @@ class PCGStep:
 
 def _pcg_block(shared, item, ws) -> dict:
     """``K_Iᵀ (K_I V)`` of one row block (and on the first pass ``K_Iᵀ Y``, ``K_Iᵀ 1``,
-    ``Σ y``), float64, from the kernel block recomputed from the rows."""
+    ``Σ y`` and ``Σ y²`` per column), float64, from the kernel block recomputed from the rows."""
     data, step = shared
     i, ref, crc, yb = item
     if step.check:  # lazy inputs are checked block by block, as the streaming pass does
@@ -162,14 +167,16 @@ def _pcg_block(shared, item, ws) -> dict:
         out["fp"] = fp
         if step.V is None and not step.first:
             return out
-    K = _block_C(data, i, ref, crc, ws)  # k(X_I, X_J) at the block dtype, as float64
-    if step.V is not None:
-        out["GV"] = K.T @ (K @ step.V)
+    K = _block_native(data, i, ref, crc, ws)  # k(X_I, X_J) at the block dtype
+    if step.V is not None:  # float32 blocks converted tile by tile, accumulated in float64
+        out["GV"] = gram_product(K, step.V, ws)
     if step.first:
+        K = K.astype(np.float64, copy=False)
         Y = dense(yb).astype(np.float64, copy=False).reshape(K.shape[0], -1)
         out["b"] = K.T @ Y
         out["s"] = K.sum(axis=0)
         out["y1"] = Y.sum(axis=0)
+        out["yy"] = np.einsum("ij,ij->j", Y, Y)
     return out
 
 
@@ -185,14 +192,28 @@ class Preconditioner:
         The landmarks' kernel matrix (float64, symmetric); only read when ``T`` is not given.
     lam : float
     n : int
+    centre : bool
+        Precondition the centred system of an unpenalised intercept,
+        ``K_nmᵀ K_nm − s sᵀ/n + nλ K_mm`` (``s = K_nmᵀ 1``): its Nyström approximation is
+        ``(n/m) K_mm (I − 11ᵀ/m) K_mm + nλ K_mm``, so ``AᵀA = T (I − 11ᵀ/m) Tᵀ/m + λI``.
+        (The deflation ``s sᵀ/n`` removes the data term's direction of the constant function,
+        which the uncentred preconditioner still counts.) Measured on 3000 Gaussian rows,
+        m = 300, γ = 0.5, tol = 1e-9: 13 / 66 / 397 iterations at λ = 1e-2 / 1e-4 / 1e-6,
+        against 16 / 81 / 543 with the uncentred ``A``.
     """
 
-    def __init__(self, Kmm, lam: float, n: int, *, T: np.ndarray | None = None):
+    def __init__(self, Kmm, lam: float, n: int, *, T: np.ndarray | None = None,
+                 centre: bool = False):
         m = Kmm.m if isinstance(Kmm, LandmarkGram) else Kmm.shape[0]
         self.n, self.m = n, m
         self.T = factor_kmm(Kmm) if T is None else T
         M = self.T @ self.T.T  # symmetric: its transpose is the Fortran-ordered view LAPACK
-        M /= m                 # factors in place (no second m × m array)
+        if centre:             # factors in place (no second m × m array)
+            w = self.T.sum(axis=1) / np.sqrt(float(m))  # T 1 / √m
+            for s in range(0, m, LandmarkGram.CHUNK):
+                e = min(s + LandmarkGram.CHUNK, m)
+                M[s:e] -= np.outer(w[s:e], w)
+        M /= m
         M[np.diag_indices(m)] += lam
         self.A = cholesky(M.T, lower=False, overwrite_a=True, check_finite=False)
         self._root = np.sqrt(float(n))
@@ -282,7 +303,7 @@ def factor_kmm(Kmm) -> np.ndarray:
 class _RhsState(SolverState):
     """The first pass's sums in a store group (``solver/<key>``)."""
 
-    ARRAYS = ("b", "s", "y1", "fp")
+    ARRAYS = ("b", "s", "y1", "fp", "yy")
 
 
 class _PCGState(SolverState):
@@ -310,6 +331,15 @@ class PCGResult:
     converged : ndarray (n_lams,) of bool
     n_passes : int
         Passes over the training rows this call made (a resumed fit makes fewer).
+    intercepts : ndarray (n_lams, t)
+        The intercept of each λ: ``ȳ`` for every λ, or with ``centre=True`` the unpenalised
+        bias ``b₀(λ) = ȳ − α(λ)ᵀ s / n`` (``s = K_nmᵀ 1``).
+    rss : ndarray (n_lams, t)
+        ``‖K_nm α + 1 b₀ᵀ − Y‖²`` per column, from the pass's sums without another pass:
+        ``αᵀ K_nmᵀK_nm α − 2 αᵀ z + ‖Y − 1ȳᵀ‖²`` (``− (sᵀα)²/n`` centred; ``z`` and ȳ
+        zero-centred without an intercept). Absolute rounding ``≈ ε ‖Y − 1ȳᵀ‖²``.
+    penalties : ndarray (n_lams, t)
+        ``αᵀ K_mm α`` per column (``‖f‖²`` in the RKHS).
     """
 
     alphas: np.ndarray
@@ -318,13 +348,16 @@ class PCGResult:
     residuals: np.ndarray
     converged: np.ndarray
     n_passes: int
+    intercepts: np.ndarray | None = None
+    rss: np.ndarray | None = None
+    penalties: np.ndarray | None = None
 
 
 def _first_pass(sweeper: Sweeper, state) -> dict:
     """The right-hand side's sums (and the rows' fingerprints): from the store, after one
     pass of fingerprints only that checks the data are the recorded ones, or computed."""
     st = state.load() if state is not None else None
-    if st is not None and st.get("done"):
+    if st is not None and st.get("done") and st.get("yy") is not None:  # (older: no Σ y²)
         found = sweeper(PCGStep(None, fingerprint=True))["fp"]
         bad = np.flatnonzero(np.any(found != st["fp"], axis=1))
         if len(bad):
@@ -334,7 +367,7 @@ def _first_pass(sweeper: Sweeper, state) -> dict:
                 f"store {sweeper.data.location!r}: the training data differ from those the "
                 f"stored PCG iterations were computed from ({which}, rows {s}–{e - 1}); fit on "
                 f"the same data, or use EngineOptions(overwrite=True) or a new store path")
-        return {k: st[k] for k in ("b", "s", "y1")}
+        return {k: st[k] for k in ("b", "s", "y1", "yy")}
     sums = sweeper(PCGStep(None, first=True, check=sweeper.X.lazy or sweeper.Y.lazy,
                            fingerprint=state is not None))
     if state is not None:
@@ -342,10 +375,22 @@ def _first_pass(sweeper: Sweeper, state) -> dict:
     return sums
 
 
-def _solve_lam(Kmm, T, z, lam, n, sweeper, *, alpha0, galpha0, tol, max_iter, state):
-    """CG on ``Pᵀ H P u = Pᵀ z`` for one λ; returns ``(α, Kᵀ K α, n_iter, residuals, ok)``."""
-    P = Preconditioner(Kmm, lam, n, T=T)
+def _solve_lam(Kmm, T, z, lam, n, sweeper, *, alpha0, galpha0, tol, max_iter, state,
+               c=None):
+    """CG on ``Pᵀ H P u = Pᵀ z`` for one λ; returns ``(α, Kᵀ K α, n_iter, residuals, ok)``.
+
+    ``c``: None, or ``s/√n`` (``s = K_nmᵀ 1``) for the centred system of an unpenalised
+    intercept, ``H = K_nmᵀ K_nm − c cᵀ + nλ K_mm`` (the rank-one term on the driver, no pass).
+    ``Kᵀ K α`` is returned uncentred in both cases.
+    """
+    P = Preconditioner(Kmm, lam, n, T=T, centre=c is not None)
     nlam = n * lam
+
+    def hv(gv, v):  # H v from K_nmᵀ K_nm v
+        out = gv + nlam * Kmm.dot(v)
+        if c is not None:
+            out -= np.outer(c, c @ v)
+        return out
     rhs = P.apply_t(z)
     norm0 = np.sqrt(np.einsum("ij,ij->j", rhs, rhs))
     st = state.load() if state is not None else None
@@ -362,7 +407,7 @@ def _solve_lam(Kmm, T, z, lam, n, sweeper, *, alpha0, galpha0, tol, max_iter, st
     else:
         u = P.inverse(alpha0)
         galpha = galpha0.copy()
-        r = rhs - P.apply_t(galpha + nlam * Kmm.dot(alpha0))
+        r = rhs - P.apply_t(hv(galpha, alpha0))
         p = r.copy()
         rr = np.einsum("ij,ij->j", r, r)
         iters, n_iter = np.zeros(z.shape[1]), 0
@@ -373,7 +418,7 @@ def _solve_lam(Kmm, T, z, lam, n, sweeper, *, alpha0, galpha0, tol, max_iter, st
         pa = p[:, active]
         v = P.apply(pa)
         gv = sweeper(PCGStep(v))["GV"]
-        q = P.apply_t(gv + nlam * Kmm.dot(v))
+        q = P.apply_t(hv(gv, v))
         step = rr[active] / np.einsum("ij,ij->j", pa, q)
         u[:, active] += step * pa
         galpha[:, active] += step * gv
@@ -408,8 +453,15 @@ def _rel(rr: np.ndarray, norm0: np.ndarray) -> np.ndarray:
 
 def pcg_path(data: SweepData, X, Y, *, Kmm: LandmarkGram, lams, tol: float, max_iter: int,
              fit_intercept: bool, split_every: int = 4, progress: bool = False,
-             states=None) -> PCGResult:
+             states=None, centre: bool = False) -> PCGResult:
     """Solve ``(K_nmᵀ K_nm + nλ K_mm) α = K_nmᵀ (Y − 1ȳᵀ)`` for every λ of ``lams`` by PCG.
+
+    With ``centre=True`` (and ``fit_intercept``) the intercept is an unpenalised bias fitted
+    jointly with α, as :class:`~distsketch.SketchedRegressor`'s: minimising
+    ``(1/2n)‖K_nm α + 1 b₀ᵀ − Y‖² + (λ/2) Tr(αᵀ K_mm α)`` over ``b₀`` gives
+    ``b₀ = ȳ − αᵀ s/n`` (``s = K_nmᵀ 1``), and over α the centred system
+    ``(K_nmᵀ K_nm − s sᵀ/n + nλ K_mm) α = K_nmᵀ (Y − 1ȳᵀ)`` (the features' mean removed; the
+    rank-one term is applied on the driver, so an iteration still costs one pass).
 
     Parameters
     ----------
@@ -428,6 +480,8 @@ def pcg_path(data: SweepData, X, Y, *, Kmm: LandmarkGram, lams, tol: float, max_
     states : callable or None
         ``states(key: dict) -> SolverState group or None``: where to keep the state of the
         right-hand side (``key["what"] == "rhs"``) and of each λ (kept store), or None.
+    centre : bool
+        Also centre the features: the jointly fitted intercept (see above).
 
     Returns
     -------
@@ -439,11 +493,16 @@ def pcg_path(data: SweepData, X, Y, *, Kmm: LandmarkGram, lams, tol: float, max_
     sums = _first_pass(sweeper, None if states is None else _RhsState(states({"what": "rhs"})))
     b = np.asarray(sums["b"], dtype=np.float64)
     y1 = np.asarray(sums["y1"], dtype=np.float64).reshape(-1)
+    s = np.asarray(sums["s"], dtype=np.float64).reshape(-1)
+    yy = np.asarray(sums["yy"], dtype=np.float64).reshape(-1)
+    centre = bool(centre and fit_intercept)
     if fit_intercept:
         ybar = y1 / n
-        z = b - np.outer(np.asarray(sums["s"], dtype=np.float64), ybar)
+        z = b - np.outer(s, ybar)
+        yyc = yy - n * ybar * ybar  # ‖Y − 1ȳᵀ‖² per column
     else:
-        ybar, z = np.zeros_like(y1), b
+        ybar, z, yyc = np.zeros_like(y1), b, yy
+    c = s / np.sqrt(float(n)) if centre else None
     T = factor_kmm(Kmm)
     m, t = z.shape
     order = sorted(range(len(lams)), key=lambda k: -lams[k])
@@ -451,21 +510,34 @@ def pcg_path(data: SweepData, X, Y, *, Kmm: LandmarkGram, lams, tol: float, max_
     n_iters = np.zeros(len(lams), dtype=np.int64)
     residuals = np.empty((len(lams), t))
     converged = np.zeros(len(lams), dtype=bool)
+    intercepts = np.tile(ybar, (len(lams), 1))
+    rss, penalties = np.empty((len(lams), t)), np.empty((len(lams), t))
     alpha, galpha = np.zeros((m, t)), np.zeros((m, t))
     for k in order:
         lam = float(lams[k])
         state = None
         if states is not None:
-            state = _PCGState(states({"what": "lam", "lam": lam, "tol": float(tol),
-                                      "intercept": bool(fit_intercept),
-                                      "warm": sorted(float(v) for v in lams if v > lam)}))
+            key = {"what": "lam", "lam": lam, "tol": float(tol), "intercept": bool(fit_intercept),
+                   "warm": sorted(float(v) for v in lams if v > lam)}
+            if centre:  # another system than SketchedKRR's (whose keys stay as they were)
+                key["centre"] = True
+            state = _PCGState(states(key))
         alpha, galpha, n_iters[k], residuals[k], converged[k] = _solve_lam(
             Kmm, T, z, lam, n, sweeper, alpha0=alpha, galpha0=galpha, tol=tol,
-            max_iter=max_iter, state=state)
+            max_iter=max_iter, state=state, c=c)
         alphas[k] = alpha
+        # C-ordered operands: the same rounding whether α was computed or read from a store
+        a, ga = alphas[k], np.ascontiguousarray(galpha)
+        sa = s @ a
+        rss[k] = (np.einsum("ij,ij->j", a, ga) - 2.0 * np.einsum("ij,ij->j", a, z)
+                  + yyc - (sa * sa / n if centre else 0.0))
+        penalties[k] = np.einsum("ij,ij->j", a, Kmm.dot(a))
+        if centre:
+            intercepts[k] = ybar - sa / n
         logger.info("pcg λ = %.3g: %d iterations, relative residual %.3g", lam, n_iters[k],
                     residuals[k].max())
-    return PCGResult(alphas, ybar, n_iters, residuals, converged, sweeper.count)
+    return PCGResult(alphas, ybar, n_iters, residuals, converged, sweeper.count,
+                     intercepts=intercepts, rss=np.maximum(rss, 0.0), penalties=penalties)
 
 
 # --------------------------------------------------------------------------- a whole fit
@@ -484,13 +556,15 @@ class PCGFit:
 
 
 def fit_pcg(spec, *, kernel, sketch, store, reuse_seeds: bool, tol: float, max_iter: int,
-            fit_intercept: bool, model: str = "SketchedKRR") -> PCGFit:
+            fit_intercept: bool, model: str = "SketchedKRR", centre: bool = False) -> PCGFit:
     """Draw the sketch (as the streaming pass draws it: the same seeds give the same
     landmarks as the direct route), open the store and solve the λ path by PCG.
 
     ``spec`` is the estimator's validated :class:`~distsketch.estimator.FitSpec`; ``kernel`` and
     ``sketch`` its resolved input side. The store records a pass configuration with
     ``"solver": "pcg"`` and no block arrays; the solver's states live under ``solver/``.
+    ``centre``: the jointly fitted intercept of :class:`~distsketch.SketchedRegressor`
+    (:func:`pcg_path`).
     """
     from .accumulate import _choose_block_rows, _jsonable
     from .features import FeatureMap
@@ -542,7 +616,7 @@ def fit_pcg(spec, *, kernel, sketch, store, reuse_seeds: bool, tol: float, max_i
         def solve():
             return pcg_path(data, X, Y, Kmm=Kmm, lams=spec.lams, tol=tol, max_iter=max_iter,
                             fit_intercept=fit_intercept, split_every=options.split_every,
-                            progress=options.progress, states=states)
+                            progress=options.progress, states=states, centre=centre)
 
         try:
             result = solve()

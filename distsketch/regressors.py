@@ -27,7 +27,7 @@ from .admm import solve_path as admm_path
 from .engine import distributed_client
 from .estimator import FitSpec, SketchedEstimator
 from .features import FeatureMap
-from .losses import Loss, Pinball, check_loss
+from .losses import Loss, Pinball, Squared, check_loss
 from .models import SketchedKRR, kernel_expansion
 from .newton import Problem, SolverState, solve_path, state_key
 from .options import with_blas_limit
@@ -70,7 +70,20 @@ def _check_matrix(M, d: int) -> np.ndarray:
 
 
 #: ``solver=`` values of :class:`SketchedRegressor`.
-SOLVERS = ("newton", "admm", "auto")
+SOLVERS = ("newton", "admm", "pcg", "auto")
+
+
+def _is_identity(M) -> bool:
+    """Whether ``output_matrix`` is None or the identity (without knowing d)."""
+    if M is None:
+        return True
+    try:
+        A = np.asarray(M, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    if A.ndim == 0:
+        return float(A) == 1.0
+    return A.ndim == 2 and A.shape[0] == A.shape[1] and np.array_equal(A, np.eye(A.shape[0]))
 
 
 def _local_memory_ok() -> bool:
@@ -123,21 +136,35 @@ class SketchedRegressor(SketchedEstimator):
     fit_intercept : bool
         An unpenalised bias per output (``False``: the paper's problem exactly).
     tol : float
-        Relative duality gap ``(P − D)/P`` at which to stop.
+        Relative duality gap ``(P − D)/P`` at which to stop (``solver="pcg"``: the relative
+        residual ``‖Pᵀ(z − Hα)‖ ≤ tol ‖Pᵀz‖`` per output).
     max_iter : int
-        Most sweeps (passes over the stored blocks) per λ; reaching it warns
-        (``ConvergenceWarning``).
+        Most sweeps (passes over the stored blocks; PCG: over the rows) per λ; reaching it
+        warns (``ConvergenceWarning``).
     exact_hessian : bool or None
         Multi-output radial losses: form the exact d × d Hessian of every row (``True``;
         d² Grams per sweep) or a scalar majorant (``False``: one Gram, more sweeps).
         ``None``: exact for d ≤ 8 while the d² Grams of size (m+1)² take at most 256 MiB.
-    solver : {"newton", "admm", "auto"}
+    solver : {"newton", "admm", "pcg", "auto"}
         ``"newton"``: (semismooth, smoothed) Newton iterations, weighted Grams per sweep
         (:mod:`distsketch.newton`). ``"admm"``: ADMM reusing the eigendecomposition of the
         feature Gram, no Gram per sweep, ``O(r²d)`` driver work per iteration and more
         iterations (:mod:`distsketch.admm`; without a ``store`` only on the local
-        scheduler). ``"auto"``: ADMM from r ≥ 4000 whitened features
-        (:data:`distsketch.admm.AUTO_RANK`), else Newton. Both stop on the same certified gap.
+        scheduler). Both stop on the same certified gap. ``"pcg"``: the squared loss only
+        (scalar or multi-output), ``output_matrix`` None or the identity, a sketch that picks
+        landmarks (``SubSampling``, ``LeverageScores``): Falkon's preconditioned conjugate
+        gradient of :class:`~distsketch.SketchedKRR` (:mod:`distsketch.pcg`; no streaming
+        pass, no ``G``, no ``C`` stored, one pass of recomputed kernel blocks per iteration),
+        with the intercept fitted jointly (the features' mean removed, as on the other
+        routes); it stops on the relative residual, not a duality gap. A general
+        ``M = U diag(ν) Uᵀ ≻ 0`` is refused although it reduces to KRR: rotating the outputs
+        by ``U`` decouples the problem into d ridge regressions on the targets ``Y U_j``
+        with ``λ/ν_j`` each (``ν_j = 0``: the output's mean), i.e. one λ, hence one
+        preconditioner and one CG, per eigenvalue of M, which this route does not do.
+        ``"auto"``: for the squared loss with M the identity, PCG when
+        :func:`distsketch.pcg.choose_solver` picks it (as ``SketchedKRR(solver="auto")``:
+        ``m > 8100`` landmarks, or a kept store's ``C`` over 32 GiB); otherwise ADMM from
+        r ≥ 4000 whitened features (:data:`distsketch.admm.AUTO_RANK`), else Newton.
     random_state, store, options
         As for :class:`~distsketch.SketchedKRR`.
 
@@ -146,12 +173,13 @@ class SketchedRegressor(SketchedEstimator):
     sketch_ : RealizedSketch
     kernel_ : Kernel
     landmarks_ : array of shape (s', n_features)
-    whitening_ : ndarray of shape (m, r)
-        ``T`` (features ``φ(x) = Tᵀ R k(X, x)``).
+    whitening_ : ndarray of shape (m, r), or None
+        ``T`` (features ``φ(x) = Tᵀ R k(X, x)``); None after a PCG fit.
     output_sqrt_ : ndarray of shape (d, d)
         ``M^{1/2}``.
     coefs_ : ndarray of shape (n_lams, r, d)
-        ``Ξ`` per λ (``f(x) = M^{1/2} Ξᵀ φ(x) + b₀``).
+        ``Ξ`` per λ (``f(x) = M^{1/2} Ξᵀ φ(x) + b₀``). After a PCG fit, shape
+        (n_lams, s', d): the dual coefficients ``α(λ)`` on the landmarks themselves.
     intercepts_ : ndarray of shape (n_lams, d)
     dual_coef_ : ndarray of shape (s', d)
         ``f(x) = k(x, landmarks_) @ dual_coef_ + intercept_`` for the active λ.
@@ -162,11 +190,19 @@ class SketchedRegressor(SketchedEstimator):
         Primal objective at the solution (``objectives_``: per λ).
     duality_gap_ : float
         Its duality gap ``P − D`` (``duality_gaps_``: per λ; relative: divided by
-        ``objective_``).
+        ``objective_``). NaN after a PCG fit, which forms no dual point: its certificate is
+        ``residual_``.
+    residual_ : float or None
+        PCG only (None on the other routes): the relative residual ``‖Pᵀ(z − Hα)‖/‖Pᵀz‖``
+        reached, the largest over the outputs (``residuals_``: per λ and output, shape
+        (n_lams, d)). With ``H`` PCG's system matrix and ``P`` its preconditioner, the
+        relative error of the preconditioned unknowns ``u = P^{-1}α`` is at most
+        ``residual_ · cond(PᵀHP)``.
     n_passes_ : int
-        Passes over the training rows this fit made (the streaming pass and the sweeps).
+        Passes over the training rows this fit made (the streaming pass and the sweeps; PCG:
+        its passes).
     solver_ : str
-        The route taken: ``"newton"`` or ``"admm"``.
+        The route taken: ``"newton"``, ``"admm"`` or ``"pcg"``.
     lam_, lams_, n_features_in_, store_
         As for :class:`~distsketch.SketchedKRR`.
     """
@@ -234,7 +270,91 @@ class SketchedRegressor(SketchedEstimator):
             raise ValueError(f"solver: 'admm' needs a loss with a proximal operator (squared, "
                              f"huber, epsilon_insensitive, pinball); got {loss!r}: use "
                              f"solver='newton'")
+        if getattr(self, "solver", "newton") == "pcg":
+            self._check_pcg(spec, loss)
         return spec
+
+    def _check_pcg(self, spec: FitSpec, loss: Loss) -> None:
+        """What ``solver="pcg"`` needs: the squared loss, M the identity, landmarks."""
+        from .pcg import check_pcg_sketch
+
+        if not isinstance(loss, Squared):
+            raise ValueError(f"solver='pcg' solves the squared loss's normal equations (kernel "
+                             f"ridge regression); loss={loss!r} has none: use "
+                             f"solver='newton' (or 'admm', 'auto')")
+        if not _is_identity(self.output_matrix):
+            raise ValueError("solver='pcg' needs output_matrix=None (the identity): a general "
+                             "M ≻ 0 decouples into one ridge regression per eigenvector of M "
+                             "with λ divided by its eigenvalue, a λ (and a preconditioner) per "
+                             "output that this route does not solve; use solver='newton', or "
+                             "rotate y by M's eigenvectors and fit one model per output")
+        check_pcg_sketch(spec.sketches["sketch"], solver="pcg")
+
+    def _route(self, X) -> str:
+        """``"pcg"``, or the sweeps' ``solver`` (``"auto"`` resolved later by the rank):
+        ``"auto"`` takes PCG for the squared loss with M the identity when
+        :func:`distsketch.pcg.choose_solver` does (as :class:`~distsketch.SketchedKRR`)."""
+        solver = getattr(self, "solver", "newton")
+        if solver != "auto":
+            return solver
+        from .pcg import choose_solver
+        from .rows import as_row_source
+        from .sketches import check_sketch
+
+        try:  # bad arguments or data are left to fit's validation, in its order
+            if not isinstance(check_loss(self.loss, 1), Squared) or not _is_identity(
+                    self.output_matrix):
+                return solver
+            sketch = check_sketch(self.sketch, argument="sketch")
+            n = as_row_source(X, argument="X").n
+        except Exception:
+            return solver
+        route = choose_solver(solver, n=n, m=getattr(sketch, "m", None), sketch=sketch,
+                              store=self.store)
+        return "pcg" if route == "pcg" else solver
+
+    @with_blas_limit
+    def fit(self, X, y=None):
+        """Fit on inputs ``X`` and targets ``y``; returns self. The ``solver`` route: one pass
+        and the sweeps (Newton or ADMM), or PCG (:mod:`distsketch.pcg`)."""
+        if self._route(X) != "pcg":
+            return super().fit(X, y)
+        from . import persist
+        from .pcg import fit_pcg
+
+        spec = self._validate(X, y)  # solver="pcg": _check_pcg; "auto": _route chose PCG
+        d = self._n_outputs(spec)      # only where _check_pcg would pass
+        res = fit_pcg(spec, kernel=spec.kernels["kernel"], sketch=spec.sketches["sketch"],
+                      store=self.store, reuse_seeds=self.random_state is None,
+                      tol=float(self.tol), max_iter=int(self.max_iter),
+                      fit_intercept=bool(self.fit_intercept), model=self._pass_model,
+                      centre=True)
+        with res.fs as fs:
+            r = res.result
+            lams = spec.lams
+            self.solver_ = "pcg"
+            self.kernel_ = spec.kernels["kernel"]
+            self.sketch_, self.landmarks_ = res.sketch, res.landmarks
+            self.whitening_ = None
+            self.output_sqrt_ = np.eye(d)
+            self.coefs_ = r.alphas
+            self.intercepts_ = r.intercepts
+            self.n_iters_ = np.asarray(r.n_iters, dtype=np.int64)
+            # P = (1/n) Σ ½‖r_i‖² + (λ/2) Σ_j α_jᵀ K_mm α_j, from the pass's sums
+            self.objectives_ = (0.5 * r.rss.sum(axis=1) / spec.X.n
+                                + 0.5 * np.asarray(lams) * r.penalties.sum(axis=1))
+            self.duality_gaps_ = np.full(len(lams), np.nan)
+            self.residuals_ = r.residuals
+            self.n_passes_ = int(r.n_passes)
+            self._y_1d = spec.Y.input_ndim == 1 and self._targets_1d_out()
+            self.lams_ = tuple(lams)
+            self.lam_ = lams[0]
+            self.n_features_in_ = spec.X.shape[1]
+            self.store_ = res.store
+            self._update_coef()
+            if not fs.temporary:
+                persist.save(self, fs, overwrite=True)
+        return self
 
     def _check_own(self) -> None:
         """Checks of the subclass's own arguments (before the data)."""
@@ -331,6 +451,7 @@ class SketchedRegressor(SketchedEstimator):
             sols = solve_path(prob, lams, sweeper, tol=float(self.tol),
                               max_iter=int(self.max_iter), states=states)
         self.solver_ = route
+        self.residuals_ = None
         self.kernel_ = spec.kernels["kernel"]
         self.sketch_ = xs
         self.landmarks_ = res.x_landmarks
@@ -352,8 +473,13 @@ class SketchedRegressor(SketchedEstimator):
 
     def _update_coef(self) -> None:
         k = self.lams_.index(self.lam_)
-        self.dual_coef_ = self.sketch_.transpose_dot(self.whitening_ @ self.coefs_[k]
-                                                     @ self.output_sqrt_)
+        if self.whitening_ is None:  # PCG: the dual coefficients themselves (distsketch.pcg)
+            self.dual_coef_ = self.coefs_[k]
+        else:
+            self.dual_coef_ = self.sketch_.transpose_dot(self.whitening_ @ self.coefs_[k]
+                                                         @ self.output_sqrt_)
+        res = getattr(self, "residuals_", None)
+        self.residual_ = None if res is None else float(np.max(res[k]))
         b0 = self.intercepts_[k]
         self.intercept_ = float(b0[0]) if self._y_1d else b0.copy()
         self.n_iter_ = int(self.n_iters_[k])
@@ -379,7 +505,8 @@ class SketchedRegressor(SketchedEstimator):
         arrays, state = super()._get_state()
         self._put_side("input", self.kernel_, self.sketch_, self.landmarks_, arrays, state)
         arrays.update(whitening=self.whitening_, output_sqrt=self.output_sqrt_,
-                      coefs=self.coefs_, intercepts=self.intercepts_)
+                      coefs=self.coefs_, intercepts=self.intercepts_,
+                      residuals=getattr(self, "residuals_", None))
         state.update(y_1d=bool(self._y_1d), lams=list(self.lams_), lam=self.lam_,
                      n_iters=[int(v) for v in self.n_iters_],
                      objectives=[float(v) for v in self.objectives_],
@@ -390,7 +517,8 @@ class SketchedRegressor(SketchedEstimator):
     def _set_state(self, arrays, state):
         super()._set_state(arrays, state)
         self.kernel_, self.sketch_, self.landmarks_ = self._get_side("input", arrays, state)
-        self.whitening_ = arrays["whitening"]
+        self.whitening_ = arrays.get("whitening")  # None: a PCG fit
+        self.residuals_ = arrays.get("residuals")
         self.output_sqrt_ = arrays["output_sqrt"]
         self.coefs_ = arrays["coefs"]
         self.intercepts_ = arrays["intercepts"]

@@ -136,24 +136,55 @@ class SweepSums(Reducer):
 SWEEP_SUMS = SweepSums()
 
 
-def _block_C(data: SweepData, i: int, ref, crc, ws) -> np.ndarray:
-    """``C_I`` as float64: the stored block (read by the engine from its :class:`Stored`
-    reference; ``crc`` its recorded checksum), the held block, or recomputed from the input
-    rows."""
+def _block_native(data: SweepData, i: int, ref, crc, ws) -> np.ndarray:
+    """``C_I`` in its own dtype (the block dtype, float32 or float64): the stored block (read
+    by the engine from its :class:`Stored` reference; ``crc`` its recorded checksum), the held
+    block, or recomputed from the input rows into this thread's work array."""
     s, e = data.rows(i)
     if data.held is not None:
         return ref  # float64 already (read only)
     if crc is not None:
-        C = ref
-        if checksum(C) != crc:
+        if checksum(ref) != crc:
             raise StoreError(
                 f"store {data.location!r}: block {i} (rows {s}–{e - 1}) of C fails its checksum "
                 f"(damaged since the pass); fit again to recompute it")
-    else:
-        C = data.x.block(ref, dtype=data.dtype, out=ws.get("C", (e - s, data.m), data.dtype))
+        return ref
+    return data.x.block(ref, dtype=data.dtype, out=ws.get("C", (e - s, data.m), data.dtype))
+
+
+def _block_C(data: SweepData, i: int, ref, crc, ws) -> np.ndarray:
+    """``C_I`` as float64 (:func:`_block_native`, converted into a work array unless it is
+    float64 already)."""
+    C = _block_native(data, i, ref, crc, ws)
+    if C.dtype == np.float64:
+        return C
     out = ws.get("C64", C.shape, np.float64)
     np.copyto(out, C)
     return out
+
+
+#: Rows per tile of :func:`gram_product` (a float64 tile of 256 × m stays in cache for m ≲ 4000).
+PRODUCT_TILE_ROWS = 256
+
+
+def gram_product(C: np.ndarray, V: np.ndarray, ws) -> np.ndarray:
+    """``Cᵀ (C V)`` in float64 for a block ``C`` (b × m) of either dtype, ``V`` (m × k) float64.
+
+    A float32 block is converted tile by tile (:data:`PRODUCT_TILE_ROWS` rows, in cache) and
+    each tile's ``C_tᵀ (C_t V)`` added in tile order: one read of the block instead of a
+    float64 copy written and read twice. A float64 block is multiplied as it is."""
+    if C.dtype == np.float64:
+        return C.T @ (C @ V)
+    b, m = C.shape
+    acc = np.zeros((m, V.shape[1]))
+    rows = PRODUCT_TILE_ROWS
+    buf = ws.get("tile64", (min(rows, b), m), np.float64)
+    for r in range(0, b, rows):
+        e = min(r + rows, b)
+        T = buf[: e - r]
+        np.copyto(T, C[r:e])
+        acc += T.T @ (T @ V)
+    return acc
 
 
 def _scaled_rows(C: np.ndarray, rows: np.ndarray, scale: np.ndarray) -> np.ndarray:

@@ -353,3 +353,23 @@ def test_toml_config_selects_the_solver(tmp_path):
     est = load_config(tmp_path / "fit.toml").estimator(n=len(X))
     assert (est.solver, est.tol, est.max_iter) == ("pcg", 1e-9, 50)
     assert est.fit(X, y).solver_ == "pcg"
+
+
+@pytest.mark.parametrize("b", [1, 255, 256, 700])
+def test_gram_product_converts_float32_blocks_tile_by_tile(b, monkeypatch):
+    """``Cᵀ(C V)`` of a float32 block in float64 tiles equals the float64 product of the same
+    (float32-rounded) values to the rounding of float64 sums (m · ε relative); a float64 block
+    is multiplied as it is (bitwise the plain product)."""
+    from distsketch.engine import Workspace
+    from distsketch.sweep import gram_product
+
+    rng = np.random.default_rng(b)
+    C32 = rng.random((b, 37)).astype(np.float32)
+    V = rng.standard_normal((37, 2))
+    C64 = C32.astype(np.float64)
+    want = C64.T @ (C64 @ V)
+    got = gram_product(C32, V, Workspace())
+    assert got.dtype == np.float64
+    assert np.abs(got - want).max() <= 64 * np.finfo(float).eps * np.abs(C64).sum(0).max() * (
+        np.abs(C64) @ np.abs(V)).max()
+    assert np.array_equal(gram_product(C64, V, Workspace()), want)
