@@ -104,3 +104,10 @@ def test_lipschitz_admm_quick():
     """The ADMM route against Newton on a tiny synthetic Huber problem (issue 14)."""
     out = run("bench_lipschitz_admm.py")
     assert "admm" in out.lower() and "newton" in out.lower()
+
+
+@pytest.mark.skipif(not (BENCH.parent.parent / "shared" / "data" / "bibtex" / "bibtex-train.arff").exists(),
+                    reason="Bibtex data not available")
+def test_driver_threads_quick():
+    out = run("bench_driver_threads.py")
+    assert "| 1 |" in out and "auto (chose " in out and "Cholesky" in out
