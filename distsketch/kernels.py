@@ -33,7 +33,10 @@ is a Gaussian kernel on that feature space.
 Numerics
 --------
 Every kernel except Laplacian is computed from one product ``A @ B.T`` plus squared row
-norms, so sparse operands are never densified; squared distances use
+norms. A sparse operand stays sparse while its density is at most ``_SPARSE_MAX_DENSITY``
+(denser blocks are cheaper as dense GEMMs: :func:`_keep_sparse`); a sparse left operand then
+multiplies dense transposed column panels of the right one (:func:`_sparse_panels`), never
+a dense copy of the whole right operand; squared distances use
 ‖x‖² + ‖x'‖² − 2⟨x, x'⟩, clipped at 0. When ``A is B`` the diagonal of the distance matrix
 is set to 0 exactly (scikit-learn's ``euclidean_distances`` does the same). Otherwise the
 expansion leaves an absolute error of about 1e-16·‖x‖² on the squared distance of
@@ -105,6 +108,18 @@ _SCRATCH = threading.local()
 _SCRATCH_BYTES = 4 << 20  # larger work arrays are allocated per call
 _TILE_BYTES = 4 << 20  # float64 values per row tile when a kernel writes into out
 _TILE_MAX_D = 64  # wider inputs: the GEMM dominates, and tiles would repack B per tile
+#: Density (stored entries / (rows × columns)) above which a sparse operand is densified before
+#: its kernel product (:func:`_keep_sparse`). Measured by ``python
+#: benchmarks/bench_sparse_blocks.py`` (benchmarks/RESULTS.md, "sparse_blocks"): Gaussian blocks
+#: of b ∈ {1000, 4000} CSR rows, d ∈ {1000, 2000}, against 2000 landmarks, one BLAS thread;
+#: the CSR route (2·nnz·n_b flops at 0.9–5.5 GFLOP/s) meets the dense GEMM (2·b·d·n_b flops at
+#: 32–38 GFLOP/s) at densities 8.0 % (1000 × 1000), 12.5 % (1000 × 2000), 13.1 % (4000 × 1000)
+#: and 12.8 % (4000 × 2000): the smallest is the threshold.
+_SPARSE_MAX_DENSITY = 0.08
+#: Bytes of one dense panel of right-operand columns that a CSR block multiplies
+#: (:func:`_sparse_panels`): small enough to stay in cache while every stored entry of the
+#: CSR block reads a row of it. 0 turns densification of the right operand off (CSR × CSR).
+_SPARSE_PANEL_BYTES = 4 << 20
 
 
 def _scratch(be: Backend, slot: str, shape: tuple[int, int]):
@@ -143,9 +158,88 @@ def _as_block(X: Any, be: Backend) -> Block:
     return X
 
 
+def _keep_sparse(A: Block) -> bool:
+    """Whether the kernel product of the sparse block ``A`` (n, d) is cheaper sparse than dense.
+
+    Rule: density ``nnz / (n·d) ≤ _SPARSE_MAX_DENSITY`` (stored entries, explicit zeros
+    included). A CSR × dense product costs ``2·nnz·n_b`` flops at scipy's single-threaded rate,
+    the dense GEMM ``2·n·d·n_b`` at BLAS's; the ratio of the two rates is the crossover density
+    (measured: see ``_SPARSE_MAX_DENSITY``). Empty blocks stay sparse.
+    """
+    n, d = A.shape
+    return A.nnz <= _SPARSE_MAX_DENSITY * n * d
+
+
+def _cheaper_form(A: Block, be: Backend) -> Block:
+    """The scipy.sparse block ``A`` densified where :func:`_keep_sparse` says the dense product
+    is cheaper; dense blocks, cheap sparse ones and other backends' sparse blocks (whose rates
+    were not measured) are returned as they are."""
+    if sp.issparse(A) and not _keep_sparse(A):
+        return dense(A)
+    return A
+
+
+def _panels(d: int, n_b: int) -> list[tuple[int, int]]:
+    """Column spans of the right operand for :func:`_sparse_panels`: ``_SPARSE_PANEL_BYTES``
+    of float64 per dense ``(d + 2, width)`` panel, at least 64 columns; one span holding all
+    ``n_b`` columns when ``_SPARSE_PANEL_BYTES`` is 0 (the CSR × CSR route)."""
+    if _SPARSE_PANEL_BYTES <= 0:
+        return [(0, n_b)]
+    width = max(64, _SPARSE_PANEL_BYTES // (8 * (d + 2)))
+    return [(c, min(c + width, n_b)) for c in range(0, n_b, width)]
+
+
+def _dense_t(B: Block, be: Backend, extra: int = 0):
+    """``Bᵀ`` as a C-contiguous dense array of shape (d + extra, n_b), the last ``extra`` rows
+    zero: the right operand of a CSR × dense product (scipy reads rows of it), written
+    straight from a sparse ``B`` (duplicates summed) without a dense ``B`` in between."""
+    xp = be.xp
+    n_b, d = B.shape
+    Bt = xp.zeros((d + extra, n_b))
+    if be.issparse(B):
+        B.T.toarray(out=Bt[:d])
+    else:
+        Bt[:d] = B.T
+    return Bt
+
+
+def _sparse_panels(S, D, be: Backend, right=None, augment=None):
+    """``S @ Dᵀ`` of a CSR block ``S`` (n_s, d') column panel by column panel of ``D`` (n_d, d).
+
+    Yields ``(c, e, P)`` with ``P = S @ [D[c:e], right[c:e]]ᵀ`` of shape (n_s, e − c), a new
+    array: each panel of ``D`` is written dense and transposed (:func:`_dense_t`, ``d + k``
+    rows with ``k`` columns of ``right`` (n_d, k) appended after D's), so the product reads rows of
+    a panel that stays in cache (``_SPARSE_PANEL_BYTES``; one panel of the whole ``D`` costs
+    each stored entry of ``S`` a row of ``n_d`` values from memory: measured 1.3–2.4× slower at
+    d = 2 000 from 4 % density on, benchmarks/RESULTS.md "sparse_blocks"). Host (scipy.sparse)
+    blocks only. With ``_SPARSE_PANEL_BYTES = 0`` a
+    sparse ``D`` is never densified: one CSR × CSR product (``augment(D)`` appends the same
+    columns sparsely).
+    """
+    n_d, d = D.shape
+    k = 0 if right is None else right.shape[1]
+    for c, e in _panels(d, n_d):
+        if be.issparse(D) and _SPARSE_PANEL_BYTES <= 0:
+            Dc = D if augment is None else augment(D)
+            yield c, e, dense(S @ Dc.T)
+            continue
+        Dt = _dense_t(D[c:e], be, extra=k)
+        if k:
+            Dt[d:] = right[c:e].T
+        yield c, e, S @ Dt
+
+
 def _dot(A: Block, B: Block, be: Backend):
-    """Dense ``A @ B.T`` of shape (n_a, n_b), a new array."""
-    return dense(A @ B.T)
+    """Dense ``A @ B.T`` of shape (n_a, n_b), a new array; a scipy.sparse ``A`` multiplies
+    column panels of ``B`` (:func:`_sparse_panels`), a scipy.sparse ``B`` and dense ``A`` the
+    transpose; other backends' sparse blocks form the product and densify it."""
+    if not (sp.issparse(A) or sp.issparse(B)):
+        return dense(A @ B.T)
+    S, D = (A, B) if sp.issparse(A) else (B, A)
+    out = be.xp.empty((S.shape[0], D.shape[0]))
+    for c, e, P in _sparse_panels(S, D, be):
+        out[:, c:e] = P
+    return out if S is A else be.xp.ascontiguousarray(out.T)
 
 
 def _sq_norms(A: Block, be: Backend):
@@ -181,6 +275,46 @@ def _augment_left(A, gamma: float, be: Backend, out=None):
     Aa[:, d] *= -gamma
     Aa[:, d + 1] = 1.0
     return Aa
+
+
+def _augment_sparse(A, first, second, be: Backend):
+    """CSR ``[A, first, second]``: two dense columns of shape (n_a,) appended to a CSR block."""
+    extra = be.xp.empty((A.shape[0], 2))
+    extra[:, 0] = first
+    extra[:, 1] = second
+    return sp.hstack([A, sp.csr_array(extra)], format="csr")
+
+
+def _gaussian_sparse_into(A, B, gamma: float, out, be: Backend, *, apply_exp: bool, same: bool = False):
+    """``exp(−γ ‖a_i − b_j‖²)`` (or, without ``apply_exp``, the clipped exponent) into ``out``
+    (n_a, n_b) when ``A`` or ``B`` is a scipy.sparse (CSR) block.
+
+    The augmented product of :func:`_neg_scaled_sq_dists` with the sparse operand ``S`` on the
+    left, ``⟨[2γ s, −γ‖s‖², 1], [t, 1, −γ‖t‖²]⟩``, one CSR × dense product per column panel of
+    the other operand (:func:`_sparse_panels`), each panel clipped at 0 and sent through
+    ``exp`` into its columns of ``out`` while in cache: no (n_a, n_b) temporary, two
+    elementwise passes fewer than :func:`_sq_dists`. A dense ``A`` against a sparse ``B``
+    writes the transposed block (``B`` on the left) into ``out.T``. Rounding as
+    :func:`_neg_scaled_sq_dists`; ``same`` (``A is B``) sets the diagonal's exponent to 0.
+    """
+    xp = be.xp
+    S, D, dst = (A, B, out) if sp.issparse(A) else (B, A, out.T)
+    Sa = _augment_sparse(S * (2.0 * gamma), -gamma * _sq_norms(S, be), 1.0, be)
+    right = xp.empty((D.shape[0], 2))
+    right[:, 0] = 1.0
+    right[:, 1] = _sq_norms(D, be)
+    right[:, 1] *= -gamma
+    for c, e, P in _sparse_panels(Sa, D, be, right=right,
+                                  augment=lambda M: _augment_sparse(M, right[:, 0], right[:, 1], be)):
+        xp.minimum(P, 0.0, out=P)
+        if same:
+            idx = xp.arange(c, min(e, P.shape[0]))
+            P[idx, idx - c] = 0.0
+        if apply_exp:
+            be.exp(P, out=dst[:, c:e])
+        else:
+            dst[:, c:e] = P
+    return out
 
 
 def _augment_right(B, gamma: float, be: Backend):
@@ -278,6 +412,12 @@ class Kernel(ParamsMixin):
     """
 
     _name: ClassVar[str]
+    #: Whether ``k(x, x')`` depends on ``x − x'`` only (so :class:`Standardized` may drop the
+    #: mean and keep sparse rows sparse: docs/design.md, "Sparse inputs").
+    _translation_invariant: ClassVar[bool] = False
+    #: Whether sparse operands go through the density rule (:func:`_cheaper_form`): the
+    #: built-in kernels, whose products were measured; a user's callable gets its blocks as given.
+    _densify_by_density: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -313,6 +453,9 @@ class Kernel(ParamsMixin):
         same = A is B
         A = _as_block(A, be)
         B = A if same else _as_block(B, be)
+        if self._densify_by_density:
+            A = _cheaper_form(A, be)
+            B = A if same else _cheaper_form(B, be)
         if A.shape[1] != B.shape[1]:
             raise ValueError(
                 f"{type(self).__name__}: A and B must have the same number of columns, "
@@ -432,6 +575,7 @@ class Gaussian(_ExponentialKernel):
     """
 
     _name = "gaussian"
+    _translation_invariant = True
 
     def __init__(self, gamma: float = 1.0):
         self.gamma = gamma
@@ -441,18 +585,32 @@ class Gaussian(_ExponentialKernel):
         _check_positive("Gaussian", "gamma", self.gamma)
 
     def _exponent(self, A: Block, B: Block, be: Backend):
-        if be.issparse(A) or be.issparse(B):
+        if sp.issparse(A) or sp.issparse(B):
+            return _gaussian_sparse_into(A, B, self.gamma, be.xp.empty((A.shape[0], B.shape[0])), be,
+                                         apply_exp=False, same=A is B)
+        if be.issparse(A) or be.issparse(B):  # another backend's sparse blocks
             D = _sq_dists(A, B, be)
             D *= -self.gamma
             return D
         return _neg_scaled_sq_dists(A, B, self.gamma, be)
+
+    def _compute(self, A: Block, B: Block, be: Backend):
+        if sp.issparse(A) or sp.issparse(B):
+            return _gaussian_sparse_into(A, B, self.gamma, be.xp.empty((A.shape[0], B.shape[0])), be,
+                                         apply_exp=True, same=A is B)
+        return super()._compute(A, B, be)
 
     def _fill(self, A: Block, B: Block, out, scale, be: Backend) -> None:
         """Dense blocks in row tiles of about ``_TILE_BYTES`` (small ``d``): the GEMM, clip,
         ``exp``, rounding and scaling of a tile run while it is in cache, the augmented
         ``B`` is built once, the tile temporaries are this thread's work arrays. With
         ``d > _TILE_MAX_D`` the GEMM dominates and one tile takes the whole block."""
-        if be.issparse(A) or be.issparse(B):
+        if sp.issparse(A) or sp.issparse(B):
+            _gaussian_sparse_into(A, B, self.gamma, out, be, apply_exp=True, same=A is B)
+            if scale is not None:
+                out *= scale
+            return
+        if be.issparse(A) or be.issparse(B):  # another backend's sparse blocks
             super()._fill(A, B, out, scale, be)
             return
         n_a, n_b = out.shape
@@ -484,6 +642,7 @@ class Laplacian(_ExponentialKernel):
     """
 
     _name = "laplacian"
+    _translation_invariant = True
 
     def __init__(self, gamma: float = 1.0):
         self.gamma = gamma
@@ -573,6 +732,7 @@ class Matern(Kernel):
     """
 
     _name = "matern"
+    _translation_invariant = True
 
     def __init__(self, nu: float = 1.5, length_scale: float = 1.0):
         self.nu = nu
@@ -656,6 +816,8 @@ class CallableKernel(Kernel):
     func : callable
     """
 
+    _densify_by_density = False
+
     def __init__(self, func: Callable[[Block, Block], Any]):
         self.func = func
         self._validate()
@@ -699,8 +861,15 @@ class CallableKernel(Kernel):
 class Standardized(Kernel):
     """``k'(x, x') = k((x − mean) / scale, (x' − mean) / scale)``: a kernel on standardised inputs.
 
-    Standardisation belongs to the model, so a saved model predicts from raw inputs. Sparse
-    blocks are densified (blocks are bounded by the caller). Build it from training data with
+    Standardisation belongs to the model, so a saved model predicts from raw inputs. When
+    ``kernel`` depends on ``x − x'`` only (Gaussian, Laplacian, Matern), the mean cancels::
+
+        (x − mean)/scale − (x' − mean)/scale = x/scale − x'/scale
+
+    so sparse blocks stay sparse, columns scaled by ``1/scale`` (``A diag(1/scale)``, the same
+    kernel values up to the rounding of the distance expansion, about
+    1e-16·γ(‖a‖² + ‖b‖²) on the exponent); for other kernels sparse blocks are densified
+    (blocks are bounded by the caller). Build it from training data with
     :func:`distsketch.rows.standardized` (what the TOML ``standardize = true`` does) or
     :meth:`from_data` for in-memory data.
 
@@ -757,10 +926,18 @@ class Standardized(Kernel):
                              f"for dask or zarr data")
         return cls.from_moments(kernel, mean, var)
 
+    @property
+    def _translation_invariant(self) -> bool:  # k'(x, x') is a function of (x − x')/scale
+        return self.kernel._translation_invariant
+
     def _transform(self, A: Block, be: Backend):
-        A = dense(A)
         if A.shape[1] != self._mean.size:
             raise ValueError(f"Standardized: rows have {A.shape[1]} columns, the scaling {self._mean.size}")
+        if sp.issparse(A) and self.kernel._translation_invariant:
+            A = A.tocsr()  # the mean cancels in x − x': columns scaled, sparsity kept
+            inv = 1.0 / self._scale
+            return sp.csr_array((A.data * inv[A.indices], A.indices, A.indptr), shape=A.shape)
+        A = dense(A)
         return (A - be.asarray(self._mean)) / be.asarray(self._scale)
 
     def _compute(self, A: Block, B: Block, be: Backend):

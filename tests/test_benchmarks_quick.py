@@ -111,3 +111,10 @@ def test_lipschitz_admm_quick():
 def test_driver_threads_quick():
     out = run("bench_driver_threads.py")
     assert "| 1 |" in out and "auto (chose " in out and "Cholesky" in out
+
+
+@pytest.mark.skipif(not (BENCH.parent.parent / "shared" / "data" / "bibtex" / "bibtex-train.arff").exists(),
+                    reason="Bibtex data not available")
+def test_sparse_blocks_quick():
+    out = run("bench_sparse_blocks.py")
+    assert "crossover densities" in out and "sparse×dense" in out
