@@ -35,7 +35,10 @@ Resume: the blocks' ``Z, U`` are double-buffered by iteration parity (sweep k re
 ``(k − 1) % 2`` and writes ``k % 2``); the driver state (``Ξ, b₀``, ρ, the rescale, counters) is
 written to the solver state only after every block of an iteration is written, so a fit
 killed mid-iteration restarts that iteration from the last complete generation and ends with
-the bitwise identical model.
+the bitwise identical model. Each stored generation carries checksums of its blocks and the
+driver state that continues from it (:class:`RowState`): a resume uses only a generation
+that verifies — the newer one, else the older one, else ADMM restarts from its warm start —
+so damaged rows never reach the model.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from ._hashing import checksum
 from .backends import dense
 from .losses import Loss, Pinball
 from .newton import Problem, Solution, _finish, _objective, _save, convergence_warning, \
@@ -105,10 +109,27 @@ class RowState:
     """The per-row ADMM variables ``Z``, ``U`` (n × d each), two generations (iteration
     parity): zarr arrays in a fit store's solver group (chunks = row blocks), or numpy arrays
     held in memory (a fit without a store on the local scheduler). Each block reads and
-    writes only its own rows."""
+    writes only its own rows.
 
-    def __init__(self, arrays: dict):
+    In a store, each generation has a record (group attribute ``rows_<g>``), written by the
+    driver after every block of the sweep wrote its rows: the iteration whose ``Z, U`` the
+    generation holds, the CRC-32 (:func:`~distsketch._hashing.checksum`) of each block's ``z``
+    and ``u`` as the blocks wrote them, and the driver state the next sweep starts from (``Ξ``,
+    ``b₀`` in the arrays ``x_Xi_<g>``, ``x_b0_<g>``, with their checksums; ρ, the ``U``
+    rescale). A generation is used on a resume only when its record is complete and every
+    block matches it (:meth:`resume`); the sweeps check each block they read against it too.
+    """
+
+    def __init__(self, arrays: dict, group=None, block_rows: int | None = None):
         self.arrays = arrays  # {"z_0", "z_1", "u_0", "u_1"}
+        self.group = group  # the driver's handle on the solver group (None: in memory)
+        self.stored = group is not None
+        self.block_rows = block_rows
+        self.crcs: dict[int, tuple] = {}  # generation -> (z checksums, u checksums) per block
+
+    def __getstate__(self) -> dict:
+        # the blocks need the arrays only: the group and the records stay on the driver
+        return {**self.__dict__, "group": None, "crcs": {}}
 
     @classmethod
     def in_memory(cls, n: int, d: int) -> "RowState":
@@ -117,15 +138,18 @@ class RowState:
     @classmethod
     def in_group(cls, group, n: int, d: int, block_rows: int, *, fresh: bool) -> "RowState":
         """Arrays ``z_0, z_1, u_0, u_1`` in ``group`` (created when absent or when ``fresh``;
-        kept as they are on a resume)."""
-        arrays = {}
+        kept as they are on a resume). Creating one drops both generations' records."""
+        arrays, created = {}, False
         for name in ("z_0", "z_1", "u_0", "u_1"):
             arr = group.get(name) if not fresh else None
-            if arr is None or tuple(arr.shape) != (n, d):
+            if arr is None or tuple(arr.shape) != (n, d) or tuple(arr.chunks) != (block_rows, d):
                 arr = group.create_array(name, shape=(n, d), chunks=(block_rows, d),
                                          dtype="float64", fill_value=0.0, overwrite=True)
+                created = True
             arrays[name] = arr
-        return cls(arrays)
+        if created:
+            group.attrs.update({"rows_0": None, "rows_1": None})
+        return cls(arrays, group, block_rows)
 
     def read(self, gen: int, s: int, e: int) -> tuple[np.ndarray, np.ndarray]:
         return (np.asarray(self.arrays[f"z_{gen}"][s:e], dtype=np.float64),
@@ -135,6 +159,110 @@ class RowState:
         self.arrays[f"z_{gen}"][s:e] = z
         self.arrays[f"u_{gen}"][s:e] = u
 
+    # -- records (driver side) ----------------------------------------------------------
+    def commit(self, gen: int, iteration: int, sums: dict, v: dict) -> None:
+        """Record generation ``gen`` as holding iteration ``iteration``'s ``Z, U`` (the
+        blocks' checksums from the sweep's sums ``crc_z``, ``crc_u``) and ``v``, the driver
+        state after it. Called after the sweep, before the solver state is saved."""
+        if not self.stored:
+            return
+        crcs = tuple(tuple(int(c) for c in np.asarray(sums[key])) for key in ("crc_z", "crc_u"))
+        self.crcs[gen] = crcs
+        record = {"iteration": int(iteration), "z": list(crcs[0]), "u": list(crcs[1]),
+                  "rho": float(v["rho"]), "u_scale": float(v["u_scale"])}
+        for name in ("Xi", "b0"):
+            arr = np.ascontiguousarray(v[name], dtype=np.float64)
+            self.group.create_array(f"x_{name}_{gen}", data=arr, overwrite=True)
+            record[name] = checksum(arr)
+        self.group.attrs[f"rows_{gen}"] = record  # last: a killed commit leaves no record
+
+    def expected(self, gen: int):
+        """The checksums the blocks' rows of generation ``gen`` must match (None: in memory
+        or not recorded)."""
+        return self.crcs.get(gen) if self.stored else None
+
+    def resume(self, st: dict, n: int, shape: tuple) -> dict | None:
+        """The driver state to continue the iterations of the solver state ``st`` from: that
+        of the newest generation (not newer than ``st``) whose record is complete and whose
+        blocks and iterate all match their checksums; None when neither does. Each generation
+        not used is named in a logged warning."""
+        n_blocks = -(-n // self.block_rows)
+        n_iter, history = int(st["n_iter"]), list(st.get("history") or [])
+        found = []
+        for g in (0, 1):
+            try:
+                rec = self.group.attrs.get(f"rows_{g}")
+            except Exception as exc:  # unreadable attributes
+                rec, why = None, f"its record cannot be read ({exc})"
+            else:
+                why = _record_problem(rec, g, n_blocks, n_iter, len(history))
+            if why is None:
+                found.append((rec["iteration"], g, rec))
+            elif why.endswith("newer than the solver state"):
+                # a fit killed between a generation's record and its solver state: honest
+                logger.info("ADMM rows, generation %d: %s; not used", g, why)
+            elif rec is not None or g == (n_iter - 1) % 2:
+                logger.warning("ADMM rows, generation %d: %s; not used", g, why)
+        for iteration, g, rec in sorted(found, reverse=True):
+            why = self._verify(g, rec, n, shape)
+            if why is not None:
+                logger.warning("ADMM rows, generation %d (iteration %d): %s; not used", g,
+                               iteration + 1, why)
+                continue
+            if iteration + 1 != n_iter:
+                logger.warning("ADMM: resuming from the older generation %d (iteration %d "
+                               "instead of %d)", g, iteration + 1, n_iter)
+            self.crcs[g] = (tuple(rec["z"]), tuple(rec["u"]))
+            Xi = np.asarray(self.group[f"x_Xi_{g}"][...], dtype=np.float64)
+            b0 = np.asarray(self.group[f"x_b0_{g}"][...], dtype=np.float64)
+            return {"Xi": Xi, "b0": b0, "route": "admm", "rho": float(rec["rho"]),
+                    "u_scale": float(rec["u_scale"]), "n_iter": iteration + 1,
+                    "history": history[:iteration + 1], "mu": 0.0}
+        return None
+
+    def _verify(self, g: int, rec: dict, n: int, shape: tuple) -> str | None:
+        """Why generation ``g`` does not match its record ``rec`` (None: it does)."""
+        try:
+            for name, want in (("Xi", tuple(shape)), ("b0", (shape[1],))):
+                arr = np.asarray(self.group[f"x_{name}_{g}"][...])
+                if arr.shape != want or arr.dtype != np.float64 or checksum(arr) != rec[name]:
+                    return f"its stored {name} fails its checksum"
+            for b, (cz, cu) in enumerate(zip(rec["z"], rec["u"])):
+                s, e = b * self.block_rows, min(n, (b + 1) * self.block_rows)
+                z, u = self.read(g, s, e)
+                for key, arr, want in (("z", z, cz), ("u", u, cu)):
+                    if checksum(arr) != want:
+                        return f"block {b} (rows {s}–{e - 1}) of {key} fails its checksum"
+        except Exception as exc:  # a chunk that cannot be read or decoded
+            return f"cannot be read ({type(exc).__name__}: {exc})"
+        return None
+
+
+def _record_problem(rec, g: int, n_blocks: int, n_iter: int, n_history: int) -> str | None:
+    """Why ``rec`` is not a complete record of generation ``g`` usable by a resume at
+    ``n_iter`` completed iterations (None: it is)."""
+    if rec is None:
+        return "no record (not written completely)"
+    if not isinstance(rec, dict):
+        return "its record is damaged"
+    it = rec.get("iteration")
+    if not isinstance(it, int) or it < 0 or it % 2 != g:
+        return "its record names no iteration of this generation"
+    if it + 1 > min(n_iter, n_history):
+        return f"its record (iteration {it + 1}) is newer than the solver state"
+    for key in ("z", "u"):
+        crcs = rec.get(key)
+        if (not isinstance(crcs, list) or len(crcs) != n_blocks
+                or not all(isinstance(c, int) and c > 0 for c in crcs)):
+            return f"its record of the {key} checksums is incomplete"
+    for key in ("Xi", "b0"):
+        if not isinstance(rec.get(key), int) or rec[key] <= 0:
+            return f"its record of the {key} checksum is incomplete"
+    for key in ("rho", "u_scale"):
+        if not isinstance(rec.get(key), (int, float)) or not rec[key] > 0:
+            return f"its record of {key} is incomplete"
+    return None
+
 
 @dataclass(frozen=True)
 class AdmmIterate:
@@ -143,7 +271,9 @@ class AdmmIterate:
     ``A = T Ξ S`` (m, d) and ``b0`` (d,): the iterate ``F = C A + b₀``; ``rho``: the penalty;
     ``u_scale``: factor applied to the stored ``U`` (``ρ_old/ρ_new`` after a change of ρ);
     ``first``: the first iteration (``Z = F``, ``U = 0`` instead of a stored generation);
-    ``read``, ``write``: generations; ``rows``: the :class:`RowState`.
+    ``read``, ``write``: generations; ``rows``: the :class:`RowState`; ``expect``: the
+    checksums ``(z, u)`` per block of the generation read (None: rows in memory), checked
+    before the rows are used.
     """
 
     loss: Loss
@@ -156,6 +286,7 @@ class AdmmIterate:
     write: int
     rows: Any
     relax: float = 1.0
+    expect: tuple | None = None
 
 
 def project_dual(loss: Loss, alpha: np.ndarray) -> np.ndarray:
@@ -189,7 +320,11 @@ def _admm_block(shared, item, ws) -> dict:
     Returns float64 sums: ``loss`` (``Σ h(F_i − y_i)``), the dual sums at ``α = ρu`` (``Ca``,
     ``sa``, ``aa``, ``an``, ``ya``) and at ``∇h(F − y)`` (the same with prefix ``g_``), ``Cz``,
     ``sz``, ``Cu``, ``su`` (the next x-update), ``Cdz``, ``sdz`` (``Cᵀ(z − z_old)``: the dual
-    residual), ``pr`` (``‖F − z‖²``: the primal residual).
+    residual), ``pr`` (``‖F − z‖²``: the primal residual); with stored rows also ``crc_z``,
+    ``crc_u`` (n_blocks,): the checksums of the rows written, at this block's index, 0
+    elsewhere (sums of exact integers below 2³³ in float64: exact).
+    Raises :class:`~distsketch.store.StoreError` when the rows read do not match
+    ``it.expect``.
     """
     data, it = shared
     i, ref, crc, yb = item
@@ -202,6 +337,15 @@ def _admm_block(shared, item, ws) -> dict:
         z_old, u_old = F, np.zeros_like(F)
     else:
         z_old, u_old = it.rows.read(it.read, s, e)
+        if it.expect is not None:
+            for key, arr, want in (("z", z_old, it.expect[0][i]), ("u", u_old, it.expect[1][i])):
+                if checksum(arr) != want:
+                    from .store import StoreError
+
+                    raise StoreError(
+                        f"store {data.location!r}: rows {s}–{e - 1} of the ADMM variable {key} "
+                        f"(generation {it.read}) fail their checksum (damaged during the fit); "
+                        f"fit again: it resumes from a generation that verifies")
         if it.u_scale != 1.0:
             u_old = u_old * it.u_scale
     loss, rho = it.loss, float(it.rho)
@@ -219,6 +363,10 @@ def _admm_block(shared, item, ws) -> dict:
     dz = z - z_old
     out["Cdz"], out["sdz"] = C.T @ dz, dz.sum(axis=0)
     out["pr"] = np.array(np.einsum("ij,ij->", F - z, F - z))
+    if it.rows.stored:
+        for key, arr in (("crc_z", z), ("crc_u", u)):
+            out[key] = np.zeros(data.n_blocks)
+            out[key][i] = checksum(arr)
     return out
 
 
@@ -283,10 +431,16 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
         logger.info("λ = %.3g: solution found in the store (%d iterations)", lam, st["n_iter"])
         return Solution(lam, st["Xi"], st["b0"], st["objective"], st["gap"], st["n_iter"],
                         st["converged"], st.get("history", []))
+    v = None
     if st is not None and st.get("route") == "admm":
-        logger.info("λ = %.3g: resuming the ADMM iterations at iteration %d", lam, st["n_iter"])
-        v = st
-    else:
+        v = rows.resume(st, prob.n, np.shape(Xi0)) if rows.stored else None
+        if v is None:
+            logger.warning("λ = %.3g: no generation of the stored ADMM rows verifies (see "
+                           "above); restarting the ADMM iterations from the warm start", lam)
+        else:
+            logger.info("λ = %.3g: resuming the ADMM iterations at iteration %d", lam,
+                        v["n_iter"])
+    if v is None:
         v = {"Xi": np.array(Xi0, dtype=np.float64), "b0": np.array(b00, dtype=np.float64),
              "route": "admm", "rho": RHO0, "u_scale": 1.0, "n_iter": 0, "history": [],
              "mu": 0.0}
@@ -296,7 +450,9 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
         k = int(v["n_iter"])
         Xi, b0, rho = v["Xi"], v["b0"], float(v["rho"])
         it = AdmmIterate(loss, prob.coef(Xi), b0, rho, float(v["u_scale"]), first=k == 0,
-                         read=(k - 1) % 2, write=k % 2, rows=rows, relax=RELAX if loss.smoothed else 1.0)
+                         read=(k - 1) % 2, write=k % 2, rows=rows,
+                         relax=RELAX if loss.smoothed else 1.0,
+                         expect=rows.expected((k - 1) % 2) if k > 0 else None)
         s = sweeper(it)
         v["n_iter"] = k + 1
         p = _objective(prob, lam, s["loss"], Xi)
@@ -330,6 +486,7 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
         scale = rho / new_rho
         Xi, b0 = xup(lam, new_rho, s["Cz"] - scale * s["Cu"], s["sz"] - scale * s["su"])
         v.update(Xi=Xi, b0=b0, rho=new_rho, u_scale=scale)
+        rows.commit(k % 2, k, s, v)  # after every block's rows; before the solver state
         _save(state, v)
 
 
