@@ -822,6 +822,7 @@ def fit_pass(
     model: str,
     reuse_seeds: bool = False,
     x_widths: tuple = (),
+    seeds: tuple[int, int] | None = None,
 ) -> PassResult:
     """Draw the sketches, gather landmarks and run (or resume, or reuse) the streaming pass.
 
@@ -834,6 +835,9 @@ def fit_pass(
     pass recorded in the store, so that fitting again resumes it. ``x_widths``: further input
     kernels (other widths of ``x_kernel``) over the same sketch and landmarks, whose sums are
     named ``"<sum>~<j>"`` (:attr:`PassPlan.x_widths`): one read of the rows for all of them.
+    ``seeds``: the two sketch seeds (input, output) already drawn by the caller, in place of
+    the two this call would draw from ``rng`` (a route that draws them itself to find its
+    own store's state, :func:`distsketch.pcg.fit_pcg_sisokr`).
     """
     unknown = {s for s in sums if not known_sum(s) or width_of(s)[1] > len(x_widths)}
     if unknown:
@@ -844,7 +848,7 @@ def fit_pass(
         return _fit_pass(X, Y, x_kernel=x_kernel, x_sketch=x_sketch, sums=sums,
                          y_kernel=y_kernel, y_sketch=y_sketch, rng=rng, fs=fs,
                          directory=directory, options=options, model=model,
-                         reuse_seeds=reuse_seeds, x_widths=tuple(x_widths))
+                         reuse_seeds=reuse_seeds, x_widths=tuple(x_widths), seeds=seeds)
     except BaseException:
         if fs is not None:
             fs.close()
@@ -852,9 +856,10 @@ def fit_pass(
 
 
 def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, directory,
-              options, model, reuse_seeds, x_widths=()) -> PassResult:
+              options, model, reuse_seeds, x_widths=(), seeds=None) -> PassResult:
     n = X.n
-    seeds = [int(s) for s in rng.integers(0, 2**63 - 1, size=2)]
+    seeds = ([int(s) for s in rng.integers(0, 2**63 - 1, size=2)] if seeds is None
+             else [int(s) for s in seeds])
     recorded = fs.meta.get("pass") if reuse_seeds and fs is not None else None
     if recorded:
         found = [(recorded.get(side) or {}).get("sketch", {}).get("seed")

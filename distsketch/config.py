@@ -53,7 +53,8 @@ Every key, by table (anything else is refused, naming the key and the allowed on
     - SISOKR: ``[model.input_kernel]``, ``[model.output_kernel]`` (required),
       ``[model.input_sketch]``, ``[model.output_sketch]`` (omitted: exact), ``rank`` (a
       positive integer or a list: reduced rank), ``rank_lam``, ``fit_intercept`` (a linear
-      output kernel only; default false).
+      output kernel only; default false), ``solver`` (``"direct"``, the default, ``"pcg"``,
+      ``"auto"``), ``tol``, ``max_iter`` (PCG).
     - SketchedKRR: ``[model.kernel]``, ``[model.sketch]``, ``fit_intercept`` (default true:
       the targets are centred and their training mean added back), ``solver`` (``"auto"``,
       ``"direct"``, ``"pcg"``), ``tol``, ``max_iter`` (PCG).

@@ -99,6 +99,22 @@ class SISOKR(RidgeEstimator):
         estimators that are cloned and refitted (``GridSearchCV``).
     options : EngineOptions or None
         Engine knobs (block rows, dtype, thresholds); they do not change the model.
+    solver : {"direct", "pcg", "auto"}, default "direct"
+        How the input side is solved. ``"direct"``: the pass forms ``G = CᵀC`` (``2nm²``
+        flops) and the driver solves every λ from it. ``"pcg"``: Falkon's preconditioned
+        conjugate gradient (:func:`distsketch.pcg.fit_pcg_sisokr`), the r_Y output
+        coordinates as right-hand sides of one system ``(K_nmᵀK_nm + nλK_mm) α = K_nmᵀ D T_Y``:
+        one pass for ``M``, ``E`` (no ``G``, nothing stored), then one pass of recomputed
+        kernel blocks per iteration; the same model up to ``tol``, in the input features
+        ``k_X(X_J, x)`` with ``coef_ = α(λ)ᵀ``. Needs a sub-sampling input sketch
+        (``SubSampling``, ``LeverageScores``) and a sketched output side (an exact one would
+        be n right-hand sides). ``"auto"``: :func:`distsketch.pcg.choose_solver` on the input
+        side's m (direct while ``m ≤ 8100``), direct where PCG does not apply.
+    tol : float, default 1e-8
+        PCG only: the relative residual ``‖Pᵀ(z − Hα)‖ ≤ tol ‖Pᵀz‖`` to reach, per output
+        coordinate.
+    max_iter : int, default 200
+        PCG only: most iterations (passes) per λ; reaching it warns (``ConvergenceWarning``).
 
     Attributes
     ----------
@@ -113,10 +129,18 @@ class SISOKR(RidgeEstimator):
         candidate features of decoding.
     input_landmarks_ : array of shape (s'_X, d_X)
     output_landmarks_ : array of shape (s'_Y, d_Y)
-    input_solution_ : InputSolution
+    input_solution_ : InputSolution or None
         λ-independent factors of the input side: ``T_X`` and ``H = T_Xᵀ G T_X``, the
         generalized form ``G_kk``, ``B_kk``, or ``H = K_X`` with an exact input side (see
-        :mod:`distsketch.solve`); its ``route`` says how the active λ was solved.
+        :mod:`distsketch.solve`); its ``route`` says how the active λ was solved. None after
+        a PCG fit (input features ``k_X(X_J, x)``, ``coef_ = α(λ)ᵀ``).
+    solver_ : str
+        The route taken, ``"direct"`` or ``"pcg"``.
+    n_iter_, n_iters_, residuals_, n_passes_
+        PCG only: iterations of the active λ and of each λ, relative residuals per λ and
+        output coordinate (n_lams, r_Y), passes over the rows the fit made. A PCG fit keeps
+        its λ path: :meth:`set_lam` switches among ``lams_`` only, and ``rank_lam`` must be
+        one of them.
     output_whitening_ : ndarray of shape (m_Y, r_Y) or None
         ``None`` for an exact output side (features are ``k_Y(Y, y)`` themselves).
     lam_ : float
@@ -149,7 +173,8 @@ class SISOKR(RidgeEstimator):
     _estimator_type = None  # structured prediction: neither classifier nor regressor
     _param_kinds = {"input_kernel": "kernel", "output_kernel": "kernel",
                     "input_sketch": "sketch", "output_sketch": "sketch", **_RIDGE_PARAMS,
-                    "rank": "json", "rank_lam": "json", "fit_intercept": "json"}
+                    "rank": "json", "rank_lam": "json", "fit_intercept": "json",
+                    "solver": "json", "tol": "json", "max_iter": "json"}
     _input = ("input_kernel", "input_sketch")
     _output = ("output_kernel", "output_sketch")
     _targets = "Y"
@@ -158,7 +183,8 @@ class SISOKR(RidgeEstimator):
 
     def __init__(self, input_kernel="gaussian", output_kernel="gaussian", *, input_sketch=None,
                  output_sketch=None, lam=1e-6, rank=None, rank_lam=None, fit_intercept=False,
-                 random_state=None, store=None, options=None):
+                 random_state=None, store=None, options=None, solver="direct", tol=1e-8,
+                 max_iter=200):
         self.input_kernel = input_kernel
         self.output_kernel = output_kernel
         self.input_sketch = input_sketch
@@ -170,6 +196,9 @@ class SISOKR(RidgeEstimator):
         self.random_state = random_state
         self.store = store
         self.options = options
+        self.solver = solver
+        self.tol = tol
+        self.max_iter = max_iter
 
     # -- fit ------------------------------------------------------------------------
     def _validate(self, X, Y) -> FitSpec:
@@ -197,30 +226,128 @@ class SISOKR(RidgeEstimator):
     #: fold scores); otherwise the driver picks its route by cost (distsketch.solve).
     _needs_eigenbasis = False
 
+    # -- the solver route (SISOKRCV, without a ``solver`` parameter, stays direct) ----------
+    def _route(self, X) -> str:
+        """``"direct"`` or ``"pcg"`` (:func:`_solver_route`); PCG also needs a sketched output
+        side (``"auto"`` stays direct without one)."""
+        solver = getattr(self, "solver", "direct")
+        if _solver_route(self, X) != "pcg":
+            return "direct"
+        from .sketches import Identity, check_sketch
+
+        try:
+            exact_out = isinstance(check_sketch(self.output_sketch, argument="output_sketch"),
+                                   Identity)
+        except Exception:
+            if solver == "auto":  # left to fit's validation, in its order
+                return "direct"
+            raise
+        if exact_out:
+            if solver == "auto":
+                return "direct"
+            raise ValueError(
+                "output_sketch: solver='pcg' solves the input side with one right-hand side per "
+                "output coordinate; an exact output side (output_sketch=None) has n of them "
+                "(and its model needs C itself): give a sketched output side (SubSampling, "
+                "PSparsified, ...), or solver='direct'")
+        if solver == "auto" and self.rank_lam is not None:  # PCG serves fitted λ₁ only
+            try:
+                lams = check_lam(self.lam)
+                _fitted_index(lams, check_lam(self.rank_lam)[0], argument="rank_lam")
+            except ValueError:
+                return "direct"
+        return "pcg"
+
+    @with_blas_limit
+    def fit(self, X, Y=None):
+        """Fit on inputs ``X`` and outputs ``Y``; returns self. The ``solver`` route: one pass
+        and the direct solve, or a pass for ``M``, ``E`` then PCG on the input side
+        (:func:`distsketch.pcg.fit_pcg_sisokr`)."""
+        for name in ("n_iter_", "n_iters_", "residuals_", "n_passes_"):
+            self.__dict__.pop(name, None)
+        if self._route(X) == "direct":
+            self._pcg = None
+            super().fit(X, Y)
+            self.solver_ = "direct"
+            return self
+        from . import persist
+        from .pcg import fit_pcg_sisokr
+
+        spec = self._validate(X, Y)
+        if self.rank_lam is not None:  # before anything is written
+            _fitted_index(spec.lams, check_lam(self.rank_lam)[0], argument="rank_lam")
+        linear = isinstance(spec.kernels["output_kernel"], Linear)
+        res = fit_pcg_sisokr(spec, store=self.store, reuse_seeds=self.random_state is None,
+                             tol=float(self.tol), max_iter=int(self.max_iter),
+                             linear_output=linear)
+        with res.fs as fs:
+            r = res.result
+            self._pcg = {"alphas": r.alphas, "galphas": r.galphas, "n_iters": r.n_iters,
+                         "residuals": r.residuals}
+            self.input_solution_ = None
+            out_proj = res.y_sketch.transpose_dot(res.output_whitening)
+            self._set_fitted(spec, res, input_projection=None, output_projection=out_proj,
+                             output_whitening=res.output_whitening, operator=None,
+                             output_map=out_proj.T @ dense(res.y_landmarks) if linear else None)
+            self.n_passes_ = int(r.n_passes)
+            self.n_features_in_ = spec.X.shape[1]
+            self.store_ = res.store
+            self.solver_ = "pcg"
+            self._update_coef()
+            if not fs.temporary:
+                persist.save(self, fs, overwrite=True)
+        return self
+
+    @with_blas_limit
+    def set_lam(self, lam: float):
+        """Switch the active λ; returns self. After a direct fit any λ > 0 (the fit's ``H``
+        serves every λ); after a PCG fit one of the fitted ``lams_`` (another λ needs new
+        passes over the data: fit again with ``lam=[...]``)."""
+        if getattr(self, "_pcg", None) is None:
+            return super().set_lam(lam)
+        self._check_fitted()
+        (value,) = check_lam(lam)
+        self.lam_ = self.lams_[_fitted_index(self.lams_, value, argument="lam")]
+        self._update_coef()
+        return self
+
     def _solve(self, spec: FitSpec, res) -> None:
-        kx, ky = spec.kernels["input_kernel"], spec.kernels["output_kernel"]
+        ky = spec.kernels["output_kernel"]
         linear = isinstance(ky, Linear)
         with driver_threads(_driver_size(res.sums)):
             sol = solve_sisokr(res.sums, res.x_sketch, res.y_sketch, res.y_landmarks, n=res.n,
                                rtol=spec.options.eig_rtol, n_lams=len(spec.lams),
                                linear_output=linear, eigen=self._needs_eigenbasis)
+        self.input_solution_ = sol.input
+        self._set_fitted(spec, res, input_projection=sol.input_projection,
+                         output_projection=sol.output_projection,
+                         output_whitening=sol.output_whitening, operator=sol.operator,
+                         output_map=sol.output_map)
+
+    def _set_fitted(self, spec: FitSpec, res, *, input_projection, output_projection,
+                    output_whitening, operator, output_map) -> None:
+        """The fitted sides and λ / rank state of either route (``res``: the pass's result
+        or :class:`~distsketch.pcg.SisokrPCGFit`: sketches, landmarks, sums)."""
+        kx, ky = spec.kernels["input_kernel"], spec.kernels["output_kernel"]
         chunk = spec.options.gram_chunk
         self.input_sketch_, self.output_sketch_ = res.x_sketch, res.y_sketch
-        self.input_solution_ = sol.input
-        self.input_feature_map_ = FeatureMap(kx, res.x_landmarks, sol.input_projection, chunk)
-        self._output_base = FeatureMap(ky, res.y_landmarks, sol.output_projection, chunk)
+        self.input_feature_map_ = FeatureMap(kx, res.x_landmarks, input_projection, chunk)
+        self._output_base = FeatureMap(ky, res.y_landmarks, output_projection, chunk)
         self.output_feature_map_ = self._output_base
-        self.output_whitening_ = sol.output_whitening
-        self.operator_ = sol.operator
-        if linear:
+        self.output_whitening_ = output_whitening
+        self.operator_ = operator
+        if isinstance(ky, Linear):
             self.candidates_ = self.candidate_index_ = None
-            self._output_map_base = sol.output_map
+            self._output_map_base = output_map
         else:
             self._output_map_base = None
             rows, first = res.sums["U"]
             order = np.argsort(first, kind="stable")
             self.candidates_, self.candidate_index_ = rows[order], first[order]
         self.ranks_, self.rank_lam_ = self._fit_ranks()
+        if self.rank_lam_ is not None and getattr(self, "_pcg", None) is not None:
+            self.rank_lam_ = spec.lams[_fitted_index(spec.lams, self.rank_lam_,
+                                                     argument="rank_lam")]
         self.rank_ = self.ranks_[0] if self.ranks_ else None
         self._principal = self._metric = None
         self._set_lams(spec)
@@ -248,14 +375,29 @@ class SISOKR(RidgeEstimator):
         """``(A, μ)`` of :func:`~distsketch.solve.principal_directions` for ``W(lam)``
         (cached: one eigendecomposition per λ serves every rank)."""
         if self._principal is None or self._principal[0] != lam:
-            W = sisokr_coef(self.input_solution_, self.operator_, lam)
-            S = prediction_covariance(self.input_solution_, W)
+            pcg = getattr(self, "_pcg", None)
+            if pcg is None:
+                W = sisokr_coef(self.input_solution_, self.operator_, lam)
+                S = prediction_covariance(self.input_solution_, W)
+            else:  # Σ_i g(x_i) g(x_i)ᵀ = αᵀ (K_nmᵀ K_nm α), carried by the iterations
+                k = _fitted_index(self.lams_, lam, argument="rank_lam")
+                a, ga = pcg["alphas"][k], pcg["galphas"][k]
+                S = a.T @ ga
+                S = 0.5 * (S + S.T)
             self._principal = (lam, *principal_directions(S, self._output_metric()))
         return self._principal[1], self._principal[2]
 
     def _update_coef(self):
-        with driver_threads(self.input_solution_.H.shape[0]):
-            W = sisokr_coef(self.input_solution_, self.operator_, self.lam_)
+        pcg = getattr(self, "_pcg", None)
+        if pcg is not None:  # W(λ) = α(λ)ᵀ in the input features k_X(X_J, x)
+            k = _fitted_index(self.lams_, self.lam_, argument="lam")
+            W = np.ascontiguousarray(pcg["alphas"][k].T)
+            self.n_iters_ = np.asarray(pcg["n_iters"], dtype=np.int64)
+            self.n_iter_ = int(self.n_iters_[k])
+            self.residuals_ = np.asarray(pcg["residuals"], dtype=np.float64)
+        else:
+            with driver_threads(self.input_solution_.H.shape[0]):
+                W = sisokr_coef(self.input_solution_, self.operator_, self.lam_)
         base, out_map = self._output_base, self._output_map_base
         self.principal_values_ = None
         p = self.rank_
@@ -301,7 +443,16 @@ class SISOKR(RidgeEstimator):
 
     # -- saving -----------------------------------------------------------------------
     def _get_state(self):
-        arrays, state = super()._get_state()
+        pcg = getattr(self, "_pcg", None)
+        if pcg is not None:  # no InputSolution: the path's coefficients themselves
+            arrays, state = SketchedEstimator._get_state(self)
+            arrays.update(pcg_alphas=pcg["alphas"], pcg_galphas=pcg["galphas"],
+                          pcg_residuals=pcg["residuals"])
+            state.update(solver="pcg", lams=list(self.lams_), lam=self.lam_,
+                         n_iters=[int(v) for v in pcg["n_iters"]], n_passes=int(self.n_passes_))
+        else:
+            arrays, state = super()._get_state()
+            arrays.update(input_metric=self.input_solution_.metric)
         fi, fo = self.input_feature_map_, self._output_base
         self._put_side("input", fi.kernel, self.input_sketch_, fi.landmarks, arrays, state)
         self._put_side("output", fo.kernel, self.output_sketch_, fo.landmarks, arrays, state)
@@ -310,14 +461,25 @@ class SISOKR(RidgeEstimator):
                       candidates=self.candidates_, candidate_index=self.candidate_index_,
                       output_map=self._output_map_base)
         arrays.update(intercept=self.intercept_)
-        arrays.update(input_metric=self.input_solution_.metric)
         state.update(n_outputs=self.n_outputs_, ranks=list(self.ranks_), rank=self.rank_,
                      rank_lam=self.rank_lam_)
         return arrays, state
 
     def _set_state(self, arrays, state):
-        super()._set_state(arrays, state)
-        self.input_solution_ = with_metric(self.input_solution_, arrays)
+        if state.get("solver") == "pcg":
+            SketchedEstimator._set_state(self, arrays, state)
+            self._pcg = {"alphas": arrays["pcg_alphas"], "galphas": arrays["pcg_galphas"],
+                         "n_iters": np.array(state["n_iters"]),
+                         "residuals": arrays["pcg_residuals"]}
+            self.input_solution_ = None
+            self.lams_, self.lam_ = tuple(state["lams"]), float(state["lam"])
+            self.n_passes_ = int(state["n_passes"])
+            self.solver_ = "pcg"
+        else:
+            self._pcg = None
+            self.solver_ = "direct"
+            super()._set_state(arrays, state)
+            self.input_solution_ = with_metric(self.input_solution_, arrays)
         chunk = self._options().gram_chunk
         kx, self.input_sketch_, lx = self._get_side("input", arrays, state)
         ky, self.output_sketch_, ly = self._get_side("output", arrays, state)
@@ -790,34 +952,8 @@ class SketchedKRR(RidgeEstimator):
 
     # -- the solver route (subclasses without a ``solver`` parameter stay direct) ----------
     def _route(self, X) -> str:
-        """``"direct"`` or ``"pcg"``: validates ``solver``, ``tol``, ``max_iter`` and resolves
-        ``"auto"`` from the rows of ``X`` and the sketch's m (:func:`~distsketch.pcg.choose_solver`)."""
-        solver = getattr(self, "solver", "direct")
-        if solver not in ("auto", "direct", "pcg"):
-            raise ValueError(f"solver: expected 'auto', 'direct' or 'pcg', got {solver!r}")
-        if solver == "direct":
-            return solver
-        tol, max_iter = self.tol, self.max_iter
-        if (isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not np.isfinite(tol)
-                or not 0 < tol < 1):
-            raise ValueError(f"tol: the relative residual PCG stops at must lie in (0, 1), got "
-                             f"{tol!r}")
-        if isinstance(max_iter, bool) or not isinstance(max_iter, numbers.Integral) or max_iter < 1:
-            raise ValueError(f"max_iter: expected a positive integer (PCG iterations per λ), got "
-                             f"{max_iter!r}")
-        from .pcg import check_pcg_sketch, choose_solver
-        from .sketches import check_sketch
-
-        if solver == "pcg":
-            check_pcg_sketch(check_sketch(self.sketch, argument="sketch"), solver=solver)
-            return solver
-        try:  # "auto": bad arguments or data are left to fit's validation, in its order
-            sketch = check_sketch(self.sketch, argument="sketch")
-            n = as_row_source(X, argument="X").n
-        except Exception:
-            return "direct"
-        return choose_solver(solver, n=n, m=getattr(sketch, "m", None), sketch=sketch,
-                             store=self.store)
+        """``"direct"`` or ``"pcg"`` (:func:`_solver_route`)."""
+        return _solver_route(self, X)
 
     @with_blas_limit
     def fit(self, X, y=None):
@@ -960,6 +1096,52 @@ class SketchedKRR(RidgeEstimator):
         from .metrics import r2_score
 
         return r2_score(y, np.asarray(self.predict(X)))
+
+
+def _solver_route(est, X) -> str:
+    """``"direct"`` or ``"pcg"`` for an estimator with ``solver``, ``tol``, ``max_iter``
+    (without a ``solver`` attribute: ``"direct"``): validates them and resolves ``"auto"``
+    from the rows of ``X`` and the input sketch's m (:func:`~distsketch.pcg.choose_solver`).
+    The input sketch is the parameter ``est._input[1]``."""
+    solver = getattr(est, "solver", "direct")
+    if solver not in ("auto", "direct", "pcg"):
+        raise ValueError(f"solver: expected 'auto', 'direct' or 'pcg', got {solver!r}")
+    if solver == "direct":
+        return solver
+    tol, max_iter = est.tol, est.max_iter
+    if (isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not np.isfinite(tol)
+            or not 0 < tol < 1):
+        raise ValueError(f"tol: the relative residual PCG stops at must lie in (0, 1), got "
+                         f"{tol!r}")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, numbers.Integral) or max_iter < 1:
+        raise ValueError(f"max_iter: expected a positive integer (PCG iterations per λ), got "
+                         f"{max_iter!r}")
+    from .pcg import check_pcg_sketch, choose_solver
+    from .sketches import check_sketch
+
+    param = est._input[1]
+    if solver == "pcg":
+        check_pcg_sketch(check_sketch(getattr(est, param), argument=param), solver=solver,
+                         argument=param)
+        return solver
+    try:  # "auto": bad arguments or data are left to fit's validation, in its order
+        sketch = check_sketch(getattr(est, param), argument=param)
+        n = as_row_source(X, argument="X").n
+    except Exception:
+        return "direct"
+    return choose_solver(solver, n=n, m=getattr(sketch, "m", None), sketch=sketch,
+                         store=est.store)
+
+
+def _fitted_index(lams, lam, *, argument: str) -> int:
+    """Position of ``lam`` in a PCG fit's λ path (``rtol = 1e-12``); a ValueError naming
+    ``argument`` otherwise (another λ needs new passes over the data)."""
+    for k, v in enumerate(lams):
+        if np.isclose(v, lam, rtol=1e-12, atol=0):
+            return k
+    raise ValueError(f"{argument}: {lam!r} was not fitted; a solver='pcg' fit keeps the λ path "
+                     f"given at fit, {list(lams)}: fit again with lam=[...] including it (or "
+                     f"solver='direct', which serves any λ)")
 
 
 def check_intercept(fit_intercept) -> None:

@@ -23,6 +23,11 @@ intercept jointly, ``b₀ = ȳ − αᵀ s/n`` with ``s = K_nmᵀ 1``: the centr
 ``(K_nmᵀ K_nm − s sᵀ/n + nλ K_mm) α = z``, the rank-one term applied on the driver
 (:func:`pcg_path`).
 
+:class:`~distsketch.SISOKR`'s input side (:func:`fit_pcg_sisokr`) is the same system with the
+r_Y whitened output features as targets, ``z = K_nmᵀ D T_Y = diag(1/r) Mᵀ T_Y``, its right-hand
+side from one streaming pass (``M``, ``E``; no ``G``), solved by :func:`lam_path`, the λ loop
+:func:`pcg_path` uses.
+
 Falkon's preconditioner is built from ``K_mm`` alone: ``T`` upper-triangular with
 ``TᵀT = K_mm + εI`` (a small jitter ε, raised until the Cholesky factorisation succeeds), ``A``
 upper-triangular with ``AᵀA = T Tᵀ/m + λI``, and ``P = n^{-1/2} T^{-1} A^{-1}``, so that
@@ -53,6 +58,7 @@ blocks.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import warnings
 from dataclasses import dataclass
@@ -68,6 +74,7 @@ from .store import DataChanged
 from .sweep import SweepData, Sweeper, _block_native, gram_product
 
 __all__ = ["PCG_SKETCHES", "Preconditioner", "LandmarkGram", "PCGResult", "pcg_path", "fit_pcg",
+           "lam_path", "fit_pcg_sisokr",
            "check_pcg_sketch", "choose_solver", "AUTO_PCG_PASSES", "AUTO_PASS_FLOPS",
            "AUTO_STORE_BYTES"]
 
@@ -106,11 +113,13 @@ PCG_STATE_VERSION = 1
 # --------------------------------------------------------------------------- choosing a solver
 
 
-def check_pcg_sketch(sketch, *, solver: str) -> None:
-    """Refuse a sketch PCG cannot use, naming ``solver`` and the supported sketches."""
+def check_pcg_sketch(sketch, *, solver: str, argument: str = "sketch") -> None:
+    """Refuse a sketch PCG cannot use, naming ``solver``, the sketch's ``argument`` and the
+    supported sketches."""
     name = type(sketch).__name__
     if name not in PCG_SKETCHES:
-        what = "sketch=None (exact KRR)" if name == "Identity" else f"sketch={sketch!r}"
+        exact = "exact KRR" if argument == "sketch" else "an exact input side"
+        what = f"{argument}=None ({exact})" if name == "Identity" else f"{argument}={sketch!r}"
         raise ValueError(
             f"solver={solver!r}: the preconditioned conjugate gradient needs landmarks, a sketch "
             f"that sub-samples rows ({', '.join(PCG_SKETCHES)}): its preconditioner is built from "
@@ -340,6 +349,9 @@ class PCGResult:
         zero-centred without an intercept). Absolute rounding ``≈ ε ‖Y − 1ȳᵀ‖²``.
     penalties : ndarray (n_lams, t)
         ``αᵀ K_mm α`` per column (``‖f‖²`` in the RKHS).
+    galphas : ndarray (n_lams, m, t)
+        ``K_nmᵀ K_nm α(λ)``, carried along the iterations (no pass): SISOKR's reduced rank
+        takes ``Σ_i g(x_i) g(x_i)ᵀ = αᵀ K_nmᵀ K_nm α`` from it.
     """
 
     alphas: np.ndarray
@@ -351,6 +363,7 @@ class PCGResult:
     intercepts: np.ndarray | None = None
     rss: np.ndarray | None = None
     penalties: np.ndarray | None = None
+    galphas: np.ndarray | None = None
 
 
 def _first_pass(sweeper: Sweeper, state) -> dict:
@@ -503,41 +516,62 @@ def pcg_path(data: SweepData, X, Y, *, Kmm: LandmarkGram, lams, tol: float, max_
     else:
         ybar, z, yyc = np.zeros_like(y1), b, yy
     c = s / np.sqrt(float(n)) if centre else None
-    T = factor_kmm(Kmm)
-    m, t = z.shape
-    order = sorted(range(len(lams)), key=lambda k: -lams[k])
-    alphas = np.empty((len(lams), m, t))
-    n_iters = np.zeros(len(lams), dtype=np.int64)
-    residuals = np.empty((len(lams), t))
-    converged = np.zeros(len(lams), dtype=bool)
+    # SketchedKRR's keys as they were; the centred system is another one
+    key = {"intercept": bool(fit_intercept), **({"centre": True} if centre else {})}
+    res = lam_path(sweeper, Kmm, z, lams, tol=tol, max_iter=max_iter, states=states, key=key,
+                   c=c)
+    t = z.shape[1]
     intercepts = np.tile(ybar, (len(lams), 1))
     rss, penalties = np.empty((len(lams), t)), np.empty((len(lams), t))
-    alpha, galpha = np.zeros((m, t)), np.zeros((m, t))
-    for k in order:
-        lam = float(lams[k])
-        state = None
-        if states is not None:
-            key = {"what": "lam", "lam": lam, "tol": float(tol), "intercept": bool(fit_intercept),
-                   "warm": sorted(float(v) for v in lams if v > lam)}
-            if centre:  # another system than SketchedKRR's (whose keys stay as they were)
-                key["centre"] = True
-            state = _PCGState(states(key))
-        alpha, galpha, n_iters[k], residuals[k], converged[k] = _solve_lam(
-            Kmm, T, z, lam, n, sweeper, alpha0=alpha, galpha0=galpha, tol=tol,
-            max_iter=max_iter, state=state, c=c)
-        alphas[k] = alpha
+    for k in range(len(lams)):
         # C-ordered operands: the same rounding whether α was computed or read from a store
-        a, ga = alphas[k], np.ascontiguousarray(galpha)
+        a, ga = res.alphas[k], np.ascontiguousarray(res.galphas[k])
         sa = s @ a
         rss[k] = (np.einsum("ij,ij->j", a, ga) - 2.0 * np.einsum("ij,ij->j", a, z)
                   + yyc - (sa * sa / n if centre else 0.0))
         penalties[k] = np.einsum("ij,ij->j", a, Kmm.dot(a))
         if centre:
             intercepts[k] = ybar - sa / n
+    return dataclasses.replace(res, intercept=ybar, intercepts=intercepts,
+                               rss=np.maximum(rss, 0.0), penalties=penalties)
+
+
+def lam_path(sweeper: Sweeper, Kmm, z: np.ndarray, lams, *, tol: float, max_iter: int,
+             states=None, key: dict | None = None, c: np.ndarray | None = None) -> PCGResult:
+    """Solve ``(K_nmᵀ K_nm + nλ K_mm) α = z`` (``− c cᵀ`` with ``c``) for every λ of ``lams``
+    by PCG, all columns of ``z`` (m × t) at once, from a right-hand side already computed.
+
+    The λ are solved in decreasing order, each warm-started from the previous ``α`` and its
+    carried ``K_nmᵀ K_nm α`` (no pass). ``states``: as for :func:`pcg_path`; each λ's state is
+    kept under ``{"what": "lam", "lam", "tol", "warm", **key}``. ``sweeper``: a
+    :class:`~distsketch.sweep.Sweeper` running :func:`_pcg_block`. Returns a
+    :class:`PCGResult` with ``galphas`` (``K_nmᵀ K_nm α(λ)``) and zero ``intercept``;
+    ``n_passes`` counts the sweeper's passes so far.
+    """
+    n = sweeper.data.n
+    T = factor_kmm(Kmm)
+    m, t = z.shape
+    order = sorted(range(len(lams)), key=lambda k: -lams[k])
+    alphas, galphas = np.empty((len(lams), m, t)), np.empty((len(lams), m, t))
+    n_iters = np.zeros(len(lams), dtype=np.int64)
+    residuals = np.empty((len(lams), t))
+    converged = np.zeros(len(lams), dtype=bool)
+    alpha, galpha = np.zeros((m, t)), np.zeros((m, t))
+    for k in order:
+        lam = float(lams[k])
+        state = None
+        if states is not None:
+            state = _PCGState(states({"what": "lam", "lam": lam, "tol": float(tol),
+                                      "warm": sorted(float(v) for v in lams if v > lam),
+                                      **(key or {})}))
+        alpha, galpha, n_iters[k], residuals[k], converged[k] = _solve_lam(
+            Kmm, T, z, lam, n, sweeper, alpha0=alpha, galpha0=galpha, tol=tol,
+            max_iter=max_iter, state=state, c=c)
+        alphas[k], galphas[k] = alpha, galpha
         logger.info("pcg λ = %.3g: %d iterations, relative residual %.3g", lam, n_iters[k],
                     residuals[k].max())
-    return PCGResult(alphas, ybar, n_iters, residuals, converged, sweeper.count,
-                     intercepts=intercepts, rss=np.maximum(rss, 0.0), penalties=penalties)
+    return PCGResult(alphas, np.zeros(t), n_iters, residuals, converged, sweeper.count,
+                     galphas=galphas)
 
 
 # --------------------------------------------------------------------------- a whole fit
@@ -631,3 +665,147 @@ def fit_pcg(spec, *, kernel, sketch, store, reuse_seeds: bool, tol: float, max_i
             fs.close()
         raise
     return PCGFit(xs, land, result, None if fs.temporary else fs.location, fs)
+
+
+# --------------------------------------------------------------------------- SISOKR's input side
+
+
+class _SisokrRhsState(SolverState):
+    """SISOKR's right-hand side ``z`` in a store group: a resumed fit recomputes it by its
+    first pass and reuses the stored iterates only if it is bitwise the same."""
+
+    ARRAYS = ("z",)
+
+
+@dataclass
+class SisokrPCGFit:
+    """What :func:`fit_pcg_sisokr` gives :class:`~distsketch.SISOKR`: both realised sides,
+    the pass's sums (``M``, ``E``, ``U``), the output whitening ``T_Y``, the PCG solutions and
+    the open store (closed by the caller after saving the model)."""
+
+    x_sketch: object
+    x_landmarks: object
+    y_sketch: object
+    y_landmarks: object
+    sums: dict
+    output_whitening: np.ndarray
+    result: PCGResult
+    store: str | None
+    fs: object
+
+
+def fit_pcg_sisokr(spec, *, store, reuse_seeds: bool, tol: float, max_iter: int,
+                   linear_output: bool, model: str = "SISOKR") -> SisokrPCGFit:
+    """SISOKR's input side by PCG: multi-output KRR of the whitened output features.
+
+    With a sub-sampling input sketch (landmarks ``X_J``, ``C = K_nm diag(r)``) and a sketched
+    output side (``D = K_Y R_Yᵀ``, ``T_Y`` whitening ``E = R_Y K_Y R_Yᵀ``), the input side is
+    kernel ridge regression of ``Ψ = D T_Y`` (n × r_Y) on the inputs. In the landmark
+    parametrisation ``g(x) = αᵀ k(X_J, x)`` (r_Y output coordinates) its normal equations are
+
+        (K_nmᵀ K_nm + nλ K_mm) α = K_nmᵀ D T_Y = diag(1/r) Mᵀ T_Y,     M = Dᵀ C = Σ_I D_Iᵀ C_I
+
+    and ``W(λ) = α(λ)ᵀ`` in the input features ``k(X_J, x)`` is the direct route's
+    ``(T_Yᵀ M T_X)(H + nλI)^{-1}`` in its own features when ``K_mm`` has full rank.
+
+    One streaming pass (:func:`~distsketch.accumulate.fit_pass`, nothing stored: no ``C``,
+    no ``D``) computes ``M``, ``E`` (and ``U``, the default candidates, unless the output
+    kernel is linear) — not ``G``; then :func:`lam_path` solves the r_Y columns at once, one
+    pass of recomputed kernel blocks per iteration. The sketches are drawn from the same two
+    seeds as the direct route's pass (same ``random_state``, same landmarks). With a kept
+    store the λ states are kept under ``solver/`` as :func:`fit_pcg` keeps them; a resumed fit
+    recomputes the first pass (one pass) and continues from the stored iterates only when its
+    right-hand side is bitwise the recorded one (other data: ``DataChanged``, or with
+    ``EngineOptions(overwrite=True)`` solved afresh).
+
+    ``spec``: the validated :class:`~distsketch.estimator.FitSpec` of a SISOKR (kernels and
+    sketches under ``input_*`` / ``output_*``).
+    """
+    from .accumulate import _choose_block_rows, _jsonable, fit_pass
+    from .features import FeatureMap
+    from .kernels import kernel_description
+    from .solve import whitening
+    from .store import StoreDirectory, open_fit_store
+
+    kx, ky = spec.kernels["input_kernel"], spec.kernels["output_kernel"]
+    xsk, ysk = spec.sketches["input_sketch"], spec.sketches["output_sketch"]
+    check_pcg_sketch(xsk, solver="pcg")
+    X, Y, options = spec.X, spec.Y, spec.options
+    n = X.n
+    directory = store if isinstance(store, StoreDirectory) else None
+    fs = None if directory is not None else open_fit_store(store, lock=True)
+    try:
+        seeds = [int(s) for s in spec.rng.integers(0, 2**63 - 1, size=2)]
+        recorded = fs.meta.get("pass") if reuse_seeds and fs is not None else None
+        if recorded:
+            found = [(recorded.get(side) or {}).get("sketch", {}).get("seed")
+                     for side in ("input", "output")]
+            seeds = [f if isinstance(f, int) else s for f, s in zip(found, seeds)]
+        sums = ("M", "E") if linear_output else ("M", "E", "U")
+        res = fit_pass(X, Y, x_kernel=kx, x_sketch=xsk, y_kernel=ky, y_sketch=ysk, sums=sums,
+                       rng=spec.rng, seeds=seeds, store=None, options=options, model=model)
+        res.fs.close()
+        xs, ys = res.x_sketch, res.y_sketch
+        T_Y = whitening(np.asarray(res.sums["E"], dtype=np.float64), rtol=options.eig_rtol,
+                        argument="output_kernel")
+        M = np.asarray(res.sums["M"], dtype=np.float64)  # m_Y × m_X
+        z = np.ascontiguousarray((M.T @ T_Y) / np.asarray(xs.scale, dtype=np.float64)[:, None])
+        dtype = np.dtype(options.block_dtype)
+        m = xs.m
+        b = _choose_block_rows(options, n, m + X.shape[1] + Y.shape[1], X.native_rows, dtype)
+        config = _jsonable({
+            "model": model, "solver": "pcg", "version": PCG_STATE_VERSION, "n": n,
+            "block_rows": b, "block_dtype": str(dtype), "gram_chunk": options.gram_chunk,
+            "m_x": None, "m_y": None,  # no blocks are stored
+            "input": {"kernel": kernel_description(kx), "sketch": xs.to_config(),
+                      "shape": X.shape, "landmarks": fingerprint(res.x_landmarks)},
+            "output": {"kernel": kernel_description(ky), "sketch": ys.to_config(),
+                       "shape": Y.shape, "landmarks": fingerprint(res.y_landmarks)},
+            "unique_outputs": not linear_output,
+        })
+        if directory is not None:
+            fs = directory.open(config)
+        fs.prepare_pass(config, overwrite=options.overwrite)
+        fmap = FeatureMap(kx, res.x_landmarks, None, options.gram_chunk)
+        Kmm = LandmarkGram(fmap)
+        data = SweepData(n=n, block_rows=b, m=m, d=1, C=None, crcs=(), x=fmap, dtype=dtype,
+                         location=fs.location)
+
+        def states(key: dict):
+            if fs.temporary:
+                return None
+            return fs.group.require_group("solver").require_group(
+                state_key({"pass": config, **key}))
+
+        def solve():
+            rhs = _SisokrRhsState(states({"what": "rhs"}))
+            st = rhs.load()
+            if st is not None and st.get("done"):
+                if not np.array_equal(st["z"], z):
+                    raise DataChanged(
+                        f"store {fs.location!r}: the training data differ from those the "
+                        f"stored PCG iterations were computed from (the right-hand side "
+                        f"K_nmᵀ D T_Y of the first pass differs); fit on the same data, or use "
+                        f"EngineOptions(overwrite=True) or a new store path")
+            else:
+                rhs.save({"z": z, "done": True})
+            sweeper = Sweeper(data, X, Y, split_every=options.split_every,
+                              progress=options.progress, block=_pcg_block, name="pcg")
+            return lam_path(sweeper, Kmm, z, spec.lams, tol=tol, max_iter=max_iter,
+                            states=states)
+
+        try:
+            result = solve()
+        except DataChanged as exc:
+            if not options.overwrite:
+                raise
+            logger.warning("%s; overwrite=True: solving afresh", exc)
+            fs.reset(config)
+            result = solve()
+    except BaseException:
+        if fs is not None:
+            fs.close()
+        raise
+    result = dataclasses.replace(result, n_passes=result.n_passes + 1)  # and the first pass
+    return SisokrPCGFit(xs, res.x_landmarks, ys, res.y_landmarks, res.sums, T_Y, result,
+                        None if fs.temporary else fs.location, fs)
