@@ -93,9 +93,11 @@ PCG_SKETCHES = ("SubSampling", "LeverageScores")
 #: ``AUTO_PASS_FLOPS`` flops of the direct route each. Direct while
 #: ``2nm² ≤ AUTO_PCG_PASSES · n·m · AUTO_PASS_FLOPS``, i.e. while ``m ≤ 8 100``, whatever n.
 #: Measured (benchmarks/bench_large_m.py, n = 1e5, λ = 1e-6, tol = 1e-6, RESULTS.md
-#: ``large_m``): at m = 8000, 42 PCG passes of 13.1 s (8e8 kernel values each) against a direct
-#: fit of 585 s (``2nm² = 1.28e13`` flops), i.e. one kernel value per pass ≈ 360 flops; PCG
-#: was faster from m = 8000 on (563 s vs 585 s), slower at m = 4000 (506 s vs 169 s) …
+#: ``large_m``, a quiet machine): direct faster up to m = 8000 (116 s vs PCG's 154 s: 42 passes
+#: of 3.6 s for 8e8 kernel values each, ≈ 490 direct-route flops per kernel value), PCG faster
+#: at m = 12 000 (277 s, 32 passes, vs 311 s): the crossover lies between, and the rule's
+#: m = 8 100 with it. (An earlier run under load, before float32 blocks were multiplied tile by
+#: tile, gave 360 flops per value and the same threshold.) …
 AUTO_PCG_PASSES = 45
 AUTO_PASS_FLOPS = 360
 #: … and while a kept store's ``C`` (``n m`` values, 4 bytes in float32) takes at most this.
