@@ -579,6 +579,19 @@ def lam_path(sweeper: Sweeper, Kmm, z: np.ndarray, lams, *, tol: float, max_iter
 # --------------------------------------------------------------------------- a whole fit
 
 
+
+def _solve_or_reset(solve, fs, config: dict, options):
+    """``solve()``; when the store's recorded data differ (``DataChanged``) and
+    ``options.overwrite``, reset the store to ``config`` and solve afresh."""
+    try:
+        return solve()
+    except DataChanged as exc:
+        if not options.overwrite:
+            raise
+        logger.warning("%s; overwrite=True: solving afresh", exc)
+        fs.reset(config)
+        return solve()
+
 @dataclass
 class PCGFit:
     """What :func:`fit_pcg` gives the estimator: the realised sketch, landmarks, kernel, the
@@ -654,14 +667,7 @@ def fit_pcg(spec, *, kernel, sketch, store, reuse_seeds: bool, tol: float, max_i
                             fit_intercept=fit_intercept, split_every=options.split_every,
                             progress=options.progress, states=states, centre=centre)
 
-        try:
-            result = solve()
-        except DataChanged as exc:
-            if not options.overwrite:
-                raise
-            logger.warning("%s; overwrite=True: solving afresh", exc)
-            fs.reset(config)
-            result = solve()
+        result = _solve_or_reset(solve, fs, config, options)
     except BaseException:
         if fs is not None:
             fs.close()
@@ -796,14 +802,7 @@ def fit_pcg_sisokr(spec, *, store, reuse_seeds: bool, tol: float, max_iter: int,
             return lam_path(sweeper, Kmm, z, spec.lams, tol=tol, max_iter=max_iter,
                             states=states)
 
-        try:
-            result = solve()
-        except DataChanged as exc:
-            if not options.overwrite:
-                raise
-            logger.warning("%s; overwrite=True: solving afresh", exc)
-            fs.reset(config)
-            result = solve()
+        result = _solve_or_reset(solve, fs, config, options)
     except BaseException:
         if fs is not None:
             fs.close()
