@@ -132,7 +132,7 @@ def main() -> None:
             f"| {med[s][0]:.2f} | {med[s][1]:.2f} | {med[1][1] / med[s][1]:.2f}× |"
             for s in settings]
     md = (
-        f"Bibtex (n = {n}), SISOKR with SubSampling({m}) in and PSparsified({args.m_out}, 20/n) "
+        f"Bibtex (n = {n}, dense standardised rows: `bench_bibtex.load`), SISOKR with SubSampling({m}) in and PSparsified({args.m_out}, 20/n) "
         f"out, λ = 1e-5; medians of {args.repeats} rounds (rotated order). Driver = "
         f"`SISOKR._solve` + `_update_coef` (whitening route, factorisations, basis products), "
         f"after the pass. `distsketch.driver-threads` = 1, {cores} (all cores) and \"auto\" "
