@@ -11,9 +11,6 @@ feature-space KKT conditions and its predictions are checked against it.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -22,6 +19,7 @@ import pytest
 import distsketch as ds
 from distsketch.losses import EpsilonInsensitive, Huber, Pinball, Squared
 from lipschitzref import data, reference
+from killhelpers import run_killed
 
 cp = pytest.importorskip("cvxpy")
 
@@ -327,21 +325,13 @@ def test_store_shared_with_krr_and_saved_model(tmp_path):
 
 
 _KILL_SCRIPT = textwrap.dedent("""
-    import os, signal, sys
+    import sys
     import numpy as np
-    import distsketch as ds, distsketch.sweep as sw
+    import distsketch as ds
     from distsketch.losses import EpsilonInsensitive, Pinball
     sys.path.insert(0, {tests!r})
     from test_lipschitz import _data
     X, y = _data(n=200, d={d})
-    call = sw.Sweeper.__call__
-    count = [0]
-    def killing(self, it):
-        count[0] += 1
-        if count[0] == {kill_at}:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return call(self, it)
-    sw.Sweeper.__call__ = killing
     ds.SketchedRegressor(ds.Gaussian(gamma=0.5), loss={loss}, sketch=ds.SubSampling(20),
                          lam=1e-3, tol=1e-9, max_iter=400, random_state=13,
                          store={store!r}).fit(X, y)
@@ -362,11 +352,8 @@ def test_resume_after_sigkill_mid_iterations(tmp_path, loss, d):
     assert whole.n_iter_ > 6
     kill_at = 6 if d == 1 else whole.n_iter_
     store = tmp_path / "killed.zarr"
-    script = _KILL_SCRIPT.format(tests=os.path.dirname(__file__), kill_at=kill_at,
-                                 store=str(store), loss=repr(loss), d=d)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    run_killed(_KILL_SCRIPT.format(tests=os.path.dirname(__file__), store=str(store),
+                                   loss=repr(loss), d=d), kill_at=kill_at)
     if d > 1:
         import zarr
 

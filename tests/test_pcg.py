@@ -8,9 +8,6 @@ invariance to block size and scheduler, resume after SIGKILL, and the errors.
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import textwrap
 import warnings
 
@@ -20,6 +17,7 @@ import pytest
 
 import distsketch as ds
 from distsketch.pcg import AUTO_PASS_FLOPS, AUTO_PCG_PASSES, choose_solver
+from killhelpers import run_killed
 
 GAMMA = 0.5
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=96)
@@ -138,21 +136,12 @@ def test_max_iter_warns():
 
 
 _KILL_SCRIPT = textwrap.dedent("""
-    import os, signal
     import numpy as np
-    import distsketch as ds, distsketch.sweep as sw
+    import distsketch as ds
     rng = np.random.default_rng(0)
     X = rng.normal(size=(400, 3))
     Y = np.sin(X[:, :1]) + 0.5 * X[:, 1:2] + 0.3 * np.arange(2)[None, :] * X[:, 2:3] \\
         + 0.1 * rng.normal(size=(400, 2)) + 2.0
-    call = sw.Sweeper.__call__
-    count = [0]
-    def killing(self, it):
-        count[0] += 1
-        if count[0] == {kill_at}:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return call(self, it)
-    sw.Sweeper.__call__ = killing
     ds.SketchedKRR(ds.Gaussian(gamma=0.5), sketch=ds.SubSampling(40), lam=[1e-2, 1e-4],
                    solver="pcg", tol=1e-12, max_iter=500, random_state=13,
                    options=ds.EngineOptions(block_dtype="float64", block_rows=96),
@@ -174,10 +163,7 @@ def test_resume_after_sigkill_between_iterations(tmp_path):
     kill_at = 1 + first + 5  # the rhs pass, λ = 1e-2's iterations, then 4 of λ = 1e-4's
     assert whole.n_iters_[1] > 5
     store = tmp_path / "killed.zarr"
-    script = _KILL_SCRIPT.format(kill_at=kill_at, store=str(store))
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    run_killed(_KILL_SCRIPT.format(store=str(store)), kill_at=kill_at)
     resumed = ds.SketchedKRR(ds.Gaussian(gamma=GAMMA), store=store, **kw).fit(X, y)
     assert np.array_equal(resumed.dual_coef_, whole.dual_coef_)
     assert np.array_equal(resumed.intercept_, whole.intercept_)

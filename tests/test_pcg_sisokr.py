@@ -14,9 +14,6 @@ margin of 10² (the issue's bar).
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import textwrap
 
 import dask
@@ -24,6 +21,7 @@ import numpy as np
 import pytest
 
 import distsketch as ds
+from killhelpers import run_killed
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=64)
 KX, KY = ds.Gaussian(gamma=0.3), ds.Gaussian(gamma=0.5)
@@ -225,21 +223,12 @@ def test_saved_model_round_trips(tmp_path):
 
 
 _KILL_SCRIPT = textwrap.dedent("""
-    import os, signal
     import numpy as np
-    import distsketch as ds, distsketch.sweep as sw
+    import distsketch as ds
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 4))
     logits = X[:, :1] * np.arange(1, 7) - X[:, 1:2]
     Y = (rng.random((300, 6)) < 1 / (1 + np.exp(-logits))).astype(float)
-    call = sw.Sweeper.__call__
-    count = [0]
-    def killing(self, it):
-        count[0] += 1
-        if count[0] == {kill_at}:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return call(self, it)
-    sw.Sweeper.__call__ = killing
     ds.SISOKR(ds.Gaussian(gamma=0.3), ds.Gaussian(gamma=0.5), input_sketch=ds.SubSampling(40),
               output_sketch=ds.SubSampling(30), lam=[1e-2, 1e-4], solver="pcg", tol=1e-12,
               max_iter=500, random_state={seed},
@@ -267,10 +256,7 @@ def test_resume_after_sigkill_between_iterations(tmp_path, seed):
         kill_at = int(whole.n_iters_[0]) + 5  # λ = 1e-2's iterations, then 4 of λ = 1e-4's
     else:
         kill_at = 10  # in λ = 1e-2's iterations (more than 10 with these data)
-    script = _KILL_SCRIPT.format(kill_at=kill_at, store=str(store), seed=seed)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    run_killed(_KILL_SCRIPT.format(store=str(store), seed=seed), kill_at=kill_at)
     resumed = ds.SISOKR(KX, KY, store=store, **kw).fit(X, Y)
     if seed is None:  # the recorded seeds: the same model as a fit from scratch with them
         import zarr
