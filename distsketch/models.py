@@ -997,12 +997,7 @@ class SketchedKRR(RidgeEstimator):
         if getattr(self, "_pcg", None) is None:
             return super().set_lam(lam)
         self._check_fitted()
-        matches = [v for v in self.lams_ if np.isclose(v, lam, rtol=1e-12, atol=0)]
-        if not matches:
-            raise ValueError(f"lam: {lam!r} was not fitted; a solver='pcg' fit keeps the λ path "
-                             f"given at fit, {list(self.lams_)}: fit again with lam=[...] to "
-                             f"solve other values (or solver='direct', which serves any λ)")
-        self.lam_ = matches[0]
+        self.lam_ = self.lams_[_fitted_index(self.lams_, lam, argument="lam")]
         self._update_coef()
         return self
 

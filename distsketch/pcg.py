@@ -580,6 +580,28 @@ def lam_path(sweeper: Sweeper, Kmm, z: np.ndarray, lams, *, tol: float, max_iter
 
 
 
+def _prepare_pcg(fs, config: dict, options, *, kernel, landmarks, n: int, m: int,
+                 block_rows: int, dtype):
+    """Prepare the open store ``fs`` for the PCG pass ``config`` and build what the sweeps
+    need: ``(Kmm, data, states)`` — the landmarks' :class:`LandmarkGram`, the
+    :class:`~distsketch.sweep.SweepData` of recomputed kernel blocks, and ``states(key)``, the
+    solver-state group of ``key`` in a kept store (None in a temporary one)."""
+    from .features import FeatureMap
+
+    fs.prepare_pass(config, overwrite=options.overwrite)
+    fmap = FeatureMap(kernel, landmarks, None, options.gram_chunk)
+    data = SweepData(n=n, block_rows=block_rows, m=m, d=1, C=None, crcs=(),
+                     x=fmap, dtype=dtype, location=fs.location)
+
+    def states(key: dict):
+        if fs.temporary:
+            return None
+        return fs.group.require_group("solver").require_group(
+            state_key({"pass": config, **key}))
+
+    return LandmarkGram(fmap), data, states
+
+
 def _solve_or_reset(solve, fs, config: dict, options):
     """``solve()``; when the store's recorded data differ (``DataChanged``) and
     ``options.overwrite``, reset the store to ``config`` and solve afresh."""
@@ -616,7 +638,6 @@ def fit_pcg(spec, *, kernel, sketch, store, reuse_seeds: bool, tol: float, max_i
     (:func:`pcg_path`).
     """
     from .accumulate import _choose_block_rows, _jsonable
-    from .features import FeatureMap
     from .kernels import kernel_description
     from .store import StoreDirectory, open_fit_store
 
@@ -650,17 +671,8 @@ def fit_pcg(spec, *, kernel, sketch, store, reuse_seeds: bool, tol: float, max_i
         })
         if directory is not None:
             fs = directory.open(config)
-        fs.prepare_pass(config, overwrite=options.overwrite)
-        fmap = FeatureMap(kernel, land, None, options.gram_chunk)
-        Kmm = LandmarkGram(fmap)
-        data = SweepData(n=n, block_rows=b, m=m, d=1, C=None, crcs=(), x=fmap, dtype=dtype,
-                         location=fs.location)
-
-        def states(key: dict):
-            if fs.temporary:
-                return None
-            return fs.group.require_group("solver").require_group(
-                state_key({"pass": config, **key}))
+        Kmm, data, states = _prepare_pcg(fs, config, options, kernel=kernel, landmarks=land,
+                                         n=n, m=m, block_rows=b, dtype=dtype)
 
         def solve():
             return pcg_path(data, X, Y, Kmm=Kmm, lams=spec.lams, tol=tol, max_iter=max_iter,
@@ -730,7 +742,6 @@ def fit_pcg_sisokr(spec, *, store, reuse_seeds: bool, tol: float, max_iter: int,
     sketches under ``input_*`` / ``output_*``).
     """
     from .accumulate import _choose_block_rows, _jsonable, fit_pass
-    from .features import FeatureMap
     from .kernels import kernel_description
     from .solve import whitening
     from .store import StoreDirectory, open_fit_store
@@ -773,17 +784,9 @@ def fit_pcg_sisokr(spec, *, store, reuse_seeds: bool, tol: float, max_iter: int,
         })
         if directory is not None:
             fs = directory.open(config)
-        fs.prepare_pass(config, overwrite=options.overwrite)
-        fmap = FeatureMap(kx, res.x_landmarks, None, options.gram_chunk)
-        Kmm = LandmarkGram(fmap)
-        data = SweepData(n=n, block_rows=b, m=m, d=1, C=None, crcs=(), x=fmap, dtype=dtype,
-                         location=fs.location)
-
-        def states(key: dict):
-            if fs.temporary:
-                return None
-            return fs.group.require_group("solver").require_group(
-                state_key({"pass": config, **key}))
+        Kmm, data, states = _prepare_pcg(fs, config, options, kernel=kx,
+                                         landmarks=res.x_landmarks, n=n, m=m,
+                                         block_rows=b, dtype=dtype)
 
         def solve():
             rhs = _SisokrRhsState(states({"what": "rhs"}))
