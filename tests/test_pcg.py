@@ -18,22 +18,10 @@ import pytest
 import distsketch as ds
 from distsketch.pcg import AUTO_PASS_FLOPS, AUTO_PCG_PASSES, choose_solver
 from killhelpers import run_killed
+from pcghelpers import data as _data, rel as _rel
 
 GAMMA = 0.5
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=96)
-
-
-def _data(n=400, t=1, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 3))
-    Y = np.sin(X[:, :1]) + 0.5 * X[:, 1:2] + 0.3 * np.arange(t)[None, :] * X[:, 2:3] \
-        + 0.1 * rng.normal(size=(n, t)) + 2.0
-    return X, (Y[:, 0] if t == 1 else Y)
-
-
-def _rel(a, b):
-    a, b = np.asarray(a), np.asarray(b)
-    return float(np.abs(a - b).max() / np.abs(b).max())
 
 
 def _naive_alpha(X, y, landmarks, lam, intercept):

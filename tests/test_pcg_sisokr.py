@@ -22,6 +22,7 @@ import pytest
 
 import distsketch as ds
 from killhelpers import run_killed
+from pcghelpers import rel as _rel
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=64)
 KX, KY = ds.Gaussian(gamma=0.3), ds.Gaussian(gamma=0.5)
@@ -34,11 +35,6 @@ def _data(n=300, seed=0):
     logits = X[:, :1] * np.arange(1, 7) - X[:, 1:2]
     Y = (rng.random((n, 6)) < 1 / (1 + np.exp(-logits))).astype(float)
     return X, Y
-
-
-def _rel(a, b):
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    return float(np.abs(a - b).max() / np.abs(b).max())
 
 
 def _pair(**kw):
