@@ -347,3 +347,27 @@ def test_gram_product_converts_float32_blocks_tile_by_tile(b, monkeypatch):
     assert np.abs(got - want).max() <= 64 * np.finfo(float).eps * np.abs(C64).sum(0).max() * (
         np.abs(C64) @ np.abs(V)).max()
     assert np.array_equal(gram_product(C64, V, Workspace()), want)
+
+
+@pytest.mark.parametrize("m,block", [(1, 4), (13, 4), (16, 4), (40, 1024)])
+def test_upper_gram_blockwise_equals_the_product(m, block, monkeypatch):
+    """The preconditioner's ``T Tᵀ`` computed block by block over the upper triangle equals
+    the plain product there (same sums, other order: a few ulps of the row norms' product),
+    for sizes that are and are not multiples of the block; and the preconditioner built on it
+    satisfies ``AᵀA = T Tᵀ/m + λI`` (Falkon's definition) to the same rounding."""
+    import distsketch.pcg as pcg
+    from scipy.linalg import cholesky
+
+    monkeypatch.setattr(pcg, "GRAM_BLOCK", block)
+    rng = np.random.default_rng(m)
+    A = rng.standard_normal((m, m))
+    T = cholesky(A @ A.T + m * np.eye(m), lower=False)
+    want = T @ T.T
+    got = pcg.upper_gram(T)
+    tol = 8 * m * np.finfo(float).eps * np.outer(*(2 * [np.linalg.norm(T, axis=1)]))
+    upper = np.triu_indices(m)
+    assert np.all(np.abs(got - want)[upper] <= tol[upper])
+    lam = 1e-3
+    P = pcg.Preconditioner(np.eye(m), lam, 10, T=T)
+    assert np.allclose(P.A.T @ P.A, want / m + lam * np.eye(m), rtol=0,
+                       atol=64 * m * np.finfo(float).eps * np.abs(want).max() / m)
