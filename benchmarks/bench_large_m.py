@@ -61,8 +61,8 @@ def fit(X, y, Xt, yt, *, m: int, solver: str, tol: float) -> dict:
                          solver=solver, tol=tol, max_iter=500, random_state=0).fit(X, y)
     seconds = time.perf_counter() - t
     rmse = float(np.sqrt(np.mean((np.asarray(est.predict(Xt)) - yt) ** 2)))
-    out = {"m": m, "solver": solver, "seconds": seconds, "rmse": rmse}
-    if solver == "pcg":
+    out = {"m": m, "solver": est.solver_, "seconds": seconds, "rmse": rmse}
+    if est.solver_ == "pcg":
         out.update(iterations=int(est.n_iter_), passes=int(est.n_passes_),
                    per_pass=seconds / est.n_passes_)
     return out
@@ -106,24 +106,34 @@ def part_a(args, report=None) -> dict:
     return out
 
 
-def child(m: int, n: int, tol: float) -> None:
-    """One PCG fit in this fresh process; prints one JSON line (peak RSS included)."""
+def child(m: int, n: int, tol: float, solver: str) -> None:
+    """One fit in this fresh process; prints one JSON line (peak RSS included)."""
     X, y = data(n, 0)
     Xt, yt = data(N_TEST, 1)
-    out = fit(X, y, Xt, yt, m=m, solver="pcg", tol=tol)
+    out = fit(X, y, Xt, yt, m=m, solver=solver, tol=tol)
     out["peak_rss_mib"] = _common.peak_rss_mib()
     print(json.dumps(out))
 
 
 def part_b(args) -> dict:
+    """The largest m with PCG first, then the comparison m with ``solver="auto"`` (the
+    direct route at these m: faster than PCG there, the same model to the PCG tolerance)."""
+    gemm, expr = rates()
+    ms = sorted(args.ms_b)
     rows = []
-    for m in (1000, 5000, 20_000):
+    for m in [ms[-1]] + ms[:-1]:
         r = _common.run_child([__file__, "--child", str(m), "--n", str(args.n_b),
-                               "--tol", str(args.tol)])
+                               "--tol", str(args.tol),
+                               "--solver", "pcg" if m == ms[-1] else "auto"])
+        if r["solver"] == "pcg":
+            r["roofline_pass_s"] = max(pass_flops(args.n_b, m) / (gemm * 1e9),
+                                       args.n_b * m / expr)
         rows.append(r)
-        print(f"n={args.n_b:,} m={m:>6}: {r['seconds']:.0f} s, {r['iterations']} it, "
-              f"RMSE {r['rmse']:.6f}, peak RSS {r['peak_rss_mib']:.0f} MiB", flush=True)
-    return {"rows": rows}
+        print(f"n={args.n_b:,} m={m:>6} ({r['solver']}): {r['seconds']:.0f} s, "
+              f"{r.get('iterations', '-')} it, RMSE {r['rmse']:.6f}, "
+              f"peak RSS {r['peak_rss_mib']:.0f} MiB", flush=True)
+    return {"rows": sorted(rows, key=lambda r: r["m"]), "gemm_gflops": gemm,
+            "exp32_per_s": expr}
 
 
 def main() -> None:
@@ -134,10 +144,13 @@ def main() -> None:
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--part", default="a", choices=["a", "b", "ab"])
     ap.add_argument("--quick", action="store_true", help="n = 4000, m = 100, 200; no RESULTS.md")
+    ap.add_argument("--ms-b", type=int, nargs="+", default=[1000, 5000, 20_000],
+                    help="m of part (b): the largest with PCG, the others with solver='auto'")
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--solver", default="pcg", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child is not None:
-        return child(args.child, args.n, args.tol)
+        return child(args.child, args.n, args.tol, args.solver)
     if args.quick:
         args.n, args.ms, args.part = 4000, [100, 200], "a"
     out = {"n": args.n, "n_b": args.n_b, "d": D, "lam": LAM, "tol": args.tol}
@@ -154,15 +167,31 @@ def main() -> None:
         write(out)
 
 
+def last_grid() -> tuple[str | None, dict | None]:
+    """The newest record of results/large_m.jsonl with a finished (a) grid of several m."""
+    path = _common.RESULTS_DIR / "large_m.jsonl"
+    if not path.exists():
+        return None, None
+    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    recs = [r for r in recs if len(r.get("a", {}).get("rows", [])) > 1 and not r.get("partial")]
+    return (recs[-1]["date"], recs[-1]) if recs else (None, None)
+
+
 def write(out: dict) -> None:
     """Replace RESULTS.md's ``large_m`` section (and append the record) with ``out``."""
     md = [f"Synthetic d = {D}, Gaussian γ = 1/(2d), SubSampling(m), λ = {LAM:g}, float32 "
           f"blocks, store=None; PCG at tol = {out['tol']:g} (relative residual). Test RMSE on "
           f"{N_TEST:,} fresh rows. Time per PCG pass = fit time / passes; roofline of a pass = "
           f"max(flops / GEMM rate, n·m / float32 exp rate), both rates measured in this run."]
+    a_date = None
+    if "a" not in out:  # a (b)-only run: the section keeps the last recorded (a) grid
+        a_date, a_rec = last_grid()
+        if a_rec is not None:
+            out = {**out, "a": a_rec["a"], "n": a_rec["n"]}
     if "a" in out:
         a = out["a"]
-        md.append(f"\n(a) n = {out['n']:,}\n\n| m | direct (s) | PCG (s) | RMSE direct | RMSE PCG | "
+        md.append(f"\n(a) n = {out['n']:,}" + (f" (from the run of {a_date})" if a_date else "")
+                  + "\n\n| m | direct (s) | PCG (s) | RMSE direct | RMSE PCG | "
                   "rel. diff | PCG iterations | s / pass | roofline / pass | GEMM (GFLOP/s) | "
                   "exp f32 (G/s) |\n|---|---|---|---|---|---|---|---|---|---|---|")
         for r in a["rows"]:
@@ -177,11 +206,22 @@ def write(out: dict) -> None:
                   + (" (Written after each m: the run had not finished the grid.)"
                      if out.get("partial") else ""))
     if "b" in out:
-        md.append(f"\n(b) n = {out['n_b']:,}, PCG, one fresh process per fit\n\n"
-                  "| m | fit (s) | iterations | test RMSE | peak RSS (MiB) |\n|---|---|---|---|---|")
-        for r in out["b"]["rows"]:
-            md.append(f"| {r['m']:,} | {r['seconds']:.0f} | {r['iterations']} | {r['rmse']:.6f} | "
-                      f"{r['peak_rss_mib']:.0f} |")
+        b = out["b"]
+        md.append(f"\n(b) n = {out['n_b']:,}, one fresh process per fit (the largest m with "
+                  "PCG, the others with `solver=\"auto\"`); GEMM "
+                  f"{b.get('gemm_gflops', float('nan')):.1f} GFLOP/s, float32 exp "
+                  f"{b.get('exp32_per_s', float('nan')) / 1e9:.2f} G/s in this run\n\n"
+                  "| m | solver | fit (s) | iterations | s / pass | roofline / pass | test RMSE | "
+                  "peak RSS (MiB) |\n|---|---|---|---|---|---|---|---|")
+        for r in b["rows"]:
+            if r.get("passes") is not None:  # a PCG fit
+                roof = r.get("roofline_pass_s")
+                cells = [str(r["iterations"]), f"{r['per_pass']:.1f}",
+                         f"{roof:.1f} s ({roof / r['per_pass']:.0%})" if roof else ""]
+            else:
+                cells = ["", "", ""]
+            md.append(f"| {r['m']:,} | {r.get('solver', 'pcg')} | {r['seconds']:.0f} | "
+                      + " | ".join(cells) + f" | {r['rmse']:.6f} | {r['peak_rss_mib']:.0f} |")
     _common.record("large_m", "\n".join(md), out)
 
 
