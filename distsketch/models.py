@@ -32,10 +32,14 @@ from .features import FeatureMap
 from .kernels import Linear
 from .options import with_blas_limit
 from .rows import as_row_source
-from .solve import check_rank, krr_coef, krr_sums, prediction_covariance, principal_directions, \
-    sisokr_coef, sisokr_sums, solve_krr, solve_sisokr
+from .solve import check_rank, factored_directions, krr_coef, krr_sums, prediction_covariance, \
+    principal_directions, sisokr_coef, sisokr_sums, solve_krr, solve_sisokr
 
 __all__ = ["SISOKR", "SketchedKRR"]
+
+#: Bytes of one row block of ``K_Y`` when the reduced rank of an exact output side forms
+#: ``R K_Y Rᵀ`` (:meth:`SISOKR._operator_gram`).
+OUTPUT_GRAM_BYTES = 64 * 2**20
 
 _RIDGE_PARAMS = {"lam": "lam", "random_state": "random_state", "store": "store",
                  "options": "options"}
@@ -349,7 +353,7 @@ class SISOKR(RidgeEstimator):
             self.rank_lam_ = spec.lams[_fitted_index(spec.lams, self.rank_lam_,
                                                      argument="rank_lam")]
         self.rank_ = self.ranks_[0] if self.ranks_ else None
-        self._principal = self._metric = None
+        self._principal = self._metric = self._opgram = None
         self._set_lams(spec)
         self.n_outputs_ = spec.Y.shape[1]
         self.intercept_ = getattr(self, "_offset", None)  # set by _validate (not SISOKRCV)
@@ -371,10 +375,46 @@ class SISOKR(RidgeEstimator):
             self._metric = np.asarray(fmap.kernel(L, L), dtype=np.float64)
         return self._metric
 
+    def _factored_rank(self) -> bool:
+        """Whether the reduced rank takes :func:`~distsketch.solve.factored_directions`:
+        a sketched input side (direct solver) with an exact output side, where the metric
+        route would form and eigendecompose n × n matrices."""
+        return (self._output_base.projection is None and getattr(self, "_pcg", None) is None
+                and not self.input_solution_.exact)
+
+    def _operator_gram(self) -> np.ndarray:
+        """``Q = R K_Y Rᵀ`` (r_X × r_X; ``R`` = ``operator_``, r_X × n) over the training
+        outputs, from row blocks of ``K_Y`` of at most :data:`OUTPUT_GRAM_BYTES` (never the
+        n × n matrix), summed in row order; computed once per operator."""
+        R = self.operator_
+        cached = getattr(self, "_opgram", None)
+        if cached is not None and cached[0] is R:
+            return cached[1]
+        fmap = self._feature_map(self._output_base)
+        L = fmap.landmarks
+        n = L.shape[0]
+        b = max(1, OUTPUT_GRAM_BYTES // (8 * n))
+        RT = np.ascontiguousarray(R.T)
+        Q = np.zeros((R.shape[0], R.shape[0]))
+        for s in range(0, n, b):
+            e = min(s + b, n)
+            K = np.asarray(fmap.kernel(L[s:e], L), dtype=np.float64)  # K_Y rows s..e (b × n)
+            Q += R[:, s:e] @ (K @ RT)
+        Q = 0.5 * (Q + Q.T)
+        self._opgram = (R, Q)
+        return Q
+
     def _principal_at(self, lam: float) -> tuple[np.ndarray, np.ndarray]:
         """``(A, μ)`` of :func:`~distsketch.solve.principal_directions` for ``W(lam)``
-        (cached: one eigendecomposition per λ serves every rank)."""
-        if self._principal is None or self._principal[0] != lam:
+        (cached: one eigendecomposition per λ serves every rank); on the factored route
+        (:meth:`_factored_rank`) ``(E, μ)`` of :func:`~distsketch.solve.factored_directions`
+        (``A = Rᵀ E``)."""
+        factored = self._factored_rank()
+        if self._principal is None or self._principal[0] != (lam, factored):
+            if factored:
+                self._principal = ((lam, True), *factored_directions(
+                    self.input_solution_, self._operator_gram(), lam))
+                return self._principal[1], self._principal[2]
             pcg = getattr(self, "_pcg", None)
             if pcg is None:
                 W = sisokr_coef(self.input_solution_, self.operator_, lam)
@@ -384,7 +424,7 @@ class SISOKR(RidgeEstimator):
                 a, ga = pcg["alphas"][k], pcg["galphas"][k]
                 S = a.T @ ga
                 S = 0.5 * (S + S.T)
-            self._principal = (lam, *principal_directions(S, self._output_metric()))
+            self._principal = ((lam, False), *principal_directions(S, self._output_metric()))
         return self._principal[1], self._principal[2]
 
     def _update_coef(self):
@@ -404,9 +444,15 @@ class SISOKR(RidgeEstimator):
         if p is not None and p < W.shape[0]:
             A, mu = self._principal_at(self.rank_lam_ if self.rank_lam_ is not None
                                        else self.lam_)
-            Ap = A[:, :p]
-            metric = self._output_metric()
-            self.coef_ = Ap.T @ (W if metric is None else metric @ W)
+            if self._factored_rank():  # A_pᵀ K_Y W = E_pᵀ Q N (W = Rᵀ N)
+                Ep = A[:, :p]
+                self.coef_ = Ep.T @ sisokr_coef(self.input_solution_, self._operator_gram(),
+                                                self.lam_)
+                Ap = self.operator_.T @ Ep
+            else:
+                Ap = A[:, :p]
+                metric = self._output_metric()
+                self.coef_ = Ap.T @ (W if metric is None else metric @ W)
             proj = Ap if base.projection is None else np.asarray(base.projection) @ Ap
             base = dataclasses.replace(base, projection=proj)
             out_map = None if out_map is None else Ap.T @ out_map
@@ -497,7 +543,7 @@ class SISOKR(RidgeEstimator):
         self.rank_lam_ = None if state.get("rank_lam") is None else float(state["rank_lam"])
         intercept = arrays.get("intercept")
         self.intercept_ = None if intercept is None else np.asarray(intercept, dtype=np.float64)
-        self._principal = self._metric = None
+        self._principal = self._metric = self._opgram = None
         self._candidate_features = None
 
     # -- the feature maps' parts ------------------------------------------------------

@@ -57,7 +57,7 @@ __all__ = [
     "whitening", "InputSolution", "solve_input", "solve_input_exact", "solve_input_side",
     "input_basis", "sisokr_operator", "sisokr_coef", "krr_coef", "EIGEN_PATH_LENGTH",
     "SisokrSolution", "solve_sisokr", "solve_krr", "solve_features", "sisokr_sums", "krr_sums",
-    "feature_sums", "BandReduction", "EigenShifted", "eigen_pays",
+    "feature_sums", "BandReduction", "EigenShifted", "eigen_pays", "factored_directions",
 ]
 
 logger = logging.getLogger(__name__)
@@ -689,6 +689,43 @@ def principal_directions(S: np.ndarray, metric: np.ndarray | None = None, *,
     Z = (U.T @ S @ U) * r[:, None] * r[None, :]  # the covariance in orthonormal coordinates
     mu, V = np.linalg.eigh(_sym(Z))
     return (U / r) @ V[:, ::-1], mu[::-1].copy()
+
+
+def factored_directions(sol: InputSolution, Q: np.ndarray, lam: float, *,
+                        rtol: float = 1e-10) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`principal_directions` for a sketched input side and an exact output side
+    without any n × n object.
+
+    There ``W(λ) = Rᵀ N`` (n × r_X: ``R`` the operator, r_X × n; ``N = (H + nλ·metric)^{-1}``,
+    r_X × r_X, see :func:`sisokr_coef`) and ``S = W F Wᵀ = Φ Φᵀ`` with ``Φ = Rᵀ N L``,
+    ``F = L Lᵀ`` (``F = H``; ``diag(Λ)`` on the eigen route). In the metric ``Γ = K_Y`` the
+    eigenpairs of the covariance operator with ``μ > 0`` come from an r_X × r_X problem::
+
+        Φᵀ Γ Φ = (N L)ᵀ Q (N L) = V diag(μ) Vᵀ,     Q = R K_Y Rᵀ   (λ-free, r_X × r_X)
+        A = Φ V diag(μ)^{-1/2} = Rᵀ E,              E = N L V diag(μ)^{-1/2}
+
+    so that ``Aᵀ Γ A = I`` and ``S Γ A = A diag(μ)``: the columns of ``A`` are those of
+    :func:`principal_directions` (up to signs within equal ``μ``), restricted to ``μ`` above
+    ``rtol · μ_max`` — the span of the predictions, so a rank past it is the full model.
+    Cost: ``O(r_X³)`` here, ``Q`` once per fit (``2n²r_X`` flops from row blocks of
+    ``K_Y``), against ``O(n³)`` for the metric's eigendecomposition.
+
+    Returns ``(E, μ)``: ``E`` (r_X × q) by descending ``μ`` (q,).
+    """
+    if sol.V is not None:
+        f = np.maximum(sol.evals, 0.0)
+        g = np.sqrt(f) / (f + sol.n * float(lam))  # N L = diag(√Λ / (Λ + nλ))
+        Z = Q * g[:, None] * g[None, :]
+        NL = np.diag(g)
+    else:
+        s, U = np.linalg.eigh(_sym(sol.H))
+        NL = sol.solve(U * np.sqrt(np.maximum(s, 0.0)), lam)
+        Z = NL.T @ Q @ NL
+    mu, V = np.linalg.eigh(_sym(Z))
+    mu, V = mu[::-1], V[:, ::-1]
+    keep = mu > rtol * max(float(mu[0]), 0.0) if len(mu) else np.zeros(0, bool)
+    mu = mu[keep]
+    return (NL @ V[:, keep]) / np.sqrt(mu), mu.copy()
 
 
 def check_rank(rank: Any, *, argument: str = "rank") -> tuple[int, ...]:

@@ -48,7 +48,7 @@ def test_scores_equal_the_dense_algorithm(side):
         assert np.array_equal(idx[:, 0], np.argmin(got, axis=1))
 
 
-@pytest.mark.parametrize("side", ["IOKR", "SISOKR"])
+@pytest.mark.parametrize("side", ["IOKR", "SIOKR", "SISOKR"])
 def test_projection_lambda_differs_from_the_regressor_lambda(side):
     X, Y, Xq, Yc = _problem(seed=1)
     model = _fit(X, Y, side, rank=4, rank_lam=0.05)
