@@ -14,7 +14,23 @@ measured in this run) and the exp-bound time (``n·m`` float32 exponentials at t
 flops). Targets (issue 17): pass ≥ 60 % of the roofline, ≥ 20× the CPU path on the same
 machine, decoding ≥ 50 % of the float32 GEMM rate; printed with PASS/FAIL.
 
+Sparse rows on the device (section ``gpu_sparse``): the crossover density behind
+``distsketch.cuda.DEVICE_SPARSE_MAX_DENSITY`` (a placeholder until this runs on a GPU). For
+row blocks of ``b`` ∈ {4 096, 16 384} CSR rows, ``d`` ∈ {1 000, 4 000} features, against 2 000
+CSR landmarks of the same density (as in a pass over sparse data, where the landmarks are
+training rows), the time of one Gaussian ``Kernel.fill`` into a float64 ``(b, 2000)`` device
+array from operands already on the device as CSR, along the two routes of the device's density
+rule: ``sparse`` (threshold 1: kept as cupyx CSR, the product a cuSPARSE sparse × sparse
+product densified) and ``dense`` (threshold 0: ``toarray`` on the device, then the dense
+route's one GEMM); and, for comparison, ``spmm`` (the CSR rows against dense landmarks:
+cuSPARSE's sparse × dense product, which the host's panel route corresponds to and the device's
+kernels do not take today). Median of ``--repeats`` after a warm-up. Per shape the crossover
+density is where a sparse route's time meets the dense one's (linear interpolation between grid
+densities); the smallest ``sparse`` crossover over the shapes is the value to write into
+``DEVICE_SPARSE_MAX_DENSITY`` (below it the sparse route won on every shape measured).
+
     python benchmarks/bench_gpu.py [--n 1000000,10000000] [--m 1000,4000] [--quick]
+    python benchmarks/bench_gpu.py --sparse-only [--densities 0.001,0.002,...]
 
 Without CuPy and a CUDA device the full run stops at once (nothing is measured or written).
 ``--quick`` runs tiny sizes once and writes nothing: on a machine without a GPU it runs the
@@ -38,6 +54,9 @@ import _common  # noqa: E402
 D, LAM = 20, 1e-6
 GAMMA = 1.0 / (2 * D)
 TARGET_ROOF, TARGET_SPEEDUP, TARGET_DECODE = 0.60, 20.0, 0.50
+SPARSE_SHAPES = [(4096, 1000), (4096, 4000), (16384, 1000), (16384, 4000)]  # (b, d)
+SPARSE_DENSITIES = "0.001,0.002,0.005,0.01,0.02,0.05,0.1"
+SPARSE_LANDMARKS = 2000
 
 
 def data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -105,6 +124,92 @@ def gpu_roofline(repeats: int = 5) -> dict:
     return out
 
 
+def _host_seconds(f, repeats: int) -> float:
+    """Median wall time of ``f()`` after a warm-up (the emulated device runs synchronously)."""
+    f()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def sparse_rows(n: int, d: int, density: float, seed: int):
+    """CSR rows of uniform random density, values in [0.5, 2) (rows scaled by 1/std)."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    return sp.random(n, d, density=density, format="csr", random_state=rng,
+                     data_rvs=lambda k: rng.uniform(0.5, 2.0, k))
+
+
+def crossover(densities: list[float], sparse_s: list[float], dense_s: list[float]) -> str:
+    """The density where the sparse route's time meets the dense route's (linear
+    interpolation between grid points), as text: ``"< lo"`` / ``"> hi"`` off the grid."""
+    diff = [s - d for s, d in zip(sparse_s, dense_s)]
+    if diff[0] >= 0:
+        return f"< {densities[0]:g}"
+    for i in range(1, len(diff)):
+        if diff[i] >= 0:
+            lo, hi = densities[i - 1], densities[i]
+            return f"{lo + (hi - lo) * -diff[i - 1] / (diff[i] - diff[i - 1]):.4f}"
+    return f"> {densities[-1]:g}"
+
+
+def sparse_crossover(be, shapes, densities, n_landmarks: int, seconds) -> list[dict]:
+    """Per shape and density, ``Gaussian.fill`` seconds from operands on the device along three
+    routes: ``sparse`` (CSR rows and CSR landmarks kept sparse, device threshold 1: the route a
+    pass over sparse data takes below the threshold, a sparse × sparse product densified),
+    ``spmm`` (CSR rows kept sparse against dense landmarks: cuSPARSE's sparse × dense SpMM, the
+    route the host takes with its dense landmark panels) and ``dense`` (threshold 0: both
+    densified on the device, then the dense route's GEMM)."""
+    import distsketch as ds
+    import distsketch.cuda as dcuda
+
+    kernel = ds.Gaussian(gamma=0.5)
+    rows, saved = [], dcuda.DEVICE_SPARSE_MAX_DENSITY
+    try:
+        for b, d in shapes:
+            for rho in densities:
+                A = sparse_rows(b, d, rho, 0)
+                L = sparse_rows(n_landmarks, d, rho, 1)
+                Ad, Ld = be.asarray(A, dtype=np.float64), be.asarray(L, dtype=np.float64)
+                Ldense = be.asarray(L.toarray())
+                out = be.xp.empty((b, n_landmarks))
+                t = {}
+                for route, limit, right in (("sparse", 1.0, Ld), ("spmm", 1.0, Ldense),
+                                            ("dense", 0.0, Ld)):
+                    dcuda.DEVICE_SPARSE_MAX_DENSITY = limit
+                    t[route] = seconds(lambda: kernel.fill(Ad, right, out))
+                rows.append({"b": b, "d": d, "density": rho, "nnz": int(A.nnz),
+                             **{f"{k}_s": v for k, v in t.items()}})
+    finally:
+        dcuda.DEVICE_SPARSE_MAX_DENSITY = saved
+    return rows
+
+
+def sparse_report(rows: list[dict], label: str) -> tuple[str, dict]:
+    """The crossover table (markdown) and the per-shape crossover densities of the sparse and
+    the SpMM routes against the dense one."""
+    lines = ["| b | d | density | nnz | sparse×sparse (s) | sparse×dense SpMM (s) | dense (s) "
+             "| sparse / dense | SpMM / dense |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    cross = {}
+    for b, d in dict.fromkeys((r["b"], r["d"]) for r in rows):
+        sub = [r for r in rows if (r["b"], r["d"]) == (b, d)]
+        for r in sub:
+            lines.append(f"| {b} | {d} | {r['density']:g} | {r['nnz']} | {r['sparse_s']:.4f} | "
+                         f"{r['spmm_s']:.4f} | {r['dense_s']:.4f} | "
+                         f"{r['sparse_s'] / r['dense_s']:.2f} | {r['spmm_s'] / r['dense_s']:.2f} |")
+        rho, dense_s = [r["density"] for r in sub], [r["dense_s"] for r in sub]
+        cross[f"{b}x{d}"] = {route: crossover(rho, [r[f"{route}_s"] for r in sub], dense_s)
+                             for route in ("sparse", "spmm")}
+    print(f"sparse rows on the device ({label}): crossover density per (b x d), sparse×sparse "
+          f"/ SpMM against dense: "
+          + ", ".join(f"{k} {v['sparse']} / {v['spmm']}" for k, v in cross.items()))
+    return "\n".join(lines), cross
+
+
 def pass_flops(n: int, m: int) -> float:
     """Kernel GEMM, ``G = CᵀC`` as the full GEMM the device runs, and ``b = Cᵀy``."""
     return n * (2.0 * m * (D + 2) + 2.0 * m * m + 2.0 * m)
@@ -159,6 +264,12 @@ def main() -> None:
                     help="threads of the scheduler feeding the one GPU")
     ap.add_argument("--quick", action="store_true",
                     help="n = 20 000, m = 200, 50 × 20 000 decoding, nothing recorded")
+    ap.add_argument("--sparse-only", action="store_true",
+                    help="only the sparse-rows crossover (section gpu_sparse)")
+    ap.add_argument("--densities", default=SPARSE_DENSITIES,
+                    help="densities of the sparse-rows crossover, comma-separated")
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="timed repetitions of each sparse-rows block fill (median)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     import dask
@@ -178,16 +289,49 @@ def main() -> None:
               f"script on the CPU.")
         raise SystemExit(2)
     if why is None:
+        from distsketch.backends import get_backend
+
         gpu = {"device": "cuda", "backend": "numpy"}
         label, machine = "GPU", gpu_description()
-        roof = gpu_roofline()
+        device_be, seconds = get_backend("cuda"), _device_seconds
+        roof = None if args.sparse_only else gpu_roofline()
     else:
         from distsketch.cuda import CupyBackend, HostModules
 
-        register_backend(CupyBackend(HostModules(), name="cuda-emulated"))
+        device_be = register_backend(CupyBackend(HostModules(), name="cuda-emulated"))
         gpu = {"device": "cpu", "backend": "cuda-emulated"}
         label, machine, roof = "emulated CUDA backend on numpy (NOT a GPU)", why, None
+        seconds = _host_seconds
     print(f"device path: {label} — {machine}")
+    densities = [float(v) for v in args.densities.split(",")]
+    shapes, n_land = SPARSE_SHAPES, SPARSE_LANDMARKS
+    if args.quick:
+        shapes, n_land, densities = [(512, 300)], 256, [0.01, 0.05, 0.2]
+    sparse_rows_s = sparse_crossover(device_be, shapes, densities, n_land,
+                                     lambda f: seconds(f, 1 if args.quick else args.repeats))
+    sparse_md, sparse_cross = sparse_report(sparse_rows_s, label)
+    if not args.quick and why is None:
+        import distsketch.cuda as dcuda
+
+        _common.record("gpu_sparse", f"""GPU: {machine}. Gaussian `Kernel.fill` into a float64
+(b, {n_land}) device array from device CSR rows and {n_land} CSR landmarks of the same
+density (values in [0.5, 2)); `sparse` route: kept as cupyx CSR (device threshold 1);
+`dense` route: densified on the device (threshold 0), then the dense GEMM route; median of
+{args.repeats} after a warm-up. `sparse×dense SpMM`: the same CSR rows against the
+landmarks as a dense device array (the route the host takes with dense landmark panels; the
+device's kernels do not take it today). Crossover density per shape (b × d), sparse×sparse /
+SpMM against dense: """
+                       + ", ".join(f"{k}: {v['sparse']} / {v['spmm']}"
+                                   for k, v in sparse_cross.items())
+                       + f""". `distsketch.cuda.DEVICE_SPARSE_MAX_DENSITY` was
+{dcuda.DEVICE_SPARSE_MAX_DENSITY} during this run (set it to the smallest sparse×sparse
+crossover; if SpMM wins by far, densify the landmarks' operand on the device instead).
+
+""" + sparse_md, {"machine_gpu": machine, "rows": sparse_rows_s, "crossover": sparse_cross})
+    if args.sparse_only:
+        if args.quick:
+            print("(--quick: nothing recorded)")
+        return
     if roof:
         print("roofline: " + ", ".join(f"{k} {v / 1e12:.1f} T/s" if k.startswith("gemm")
                                        else f"{k} {v / 1e9:.0f} G/s" for k, v in roof.items()))

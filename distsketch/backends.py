@@ -49,6 +49,11 @@ class Backend:
     #: Bytes of a row tile when a kernel fills a block in place (None: the kernels' default,
     #: sized for CPU caches; a GPU backend takes far larger tiles).
     tile_bytes: ClassVar[int | None] = None
+    #: Density (stored entries / (rows × columns)) above which this backend's own sparse blocks
+    #: are densified before a built-in kernel's product (``kernels._cheaper_form``); None: kept
+    #: sparse (their rates not measured). Host scipy.sparse blocks follow
+    #: ``kernels._SPARSE_MAX_DENSITY`` whatever the backend.
+    sparse_max_density: ClassVar[float | None] = None
 
     def asarray(self, a, dtype=None):
         """A host array (ndarray, or scipy.sparse for backends with sparse support) or one of

@@ -12,7 +12,9 @@ What moves (docs/design.md, "The CUDA backend"):
   (pinned) host buffers of the calling thread and copied on that thread's copy stream; the
   compute stream waits on the copy's event, so the next block's staging overlaps this block's
   kernels, and a buffer is refilled only after its last copy finished. scipy.sparse rows go
-  to ``cupyx.scipy.sparse`` CSR.
+  to ``cupyx.scipy.sparse`` CSR (the smaller form to copy); a built-in kernel then densifies
+  them on the device above :data:`DEVICE_SPARSE_MAX_DENSITY` (the device's density rule, a
+  placeholder until measured on a GPU by ``benchmarks/bench_gpu.py --sparse-only``).
 - device → host: the partial sums (``m × m``, float64) and, only when the fit keeps a store,
   the blocks ``C``, ``D`` the I/O thread writes; decoding returns the ``k`` winners per query.
   With ``store=None`` nothing else leaves the device.
@@ -26,7 +28,8 @@ The class takes its array modules as an argument: :class:`CupyModules` (the defa
 imported on first use) or :class:`HostModules`, numpy dressed as a device — its arrays are a
 distinct ndarray subclass that refuses host ndarrays in ufuncs and products, as CuPy does — so
 the whole code path (staging, streams, sparse operands, device top-k) runs in tests on any
-machine. Importing this module never imports CuPy.
+machine; its CSR matrices (:class:`EmulatedCSR`) are not scipy.sparse matrices, as cupyx's are
+not, so the kernels take their device routes. Importing this module never imports CuPy.
 
 Glossary: ``xp`` the device array namespace (``cupy``), ``sparse`` its sparse module
 (``cupyx.scipy.sparse``).
@@ -45,7 +48,8 @@ import scipy.sparse as sp
 from .backends import Backend, BackendUnavailable, register_backend
 
 __all__ = ["CupyBackend", "CupyModules", "HostModules", "CudaUnavailable", "cuda_backend",
-           "EmulatedDeviceArray", "GPU_EXTRA", "PINNED_MIN_BYTES"]
+           "EmulatedDeviceArray", "EmulatedCSR", "GPU_EXTRA", "PINNED_MIN_BYTES",
+           "DEVICE_SPARSE_MAX_DENSITY"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +67,25 @@ PINNED_MIN_BYTES = 1 << 20
 DEVICE_TILE_BYTES = 256 << 20
 #: Device memory for operands kept between blocks (:meth:`CupyBackend.cached_operand`).
 OPERAND_CACHE_BYTES = 512 << 20
+#: Density (stored entries / (rows × columns)) above which a device CSR operand of a built-in
+#: kernel is densified on the device before its product (:attr:`CupyBackend.sparse_max_density`,
+#: applied where the host rule ``kernels._SPARSE_MAX_DENSITY`` is: ``kernels._cheaper_form``).
+#: The sparse arrays cross the bus (``12·nnz`` bytes against ``8·n·d``) and ``toarray`` runs on
+#: the device. A PLACEHOLDER, not measured: no CUDA device was available when it was written.
+#: The reasoning behind its size: the dense route is one cuBLAS GEMM of ``2·n·d·n_b`` flops near
+#: the GPU's GEMM peak, the sparse one a cuSPARSE product (sparse × sparse when the landmarks
+#: are CSR too, as in a pass over sparse rows) bound by irregular memory traffic at a small
+#: fraction of that peak, plus the distance expansion's elementwise passes; the crossover
+#: ``nnz / (n·d)`` is about the ratio of the two rates, so it is expected at a few percent —
+#: below the host's 8 %, where the GEMM is only 6–42× scipy's single-threaded CSR rate
+#: (benchmarks/RESULTS.md "sparse_blocks"). The one
+#: public data point found (Stack Overflow question 30118673, "Why cuSPARSE is much slower than
+#: cuBLAS for sparse matrix multiplication": cusparseScsrmm 1.4 ms against cublasSgemm
+#: 0.21 ms at 50 % density, 192 × 2400 by 2400 × 256 on a Titan Black) only says the crossover
+#: is far below 50 %. Set it from ``python benchmarks/bench_gpu.py --sparse-only`` on the GPU
+#: the fits run on (RESULTS.md section "gpu_sparse": the smallest sparse × sparse crossover
+#: over the shapes).
+DEVICE_SPARSE_MAX_DENSITY = 0.02
 
 
 class CudaUnavailable(BackendUnavailable):
@@ -98,8 +121,9 @@ class CupyModules:
         self.xp = cupy
         self.stable_kind = None  # CuPy's sorts are always stable and accept no other kind
         self.sparse = cusparse
-        # device sparse matrices: the base class where this CuPy has one (issparse regardless)
-        base = getattr(cusparse, "spmatrix", None)
+        # device sparse matrices: the base class of sparse arrays and matrices (CuPy ≥ 14,
+        # ``_spbase``), else of matrices (CuPy 13, ``spmatrix``); issparse regardless
+        base = getattr(cusparse, "_spbase", None) or getattr(cusparse, "spmatrix", None)
         self.array_types = (cupy.ndarray,) + ((base,) if isinstance(base, type) else ())
 
     def pinned_empty(self, nbytes: int) -> np.ndarray:
@@ -170,40 +194,91 @@ def _as_device(x):
     return x
 
 
-class EmulatedCSR(sp.csr_matrix):
-    """A scipy CSR matrix standing for a ``cupyx.scipy.sparse.csr_matrix``: its products with
-    emulated device arrays are emulated device arrays; host ndarrays are refused."""
+class EmulatedCSR:
+    """A host CSR matrix standing for a ``cupyx.scipy.sparse.csr_matrix`` in tests.
 
-    def _check(self, other):
+    Like the CuPy class it is *not* a scipy.sparse matrix (``scipy.sparse.issparse`` is False),
+    so the kernels take the routes they take for device sparse blocks on a GPU (the density
+    rule's device threshold, :data:`DEVICE_SPARSE_MAX_DENSITY`; the "another backend's
+    sparse blocks" products), never the host-only scipy routes. It offers what those routes
+    and the backend use of cupyx's CSR (``shape``, ``nnz``, products with device arrays or
+    device CSR, ``multiply``, ``sum``, ``toarray``, ``T``, ``astype``, row slices); host
+    ndarrays are refused as operands, as CuPy refuses them.
+
+    Parameters
+    ----------
+    M : scipy.sparse matrix or array, shape (n, d)
+        The values (converted to CSR).
+    """
+
+    format = "csr"
+    ndim = 2
+    #: numpy defers every binary operator with a device array to this class (as CuPy's ndarray
+    #: defers to cupyx's sparse matrices)
+    __array_ufunc__ = None
+
+    def __init__(self, M):
+        if isinstance(M, EmulatedCSR):
+            M = M._m
+        self._m = sp.csr_matrix(M)
+
+    shape = property(lambda self: self._m.shape)
+    dtype = property(lambda self: self._m.dtype)
+    nnz = property(lambda self: self._m.nnz)
+    data = property(lambda self: _as_device(self._m.data))
+    indices = property(lambda self: _as_device(self._m.indices))
+    indptr = property(lambda self: _as_device(self._m.indptr))
+
+    def __repr__(self) -> str:
+        return f"<emulated device CSR {self.shape}, nnz={self.nnz}, {self.dtype}>"
+
+    @staticmethod
+    def _check(other):
         if type(other) is np.ndarray and other.ndim > 0:
             raise TypeError("emulated device: a sparse product got a host ndarray; move it with "
                             "Backend.asarray first")
-        return _host_view(other)
-
-    def _plain(self):
-        return sp.csr_matrix((self.data, self.indices, self.indptr), shape=self.shape)
+        if sp.issparse(other):
+            raise TypeError("emulated device: a sparse product got a host scipy.sparse matrix; "
+                            "move it with Backend.asarray first")
+        return other._m if isinstance(other, EmulatedCSR) else _host_view(other)
 
     def __matmul__(self, other):
-        return _as_device(self._plain() @ self._check(other))
+        return _as_device(self._m @ self._check(other))
 
     def __rmatmul__(self, other):
-        return _as_device(self._check(other) @ self._plain())
+        return _as_device(self._check(other) @ self._m)
+
+    def __mul__(self, other):
+        if not np.isscalar(other):
+            return NotImplemented  # cupyx: ``*`` of two matrices is a product; not used here
+        return EmulatedCSR(self._m * other)
+
+    __rmul__ = __mul__
 
     def multiply(self, other):
-        return _as_device(self._plain().multiply(self._check(other)))
+        return _as_device(self._m.multiply(self._check(other)))
 
     def sum(self, axis=None, dtype=None, out=None):
-        return _as_device(np.asarray(self._plain().sum(axis=axis, dtype=dtype)))
+        return _as_device(np.asarray(self._m.sum(axis=axis, dtype=dtype)))
 
     def toarray(self, order=None, out=None):
-        return _as_device(self._plain().toarray(order=order))
+        return _as_device(self._m.toarray(order=order))
+
+    def tocsr(self, copy=False):
+        return EmulatedCSR(self._m.copy()) if copy else self
+
+    def copy(self):
+        return EmulatedCSR(self._m.copy())
+
+    def __getitem__(self, key):
+        return _as_device(self._m[key])
 
     @property
     def T(self):
-        return EmulatedCSR(self._plain().T.tocsr())
+        return EmulatedCSR(self._m.T)
 
-    def astype(self, dtype, casting="unsafe", copy=True):
-        return EmulatedCSR(self._plain().astype(dtype, casting=casting, copy=copy))
+    def astype(self, dtype, copy=True):
+        return EmulatedCSR(self._m.astype(dtype, copy=copy))
 
 
 class _EmulatedNamespace:
@@ -235,7 +310,7 @@ class _EmulatedSparse:
 
     @staticmethod
     def csr_matrix(M):
-        return EmulatedCSR(sp.csr_matrix(M))
+        return EmulatedCSR(sp.csr_matrix(M, copy=True))  # a copy, as the device's is
 
     @staticmethod
     def issparse(a) -> bool:
@@ -314,6 +389,12 @@ class CupyBackend(Backend):
 
     name = "cuda"
     tile_bytes = DEVICE_TILE_BYTES
+
+    @property
+    def sparse_max_density(self) -> float:
+        """The device density rule's threshold: :data:`DEVICE_SPARSE_MAX_DENSITY` (read at each
+        block, so a measured value set on the module applies to the next block)."""
+        return DEVICE_SPARSE_MAX_DENSITY
 
     def __init__(self, modules=None, *, name: str = "cuda"):
         self.modules = _default_modules() if modules is None else modules

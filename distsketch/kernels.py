@@ -158,23 +158,30 @@ def _as_block(X: Any, be: Backend) -> Block:
     return X
 
 
-def _keep_sparse(A: Block) -> bool:
+def _keep_sparse(A: Block, max_density: float | None = None) -> bool:
     """Whether the kernel product of the sparse block ``A`` (n, d) is cheaper sparse than dense.
 
-    Rule: density ``nnz / (n·d) ≤ _SPARSE_MAX_DENSITY`` (stored entries, explicit zeros
-    included). A CSR × dense product costs ``2·nnz·n_b`` flops at scipy's single-threaded rate,
-    the dense GEMM ``2·n·d·n_b`` at BLAS's; the ratio of the two rates is the crossover density
-    (measured: see ``_SPARSE_MAX_DENSITY``). Empty blocks stay sparse.
+    Rule: density ``nnz / (n·d) ≤ max_density`` (default ``_SPARSE_MAX_DENSITY``; stored
+    entries, explicit zeros included). A CSR × dense product costs ``2·nnz·n_b`` flops at
+    scipy's single-threaded rate, the dense GEMM ``2·n·d·n_b`` at BLAS's; the ratio of the two
+    rates is the crossover density (measured: see ``_SPARSE_MAX_DENSITY``). Empty blocks stay
+    sparse.
     """
     n, d = A.shape
-    return A.nnz <= _SPARSE_MAX_DENSITY * n * d
+    limit = _SPARSE_MAX_DENSITY if max_density is None else max_density
+    return A.nnz <= limit * n * d
 
 
 def _cheaper_form(A: Block, be: Backend) -> Block:
-    """The scipy.sparse block ``A`` densified where :func:`_keep_sparse` says the dense product
-    is cheaper; dense blocks, cheap sparse ones and other backends' sparse blocks (whose rates
-    were not measured) are returned as they are."""
-    if sp.issparse(A) and not _keep_sparse(A):
+    """The sparse block ``A`` densified where :func:`_keep_sparse` says the dense product is
+    cheaper: a scipy.sparse block by ``_SPARSE_MAX_DENSITY``, a sparse block of backend ``be``
+    (a device CSR, already copied) by ``be.sparse_max_density`` and densified there; dense
+    blocks, cheap sparse ones and sparse blocks of a backend without a threshold are returned
+    as they are."""
+    if sp.issparse(A):
+        return A if _keep_sparse(A) else dense(A)
+    limit = be.sparse_max_density
+    if limit is not None and be.issparse(A) and not _keep_sparse(A, limit):
         return dense(A)
     return A
 
