@@ -29,6 +29,7 @@ from conftest import CLOSED_FORM_RTOL
 from distsketch.backends import backend_of, register_backend
 from distsketch.cuda import CupyBackend, EmulatedCSR, EmulatedDeviceArray, HostModules
 from naive import norm_rel_err
+from gpuhelpers import cupy_skip_reason
 
 EMU = CupyBackend(HostModules(), name="cuda-sparse-emulated")
 U = np.finfo(np.float64).eps / 2  # unit roundoff of float64
@@ -48,25 +49,13 @@ def be():
     return EMU
 
 
-def _cupy_skip_reason() -> str | None:
-    try:
-        import cupy
-    except ImportError as exc:
-        return f"CuPy is not installed ({exc}); pip install 'distsketch[gpu]' on a GPU machine"
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:
-        return f"CuPy finds no CUDA runtime/device ({exc})"
-    return None if count > 0 else "CuPy sees no CUDA device (getDeviceCount() == 0)"
-
-
 @pytest.fixture(params=["emulated", pytest.param("cupy", marks=pytest.mark.gpu)])
 def device(request, be):
     """``(backend, emulated)``: the emulated device, or real CuPy (skipped with the reason
     where CuPy or a CUDA device is missing)."""
     if request.param == "emulated":
         return be, True
-    reason = _cupy_skip_reason()
+    reason = cupy_skip_reason()
     if reason:
         pytest.skip(reason)
     from distsketch.backends import get_backend

@@ -33,20 +33,9 @@ from distsketch.decode import decode_fixed, decode_ragged
 from distsketch.features import FeatureMap
 from distsketch.options import check_options
 from naive import norm_rel_err
+from gpuhelpers import cupy_skip_reason
 
 EMU = register_backend(CupyBackend(HostModules(), name="cuda-emulated"))
-
-
-def _cupy_skip_reason() -> str | None:
-    try:
-        import cupy
-    except ImportError as exc:
-        return f"CuPy is not installed ({exc}); pip install 'distsketch[gpu]' on a GPU machine"
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:
-        return f"CuPy finds no CUDA runtime/device ({exc})"
-    return None if count > 0 else "CuPy sees no CUDA device (getDeviceCount() == 0)"
 
 
 @pytest.fixture(params=["emulated", pytest.param("cupy", marks=pytest.mark.gpu)])
@@ -55,7 +44,7 @@ def device(request):
     if request.param == "emulated":
         register_backend(EMU)  # its array types map to it (another test may register a twin)
         return EMU, True
-    reason = _cupy_skip_reason()
+    reason = cupy_skip_reason()
     if reason:
         pytest.skip(reason)
     return get_backend("cuda"), False
@@ -513,7 +502,7 @@ def test_device_cuda_without_a_device_says_so(tmp_path, monkeypatch):
 
 
 def test_bench_gpu_quick_runs_and_records_nothing_without_a_gpu():
-    if _cupy_skip_reason() is None:
+    if cupy_skip_reason() is None:
         pytest.skip("a GPU is present: the quick run would measure it (run it by hand)")
     from pathlib import Path
 
