@@ -13,16 +13,24 @@ Protocol
   spreads its independent folds over one thread per core (``distsketch.cv.FOLD_THREADS``,
   default). A third row times SISOKRCV with ``FOLD_THREADS = 1`` (every fold on the driver's
   one thread) so the gain from the algebra and from the threads can be told apart.
+- Each fold's algebra takes the Woodbury route or the band route by
+  ``distsketch.cv.fold_route`` (Bibtex: Woodbury); a fourth row forces the band route
+  (``FOLD_ROUTE = "band"``) for the comparison.
+- The fold algebra alone (``sisokr_fold_scores`` on the sums of the first CV fit, captured):
+  wall and process CPU seconds per route, with the folds on one thread per core and on one
+  thread, ``--fold-repeats`` alternated runs (median). The machine is shared: the 1-minute
+  load average is recorded with every timing.
 - Issue 15's target: 5 folds × 10 λ × 10 p in ≤ 2× one plain fit's time.
 
 Writes the ``cv`` section of RESULTS.md and results/cv.jsonl (not with ``--quick``).
 
-    python benchmarks/bench_cv.py [--repeats 3] [--quick]
+    python benchmarks/bench_cv.py [--repeats 3] [--fold-repeats 2] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -36,6 +44,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--m-in", type=int, default=2250)
     ap.add_argument("--m-out", type=int, default=200)
+    ap.add_argument("--fold-repeats", type=int, default=2)
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     folder = data_dir()
@@ -49,6 +58,7 @@ def main() -> None:
     if args.quick:
         rows = np.sort(np.random.default_rng(0).choice(len(X), 800, replace=False))
         X, Y, args.m_in, args.m_out, args.repeats = X[rows], Y[rows], 200, 40, 1
+        args.fold_repeats = 1
         Xte, Yte = Xte[:200], Yte[:200]
     n = len(X)
     lams = [float(v) for v in np.logspace(-7, -3, 10)]
@@ -59,27 +69,53 @@ def main() -> None:
         return dict(input_sketch=ds.SubSampling(args.m_in),
                     output_sketch=ds.PSparsified(args.m_out, p=20.0 / n, kind="gaussian"))
 
+    loads = []
+
     def timed(make):
         out = []
         for r in range(args.repeats):
+            loads.append(os.getloadavg()[0])
             t = time.perf_counter()
             model = make(r).fit(X, Y)
             out.append((time.perf_counter() - t, model))
         return float(np.median([t for t, _ in out])), out[-1][1]
 
-    plain_s, plain = timed(lambda r: ds.SISOKR(kx, ky, lam=1e-5, random_state=r, **sketches()))
-    cv_s, cv = timed(lambda r: ds.SISOKRCV(kx, ky, lams=lams, ranks=ranks, cv=5, random_state=r,
-                                          **sketches()))
     import distsketch.cv
 
-    distsketch.cv.FOLD_THREADS = 1
+    captured = []
+    real_scores = distsketch.cv.sisokr_fold_scores
+
+    def capture(*a, **kw):  # the fold sums of the first CV fit, for the fold algebra alone
+        if not captured:
+            captured.append((a, kw))
+        return real_scores(*a, **kw)
+
+    plain_s, plain = timed(lambda r: ds.SISOKR(kx, ky, lam=1e-5, random_state=r, **sketches()))
+    distsketch.cv.sisokr_fold_scores = capture
     try:
-        cv1_s, _ = timed(lambda r: ds.SISOKRCV(kx, ky, lams=lams, ranks=ranks, cv=5,
+        cv_s, cv = timed(lambda r: ds.SISOKRCV(kx, ky, lams=lams, ranks=ranks, cv=5,
                                               random_state=r, **sketches()))
     finally:
-        distsketch.cv.FOLD_THREADS = None
+        distsketch.cv.sisokr_fold_scores = real_scores
+
+    def forced(threads=None, route=None):
+        distsketch.cv.FOLD_THREADS, distsketch.cv.FOLD_ROUTE = threads, route
+        try:
+            return timed(lambda r: ds.SISOKRCV(kx, ky, lams=lams, ranks=ranks, cv=5,
+                                              random_state=r, **sketches()))[0]
+        finally:
+            distsketch.cv.FOLD_THREADS = distsketch.cv.FOLD_ROUTE = None
+
+    cv1_s = forced(threads=1)
+    cv_band_s = forced(route="band")
+    routes = fold_algebra(captured[0], args.fold_repeats)
     row = {"n": n, "m_in": args.m_in, "m_out": args.m_out, "plain_s": plain_s, "cv_s": cv_s,
            "ratio": cv_s / plain_s, "cv_one_thread_s": cv1_s, "ratio_one_thread": cv1_s / plain_s,
+           "cv_band_s": cv_band_s, "ratio_band": cv_band_s / plain_s,
+           "fold_routes": distsketch.cv.fold_route(
+               n // 5, m=args.m_in, r=captured[0][0][0].shape[1], r_y=args.m_out,
+               n_lams=len(lams)),
+           "fold_algebra": routes, "load1": loads,
            "n_scores": 5 * len(lams) * len(ranks),
            "best_params": cv.best_params_, "plain_f1": f1_samples(Yte, plain.predict(Xte)),
            "cv_f1": f1_samples(Yte, cv.predict(Xte))}
@@ -90,16 +126,82 @@ def main() -> None:
           f"PSparsified({args.m_out}, 20/n) out; medians of {args.repeats} fits from the raw "
           f"rows. Issue 15's target: 5 folds × 10 λ × 10 p in ≤ 2× one plain fit. The driver "
           f"runs single-threaded BLAS in every fit; SISOKRCV computes its folds' algebra "
-          f"(per fold: the congruence P^T G_k P, one band reduction, a banded solve per λ) on "
-          f"one thread per core unless `FOLD_THREADS = 1`.\n\n"
+          f"(per fold by the route `fold_route` picks: a pivoted Cholesky factor of G_k and a "
+          f"Woodbury solve per λ, or the congruence P^T G_k P, one band reduction and a banded "
+          f"solve per λ) on one thread per core unless `FOLD_THREADS = 1`.\n\n"
           f"| fit | time (s) | ratio | test F1 |\n|---|---|---|---|\n"
           f"| SISOKR, λ = 1e-5, full rank | {plain_s:.2f} | 1 | {100 * row['plain_f1']:.1f} |\n"
           f"| SISOKRCV: 5 folds × {len(lams)} λ × {len(ranks)} ranks ({row['n_scores']} scores) "
           f"+ refit at λ = {cv.best_params_['lam']:.3g}, p = {cv.best_params_['rank']} | "
           f"{cv_s:.2f} | {row['ratio']:.2f}× | {100 * row['cv_f1']:.1f} |\n"
           f"| the same, folds on the driver's one thread (`FOLD_THREADS = 1`) | {cv1_s:.2f} | "
-          f"{row['ratio_one_thread']:.2f}× | same |")
+          f"{row['ratio_one_thread']:.2f}× | same |\n"
+          f"| the same, every fold by the band route (`FOLD_ROUTE = \"band\"`) | "
+          f"{cv_band_s:.2f} | {row['ratio_band']:.2f}× | same |\n\n"
+          f"1-minute load average at the start of each fit: "
+          f"{', '.join(f'{v:.1f}' for v in loads)} (2 cores).\n\n"
+          f"The fold algebra alone (`sisokr_fold_scores` on the first CV fit's sums; "
+          f"r_X = {captured[0][0][0].shape[1]}; route rule: {row['fold_routes']}), median of "
+          f"{args.fold_repeats} alternated runs:\n\n"
+          f"| route | fold threads | wall (s) | process CPU (s) | load (1 min) |\n"
+          f"|---|---|---|---|---|\n" + "\n".join(
+              f"| {r['route']} | {r['threads']} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | "
+              f"{', '.join(f'{v:.1f}' for v in r['load1'])} |" for r in routes[:-1])
+          + f"\n\nLargest |Woodbury − band| score per λ (over folds and ranks; scores up to "
+          f"{routes[-1]['max_abs_score']:.2g}): "
+          f"{', '.join(f'{v:.1e}' for v in routes[-1]['max_abs_diff_per_lam'])}. Fold 0: "
+          f"pivoted Cholesky factor of rank {routes[-1]['fold0_rank']} and U = P^T L in "
+          f"{routes[-1]['fold0_factor_cpu_s']:.2f} CPU-s (an eigendecomposition of G_0 with vectors: "
+          f"{routes[-1]['fold0_eigh_cpu_s']:.2f} CPU-s, "
+          f"{routes[-1]['fold0_eigs_above_1e-13']} above 1e-13·max).")
     record("cv", md, {**row, "lams": lams, "ranks": ranks})
+
+
+def fold_algebra(captured, repeats: int) -> list[dict]:
+    """Wall and process CPU seconds of ``sisokr_fold_scores`` on captured arguments, per
+    route and fold threads (one thread per core, one), runs alternated, medians."""
+    import distsketch.cv
+    from threadpoolctl import threadpool_limits
+
+    args, kwargs = captured
+    out, scores = [], {}
+    for threads in (None, 1):
+        runs = {"woodbury": [], "band": []}
+        for _ in range(repeats):
+            for route in runs:
+                distsketch.cv.FOLD_THREADS, distsketch.cv.FOLD_ROUTE = threads, route
+                load = os.getloadavg()[0]
+                t, c = time.perf_counter(), time.process_time()
+                try:
+                    with threadpool_limits(1):  # as in a fit (distsketch.blas-threads = 1)
+                        scores[route] = distsketch.cv.sisokr_fold_scores(*args, **kwargs)[0]
+                finally:
+                    distsketch.cv.FOLD_THREADS = distsketch.cv.FOLD_ROUTE = None
+                runs[route].append((time.perf_counter() - t, time.process_time() - c, load))
+        for route, v in runs.items():
+            v = np.array(v)
+            out.append({"route": route, "threads": "per core" if threads is None else threads,
+                        "wall_s": float(np.median(v[:, 0])), "cpu_s": float(np.median(v[:, 1])),
+                        "load1": v[:, 2].tolist()})
+        print(out[-2:], flush=True)
+    # the routes' agreement, per λ (the largest over folds and ranks), and the factor of fold 0
+    diff = np.abs(scores["woodbury"] - scores["band"]).reshape(len(scores["band"]),
+                                                                len(kwargs["lams"]), -1)
+    P, G0 = args[0], args[4][0]
+    with threadpool_limits(1):
+        t = time.process_time()
+        U = distsketch.cv.fold_factor(G0, P)
+        t_factor = time.process_time() - t
+        t = time.process_time()
+        w = np.linalg.eigh(G0)[0]  # with vectors: what a factor by eigendecomposition needs
+        t_eig = time.process_time() - t
+    out.append({"max_abs_diff_per_lam": diff.max(axis=(0, 2)).tolist(),
+                "max_abs_score": float(np.abs(scores["band"]).max()),
+                "fold0_rank": int(U.shape[1]), "fold0_factor_cpu_s": t_factor,
+                "fold0_eigh_cpu_s": t_eig,
+                "fold0_eigs_above_1e-13": int((w > 1e-13 * w[-1]).sum())})
+    print(out[-1], flush=True)
+    return out
 
 
 if __name__ == "__main__":

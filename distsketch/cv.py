@@ -23,6 +23,7 @@ refitted on all rows at the best λ uses the summed folds (``G = Σ_k G_k``).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import numbers
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -39,12 +40,25 @@ from .solve import check_rank, solve_krr, whitening
 
 __all__ = ["SketchedKRRCV", "SISOKRCV"]
 
+logger = logging.getLogger(__name__)
+
 SCORINGS = ("neg_mean_squared_error", "r2")
 DECODED_SCORINGS = ("surrogate", "f1_samples", "kernel_loss", "topk_accuracy")
 # Bandwidth of the per-fold band reduction (sisokr_fold_scores): the reduction's panels are
 # matrix products of this width, each shift's banded Cholesky solve costs O(r · FOLD_BAND)
 # per right-hand side; 96 balances the two at r_X ≈ 2000 (bench_cv.py, 32–128 tried)
 FOLD_BAND = 96
+# Route of each fold's algebra in sisokr_fold_scores: None = by fold_route's flop model,
+# "woodbury" or "band" = forced (tests, benchmarks). docs/design.md, "Cross-validation from one
+# pass", has the two routes.
+FOLD_ROUTE = None
+# fold_route's weight on the band route's flops: the Woodbury route's flop rate over the band
+# route's, from the process CPU seconds of the fold algebra on Bibtex's sums (m_X = 2250,
+# r_X = 2247, n_k = 976, r_Y = 200, 10 λ, one BLAS thread; benchmarks/bench_cv.py's "fold
+# algebra alone", two runs): 8.9–9.4 s for the Woodbury route's 318 GFLOP (about 35 GFLOP/s:
+# SYRK, GEMM) against 14.3–15.1 s for the band route's 353 (about 24 GFLOP/s: the
+# reduction's panels, Q's reflectors), a ratio of 1.4–1.5.
+BAND_RATE_WEIGHT = 1.4
 # Threads for the folds' driver work (sisokr_fold_scores): None = one per core, at most K.
 # Each thread runs single-threaded BLAS (distsketch.blas-threads); the folds are independent
 # and each is computed the same way whatever the threads, so the scores do not depend on it.
@@ -420,9 +434,12 @@ class SISOKRCV(SISOKR):
     the principal directions ``Q`` of ``W Λ_k Wᵀ`` (the training predictions' covariance),
     ``W_p = Q_p Q_pᵀ W`` and the two traces are cumulative sums of the diagonals of
     ``Qᵀ A_k Wᵀ Q`` and ``Qᵀ W H_k Wᵀ Q``. Cost: one pass and the refit (whose whitening and
-    eigendecomposition of ``H`` every fold reuses), then per fold a congruence ``Pᵀ G_k P``
-    and one band reduction of ``r_X × r_X`` (no eigendecomposition), per (fold, λ) a banded
-    solve and one ``r_Y × r_Y`` eigendecomposition (:func:`sisokr_fold_scores`).
+    eigendecomposition of ``H`` every fold reuses), then per fold, by the cheaper route
+    (:func:`fold_route`), either a congruence ``Pᵀ G_k P`` and one band reduction of
+    ``r_X × r_X`` (then per λ a banded solve), or a pivoted Cholesky factorisation of ``G_k``
+    (rank ≤ n_k) and per λ a Woodbury solve (an ``r_X × n_k`` symmetric rank-k product and an
+    ``n_k × n_k`` Cholesky factorisation); per (fold, λ) one ``r_Y × r_Y``
+    eigendecomposition (:func:`sisokr_fold_scores`).
 
     Parameters
     ----------
@@ -718,9 +735,17 @@ def sisokr_fold_scores(P, evals, operator, T_Y, Gf, Mf, kyy, cnt, *, n: int, lam
     sums of the diagonals of ``Q_Sᵀ (W A_kᵀ) Q_S`` and of ``Q_Sᵀ (Zᵀ Λ Z) Q_S − μ``. The
     ``Z Q_S`` of all λ of a fold go through ``Q`` in one product. Where ``Bd + cI`` is not
     numerically positive definite the fold falls back to the eigendecomposition of
-    ``Ĥ_{−k}`` (:class:`~distsketch.solve.EigenShifted`, eigenvalues clipped at 0). The fold
-    Grams, then the folds, run on :data:`FOLD_THREADS` threads (each fold computed the same
-    way on any thread).
+    ``Ĥ_{−k}`` (:class:`~distsketch.solve.EigenShifted`, eigenvalues clipped at 0).
+
+    That is the band route. A fold with fewer rows than features takes the Woodbury route
+    instead where :func:`fold_route` finds it cheaper: ``G_k = L Lᵀ`` (pivoted Cholesky,
+    rank ≤ n_k), ``U = Pᵀ L`` so ``Ĥ_k = U Uᵀ``, and per λ
+    ``(Λ + c − U Uᵀ)^{-1} = D + D U (I − Uᵀ D U)^{-1} Uᵀ D``, ``D = (Λ + c)^{-1}``, with
+    ``Uᵀ Z`` the inner solution itself (:func:`_woodbury_lam`); no congruence, no band
+    reduction. A fold whose inner factor is not numerically positive definite, or is
+    conditioned beyond the exact bound ``(max Λ + c)/c``, falls back to the band route. The
+    fold Grams, then the folds (the Woodbury route: its factors, then its (fold, λ) pairs),
+    run on :data:`FOLD_THREADS` threads (each computed the same way on any thread).
 
     Parameters
     ----------
@@ -755,13 +780,36 @@ def sisokr_fold_scores(P, evals, operator, T_Y, Gf, Mf, kyy, cnt, *, n: int, lam
     per = max(len(ranks), 1)
     scores = np.full((K, len(lams) * per), np.nan)
     width = FOLD_BAND if band is None else int(band)
+    m, r = P.shape
+    routes = [fold_route(int(cnt[k]), m=m, r=r, r_y=operator.shape[1], n_lams=len(lams))
+              for k in range(K)]
+    done = [None] * K
     with ThreadPoolExecutor(_fold_threads(K)) as pool:
-        # Ĥ_k in the eigenbasis of H; the last fold's from Σ_k Ĥ_k = Λ
-        fold_H = list(pool.map(partial(_congruence, P), Gf[:K - 1]))
-        fold_H.append(np.diag(evals) - _ordered_sum(np.asarray(fold_H)))
-        work = partial(_fold_scores, P=P, evals=evals, operator=operator, T_Y=T_Y, n=n,
-                       lams=lams, ranks=ranks, keep_model=keep_models, band=width)
-        done = list(pool.map(work, fold_H, Mf, kyy, cnt))
+        wood = [k for k in range(K) if routes[k] == "woodbury"]
+        if wood:
+            for k, out in _woodbury_folds(pool, wood, Gf, Mf, kyy, cnt, P=P, evals=evals,
+                                          operator=operator, T_Y=T_Y, n=n, lams=lams,
+                                          ranks=ranks, keep_model=keep_models).items():
+                done[k] = out
+        band_folds = [k for k in range(K) if done[k] is None]
+        logger.debug("cv folds: %s by the Woodbury route, %s by the band route",
+                     [k for k in range(K) if done[k] is not None], band_folds)
+        if band_folds:
+            # Ĥ_k in the eigenbasis of H; with every fold here, the last fold's from
+            # Σ_k Ĥ_k = Λ
+            last = band_folds[-1] if len(band_folds) == K else None
+            fold_H = dict(zip([k for k in band_folds if k != last],
+                              pool.map(partial(_congruence, P),
+                                       [Gf[k] for k in band_folds if k != last])))
+            if last is not None:
+                fold_H[last] = np.diag(evals) - _ordered_sum(
+                    np.asarray([fold_H[k] for k in band_folds if k != last]))
+            work = partial(_fold_scores, P=P, evals=evals, operator=operator, T_Y=T_Y, n=n,
+                           lams=lams, ranks=ranks, keep_model=keep_models, band=width)
+            for k, out in zip(band_folds, pool.map(work, [fold_H[k] for k in band_folds],
+                                                   Mf[band_folds], kyy[band_folds],
+                                                   cnt[band_folds])):
+                done[k] = out
     for k, (row, _) in enumerate(done):
         scores[k] = row
     return scores, ([m for _, m in done] if keep_models else None)
@@ -837,3 +885,173 @@ def _with_sums(res, sums: dict):
     import dataclasses
 
     return dataclasses.replace(res, sums=sums)
+
+
+def fold_route(n_k: int, *, m: int, r: int, r_y: int, n_lams: int) -> str:
+    """The cheaper route of one fold's algebra in :func:`sisokr_fold_scores`, by flops.
+
+    ``"band"`` (congruence ``Pᵀ G_k P``, band reduction of ``Ĥ_{−k}``, ``Q`` on every λ's
+    columns)::
+
+        2 m² r + (5/4) m r² + (4/3) r³ + 2 r² r_Y (len(lams) + 2)
+
+    weighted by :data:`BAND_RATE_WEIGHT` (its measured rate relative to the other), against
+    ``"woodbury"`` (pivoted Cholesky of ``G_k`` stopped at rank ``k ≤ min(n_k, m)``,
+    ``U = Pᵀ L``, then per λ a symmetric rank-k product, a ``k × k`` Cholesky factorisation
+    and the products with the ``r_Y`` right-hand sides)::
+
+        m² k − m k² + k³/3 + 2 m r k + 2 m r r_Y
+        + len(lams) · (r k² + k³/3 + 4 r k r_Y + 2 k² r_Y + 3 r r_Y²)
+
+    :data:`FOLD_ROUTE` forces one.
+
+    Parameters
+    ----------
+    n_k : int
+        The fold's rows (the rank bound of ``G_k``).
+    m, r, r_y : int
+        ``m_X``, ``r_X``, ``r_Y``.
+    n_lams : int
+    """
+    if FOLD_ROUTE is not None:
+        if FOLD_ROUTE not in ("band", "woodbury"):
+            raise ValueError(f"distsketch.cv.FOLD_ROUTE: expected None, 'band' or 'woodbury', "
+                             f"got {FOLD_ROUTE!r}")
+        return FOLD_ROUTE
+    m, r, r_y, L = float(m), float(r), float(r_y), float(n_lams)
+    k = float(min(n_k, m))
+    band = 2 * m * m * r + 1.25 * m * r * r + 4 * r ** 3 / 3 + 2 * r * r * r_y * (L + 2)
+    wood = (m * m * k - m * k * k + k ** 3 / 3 + 2 * m * r * k + 2 * m * r * r_y
+            + L * (r * k * k + k ** 3 / 3 + 4 * r * k * r_y + 2 * k * k * r_y + 3 * r * r_y * r_y))
+    return "woodbury" if wood < BAND_RATE_WEIGHT * band else "band"
+
+
+def fold_factor(G_k: np.ndarray, P: np.ndarray) -> np.ndarray:
+    """``U`` (r_X × k) with ``U Uᵀ = Pᵀ G_k P`` to the rounding of ``G_k``: ``G_k = L Lᵀ`` by a
+    pivoted Cholesky factorisation (LAPACK ``pstrf``) stopped at its default tolerance
+    (``m·ε·max diag G_k``), ``U = Pᵀ L``; ``k`` (the numerical rank) ≤ the fold's rows.
+
+    What is dropped is the Schur complement ``S`` of the kept pivots, ``G_k − L Lᵀ =
+    Πᵀ diag(0, S) Π`` with ``‖S‖₂ ≤ tr S ≤ (m − k)·m·ε·max diag G_k`` (every remaining pivot
+    below the tolerance, ``S`` positive semi-definite), the order of the rounding already in
+    the pass sum ``G_k`` (a sum of ``n_k`` outer products).
+
+    Parameters
+    ----------
+    G_k : ndarray of shape (m, m)
+        Symmetric positive semi-definite.
+    P : ndarray of shape (m, r)
+
+    Returns
+    -------
+    ndarray of shape (r, k)
+    """
+    from scipy.linalg.lapack import dpstrf
+
+    G = np.array(G_k, dtype=np.float64, order="F")
+    m = G.shape[0]
+    if m == 0 or not G.diagonal().max(initial=0.0) > 0.0:
+        return np.zeros((P.shape[1], 0))
+    c, piv, rank, info = dpstrf(G, lower=1, overwrite_a=1)
+    if info < 0:  # pragma: no cover - invalid arguments only
+        raise ValueError(f"fold factor: LAPACK pstrf info {info}")
+    piv = np.asarray(piv[:m], dtype=np.intp) - 1  # 1-based: row i of L is G's row piv[i]
+    L = np.tril(c[:, :rank])
+    return P[piv].T @ L
+
+
+def _woodbury_prepare(G_k, M_k, *, P, operator, T_Y):
+    """The λ-independent part of one fold's Woodbury route: ``(U, R_k, R_{−k})``
+    (:func:`fold_factor`; ``R_k = Pᵀ M_kᵀ T_Y``)."""
+    U = fold_factor(G_k, P)  # (r, k)
+    R_val = P.T @ (M_k.T @ T_Y)  # (r_X, r_Y)
+    return U, R_val, operator - R_val
+
+
+def _woodbury_lam(prep, kyy_k, cnt_k, lam, *, P, evals, n, ranks, keep_model):
+    """One (fold, λ) of :func:`sisokr_fold_scores` by the Woodbury identity: its scores (one
+    per rank) and, with ``keep_model``, ``[P Z, Q_S]``; None where the inner factor is not
+    numerically positive definite or is conditioned worse than exact arithmetic allows (the
+    fold then takes the band route).
+
+    With ``Ĥ_k = U Uᵀ`` (:func:`fold_factor`), ``c = n_{−k} λ``, ``D = (Λ + c)^{-1}`` and
+    ``F = I − Uᵀ D U``::
+
+        Z = (Λ + c − U Uᵀ)^{-1} R_{−k} = D R_{−k} + D U t,   t = F^{-1} Uᵀ D R_{−k} = Uᵀ Z
+
+    (from ``(Λ + c) Z − U (Uᵀ Z) = R_{−k}``), so ``W Ĥ_k Wᵀ = tᵀ t`` and
+    ``S = W Ĥ_{−k} Wᵀ = Zᵀ Λ Z − tᵀ t``. The nonzero spectrum of ``I − F`` is that of
+    ``D^{1/2} U Uᵀ D^{1/2}``, and ``I − D^{1/2} U Uᵀ D^{1/2} = D^{1/2}(Ĥ_{−k} + c)D^{1/2} ⪰
+    c/(max Λ + c)``, so ``cond₂ F ≤ (max Λ + c)/c``, the direct system's own bound; LAPACK's
+    estimate (``pocon``: 1-norm, a lower bound of ``‖F^{-1}‖₁``, ``cond₁ ≤ k·cond₂``) beyond
+    ``k (max Λ + c)/c`` means rounding has broken that bound.
+    """
+    from scipy.linalg.lapack import dpocon, dpotrf, dpotrs
+
+    U, R_val, R_tr = prep
+    k = U.shape[1]
+    c = (n - cnt_k) * float(lam)
+    d = 1.0 / (evals + c)
+    Z = d[:, None] * R_tr
+    if k:
+        sd = np.sqrt(d)
+        X = sd[:, None] * U  # D^{1/2} U
+        F = X.T @ X  # symmetric (numpy's product of a matrix with its transpose: syrk)
+        F *= -1.0
+        F.flat[:: k + 1] += 1.0  # I − Uᵀ D U
+        norm1 = np.abs(F).sum(axis=0).max()
+        Lf, info = dpotrf(F.T, lower=1, clean=0, overwrite_a=1)  # F.T: Fortran order
+        if info != 0:
+            logger.debug("cv fold (n_k = %d), λ = %g: I − UᵀDU not positive definite, band "
+                         "route", cnt_k, lam)
+            return None
+        rcond, info = dpocon(Lf, norm1, uplo="L")
+        top = float(evals.max(initial=0.0))
+        if info != 0 or not rcond * k * (top + c) >= c:
+            logger.debug("cv fold (n_k = %d), λ = %g: rcond %.3g below the bound, band route",
+                         cnt_k, lam, rcond)
+            return None
+        t, info = dpotrs(Lf, X.T @ (sd[:, None] * R_tr), lower=1)  # F^{-1} Uᵀ D R_{−k}
+        if info != 0:  # pragma: no cover - the factor exists
+            return None
+        Z += sd[:, None] * (X @ t)
+    else:
+        t = np.zeros((0, R_tr.shape[1]))
+    S = Z.T @ (evals[:, None] * Z) - t.T @ t
+    S = 0.5 * (S + S.T)
+    AW = R_val.T @ Z  # W A_kᵀ
+    if ranks:
+        _, Q = np.linalg.eigh(S)
+        Q = Q[:, ::-1]
+        cross = np.cumsum(np.einsum("ij,ij->j", Q, AW @ Q))
+        tq = t @ Q
+        quad = np.cumsum(np.einsum("ij,ij->j", tq, tq))  # diagonal of Qᵀ (W Ĥ_k Wᵀ) Q
+        row = [-(kyy_k - 2.0 * cross[min(p, len(quad)) - 1] + quad[min(p, len(quad)) - 1])
+               / cnt_k for p in ranks]
+    else:
+        Q = None
+        row = [-(kyy_k - 2.0 * np.trace(AW) + np.einsum("ij,ij->", t, t)) / cnt_k]
+    return np.array(row), ([P @ Z, Q] if keep_model else None)
+
+
+def _woodbury_folds(pool, folds, Gf, Mf, kyy, cnt, *, P, evals, operator, T_Y, n, lams, ranks,
+                    keep_model) -> dict:
+    """The folds ``folds`` by the Woodbury route: ``{k: (row, models) or None}`` (None: the
+    fold takes the band route). Tasks per fold (the factor), then per (fold, λ), so two
+    threads share 5 folds × 10 λ evenly; each task is computed the same way on any thread."""
+    preps = list(pool.map(partial(_woodbury_prepare, P=P, operator=operator, T_Y=T_Y),
+                          [Gf[k] for k in folds], [Mf[k] for k in folds]))
+    pairs = [(i, lam) for i in range(len(folds)) for lam in lams]
+    work = partial(_woodbury_lam, P=P, evals=evals, n=n, ranks=ranks, keep_model=keep_model)
+    outs = list(pool.map(work, [preps[i] for i, _ in pairs],
+                         [kyy[folds[i]] for i, _ in pairs], [cnt[folds[i]] for i, _ in pairs],
+                         [lam for _, lam in pairs]))
+    done = {}
+    for i, k in enumerate(folds):
+        mine = outs[i * len(lams):(i + 1) * len(lams)]
+        if any(o is None for o in mine):
+            done[k] = None
+            continue
+        done[k] = (np.concatenate([row for row, _ in mine]),
+                   [model for _, model in mine] if keep_model else None)
+    return done

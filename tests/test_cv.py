@@ -297,19 +297,24 @@ def _sisokr_brute_force(model, X, Y, lams, ranks, folds, gx, gy):
     return out
 
 
-@pytest.mark.parametrize("route", ["default", "band 3", "eigen"])
+@pytest.mark.parametrize("route", ["default", "band 3", "eigen", "woodbury"])
 @pytest.mark.parametrize("ranks", [None, [1, 3, 8, 100]])
 def test_sisokr_cv_results_equal_brute_force(ranks, route, monkeypatch):
-    """Every fold's factor route: the default bandwidth (here r_X < 64: the fold matrix is
-    its own band), a band reduction of bandwidth 3 (12 panels at r_X = 40) and the
-    eigendecomposition fallback (as if every banded factor were indefinite)."""
+    """Every fold's factor route: the default (the band route at these sizes, bandwidth 96 >
+    r_X: the fold matrix is its own band), a band reduction of bandwidth 3 (12 panels at
+    r_X = 40), the eigendecomposition fallback (as if every banded factor were indefinite)
+    and the Woodbury route (n_k = 40 = r_X)."""
     import distsketch.cv
     from distsketch.solve import BandReduction
 
+    if route in ("band 3", "eigen"):
+        monkeypatch.setattr(distsketch.cv, "FOLD_ROUTE", "band")
     if route == "band 3":
         monkeypatch.setattr(distsketch.cv, "FOLD_BAND", 3)
     elif route == "eigen":
         monkeypatch.setattr(BandReduction, "solve", lambda self, X, shift: None)
+    elif route == "woodbury":
+        monkeypatch.setattr(distsketch.cv, "FOLD_ROUTE", "woodbury")
     rng = np.random.default_rng(5)
     X = rng.normal(size=(160, 4))
     Y = (X[:, :3] @ rng.normal(size=(3, 6)) + 0.3 * rng.normal(size=(160, 6)) > 0.5)
@@ -390,16 +395,18 @@ def test_sisokr_cv_bad_input_and_saved(tmp_path):
     assert np.array_equal(loaded.score_candidates(X[:4], Y[:6]), model.score_candidates(X[:4], Y[:6]))
 
 
+@pytest.mark.parametrize("route", ["band", "woodbury"])
 @pytest.mark.parametrize("scoring", ["f1_samples", "kernel_loss", "topk_accuracy"])
 @pytest.mark.parametrize("ranks", [None, [2, 5, 100]])
-def test_sisokr_cv_decoded_scores_equal_brute_force(scoring, ranks, monkeypatch):
+def test_sisokr_cv_decoded_scores_equal_brute_force(scoring, ranks, route, monkeypatch):
     """Decoded scoring: each fold's rows decoded over the unique training outputs by SISOKR
     refitted densely without the fold (fixed feature maps), F1 or minus the kernel loss
-    (the fold models from band reductions of bandwidth 5)."""
+    (the fold models from band reductions of bandwidth 5, or by the Woodbury route)."""
     import distsketch.cv
     from distsketch.metrics import f1_samples, kernel_loss
 
     monkeypatch.setattr(distsketch.cv, "FOLD_BAND", 5)
+    monkeypatch.setattr(distsketch.cv, "FOLD_ROUTE", route)
 
     rng = np.random.default_rng(7)
     n = 160
@@ -476,9 +483,12 @@ def test_band_reduction(r, band):
         assert fac.solve(fac.qt_dot(X), 0.0) is None
 
 
-def test_sisokr_cv_scores_do_not_depend_on_the_fold_threads(monkeypatch):
+@pytest.mark.parametrize("route", ["band", "woodbury"])
+def test_sisokr_cv_scores_do_not_depend_on_the_fold_threads(route, monkeypatch):
     """Each fold is computed the same way on any thread: bitwise equal scores."""
     import distsketch.cv
+
+    monkeypatch.setattr(distsketch.cv, "FOLD_ROUTE", route)
 
     rng = np.random.default_rng(11)
     X = rng.normal(size=(120, 3))
@@ -528,10 +538,16 @@ def _exact_fold_errors(X, Y, lams, ranks, folds, gx, gy):
 
 
 @pytest.mark.parametrize("sides", ["exact/exact", "exact/sketched", "sketched/exact"])
-def test_sisokr_cv_exact_sides_equal_exact_per_fold_models(sides, tmp_path):
+@pytest.mark.parametrize("route", ["woodbury", "band"])
+def test_sisokr_cv_exact_sides_equal_exact_per_fold_models(sides, route, tmp_path,
+                                                           monkeypatch):
     """An exact side (None) is cross-validated as SubSampling(n): its fold scores are those of
     the exact models trained on each fold's rows alone (representer theorem), for every λ and
-    rank; the refit equals SISOKR with the exact side at the best (λ, p)."""
+    rank, by either fold route (n_k = 16 of 48 features); the refit equals SISOKR with the
+    exact side at the best (λ, p)."""
+    import distsketch.cv
+
+    monkeypatch.setattr(distsketch.cv, "FOLD_ROUTE", route)
     rng = np.random.default_rng(11)
     X = rng.normal(size=(48, 3))
     Y = X[:, :2] @ rng.normal(size=(2, 4)) + 0.3 * rng.normal(size=(48, 4))
