@@ -134,10 +134,19 @@ class Loss(ParamsMixin):
         """Per-output bounds of a gradient entry (losses with :meth:`band`)."""
         return np.full(d, -np.inf), np.full(d, np.inf)
 
-    def band(self, R: np.ndarray, mu: float):
+    def kink_bounds(self, cols: np.ndarray, kink: np.ndarray, d: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """The subdifferential ``[lo_e, hi_e]`` of the loss at each held entry of a
+        :meth:`band` (output ``cols``, residual ``kink`` on the kink): the interval the KKT
+        polish keeps its multiplier ``β_e`` in. Default: :meth:`entry_bounds` of the output."""
+        lo, hi = self.entry_bounds(d)
+        return lo[cols], hi[cols]
+
+    def band(self, R: np.ndarray, mu: float, width: float = 0.0):
         """Entries ``(i, j)`` in the smoothing band of ``h_μ`` with the value ``r_ij`` takes
         on the kink (the *active set* of the non-smooth problem), for the KKT polish of
-        :mod:`distsketch.newton`: ``(rows, cols, kink)``. None when the loss has no such
+        :mod:`distsketch.newton`: ``(rows, cols, kink)``; with ``width > 0`` also the
+        entries within ``width`` of their kink on either side. None when the loss has no such
         linear description (smooth losses, radial losses with d > 1)."""
         return None
 
@@ -346,12 +355,21 @@ class EpsilonInsensitive(_Radial):
     def curvature_levels(self, d, mu=0.0, *, exact=True):
         return (0.0, 1.0 / mu) if d == 1 and mu > 0 else (0.0,)
 
-    def band(self, R, mu):
+    def kink_bounds(self, cols, kink, d):
+        # ∂h at r = +ε is [0, 1], at r = −ε it is [−1, 0]; at r = 0 (ε = 0) it is [−1, 1]
+        kink = np.asarray(kink, dtype=np.float64)
+        return np.where(kink > 0, 0.0, -1.0), np.where(kink < 0, 0.0, 1.0)
+
+    def band(self, R, mu, width=0.0):
         if R.shape[1] != 1 or mu <= 0:
             return None
         r = R[:, 0]
         over = np.abs(r) - float(self.epsilon)
-        rows = np.flatnonzero((over > 0) & (over <= mu))
+        near = (over > 0) & (over <= mu)
+        if width > 0:  # within half the tube of ±ε at most: the sign of r names the kink
+            eps = float(self.epsilon)
+            near |= np.abs(over) <= (min(width, 0.5 * eps) if eps > 0 else width)
+        rows = np.flatnonzero(near)
         return rows, np.zeros(len(rows), dtype=np.int64), np.sign(r[rows]) * float(self.epsilon)
 
     def sphere_band(self, R, mu):
@@ -422,11 +440,14 @@ class Pinball(Loss):
     def entry_bounds(self, d):
         return self._bounds(d)
 
-    def band(self, R, mu):
+    def band(self, R, mu, width=0.0):
         if mu <= 0:
             return None
         lo, hi = self._bounds(R.shape[1])
-        rows, cols = np.nonzero((R >= mu * lo) & (R <= mu * hi))
+        near = (R >= mu * lo) & (R <= mu * hi)
+        if width > 0:
+            near |= np.abs(R) <= width
+        rows, cols = np.nonzero(near)
         return rows, cols, np.zeros(len(rows))
 
     def _bounds(self, d):

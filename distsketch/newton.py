@@ -25,9 +25,11 @@ system of size ``r·d + d`` — or ``d`` systems of size ``r + 1`` (one factoris
 solves it. Non-smooth losses (ε-insensitive, pinball) are replaced by their Moreau envelopes
 ``h_μ`` with μ decreased by 10 whenever the smoothed problem's gap falls below a tenth of
 the true gap (continuation), so Newton converges on each and the true gap certifies the end.
-At each μ change a *KKT polish* tries the non-smooth problem's solution on the smoothing band's
-active set: for entry-wise kinks (scalar ε, pinball, also coupled by ``M``) an
-equality-constrained QP solved on the driver (:func:`polish`); for the radial ε with d > 1,
+At each μ change a *KKT polish* tries the non-smooth problem's solution: for entry-wise kinks
+(scalar ε, pinball, also coupled by ``M``) the exact solution of the problem restricted to the
+entries within ``WINDOW·μ`` of their kinks, the others' losses kept linear, solved on the
+driver (:func:`restricted_polish`; :func:`polish`, the equality-constrained QP on the smoothing
+band's active set, when no window is gathered); for the radial ε with d > 1,
 whose kink is the sphere ``‖r_i‖ = ε``, Newton (SQP) steps with those rows held on it, one
 sweep each (:func:`sphere_step`). Either ends at rounding level once the active set is right.
 The first iterate is the closed-form squared-loss solution from the pass's sums (exact for
@@ -100,8 +102,9 @@ MU_FACTOR = 0.1
 GAP_RATIO = 0.1
 #: Secant weights outside the smoothing band for smoothed losses (see solve_lam).
 SECANT = False
-#: Format of the solver state in a store (part of its key).
-STATE_VERSION = 1
+#: Format of the solver state in a store (part of its key); 2: the window of the restricted
+#: polish (``nwin``).
+STATE_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -435,8 +438,7 @@ def polish(prob: Problem, lam: float, s: dict) -> tuple[np.ndarray, np.ndarray] 
     AX = np.concatenate([prob.S[cols, a][:, None] * Phi for a in range(d)], axis=1)
     gX = (prob.T.T @ s["Ca_out"] @ prob.S / n).T.reshape(-1)
     sa = np.array(s["sa_out"], dtype=np.float64)
-    lo, hi = prob.loss.entry_bounds(d)
-    lo, hi = lo[cols], hi[cols]
+    lo, hi = prob.loss.kink_bounds(cols, s["E_target"] - s["E_y"], d)
     held = np.ones(k, dtype=bool)
     beta = np.zeros(k)
     for _ in range(k):
@@ -470,6 +472,162 @@ def polish(prob: Problem, lam: float, s: dict) -> tuple[np.ndarray, np.ndarray] 
     fix = {"fix_C": s["E_C"], "fix_col": cols.astype(np.float64), "fix_y": s["E_y"],
            "fix_beta": beta}
     return Xi, b0, fix
+
+
+#: Width, in units of μ, of the window of entries around their kink that a sweep gathers for
+#: the restricted polish (entry-wise kinks: scalar ε-insensitive, pinball with any d and M),
+#: the most entries gathered, and the largest system (``r·d + d``) the driver solves for it
+#: (each of its Newton steps factorises one; beyond, the band polish alone).
+WINDOW, WINDOW_ENTRIES, RESTRICTED_SIZE = 3.0, 4000, 512
+#: Continuation stages and Newton steps per stage of the restricted problem on the driver.
+RESTRICTED_STAGES, RESTRICTED_STEPS = 12, 40
+
+
+def _kkt_point(A: np.ndarray, Eb: np.ndarray | None, t: np.ndarray, g: np.ndarray,
+               sa: np.ndarray, lam: float, n: int):
+    """``argmin (λ/2)‖x‖² + gᵀx + (saᵀb)/n  s.t.  A x + Eb b = t`` (no b when ``Eb`` is
+    None; ``Eb``: the one-hot output of each entry) through its multipliers ν
+    (``λx = −g − Aᵀν``, ``Ebᵀν = −sa/n``): ``(x, b, ν)``."""
+    k = len(t)
+    K = -(A @ A.T) / lam
+    rhs = t + A @ g / lam
+    if Eb is not None:
+        d = Eb.shape[1]
+        K = np.block([[K, Eb], [Eb.T, np.zeros((d, d))]])
+        rhs = np.concatenate([rhs, -sa / n])
+    sol = _solve_kkt(K, rhs) if len(rhs) else np.zeros(0)
+    nu = sol[:k]
+    x = -(g + A.T @ nu) / lam
+    return x, sol[k:], nu
+
+
+def restricted_polish(prob: Problem, lam: float, s: dict, Xi: np.ndarray, b0: np.ndarray,
+                      mu: float):
+    """The exact minimiser of the problem restricted to a window of entries.
+
+    The sweep gathered the entries ``e = (i, j)`` within ``WINDOW·μ`` of their kink
+    (``collect`` with ``window``; separable losses: scalar ε, pinball with any d and ``M``):
+    their rows ``a_e`` of the constraint matrix (``a_e·vec Ξ = (S Ξᵀ φ_i)_j``, as in
+    :func:`polish`), targets ``t_e = y_ij + κ_e``, the subdifferential ``[lo_e, hi_e]`` at
+    the kink, and the gradient sums of the other entries, whose loss is kept linear (``g``:
+    their ``(1/n) Φᵀ α S`` and ``Σα``). The restricted problem, ``x = vec Ξ``::
+
+        min (λ/2)‖x‖² + gᵀx + (Σα)ᵀb₀/n + (1/n) Σ_e max(lo_e u_e, hi_e u_e),
+        u_e = a_eᵀx + b₀_j − t_e
+
+    is a lower model of the objective (each loss lies above its tangent), exact near the
+    iterate, so its minimiser is the end point of a descent direction. The driver solves it
+    (k ≤ WINDOW_ENTRIES entries, systems of size ``r·d + d``): Newton on its Moreau smoothing
+    (the band's Gram updated by the entries that enter or leave it) with an exact line search
+    (safeguarded Newton on the monotone piecewise-linear slope), μ divided by 10 per stage;
+    after each stage the KKT point on the band's active set (:func:`_kkt_point`) is accepted
+    once it is the restricted problem's solution (held ``β_e = nν_e ∈ [lo_e, hi_e]``, every
+    other entry on its side of the kink). Returns ``(Ξ, b₀, fix)`` as :func:`polish`, or
+    None (no exact point within RESTRICTED_STAGES stages).
+    """
+    k = len(s["E_row"])
+    if k == 0:
+        return None
+    n, r, d = prob.n, prob.r, prob.d
+    cols = np.asarray(s["E_col"], dtype=np.int64)
+    Phi = s["E_C"] @ prob.T
+    A = np.concatenate([prob.S[cols, a][:, None] * Phi for a in range(d)], axis=1)
+    rd = r * d
+    t = np.asarray(s["E_target"], dtype=np.float64)
+    lo, hi = prob.loss.kink_bounds(cols, t - s["E_y"], d)
+    ib = prob.intercept
+    gz = (prob.T.T @ s["Ca_out"] @ prob.S / n).T.reshape(-1)
+    z = Xi.T.reshape(-1).astype(np.float64)
+    pen = np.full(rd, lam)
+    At = A
+    if ib:  # z = (vec Ξ, b₀): the intercept unpenalised, each entry on its output's b₀
+        Eb = np.zeros((k, d))
+        Eb[np.arange(k), cols] = 1.0
+        At = np.hstack([A, Eb])
+        gz = np.concatenate([gz, np.asarray(s["sa_out"], dtype=np.float64) / n])
+        z = np.concatenate([z, np.asarray(b0, dtype=np.float64)])
+        pen = np.concatenate([pen, np.zeros(d)])
+    size = At.shape[1]
+    for _ in range(RESTRICTED_STAGES):
+        last = None
+        prev, G = np.zeros(k, dtype=bool), np.zeros((size, size))
+        for _ in range(RESTRICTED_STEPS):
+            u = At @ z - t
+            inb = (u > mu * lo) & (u < mu * hi)
+            if last is not None and np.array_equal(inb, last):
+                break  # the same band after a full Newton step: the smoothed minimiser
+            grad = pen * z + gz + At.T @ np.clip(u / mu, lo, hi) / n
+            add, rem = np.flatnonzero(inb & ~prev), np.flatnonzero(prev & ~inb)
+            if len(add) + len(rem) < int(inb.sum()):  # Σ_band ã ãᵀ updated by the changes
+                G = G + At[add].T @ At[add] - At[rem].T @ At[rem]
+            else:
+                Ab = At[inb]
+                G = Ab.T @ Ab
+            prev = inb
+            H = G / (n * mu)
+            H.flat[:: size + 1] += lam  # (the intercept damped by λ, as newton_direction)
+            dz = _solve_spd(H, -grad[:, None])[:, 0]
+            du = At @ dz
+            s0 = float(grad @ dz)
+            if not s0 < 0:
+                break
+            c0, c1 = float((pen * z + gz) @ dz), float(dz @ (pen * dz))
+
+            def slope(h):  # the smoothed restricted objective along dz: φ'(h), φ''(h)
+                v = (u + h * du) / mu
+                ins = (v > lo) & (v < hi)
+                return (c0 + h * c1 + float(np.clip(v, lo, hi) @ du) / n,
+                        c1 + float(du[ins] @ du[ins]) / (n * mu))
+
+            s1, curv = slope(1.0)
+            if abs(s1) <= 1e-9 * abs(s0):  # the Newton step ends on the minimum
+                z = z + dz
+                last = inb
+                continue
+            last = None
+            hlo, hhi, h = 0.0, math.inf, 1.0
+            for _ in range(100):  # safeguarded Newton on the monotone, piecewise-linear φ'
+                if s1 < 0:
+                    hlo = h
+                else:
+                    hhi = h
+                if abs(s1) <= 1e-12 * abs(s0) or hhi - hlo <= 1e-15 * hhi:
+                    break
+                h = h - s1 / curv if curv > 0 else math.nan
+                if not hlo < h < hhi:
+                    h = 0.5 * (hlo + hhi) if math.isfinite(hhi) else 2.0 * hlo
+                s1, curv = slope(h)
+            z = z + h * dz
+        u = At @ z - t
+        held = (u > mu * lo) & (u < mu * hi)
+        beta = np.where(u <= mu * lo, lo, hi)
+        mu *= 0.1
+        if held.sum() > size:  # more than a vertex holds: not the active set yet
+            continue
+        out = ~held
+        gk = gz[:rd] + A[out].T @ beta[out] / n
+        sk = (gz[rd:] * n + np.bincount(cols[out], weights=beta[out], minlength=d)
+              if ib else None)
+        x, bk, nu = _kkt_point(A[held], Eb[held] if ib else None, t[held], gk, sk, lam, n)
+        if not np.all(np.isfinite(x)):
+            continue
+        beta[held] = n * nu
+        uk = A @ x + (bk[cols] if ib else 0.0) - t
+        tol_u = 1e-9 * max(float(np.abs(t).max()), 1.0)
+        # the held entries on their kinks (a degenerate vertex: more held than independent
+        # constraints, and least squares leaves them off), their multipliers in the
+        # subdifferential, the others on their side of the kink
+        if (np.all(np.abs(uk[held]) <= tol_u)
+                and np.all(beta[held] >= lo[held] - 1e-9) and np.all(beta[held] <= hi[held] + 1e-9)
+                and np.all(uk[out & (beta == lo)] <= tol_u)
+                and np.all(uk[out & (beta == hi)] >= -tol_u)):
+            logger.debug("restricted polish: %d entries, %d held, exact at μ = %.3g", k,
+                         int(held.sum()), mu * 10)
+            fix = {"fix_C": s["E_C"], "fix_col": cols.astype(np.float64), "fix_y": s["E_y"],
+                   "fix_beta": np.clip(beta, lo, hi)}
+            return x.reshape(d, r).T, (bk if ib else np.zeros(d)), fix
+    logger.debug("restricted polish: no exact point on %d entries", k)
+    return None
 
 
 def _with_fix(prob: Problem, Xi: np.ndarray, b0: np.ndarray, s: dict, fix: dict, mu: float):
@@ -636,6 +794,10 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
     # a vertex holds at most r·d + d entries on their kinks: more cannot be a KKT point's
     # active set (and the polish's system would be over-determined)
     cap = min(POLISH_ENTRIES, (prob.r + 1) * d)
+    # entry-wise kinks (scalar ε, pinball): the sweeps gather a window of entries around their
+    # kinks, whose restricted problem the driver solves exactly (restricted_polish)
+    win = (WINDOW if loss.smoothed and loss.band(np.zeros((1, d)), 1.0) is not None
+           and (prob.r + 1) * d <= RESTRICTED_SIZE else 0.0)
     st = state.load() if state is not None else None
     if st is not None and st.get("done"):
         logger.info("λ = %.3g: solution found in the store (%d iterations)", lam, st["n_iter"])
@@ -647,7 +809,7 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
     else:
         v = {"Xi": np.array(Xi0, dtype=np.float64), "b0": np.array(b00, dtype=np.float64),
              "dXi": None, "db0": None, "mode": None, "n_iter": 0, "p_at": 0.0, "slope": 0.0,
-             "p_ref": 0.0, "nband": -1.0, "damp": 0.0, "history": [],
+             "p_ref": 0.0, "nband": -1.0, "nwin": -1.0, "damp": 0.0, "history": [],
              "mu": -1.0 if loss.smoothed else 0.0}  # -1: μ from the first sweep's residuals
     lsq = loss.lipschitz_sq(d)
     while True:
@@ -664,7 +826,9 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
         it = Iterate(loss, prob.coef(Xi), b0, None if dXi is None else prob.coef(dXi), db0,
                      0.0 if probe else mu, grid,
                      grid_mu=0.0 if mode in ("polish", "sphere") else None,
-                     gram=not probe, exact=exact, collect=0 <= v["nband"] <= cap and not sphere,
+                     gram=not probe, exact=exact,
+                     collect=(0 <= v.get("nwin", -1.0) <= WINDOW_ENTRIES if win else
+                              0 <= v["nband"] <= cap and not sphere), window=win,
                      base=base, levels=levels if len(levels) > 1 else (),
                      exclude=v["fix_col"].astype(np.int64) if sphere else None)
         s = sweeper(it)
@@ -673,6 +837,9 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
         fixd = {k: v.pop(k, None) for k in _FIX}
         if "nband" in s:
             v["nband"] = float(s["nband"])
+            logger.debug("smoothing band: %d entries", int(v["nband"]))
+        if "nwin" in s:
+            v["nwin"] = float(s["nwin"])
         if "at_level" in s:
             v["level"] = int(np.argmax(s["at_level"]))
         if sphere:
@@ -753,7 +920,12 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
                                  np.sqrt(np.einsum("ij,ij->i", s["E_a"], s["E_a"])), 1.0))
                 _save(state, v)
                 continue
-            pol = polish(prob, lam, s) if "E_row" in s else None
+            if "E_row" not in s:
+                pol = None
+            elif win:
+                pol = restricted_polish(prob, lam, s, Xi, b0, mu)
+            else:
+                pol = polish(prob, lam, s)
             if pol is not None:  # try the active set's KKT point, with the next μ's stats
                 v["dXi"], v["db0"] = pol[0] - Xi, pol[1] - b0
                 v["mode"], v["p_ref"] = "polish", p_true

@@ -105,7 +105,10 @@ class Iterate:
     each of these curvature levels (``at_level``); ``exclude``: sorted global row indices
     (at most a polish's active set) left out of the gradient and conjugate sums and of the
     Grams — the rows the driver holds on the sphere ``‖r‖ = ε`` and adds itself (their
-    losses stay in ``loss``, ``loss_mu`` and ``grid``; only with ``base = 0``).
+    losses stay in ``loss``, ``loss_mu`` and ``grid``; only with ``base = 0``); ``window``:
+    when > 0, ``collect`` gathers the entries within ``window·μ`` of their kink
+    (:meth:`~distsketch.losses.Loss.band` with ``width``) instead of the smoothing band, and
+    every sweep counts them (``nwin``).
     """
 
     loss: Loss
@@ -122,6 +125,7 @@ class Iterate:
     base: float | None = None
     levels: tuple = ()
     exclude: np.ndarray | None = None
+    window: float = 0.0
 
 
 class SweepSums(Reducer):
@@ -279,6 +283,9 @@ def _sweep_block(shared, item, ws) -> dict:
     if band is not None:
         rows, cols, kink = band
         out["nband"] = np.array(float(len(rows)))
+        if it.window > 0:  # the entries near their kink (the driver's restricted problem)
+            rows, cols, kink = loss.band(R, mu, width=it.window * mu)
+            out["nwin"] = np.array(float(len(rows)))
         if it.collect:
             a_out = alpha.copy()
             a_out[rows, cols] = 0.0
