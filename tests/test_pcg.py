@@ -371,3 +371,23 @@ def test_upper_gram_blockwise_equals_the_product(m, block, monkeypatch):
     P = pcg.Preconditioner(np.eye(m), lam, 10, T=T)
     assert np.allclose(P.A.T @ P.A, want / m + lam * np.eye(m), rtol=0,
                        atol=64 * m * np.finfo(float).eps * np.abs(want).max() / m)
+
+
+def test_product_tiles_stay_in_cache_and_any_tiling_gives_the_sum(monkeypatch):
+    """The tile rows shrink with m so that a float64 tile stays about PRODUCT_TILE_BYTES (within
+    [8, 512] rows), and ``gram_product`` over a block with several tiles equals the float64
+    product of the same values whatever the tile size (the sums of float64 tiles in order)."""
+    import distsketch.sweep as sw
+    from distsketch.engine import Workspace
+
+    assert sw.product_tile_rows(1000) == 262 and sw.product_tile_rows(20_000) == 13
+    assert sw.product_tile_rows(10) == 512 and sw.product_tile_rows(10**6) == 8
+    rng = np.random.default_rng(1)
+    C32 = rng.random((301, 50)).astype(np.float32)
+    V = rng.standard_normal((50, 3))
+    C64 = C32.astype(np.float64)
+    want = C64.T @ (C64 @ V)
+    bound = 64 * np.finfo(float).eps * np.abs(C64).sum(0).max() * (np.abs(C64) @ np.abs(V)).max()
+    for tile_bytes in (8 * 50 * 8, 8 * 50 * 37, 1 << 30):
+        monkeypatch.setattr(sw, "PRODUCT_TILE_BYTES", tile_bytes)
+        assert np.abs(sw.gram_product(C32, V, Workspace()) - want).max() <= bound
