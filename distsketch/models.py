@@ -1238,25 +1238,33 @@ _IDLE_WINDOW = 0.05
 
 
 def _idle_cores(window: float = _IDLE_WINDOW) -> float:
-    """Cores idle over ``window`` seconds (idle + iowait jiffies of /proc/stat's first line
-    times the number of CPUs); 0 where /proc/stat cannot be read."""
+    """Cores not used by other processes over ``window`` seconds: the idle + iowait jiffies
+    of /proc/stat's first line plus this process's own CPU time (``os.times``: a driver's
+    BLAS threads still spinning after its previous factorisation are its own, not another
+    user's — without it a second factorisation right after a first one saw one core "busy"),
+    as a fraction of all jiffies times the number of CPUs; 0 where /proc/stat cannot be
+    read."""
     import os
     import time
+
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
     def sample():
         with open("/proc/stat") as f:
             v = [float(x) for x in f.readline().split()[1:9]]
-        return v[3] + v[4], sum(v)
+        t = os.times()
+        return v[3] + v[4], sum(v), (t.user + t.system) * tick
 
     try:
-        idle0, total0 = sample()
+        idle0, total0, own0 = sample()
         time.sleep(window)
-        idle1, total1 = sample()
+        idle1, total1, own1 = sample()
     except (OSError, ValueError, IndexError):
         return 0.0
     if total1 <= total0:
         return 0.0
-    return (idle1 - idle0) / (total1 - total0) * (os.cpu_count() or 1)
+    free = (idle1 - idle0) + max(own1 - own0, 0.0)
+    return min(1.0, free / (total1 - total0)) * (os.cpu_count() or 1)
 
 
 _IDLE_SAMPLE = [-np.inf, 0.0]  # (time.monotonic() of the sample, idle cores)

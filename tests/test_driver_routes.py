@@ -266,3 +266,28 @@ def test_driver_threads_rule():
     import os
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     assert 1 <= driver_blas_threads(5000) <= cores
+
+
+def test_idle_cores_count_this_process_own_cpu_as_free(monkeypatch):
+    """The idle-core sample counts the CPU time of this process (its own BLAS threads still
+    spinning after a factorisation) as free, other processes' as busy: with /proc/stat and
+    os.times faked over a window of 100 jiffies on 4 CPUs (400 in all), 100 idle jiffies
+    plus 150 of this process's make 2.5 free cores; without the process's time, 1."""
+    import io
+    import os
+    import types
+
+    import distsketch.models as mo
+
+    stats = iter(["cpu  1000 0 0 5000 0 0 0 0 0 0\n", "cpu  1300 0 0 5100 0 0 0 0 0 0\n"])
+    times = iter([0.0, 1.5])  # seconds of this process: 150 jiffies at 100 per second
+    real_open = open
+
+    def fake_open(path, *a, **kw):
+        return io.StringIO(next(stats)) if path == "/proc/stat" else real_open(path, *a, **kw)
+
+    monkeypatch.setattr("builtins.open", fake_open)
+    monkeypatch.setattr(os, "times", lambda: types.SimpleNamespace(user=next(times), system=0.0))
+    monkeypatch.setattr(os, "sysconf", lambda name: 100)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    assert mo._idle_cores(window=0.0) == pytest.approx(2.5)
