@@ -18,8 +18,12 @@ Gaussian kernel γ = 1/(2d), ``SubSampling(m)`` landmarks, λ = 1e-6, default en
     (``ru_maxrss``) is reported (benchmarks/bench_rss.py's method), with the test RMSE of
     m = 1 000 and 5 000 for comparison. Long (targets: ≤ 20 min, ≤ 8 GB).
 
-    python benchmarks/bench_large_m.py [--n 100000] [--ms 2000 4000 ...] [--part a|b|ab]
-                                       [--quick]
+(c) ``--part none --probe --n 200000``: one PCG pass's wall time per kernel value at
+    m = ``--probe-m`` (20 000), with ``gram_product``'s cache-sized tiles against the former
+    fixed 256 rows, alternated (a few iterations each; the section keeps the last (a), (b)).
+
+    python benchmarks/bench_large_m.py [--n 100000] [--ms 2000 4000 ...]
+                                       [--part a|b|ab|none] [--probe] [--quick]
 """
 
 from __future__ import annotations
@@ -115,6 +119,58 @@ def child(m: int, n: int, tol: float, solver: str) -> None:
     print(json.dumps(out))
 
 
+def probe(args) -> dict:
+    """One PCG fit of ``--probe-iterations`` iterations at n = ``--n``, m = ``--probe-m``,
+    ``--probe-reps`` times per tile setting (alternated): the passes' wall times, from the
+    sweeper's calls."""
+    import distsketch.sweep as sw
+
+    X, y = data(args.n, 0)
+    times: list[float] = []
+    call = sw.Sweeper.__call__
+
+    def timed(self, it):
+        t = time.perf_counter()
+        out = call(self, it)
+        times.append(time.perf_counter() - t)
+        return out
+
+    sw.Sweeper.__call__ = timed
+    default = sw.PRODUCT_TILE_BYTES
+    rows = {}
+    try:
+        for rep in range(args.probe_reps):
+            for tiles, nbytes in (("cache-sized", default), ("256 rows", 256 * 8 * args.probe_m)):
+                sw.PRODUCT_TILE_BYTES = nbytes
+                times.clear()
+                t = time.perf_counter()
+                fit_only(X, y, m=args.probe_m, iterations=args.probe_iterations)
+                seconds = time.perf_counter() - t
+                per = float(np.median(times[1:]))
+                rows.setdefault(tiles, []).append((seconds, per))
+                print(f"{tiles}: fit {seconds:.1f} s, {per:.2f} s / pass", flush=True)
+    finally:
+        sw.Sweeper.__call__ = call
+        sw.PRODUCT_TILE_BYTES = default
+    out = []
+    for tiles, v in rows.items():
+        sec, per = np.median([a for a, _ in v]), np.median([b for _, b in v])
+        out.append({"tiles": tiles, "seconds": float(sec), "per_pass": float(per),
+                    "ns_per_value": float(per / (args.n * args.probe_m) * 1e9)})
+    return {"n": args.n, "m": args.probe_m, "iterations": args.probe_iterations, "rows": out}
+
+
+def fit_only(X, y, *, m: int, iterations: int) -> None:
+    import warnings
+
+    import distsketch as ds
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # max_iter is reached on purpose
+        ds.SketchedKRR(ds.Gaussian(gamma=GAMMA), sketch=ds.SubSampling(m), lam=LAM,
+                       solver="pcg", tol=1e-12, max_iter=iterations, random_state=0).fit(X, y)
+
+
 def part_b(args) -> dict:
     """The largest m with PCG first, then the comparison m with ``solver="auto"`` (the
     direct route at these m: faster than PCG there, the same model to the PCG tolerance)."""
@@ -142,7 +198,13 @@ def main() -> None:
     ap.add_argument("--n-b", type=int, default=1_000_000)
     ap.add_argument("--ms", type=int, nargs="+", default=[2000, 4000, 6000, 8000, 10_000])
     ap.add_argument("--tol", type=float, default=1e-6)
-    ap.add_argument("--part", default="a", choices=["a", "b", "ab"])
+    ap.add_argument("--part", default="a", choices=["a", "b", "ab", "none"])
+    ap.add_argument("--probe", action="store_true",
+                    help="(c): a pass's cost at n = --n, m = --probe-m, cache-sized product "
+                         "tiles against 256-row ones (use with --part none)")
+    ap.add_argument("--probe-m", type=int, default=20_000)
+    ap.add_argument("--probe-iterations", type=int, default=3)
+    ap.add_argument("--probe-reps", type=int, default=1, help="alternated fits per setting")
     ap.add_argument("--quick", action="store_true", help="n = 4000, m = 100, 200; no RESULTS.md")
     ap.add_argument("--ms-b", type=int, nargs="+", default=[1000, 5000, 20_000],
                     help="m of part (b): the largest with PCG, the others with solver='auto'")
@@ -163,17 +225,21 @@ def main() -> None:
         out["a"] = part_a(args, report=partial if len(args.ms) > 1 else None)
     if "b" in args.part:
         out["b"] = part_b(args)
+    if args.probe:
+        out["probe"] = probe(args)
     if not args.quick:
         write(out)
 
 
-def last_grid() -> tuple[str | None, dict | None]:
-    """The newest record of results/large_m.jsonl with a finished (a) grid of several m."""
+def last_grid(part: str = "a") -> tuple[str | None, dict | None]:
+    """The newest record of results/large_m.jsonl with a finished ``part`` (for (a): a grid
+    of several m)."""
     path = _common.RESULTS_DIR / "large_m.jsonl"
     if not path.exists():
         return None, None
     recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    recs = [r for r in recs if len(r.get("a", {}).get("rows", [])) > 1 and not r.get("partial")]
+    recs = [r for r in recs if part in r and not r.get("partial")
+            and (part != "a" or len(r["a"].get("rows", [])) > 1)]
     return (recs[-1]["date"], recs[-1]) if recs else (None, None)
 
 
@@ -205,9 +271,15 @@ def write(out: dict) -> None:
                   + (f"m = {cm:,}" if cm else "not reached in this grid") + "."
                   + (" (Written after each m: the run had not finished the grid.)"
                      if out.get("partial") else ""))
+    b_date = None
+    if "b" not in out:  # likewise the last recorded (b)
+        b_date, b_rec = last_grid("b")
+        if b_rec is not None:
+            out = {**out, "b": b_rec["b"], "n_b": b_rec["n_b"]}
     if "b" in out:
         b = out["b"]
-        md.append(f"\n(b) n = {out['n_b']:,}, one fresh process per fit (the largest m with "
+        md.append(f"\n(b) n = {out['n_b']:,}" + (f" (from the run of {b_date})" if b_date else "")
+                  + ", one fresh process per fit (the largest m with "
                   "PCG, the others with `solver=\"auto\"`); GEMM "
                   f"{b.get('gemm_gflops', float('nan')):.1f} GFLOP/s, float32 exp "
                   f"{b.get('exp32_per_s', float('nan')) / 1e9:.2f} G/s in this run\n\n"
@@ -222,6 +294,17 @@ def write(out: dict) -> None:
                 cells = ["", "", ""]
             md.append(f"| {r['m']:,} | {r.get('solver', 'pcg')} | {r['seconds']:.0f} | "
                       + " | ".join(cells) + f" | {r['rmse']:.6f} | {r['peak_rss_mib']:.0f} |")
+    if "probe" in out:
+        pr = out["probe"]
+        md.append(f"\n(c) `--probe`: one PCG pass's cost at n = {pr['n']:,}, m = {pr['m']:,} "
+                  f"({pr['iterations']} iterations, float32 blocks): median wall time of the "
+                  "passes after the first, per kernel value, with `gram_product`'s tiles sized "
+                  "to the cache (`sweep.PRODUCT_TILE_BYTES`) and with the former fixed 256 rows "
+                  "(alternated fits)\n\n| tiles | fit (s) | s / pass | ns per value (wall) |\n"
+                  "|---|---|---|---|")
+        for r in pr["rows"]:
+            md.append(f"| {r['tiles']} | {r['seconds']:.1f} | {r['per_pass']:.2f} | "
+                      f"{r['ns_per_value']:.3f} |")
     _common.record("large_m", "\n".join(md), out)
 
 
