@@ -6,7 +6,7 @@ Protocol
   ``SubSampling(--m-in)`` in and ``PSparsified(--m-out, 20/n, gaussian)`` out, σ²_x = σ²_y = 1e4,
   λ = 1e-5 (the paper's setting, as ``bench_bibtex.py``).
 - Three settings of ``distsketch.driver-threads`` (dask config): ``1``, the number of cores,
-  and ``"auto"`` (the rule of ``distsketch.models.driver_blas_threads``: the cores found idle
+  and ``"auto"`` (the rule of ``distsketch.options.driver_blas_threads``: the cores found idle
   over a 50 ms sample of /proc/stat once the pass is over, one thread below m = 1000).
 - Timed: the whole fit and its driver phase (``SISOKR._solve`` + ``_update_coef``: whitening
   route, factorisations, basis products), medians over ``--repeats`` rounds in rotated order;
@@ -68,6 +68,7 @@ def main() -> None:
 
     import distsketch as ds
     import distsketch.models as models
+    import distsketch.options as options
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     load_start = os.getloadavg()[0]
@@ -77,7 +78,7 @@ def main() -> None:
     n = len(X)
     driver = {"s": 0.0, "threads": []}
     solve, update = models.SISOKR._solve, models.SISOKR._update_coef
-    rule = models.driver_blas_threads
+    rule = options.driver_blas_threads
 
     def timed_solve(self, *a, **k):
         t = time.perf_counter()
@@ -97,7 +98,7 @@ def main() -> None:
         return k
 
     models.SISOKR._solve, models.SISOKR._update_coef = timed_solve, timed_update
-    models.driver_blas_threads = counted_rule
+    options.driver_blas_threads = counted_rule
     settings = list(dict.fromkeys([1, cores, "auto"]))
     times = {s: [] for s in settings}
     chosen = []
@@ -121,7 +122,7 @@ def main() -> None:
                       flush=True)
     finally:
         models.SISOKR._solve, models.SISOKR._update_coef = solve, update
-        models.driver_blas_threads = rule
+        options.driver_blas_threads = rule
     m = args.m_in
     f1 = _factor_times(m, 1)
     fk = _factor_times(m, cores)

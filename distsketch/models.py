@@ -30,7 +30,7 @@ from ._base import check_lam
 from .estimator import FitSpec, RidgeEstimator, SketchedEstimator
 from .features import FeatureMap
 from .kernels import Linear
-from .options import with_blas_limit
+from .options import driver_threads, with_blas_limit
 from .rows import as_row_source
 from .solve import check_rank, factored_directions, krr_coef, krr_sums, prediction_covariance, \
     principal_directions, sisokr_coef, sisokr_sums, solve_krr, solve_sisokr
@@ -1222,78 +1222,6 @@ def with_metric(sol, arrays: dict):
     metric = arrays.get("input_metric")
     return sol if metric is None else dataclasses.replace(
         sol, metric=np.asarray(metric, dtype=np.float64))
-
-
-# BLAS threads of the driver's solve, once the pass is over. Its tasks ran one per core on one
-# BLAS thread each (distsketch.blas-threads); the driver is one process left with the
-# machine, so it may use the cores that are idle NOW — on a machine shared with other work a
-# second BLAS thread is far slower than one (measured on this 2-core machine under load:
-# Cholesky of 2250² 0.135 s → 1.2 s, eigh 5 s → 20 s). The rule, from the measurements in
-# docs/design.md ("Driver routes"): below _DRIVER_THREADS_MIN_SIZE one thread (the
-# factorisations are too small to share); above, as many threads as cores found idle over a
-# _IDLE_WINDOW-second sample of /proc/stat (Linux; elsewhere one thread). Configuration
-# ``distsketch.driver-threads`` (dask config): "auto" (this rule, the default) or a number.
-_DRIVER_THREADS_MIN_SIZE = 1000
-_IDLE_WINDOW = 0.05
-
-
-def _idle_cores(window: float = _IDLE_WINDOW) -> float:
-    """Cores not used by other processes over ``window`` seconds: the idle + iowait jiffies
-    of /proc/stat's first line plus this process's own CPU time (``os.times``: a driver's
-    BLAS threads still spinning after its previous factorisation are its own, not another
-    user's — without it a second factorisation right after a first one saw one core "busy"),
-    as a fraction of all jiffies times the number of CPUs; 0 where /proc/stat cannot be
-    read."""
-    import os
-    import time
-
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-    def sample():
-        with open("/proc/stat") as f:
-            v = [float(x) for x in f.readline().split()[1:9]]
-        t = os.times()
-        return v[3] + v[4], sum(v), (t.user + t.system) * tick
-
-    try:
-        idle0, total0, own0 = sample()
-        time.sleep(window)
-        idle1, total1, own1 = sample()
-    except (OSError, ValueError, IndexError):
-        return 0.0
-    if total1 <= total0:
-        return 0.0
-    free = (idle1 - idle0) + max(own1 - own0, 0.0)
-    return min(1.0, free / (total1 - total0)) * (os.cpu_count() or 1)
-
-
-_IDLE_SAMPLE = [-np.inf, 0.0]  # (time.monotonic() of the sample, idle cores)
-
-
-def driver_blas_threads(size: int) -> int:
-    """BLAS threads for a driver factorisation of order ``size`` (the rule above)."""
-    import os
-    import time
-
-    import dask.config
-
-    setting = dask.config.get("distsketch.driver-threads", "auto")
-    if setting != "auto":
-        return max(1, int(setting))
-    if size < _DRIVER_THREADS_MIN_SIZE:
-        return 1
-    now = time.monotonic()
-    if now - _IDLE_SAMPLE[0] > 1.0:  # one sample serves the calls of the next second
-        _IDLE_SAMPLE[:] = [now, _idle_cores()]
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(int(cores or 1), int(_IDLE_SAMPLE[1] + 0.25)))
-
-
-def driver_threads(size: int):
-    """Context manager: BLAS limited to :func:`driver_blas_threads` threads."""
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=driver_blas_threads(size), user_api="blas")
 
 
 def _driver_size(sums: dict) -> int:

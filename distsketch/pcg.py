@@ -69,6 +69,7 @@ from scipy.linalg import LinAlgError, cholesky, solve_triangular
 from ._hashing import data_fingerprint, fingerprint
 from .backends import dense
 from .newton import SolverState, convergence_warning, state_key
+from .options import driver_threads
 from .rows import check_finite_block
 from .store import DataChanged
 from .sweep import SweepData, Sweeper, _block_native, gram_product
@@ -310,14 +311,6 @@ def upper_gram(T: np.ndarray) -> np.ndarray:
     return out
 
 
-def _driver_threads(m: int):
-    """BLAS threads for the driver's m × m work between passes (the rule of
-    :func:`distsketch.models.driver_blas_threads`: the cores found idle)."""
-    from .models import driver_threads
-
-    return driver_threads(m)
-
-
 def factor_kmm(Kmm) -> np.ndarray:
     """``T`` upper-triangular with ``TᵀT = K_mm + εI``, ε the smallest of
     ``JITTER · m · mean(diag) · 100^k`` for which the factorisation succeeds (``Kmm``: an
@@ -431,7 +424,7 @@ def _solve_lam(Kmm, T, z, lam, n, sweeper, *, alpha0, galpha0, tol, max_iter, st
     intercept, ``H = K_nmᵀ K_nm − c cᵀ + nλ K_mm`` (the rank-one term on the driver, no pass).
     ``Kᵀ K α`` is returned uncentred in both cases.
     """
-    with _driver_threads(Kmm.m if isinstance(Kmm, LandmarkGram) else len(Kmm)):
+    with driver_threads(Kmm.m if isinstance(Kmm, LandmarkGram) else len(Kmm)):
         P = Preconditioner(Kmm, lam, n, T=T, centre=c is not None)
     nlam = n * lam
 
@@ -586,7 +579,7 @@ def lam_path(sweeper: Sweeper, Kmm, z: np.ndarray, lams, *, tol: float, max_iter
     """
     n = sweeper.data.n
     m, t = z.shape
-    with _driver_threads(m):  # between passes: the driver's factorisations on idle cores
+    with driver_threads(m):  # between passes: the driver's factorisations on idle cores
         T = factor_kmm(Kmm)
     order = sorted(range(len(lams)), key=lambda k: -lams[k])
     alphas, galphas = np.empty((len(lams), m, t)), np.empty((len(lams), m, t))

@@ -6,6 +6,7 @@ import pytest
 import distsketch as ds
 from distsketch.accumulate import fold_ids
 from naive import norm_rel_err
+from cvhelpers import sisokr_brute_force
 
 GAMMA = 0.5
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=64)
@@ -258,45 +259,6 @@ def test_width_grid_bad_input_before_anything_is_written(tmp_path, kernel, gamma
     assert not store.exists()
 
 
-def _sisokr_brute_force(model, X, Y, lams, ranks, folds, gx, gy):
-    """SISOKR on each fold's training rows in the fixed (whitened) feature maps, densely:
-    Φ_X = K_X R_Xᵀ T_X, Φ_Y = K_Y R_Yᵀ T_Y, W = Φ_Y,trᵀ Φ_X,tr (Φ_X,trᵀ Φ_X,tr + n_tr λ)^{-1};
-    rank p: g ↦ Q_p Q_pᵀ g with Q the principal axes of the training predictions; the
-    validation surrogate error ‖ĥ(x) − ψ(y)‖² = k(y,y) − 2 gᵀφ_Y(y) + ‖g‖²."""
-    def gauss(A, g):
-        return np.exp(-g * ((A[:, None, :] - A[None, :, :]) ** 2).sum(-1))
-
-    def white(B):
-        s, U = np.linalg.eigh(0.5 * (B + B.T))
-        keep = s > 1e-10 * s[-1]
-        return U[:, keep] / np.sqrt(s[keep])
-
-    n = len(X)
-    Kx, Ky = gauss(X, gx), gauss(Y, gy)
-    Rx, Ry = (np.asarray(r.toarray() if hasattr(r, "toarray") else r)
-              for r in (model.input_sketch_.matrix(), model.output_sketch_.matrix()))
-    Px = Kx @ Rx.T @ white(Rx @ Kx @ Rx.T)
-    Py = Ky @ Ry.T @ white(Ry @ Ky @ Ry.T)
-    f = fold_ids(0, n, n, folds)
-    grid = [(lam, p) for lam in lams for p in (ranks or [None])]
-    out = np.empty((f.max() + 1, len(grid)))
-    for k in range(f.max() + 1):
-        tr, va = f != k, f == k
-        for j, (lam, p) in enumerate(grid):
-            A = Px[tr].T @ Px[tr] + tr.sum() * lam * np.eye(Px.shape[1])
-            W = Py[tr].T @ Px[tr] @ np.linalg.inv(A)
-            g = Px[va] @ W.T
-            if p is not None:
-                pred = Px[tr] @ W.T
-                w, Q = np.linalg.eigh(pred.T @ pred)
-                Qp = Q[:, ::-1][:, :p]
-                g = g @ Qp @ Qp.T
-            err = np.diag(Ky)[va] - 2 * np.einsum("ij,ij->i", g, Py[va]) \
-                + np.einsum("ij,ij->i", g, g)
-            out[k, j] = -err.mean()
-    return out
-
-
 @pytest.mark.parametrize("route", ["default", "band 3", "eigen", "woodbury"])
 @pytest.mark.parametrize("ranks", [None, [1, 3, 8, 100]])
 def test_sisokr_cv_results_equal_brute_force(ranks, route, monkeypatch):
@@ -323,7 +285,7 @@ def test_sisokr_cv_results_equal_brute_force(ranks, route, monkeypatch):
     model = ds.SISOKRCV(ds.Gaussian(gamma=0.3), ds.Gaussian(gamma=0.5),
                         input_sketch=ds.SubSampling(40), output_sketch=ds.SubSampling(30),
                         lams=lams, ranks=ranks, cv=4, random_state=0, options=F64).fit(X, Y)
-    want = _sisokr_brute_force(model, X, Y, lams, ranks, "4", 0.3, 0.5)
+    want = sisokr_brute_force(model, X, Y, lams, ranks, "4", 0.3, 0.5)
     got = np.stack([model.cv_results_[f"split{k}_test_score"] for k in range(4)])
     assert norm_rel_err(got, want) <= 1e-8
     best = model.cv_results_["params"][int(np.argmax(want.mean(axis=0)))]
@@ -351,7 +313,7 @@ def test_sisokr_cv_width_grid_in_one_pass_equals_brute_force(scoring, tmp_path):
                         random_state=0, options=F64, store=tmp_path / "w.zarr").fit(X, Y)
     got = np.stack([model.cv_results_[f"split{k}_test_score"] for k in range(4)])
     if scoring == "surrogate":
-        want = np.concatenate([_sisokr_brute_force(model, X, Y, lams, ranks, "4", g, 0.5)
+        want = np.concatenate([sisokr_brute_force(model, X, Y, lams, ranks, "4", g, 0.5)
                                for g in gammas], axis=1)
         assert norm_rel_err(got, want) <= 1e-8
     else:  # decoded: each width as its own SISOKRCV (the surrogate route checks the sums)

@@ -7,51 +7,11 @@ import pytest
 import distsketch as ds
 import distsketch.cv
 from distsketch.accumulate import fold_ids
+from cvhelpers import sisokr_brute_force
 from naive import norm_rel_err
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=64)
 GX, GY = 0.3, 0.5
-
-
-def _gauss(A, g):
-    return np.exp(-g * ((A[:, None, :] - A[None, :, :]) ** 2).sum(-1))
-
-
-def _white(B):
-    s, U = np.linalg.eigh(0.5 * (B + B.T))
-    keep = s > 1e-10 * s[-1]
-    return U[:, keep] / np.sqrt(s[keep])
-
-
-def _brute_force(model, X, Y, lams, ranks, folds):
-    """SISOKR refitted densely on each fold's training rows in the fixed whitened feature maps
-    ``Φ_X = K_X R_Xᵀ T_X``, ``Φ_Y = K_Y R_Yᵀ T_Y``: ``W = Φ_Y,trᵀ Φ_X,tr (Φ_X,trᵀ Φ_X,tr +
-    n_tr λ)^{-1}``, rank p by the principal axes of the training predictions; minus the mean
-    validation surrogate error ``k(y,y) − 2 gᵀφ_Y(y) + ‖g‖²``."""
-    n = len(X)
-    Kx, Ky = _gauss(X, GX), _gauss(Y, GY)
-    Rx, Ry = (np.asarray(r.toarray() if hasattr(r, "toarray") else r)
-              for r in (model.input_sketch_.matrix(), model.output_sketch_.matrix()))
-    Px = Kx @ Rx.T @ _white(Rx @ Kx @ Rx.T)
-    Py = Ky @ Ry.T @ _white(Ry @ Ky @ Ry.T)
-    f = fold_ids(0, n, n, folds)
-    grid = [(lam, p) for lam in lams for p in (ranks or [None])]
-    out = np.empty((f.max() + 1, len(grid)))
-    for k in range(f.max() + 1):
-        tr, va = f != k, f == k
-        for j, (lam, p) in enumerate(grid):
-            A = Px[tr].T @ Px[tr] + tr.sum() * lam * np.eye(Px.shape[1])
-            W = np.linalg.solve(A, Px[tr].T @ Py[tr]).T
-            g = Px[va] @ W.T
-            if p is not None:
-                pred = Px[tr] @ W.T
-                _, Q = np.linalg.eigh(pred.T @ pred)
-                Qp = Q[:, ::-1][:, :p]
-                g = g @ Qp @ Qp.T
-            err = np.diag(Ky)[va] - 2 * np.einsum("ij,ij->i", g, Py[va]) \
-                + np.einsum("ij,ij->i", g, g)
-            out[k, j] = -err.mean()
-    return out
 
 
 def _data(n=160, seed=5, duplicates=False):
@@ -93,7 +53,7 @@ def test_woodbury_route_equals_brute_force(case, ranks, monkeypatch):
     lams = [1e-4, 1e-2, 1.0]
     model = _fit(X, Y, lams, ranks, m_in=15 if case == "n_k > r_X" else 40)
     assert calls == [True] * 12  # 4 folds × 3 λ: no fold fell back to the band route
-    want = _brute_force(model, X, Y, lams, ranks, "4")
+    want = sisokr_brute_force(model, X, Y, lams, ranks, "4", GX, GY)
     assert norm_rel_err(_scores(model, 4), want) <= 1e-8
     best = model.cv_results_["params"][int(np.argmax(want.mean(axis=0)))]
     assert model.best_params_ == best
@@ -131,7 +91,7 @@ def test_mixed_routes_and_fallbacks(monkeypatch):
 
     monkeypatch.setattr(distsketch.cv, "fold_route", by_count)
     model = _fit(X, Y, lams, ranks, cv=3)
-    want = _brute_force(model, X, Y, lams, ranks, "3")
+    want = sisokr_brute_force(model, X, Y, lams, ranks, "3", GX, GY)
     assert sorted(routes) == [53, 54, 54]
     assert norm_rel_err(_scores(model, 3), want) <= 1e-8
 

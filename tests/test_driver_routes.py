@@ -15,7 +15,7 @@ from naive import pass_sums, rel_err, sisokr_linear_predict, sisokr_scores, \
 
 import distsketch as ds
 import distsketch.solve as solve
-from distsketch.models import driver_blas_threads
+from distsketch.options import driver_blas_threads
 
 KX = ds.Gaussian(gamma=1.0)
 KY = ds.Gaussian(gamma=0.5)
@@ -277,7 +277,7 @@ def test_idle_cores_count_this_process_own_cpu_as_free(monkeypatch):
     import os
     import types
 
-    import distsketch.models as mo
+    import distsketch.options as mo
 
     stats = iter(["cpu  1000 0 0 5000 0 0 0 0 0 0\n", "cpu  1300 0 0 5100 0 0 0 0 0 0\n"])
     times = iter([0.0, 1.5])  # seconds of this process: 150 jiffies at 100 per second
