@@ -7,19 +7,23 @@ import numpy as np
 from distsketch.accumulate import fold_ids
 
 
+def gauss(A, g):
+    """Gaussian kernel matrix ``exp(−g‖a_i − a_j‖²)`` of the rows of ``A``, densely."""
+    return np.exp(-g * ((A[:, None, :] - A[None, :, :]) ** 2).sum(-1))
+
+
+def white(B):
+    """Eigen whitening of ``B``: ``U_r diag(s_r^{-1/2})``, eigenvalues above 1e-10·max."""
+    s, U = np.linalg.eigh(0.5 * (B + B.T))
+    keep = s > 1e-10 * s[-1]
+    return U[:, keep] / np.sqrt(s[keep])
+
+
 def sisokr_brute_force(model, X, Y, lams, ranks, folds, gx, gy):
     """SISOKR on each fold's training rows in the fixed (whitened) feature maps, densely:
     Φ_X = K_X R_Xᵀ T_X, Φ_Y = K_Y R_Yᵀ T_Y, W = Φ_Y,trᵀ Φ_X,tr (Φ_X,trᵀ Φ_X,tr + n_tr λ)^{-1};
     rank p: g ↦ Q_p Q_pᵀ g with Q the principal axes of the training predictions; the
     validation surrogate error ‖ĥ(x) − ψ(y)‖² = k(y,y) − 2 gᵀφ_Y(y) + ‖g‖²."""
-    def gauss(A, g):
-        return np.exp(-g * ((A[:, None, :] - A[None, :, :]) ** 2).sum(-1))
-
-    def white(B):
-        s, U = np.linalg.eigh(0.5 * (B + B.T))
-        keep = s > 1e-10 * s[-1]
-        return U[:, keep] / np.sqrt(s[keep])
-
     n = len(X)
     Kx, Ky = gauss(X, gx), gauss(Y, gy)
     Rx, Ry = (np.asarray(r.toarray() if hasattr(r, "toarray") else r)

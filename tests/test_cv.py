@@ -6,7 +6,7 @@ import pytest
 import distsketch as ds
 from distsketch.accumulate import fold_ids
 from naive import norm_rel_err
-from cvhelpers import sisokr_brute_force
+from cvhelpers import gauss, sisokr_brute_force, white
 
 GAMMA = 0.5
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=64)
@@ -381,14 +381,6 @@ def test_sisokr_cv_decoded_scores_equal_brute_force(scoring, ranks, route, monke
                         input_sketch=ds.SubSampling(40), output_sketch=ds.SubSampling(30),
                         lams=lams, ranks=ranks, cv=4, scoring=scoring, top_k=3, random_state=0,
                         options=F64).fit(X, Y)
-
-    def gauss(A, g):
-        return np.exp(-g * ((A[:, None, :] - A[None, :, :]) ** 2).sum(-1))
-
-    def white(B):
-        s, U = np.linalg.eigh(0.5 * (B + B.T))
-        keep = s > 1e-10 * s[-1]
-        return U[:, keep] / np.sqrt(s[keep])
 
     Kx, Ky = gauss(X, gx), gauss(Y, gy)
     Rx, Ry = (np.asarray(r.toarray() if hasattr(r, "toarray") else r)
