@@ -716,16 +716,21 @@ def factored_directions(sol: InputSolution, Q: np.ndarray, lam: float, *,
         f = np.maximum(sol.evals, 0.0)
         g = np.sqrt(f) / (f + sol.n * float(lam))  # N L = diag(√Λ / (Λ + nλ))
         Z = Q * g[:, None] * g[None, :]
-        NL = np.diag(g)
+
+        def apply(V):  # N L V, N L diagonal
+            return g[:, None] * V
     else:
         s, U = np.linalg.eigh(_sym(sol.H))
         NL = sol.solve(U * np.sqrt(np.maximum(s, 0.0)), lam)
         Z = NL.T @ Q @ NL
+
+        def apply(V):
+            return NL @ V
     mu, V = np.linalg.eigh(_sym(Z))
     mu, V = mu[::-1], V[:, ::-1]
     keep = mu > rtol * max(float(mu[0]), 0.0) if len(mu) else np.zeros(0, bool)
     mu = mu[keep]
-    return (NL @ V[:, keep]) / np.sqrt(mu), mu.copy()
+    return apply(V[:, keep]) / np.sqrt(mu), mu.copy()
 
 
 def check_rank(rank: Any, *, argument: str = "rank") -> tuple[int, ...]:
