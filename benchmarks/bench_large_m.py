@@ -116,6 +116,7 @@ def child(m: int, n: int, tol: float, solver: str) -> None:
     Xt, yt = data(N_TEST, 1)
     out = fit(X, y, Xt, yt, m=m, solver=solver, tol=tol)
     out["peak_rss_mib"] = _common.peak_rss_mib()
+    out["tol"] = tol
     print(json.dumps(out))
 
 
@@ -178,8 +179,9 @@ def part_b(args) -> dict:
     ms = sorted(args.ms_b)
     rows = []
     for m in [ms[-1]] + ms[:-1]:
+        tol = args.tol_b if (m == ms[-1] and args.tol_b is not None) else args.tol
         r = _common.run_child([__file__, "--child", str(m), "--n", str(args.n_b),
-                               "--tol", str(args.tol),
+                               "--tol", str(tol),
                                "--solver", "pcg" if m == ms[-1] else "auto"])
         if r["solver"] == "pcg":
             r["roofline_pass_s"] = max(pass_flops(args.n_b, m) / (gemm * 1e9),
@@ -198,6 +200,9 @@ def main() -> None:
     ap.add_argument("--n-b", type=int, default=1_000_000)
     ap.add_argument("--ms", type=int, nargs="+", default=[2000, 4000, 6000, 8000, 10_000])
     ap.add_argument("--tol", type=float, default=1e-6)
+    ap.add_argument("--tol-b", type=float, default=None,
+                    help="(b): PCG tolerance of the largest m (default --tol); see RESULTS.md's "
+                         "notes for the test RMSE of each iterate against the tolerance")
     ap.add_argument("--part", default="a", choices=["a", "b", "ab", "none"])
     ap.add_argument("--probe", action="store_true",
                     help="(c): a pass's cost at n = --n, m = --probe-m, cache-sized product "
@@ -245,6 +250,7 @@ def last_grid(part: str = "a") -> tuple[str | None, dict | None]:
 
 def write(out: dict) -> None:
     """Replace RESULTS.md's ``large_m`` section (and append the record) with ``out``."""
+    measured = out  # the record holds this run's parts only, not the ones shown from earlier runs
     md = [f"Synthetic d = {D}, Gaussian γ = 1/(2d), SubSampling(m), λ = {LAM:g}, float32 "
           f"blocks, store=None; PCG at tol = {out['tol']:g} (relative residual). Test RMSE on "
           f"{N_TEST:,} fresh rows. Time per PCG pass = fit time / passes; roofline of a pass = "
@@ -276,15 +282,28 @@ def write(out: dict) -> None:
         b_date, b_rec = last_grid("b")
         if b_rec is not None:
             out = {**out, "b": b_rec["b"], "n_b": b_rec["n_b"]}
+    if "b" in out and b_date is None:  # rows of other (m, tol) kept from earlier (b) runs
+        prev = [json.loads(line) for line in
+                (_common.RESULTS_DIR / "large_m.jsonl").read_text().splitlines()
+                if line.strip()] if (_common.RESULTS_DIR / "large_m.jsonl").exists() else []
+        have = {(r["m"], r.get("tol", out["tol"])) for r in out["b"]["rows"]}
+        carried = []
+        for rec in prev:
+            for r in rec.get("b", {}).get("rows", []) if not rec.get("partial") else []:
+                key = (r["m"], r.get("tol", rec["tol"]))
+                if rec.get("n_b") == out["n_b"] and key not in have:
+                    have.add(key)
+                    carried.append({**r, "tol": key[1], "date": rec["date"]})
+        b_rows = sorted(out["b"]["rows"] + carried, key=lambda r: (r["m"], -r.get("tol", 0)))
     if "b" in out:
-        b = out["b"]
+        b = {**out["b"], "rows": b_rows} if b_date is None else out["b"]
         md.append(f"\n(b) n = {out['n_b']:,}" + (f" (from the run of {b_date})" if b_date else "")
                   + ", one fresh process per fit (the largest m with "
                   "PCG, the others with `solver=\"auto\"`); GEMM "
                   f"{b.get('gemm_gflops', float('nan')):.1f} GFLOP/s, float32 exp "
                   f"{b.get('exp32_per_s', float('nan')) / 1e9:.2f} G/s in this run\n\n"
-                  "| m | solver | fit (s) | iterations | s / pass | roofline / pass | test RMSE | "
-                  "peak RSS (MiB) |\n|---|---|---|---|---|---|---|---|")
+                  "| m | solver | tol | fit (s) | iterations | s / pass | roofline / pass | "
+                  "test RMSE | peak RSS (MiB) | run |\n|---|---|---|---|---|---|---|---|---|---|")
         for r in b["rows"]:
             if r.get("passes") is not None:  # a PCG fit
                 roof = r.get("roofline_pass_s")
@@ -292,8 +311,11 @@ def write(out: dict) -> None:
                          f"{roof:.1f} s ({roof / r['per_pass']:.0%})" if roof else ""]
             else:
                 cells = ["", "", ""]
-            md.append(f"| {r['m']:,} | {r.get('solver', 'pcg')} | {r['seconds']:.0f} | "
-                      + " | ".join(cells) + f" | {r['rmse']:.6f} | {r['peak_rss_mib']:.0f} |")
+            tol = r.get("tol", out["tol"]) if r.get("solver", "pcg") == "pcg" else None
+            md.append(f"| {r['m']:,} | {r.get('solver', 'pcg')} | "
+                      + (f"{tol:g}" if tol is not None else "") + f" | {r['seconds']:.0f} | "
+                      + " | ".join(cells) + f" | {r['rmse']:.6f} | {r['peak_rss_mib']:.0f} | "
+                      + (r["date"][:16] if r.get("date") else "this run") + " |")
     if "probe" in out:
         pr = out["probe"]
         md.append(f"\n(c) `--probe`: one PCG pass's cost at n = {pr['n']:,}, m = {pr['m']:,} "
@@ -305,7 +327,7 @@ def write(out: dict) -> None:
         for r in pr["rows"]:
             md.append(f"| {r['tiles']} | {r['seconds']:.1f} | {r['per_pass']:.2f} | "
                       f"{r['ns_per_value']:.3f} |")
-    _common.record("large_m", "\n".join(md), out)
+    _common.record("large_m", "\n".join(md), measured)
 
 
 if __name__ == "__main__":
