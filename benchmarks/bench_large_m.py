@@ -161,6 +161,24 @@ def probe(args) -> dict:
     return {"n": args.n, "m": args.probe_m, "iterations": args.probe_iterations, "rows": out}
 
 
+def tolerances(args) -> dict:
+    """PCG fits at n = ``--n``, m = ``--tols-m`` for each tolerance of ``--tols``: iterations,
+    time and test RMSE, and the RMSE's relative difference to the smallest tolerance's."""
+    X, y = data(args.n, 0)
+    Xt, yt = data(N_TEST, 1)
+    rows = []
+    for tol in sorted(args.tols):
+        r = fit(X, y, Xt, yt, m=args.tols_m, solver="pcg", tol=tol)
+        r["tol"] = tol
+        rows.append(r)
+        print(f"tol {tol:g}: {r['iterations']} it, {r['seconds']:.1f} s, RMSE {r['rmse']:.6f}",
+              flush=True)
+    ref = rows[0]["rmse"]
+    for r in rows:
+        r["rmse_rel_diff"] = abs(r["rmse"] - ref) / ref
+    return {"n": args.n, "m": args.tols_m, "rows": rows}
+
+
 def fit_only(X, y, *, m: int, iterations: int) -> None:
     import warnings
 
@@ -210,6 +228,10 @@ def main() -> None:
     ap.add_argument("--probe-m", type=int, default=20_000)
     ap.add_argument("--probe-iterations", type=int, default=3)
     ap.add_argument("--probe-reps", type=int, default=1, help="alternated fits per setting")
+    ap.add_argument("--tols", type=float, nargs="+", default=None,
+                    help="(d): PCG fits at n = --n, m = --tols-m for each of these tolerances: "
+                         "iterations and test RMSE against the smallest tolerance's")
+    ap.add_argument("--tols-m", type=int, default=4000)
     ap.add_argument("--quick", action="store_true", help="n = 4000, m = 100, 200; no RESULTS.md")
     ap.add_argument("--ms-b", type=int, nargs="+", default=[1000, 5000, 20_000],
                     help="m of part (b): the largest with PCG, the others with solver='auto'")
@@ -232,6 +254,8 @@ def main() -> None:
         out["b"] = part_b(args)
     if args.probe:
         out["probe"] = probe(args)
+    if args.tols:
+        out["tols"] = tolerances(args)
     if not args.quick:
         write(out)
 
@@ -315,18 +339,37 @@ def write(out: dict) -> None:
             md.append(f"| {r['m']:,} | {r.get('solver', 'pcg')} | "
                       + (f"{tol:g}" if tol is not None else "") + f" | {r['seconds']:.0f} | "
                       + " | ".join(cells) + f" | {r['rmse']:.6f} | {r['peak_rss_mib']:.0f} | "
-                      + (r["date"][:16] if r.get("date") else "this run") + " |")
+                      + (r["date"][:16] if r.get("date") else b_date[:16] if b_date else "this run") + " |")
+    if "probe" not in out:  # the last recorded (c)
+        c_date, c_rec = last_grid("probe")
+        if c_rec is not None:
+            out = {**out, "probe": {**c_rec["probe"], "date": c_date}}
     if "probe" in out:
         pr = out["probe"]
         md.append(f"\n(c) `--probe`: one PCG pass's cost at n = {pr['n']:,}, m = {pr['m']:,} "
                   f"({pr['iterations']} iterations, float32 blocks): median wall time of the "
                   "passes after the first, per kernel value, with `gram_product`'s tiles sized "
                   "to the cache (`sweep.PRODUCT_TILE_BYTES`) and with the former fixed 256 rows "
-                  "(alternated fits)\n\n| tiles | fit (s) | s / pass | ns per value (wall) |\n"
+                  "(alternated fits)" + (f" (from the run of {pr['date']})" if pr.get("date")
+                                         else "") + "\n\n| tiles | fit (s) | s / pass | ns per value (wall) |\n"
                   "|---|---|---|---|")
         for r in pr["rows"]:
             md.append(f"| {r['tiles']} | {r['seconds']:.1f} | {r['per_pass']:.2f} | "
                       f"{r['ns_per_value']:.3f} |")
+    if "tols" not in out:  # the last recorded (d)
+        d_date, d_rec = last_grid("tols")
+        if d_rec is not None:
+            out = {**out, "tols": {**d_rec["tols"], "date": d_date}}
+    if "tols" in out:
+        tl = out["tols"]
+        md.append(f"\n(d) `--tols`: PCG at n = {tl['n']:,}, m = {tl['m']:,} for several "
+                  "tolerances (relative residual): iterations and test RMSE against the smallest "
+                  "tolerance's" + (f" (from the run of {tl['date']})" if tl.get("date") else "")
+                  + "\n\n| tol | iterations | fit (s) | test RMSE | rel. diff |\n"
+                  "|---|---|---|---|---|")
+        for r in tl["rows"]:
+            md.append(f"| {r['tol']:g} | {r['iterations']} | {r['seconds']:.1f} | "
+                      f"{r['rmse']:.6f} | {r['rmse_rel_diff']:.1e} |")
     _common.record("large_m", "\n".join(md), measured)
 
 
