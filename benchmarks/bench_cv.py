@@ -20,11 +20,16 @@ Protocol
   wall and process CPU seconds per route, with the folds on one thread per core and on one
   thread, ``--fold-repeats`` alternated runs (median). The machine is shared: the 1-minute
   load average is recorded with every timing.
+- Each timed fit of the first two rows is split into its parts (``part_timer``): the pass
+  (``fit_pass``), the driver solve (``solve_sisokr``: whitening, for SISOKRCV the
+  eigendecomposition of H), the fold scores (``sisokr_fold_scores``) and the rest; wall and
+  process CPU seconds, medians over the fits.
 - Issue 15's target: 5 folds × 10 λ × 10 p in ≤ 2× one plain fit's time.
 
-Writes the ``cv`` section of RESULTS.md and results/cv.jsonl (not with ``--quick``).
+Writes the ``cv`` section of RESULTS.md and results/cv.jsonl (not with ``--quick`` or
+``--no-record``, which prints the section: runs on a loaded machine).
 
-    python benchmarks/bench_cv.py [--repeats 3] [--fold-repeats 2] [--quick]
+    python benchmarks/bench_cv.py [--repeats 3] [--fold-repeats 2] [--quick] [--no-record]
 """
 
 from __future__ import annotations
@@ -46,6 +51,9 @@ def main() -> None:
     ap.add_argument("--m-out", type=int, default=200)
     ap.add_argument("--fold-repeats", type=int, default=2)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-record", action="store_true",
+                    help="print the section instead of writing RESULTS.md and results/cv.jsonl "
+                         "(a run on a loaded machine)")
     args = ap.parse_args()
     folder = data_dir()
     if not (folder / "bibtex-train.arff").exists():
@@ -70,13 +78,18 @@ def main() -> None:
                     output_sketch=ds.PSparsified(args.m_out, p=20.0 / n, kind="gaussian"))
 
     loads = []
+    parts = {}  # fit label -> one dict per fit: part -> (wall s, process CPU s)
 
-    def timed(make):
+    def timed(make, label=None):
         out = []
         for r in range(args.repeats):
             loads.append(os.getloadavg()[0])
-            t = time.perf_counter()
-            model = make(r).fit(X, Y)
+            with part_timer() as seen:
+                t, c = time.perf_counter(), time.process_time()
+                model = make(r).fit(X, Y)
+                seen["total"] = (time.perf_counter() - t, time.process_time() - c)
+            if label:
+                parts.setdefault(label, []).append(seen)
             out.append((time.perf_counter() - t, model))
         return float(np.median([t for t, _ in out])), out[-1][1]
 
@@ -90,11 +103,12 @@ def main() -> None:
             captured.append((a, kw))
         return real_scores(*a, **kw)
 
-    plain_s, plain = timed(lambda r: ds.SISOKR(kx, ky, lam=1e-5, random_state=r, **sketches()))
+    plain_s, plain = timed(lambda r: ds.SISOKR(kx, ky, lam=1e-5, random_state=r, **sketches()),
+                           "plain")
     distsketch.cv.sisokr_fold_scores = capture
     try:
         cv_s, cv = timed(lambda r: ds.SISOKRCV(kx, ky, lams=lams, ranks=ranks, cv=5,
-                                              random_state=r, **sketches()))
+                                              random_state=r, **sketches()), "cv")
     finally:
         distsketch.cv.sisokr_fold_scores = real_scores
 
@@ -115,7 +129,7 @@ def main() -> None:
            "fold_routes": distsketch.cv.fold_route(
                n // 5, m=args.m_in, r=captured[0][0][0].shape[1], r_y=args.m_out,
                n_lams=len(lams)),
-           "fold_algebra": routes, "load1": loads,
+           "fold_algebra": routes, "load1": loads, "parts": part_medians(parts),
            "n_scores": 5 * len(lams) * len(ranks),
            "best_params": cv.best_params_, "plain_f1": f1_samples(Yte, plain.predict(Xte)),
            "cv_f1": f1_samples(Yte, cv.predict(Xte))}
@@ -140,6 +154,16 @@ def main() -> None:
           f"{cv_band_s:.2f} | {row['ratio_band']:.2f}× | same |\n\n"
           f"1-minute load average at the start of each fit: "
           f"{', '.join(f'{v:.1f}' for v in loads)} (2 cores).\n\n"
+          f"Parts of the timed fits (medians over the fits; wall / process CPU seconds; "
+          f"pass = `fit_pass`, solve = `solve_sisokr` (the refit's whitening and, for the "
+          f"CV, the eigendecomposition of H), folds = `sisokr_fold_scores`, rest = the "
+          f"remainder of `fit`):\n\n| fit | pass | solve | folds | rest | total |\n"
+          f"|---|---|---|---|---|---|\n" + "\n".join(
+              f"| {label} | " + " | ".join(
+                  f"{v[0]:.2f} / {v[1]:.2f}" if v else "–"
+                  for v in (row["parts"][label].get(p) for p in
+                            ("pass", "solve", "folds", "rest", "total"))) + " |"
+              for label in row["parts"]) + "\n\n"
           f"The fold algebra alone (`sisokr_fold_scores` on the first CV fit's sums; "
           f"r_X = {captured[0][0][0].shape[1]}; route rule: {row['fold_routes']}), median of "
           f"{args.fold_repeats} alternated runs:\n\n"
@@ -154,7 +178,61 @@ def main() -> None:
           f"{routes[-1]['fold0_factor_cpu_s']:.2f} CPU-s (an eigendecomposition of G_0 with vectors: "
           f"{routes[-1]['fold0_eigh_cpu_s']:.2f} CPU-s, "
           f"{routes[-1]['fold0_eigs_above_1e-13']} above 1e-13·max).")
+    if args.no_record:
+        print(md)
+        return
     record("cv", md, {**row, "lams": lams, "ranks": ranks})
+
+
+class part_timer:
+    """Context manager: wall and process CPU seconds of the pass (``fit_pass``), the driver
+    solve (``solve_sisokr``) and the fold scores (``sisokr_fold_scores``) of one fit, by
+    wrapping the names the estimators call; yields the dict it fills (``"rest"`` added on
+    exit from ``"total"``, which the caller sets)."""
+
+    targets = (("distsketch.estimator", "fit_pass", "pass"),
+               ("distsketch.models", "solve_sisokr", "solve"),
+               ("distsketch.cv", "sisokr_fold_scores", "folds"))
+
+    def __enter__(self):
+        import importlib
+
+        self.seen, self.saved = {}, []
+        for module, name, label in self.targets:
+            mod = importlib.import_module(module)
+            real = getattr(mod, name)
+            self.saved.append((mod, name, real))
+            setattr(mod, name, self._wrap(real, label))
+        return self.seen
+
+    def _wrap(self, real, label):
+        def timed(*a, **kw):
+            t, c = time.perf_counter(), time.process_time()
+            try:
+                return real(*a, **kw)
+            finally:
+                w0, c0 = self.seen.get(label, (0.0, 0.0))
+                self.seen[label] = (w0 + time.perf_counter() - t, c0 + time.process_time() - c)
+        return timed
+
+    def __exit__(self, *exc):
+        for mod, name, real in self.saved:
+            setattr(mod, name, real)
+        if "total" in self.seen:
+            tw, tc = self.seen["total"]
+            done = [v for k, v in self.seen.items() if k != "total"]
+            self.seen["rest"] = (tw - sum(v[0] for v in done), tc - sum(v[1] for v in done))
+        return False
+
+
+def part_medians(parts: dict) -> dict:
+    """``{fit label: {part: [median wall, median CPU]}}`` over the fits of each label."""
+    out = {}
+    for label, fits in parts.items():
+        names = sorted({k for f in fits for k in f})
+        out[label] = {k: [float(np.median([f[k][i] for f in fits if k in f])) for i in (0, 1)]
+                      for k in names}
+    return out
 
 
 def fold_algebra(captured, repeats: int) -> list[dict]:

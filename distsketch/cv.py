@@ -36,7 +36,7 @@ from .accumulate import fold_ids
 from .estimator import FitSpec, SketchedEstimator
 from .kernels import Linear
 from .models import SISOKR, SketchedKRR, centre_targets
-from .solve import check_rank, solve_krr, whitening
+from .solve import check_rank, input_basis, solve_krr, whitening
 
 __all__ = ["SketchedKRRCV", "SISOKRCV"]
 
@@ -607,7 +607,7 @@ class SISOKRCV(SISOKR):
         SISOKR._solve(self, spec, self._width_result(res, j))
         sol = self.input_solution_
         decoded = self.scoring != "surrogate"
-        scores, models = sisokr_fold_scores(sol.T @ sol.V, sol.evals, self.operator_,
+        scores, models = sisokr_fold_scores(input_basis(sol), sol.evals, self.operator_,
                                             self.output_whitening_, Gf, Mf, kyy, cnt, n=res.n,
                                             lams=spec.lams, ranks=ranks, keep_models=decoded)
         if decoded:
@@ -955,9 +955,26 @@ def fold_factor(G_k: np.ndarray, P: np.ndarray) -> np.ndarray:
     c, piv, rank, info = dpstrf(G, lower=1, overwrite_a=1)
     if info < 0:  # pragma: no cover - invalid arguments only
         raise ValueError(f"fold factor: LAPACK pstrf info {info}")
+    if rank == 0:  # pragma: no cover - a positive diagonal gives a first pivot
+        return np.zeros((P.shape[1], 0))
     piv = np.asarray(piv[:m], dtype=np.intp) - 1  # 1-based: row i of L is G's row piv[i]
-    L = np.tril(c[:, :rank])
-    return P[piv].T @ L
+    return _pivoted_product(P, piv, c, rank)
+
+
+def _pivoted_product(P: np.ndarray, piv: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
+    """``P[piv]ᵀ L`` for the lower trapezoidal ``L = tril(c[:, :k])`` (m × k): its first ``k``
+    rows are lower triangular, so ``P[piv[:k]]ᵀ L_1`` is a triangular product (BLAS ``trmm``,
+    ``r k²`` flops where the full product takes ``2 r k²``), plus ``P[piv[k:]]ᵀ L_2`` (GEMM,
+    ``2 r (m − k) k``). Bibtex's folds (m = 2250, r = 2247, k = 972): 7.7 GFLOP instead of
+    9.8."""
+    from scipy.linalg.blas import dtrmm
+
+    # Pᵀ in Fortran order (the transpose of a C-ordered row selection): trmm works in place
+    U = dtrmm(1.0, np.asfortranarray(c[:k, :k]), P[piv[:k]].T, side=1, lower=1,
+              overwrite_b=1)
+    if k < len(piv):
+        U += P[piv[k:]].T @ c[k:, :k]  # the rows below the triangle (pstrf leaves them full)
+    return U
 
 
 def _woodbury_prepare(G_k, M_k, *, P, operator, T_Y):
@@ -1017,7 +1034,8 @@ def _woodbury_lam(prep, kyy_k, cnt_k, lam, *, P, evals, n, ranks, keep_model):
         Z += sd[:, None] * (X @ t)
     else:
         t = np.zeros((0, R_tr.shape[1]))
-    S = Z.T @ (evals[:, None] * Z) - t.T @ t
+    Ze = np.sqrt(evals)[:, None] * Z  # Λ^{1/2} Z: Zᵀ Λ Z as a symmetric product (syrk)
+    S = Ze.T @ Ze - t.T @ t
     S = 0.5 * (S + S.T)
     AW = R_val.T @ Z  # W A_kᵀ
     if ranks:
@@ -1038,14 +1056,23 @@ def _woodbury_folds(pool, folds, Gf, Mf, kyy, cnt, *, P, evals, operator, T_Y, n
                     keep_model) -> dict:
     """The folds ``folds`` by the Woodbury route: ``{k: (row, models) or None}`` (None: the
     fold takes the band route). Tasks per fold (the factor), then per (fold, λ), so two
-    threads share 5 folds × 10 λ evenly; each task is computed the same way on any thread."""
-    preps = list(pool.map(partial(_woodbury_prepare, P=P, operator=operator, T_Y=T_Y),
-                          [Gf[k] for k in folds], [Mf[k] for k in folds]))
+    threads share 5 folds × 10 λ evenly; each task is computed the same way on any thread.
+
+    No barrier between the two kinds: the factors are queued first, then the (fold, λ) tasks
+    fold by fold, each waiting for its fold's factor, so a thread that is done with the
+    factors starts on the pairs while the other finishes the last factor (5 factors on two
+    threads left one idle for a factor's time). The pool's queue is first in, first out:
+    every factor has left the queue before any pair task runs, so a pair task waits only on a
+    factor that is running or done (never on one queued behind it: no deadlock)."""
+    prep = partial(_woodbury_prepare, P=P, operator=operator, T_Y=T_Y)
+    preps = [pool.submit(prep, Gf[k], Mf[k]) for k in folds]
     pairs = [(i, lam) for i in range(len(folds)) for lam in lams]
     work = partial(_woodbury_lam, P=P, evals=evals, n=n, ranks=ranks, keep_model=keep_model)
-    outs = list(pool.map(work, [preps[i] for i, _ in pairs],
-                         [kyy[folds[i]] for i, _ in pairs], [cnt[folds[i]] for i, _ in pairs],
-                         [lam for _, lam in pairs]))
+
+    def pair(i, lam):
+        return work(preps[i].result(), kyy[folds[i]], cnt[folds[i]], lam)
+
+    outs = list(pool.map(pair, [i for i, _ in pairs], [lam for _, lam in pairs]))
     done = {}
     for i, k in enumerate(folds):
         mine = outs[i * len(lams):(i + 1) * len(lams)]
