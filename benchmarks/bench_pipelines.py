@@ -39,7 +39,7 @@ Protocol
 Writes the ``pipelines`` section of RESULTS.md and results/pipelines.jsonl (not with
 ``--quick``).
 
-    python benchmarks/bench_pipelines.py [--n 20000] [--m 200] [--quick]
+    python benchmarks/bench_pipelines.py [--n 20000] [--m 200] [--quick] [--problems svr]
 """
 
 from __future__ import annotations
@@ -89,7 +89,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--split-seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--problems", default="huber,svr,quantile",
+                    help="comma-separated subset of huber, svr, quantile to run (RESULTS.md is "
+                         "written only when all three run)")
     args = ap.parse_args()
+    chosen = [p.strip() for p in args.problems.split(",") if p.strip()]
+    unknown = sorted(set(chosen) - {"huber", "svr", "quantile"})
+    if unknown or not chosen:
+        ap.error(f"--problems: expected names among huber, svr, quantile, got {args.problems!r}")
     path = data_path()
     if not path.exists():
         print(f"skipped: {path} not found")
@@ -133,6 +140,8 @@ def main() -> None:
         (f"quantile τ = {TAU}", Pinball(TAU), args.quantile_lam, True,
          lambda: QuantileRegressor(quantile=TAU, alpha=0.0, solver="highs"), "pinball"),
     ]
+    keys = ("huber", "svr", "quantile")
+    problems = [p for key, p in zip(keys, problems) if key in chosen]
     rows = []
     full = (X, y, Phi)
     for name, loss, lam, intercept, make_sk, metric in problems:
@@ -173,7 +182,7 @@ def main() -> None:
                "sklearn_test": test_metric(pipe.predict(Xt))}
         rows.append(row)
         print(row, flush=True)
-    if args.quick:
+    if args.quick or len(problems) < len(keys):
         return
     lines = ["| problem | n | scikit-learn pipeline fit (s) | distsketch fit (s) | speed-up | "
              "objective, scikit-learn on the same features | objective, distsketch | "

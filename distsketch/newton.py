@@ -501,6 +501,66 @@ def _kkt_point(A: np.ndarray, Eb: np.ndarray | None, t: np.ndarray, g: np.ndarra
     return x, sol[k:], nu
 
 
+#: Most primal–dual active-set steps after a stage of the restricted polish, and the largest
+#: share of the held entries one step may move (more: the stage's band is too far from the
+#: solution's, and the steps would oscillate; the continuation goes on).
+ACTIVE_STEPS, ACTIVE_SHARE = 8, 0.3
+
+
+def _active_set(A: np.ndarray, Eb: np.ndarray | None, t: np.ndarray, lo: np.ndarray,
+                hi: np.ndarray, gz: np.ndarray, cols: np.ndarray, lam: float, n: int,
+                held: np.ndarray, beta: np.ndarray):
+    """The exact minimiser of the restricted problem (:func:`restricted_polish`) by
+    primal–dual active-set steps from a stage's partition of its entries.
+
+    ``held``: the entries held on their kink (``u_e = 0``); the others sit at a bound of
+    their subdifferential (``beta_e`` = ``lo_e`` for ``u_e < 0``, ``hi_e`` for ``u_e > 0``,
+    their gradient in ``g``). Each step solves the equality-constrained QP on the partition
+    (:func:`_kkt_point`: the held entries' multipliers ``β_e = nν_e``), then moves a held
+    entry whose ``β_e`` left ``[lo_e, hi_e]`` to that bound, and holds a bound entry whose
+    ``u_e`` crossed to the other side of its kink. A partition that needs no move is the
+    solution: the held entries on their kinks (to rounding), their multipliers in the
+    subdifferential, the others on their side — the KKT conditions of the restricted problem.
+    Gives up (None) when a step would move more than ``ACTIVE_SHARE`` of the held entries,
+    when the moves do not shrink, when more entries are held than there are unknowns, or
+    after ``ACTIVE_STEPS``. Returns ``(x, b₀, β, held, steps)``.
+    """
+    rd = A.shape[1]
+    d = 0 if Eb is None else Eb.shape[1]
+    tol_u = 1e-9 * max(float(np.abs(t).max()), 1.0)
+    moved = math.inf
+    for step in range(1, ACTIVE_STEPS + 1):
+        if int(held.sum()) > rd + d:  # more kinks than unknowns: not a vertex's active set
+            return None
+        out = ~held
+        gk = gz[:rd] + A[out].T @ beta[out] / n
+        sk = (gz[rd:] * n + np.bincount(cols[out], weights=beta[out], minlength=d)
+              if d else None)
+        x, bk, nu = _kkt_point(A[held], Eb[held] if d else None, t[held], gk, sk, lam, n)
+        if not np.all(np.isfinite(x)):
+            return None
+        beta = beta.copy()
+        beta[held] = n * nu
+        uk = A @ x + (bk[cols] if d else 0.0) - t
+        # held entries whose multiplier left the subdifferential (beyond rounding), and
+        # entries at a bound that crossed their kink
+        low, high = held & (beta < lo - 1e-9), held & (beta > hi + 1e-9)
+        cross = out & (((beta == lo) & (uk > tol_u)) | ((beta == hi) & (uk < -tol_u)))
+        count = int(low.sum() + high.sum() + cross.sum())
+        if count == 0:
+            # held entries on their kinks: a degenerate vertex (more held than independent
+            # constraints) leaves them off in least squares, and is not accepted
+            if np.all(np.abs(uk[held]) <= tol_u):
+                return x, (bk if d else np.zeros(0)), beta, held, step
+            return None
+        if count > max(2, ACTIVE_SHARE * int(held.sum())) or count >= moved:
+            return None
+        moved = count
+        beta[low], beta[high] = lo[low], hi[high]
+        held = (held & ~low & ~high) | cross
+    return None
+
+
 def restricted_polish(prob: Problem, lam: float, s: dict, Xi: np.ndarray, b0: np.ndarray,
                       mu: float):
     """The exact minimiser of the problem restricted to a window of entries.
@@ -520,10 +580,13 @@ def restricted_polish(prob: Problem, lam: float, s: dict, Xi: np.ndarray, b0: np
     (k ≤ WINDOW_ENTRIES entries, systems of size ``r·d + d``): Newton on its Moreau smoothing
     (the band's Gram updated by the entries that enter or leave it) with an exact line search
     (safeguarded Newton on the monotone piecewise-linear slope), μ divided by 10 per stage;
-    after each stage the KKT point on the band's active set (:func:`_kkt_point`) is accepted
-    once it is the restricted problem's solution (held ``β_e = nν_e ∈ [lo_e, hi_e]``, every
-    other entry on its side of the kink). Returns ``(Ξ, b₀, fix)`` as :func:`polish`, or
-    None (no exact point within RESTRICTED_STAGES stages).
+    after each stage, primal–dual active-set steps from the band's partition
+    (:func:`_active_set`: the KKT point on the held entries, :func:`_kkt_point`, then the
+    entries whose multiplier or side is wrong moved) until a partition is the restricted
+    problem's solution (held ``β_e = nν_e ∈ [lo_e, hi_e]`` on their kinks, every other entry
+    on its side of the kink), or they give up and the next stage goes on. Returns
+    ``(Ξ, b₀, fix)`` as :func:`polish`, or None (no exact point within RESTRICTED_STAGES
+    stages).
     """
     k = len(s["E_row"])
     if k == 0:
@@ -602,27 +665,11 @@ def restricted_polish(prob: Problem, lam: float, s: dict, Xi: np.ndarray, b0: np
         held = (u > mu * lo) & (u < mu * hi)
         beta = np.where(u <= mu * lo, lo, hi)
         mu *= 0.1
-        if held.sum() > size:  # more than a vertex holds: not the active set yet
-            continue
-        out = ~held
-        gk = gz[:rd] + A[out].T @ beta[out] / n
-        sk = (gz[rd:] * n + np.bincount(cols[out], weights=beta[out], minlength=d)
-              if ib else None)
-        x, bk, nu = _kkt_point(A[held], Eb[held] if ib else None, t[held], gk, sk, lam, n)
-        if not np.all(np.isfinite(x)):
-            continue
-        beta[held] = n * nu
-        uk = A @ x + (bk[cols] if ib else 0.0) - t
-        tol_u = 1e-9 * max(float(np.abs(t).max()), 1.0)
-        # the held entries on their kinks (a degenerate vertex: more held than independent
-        # constraints, and least squares leaves them off), their multipliers in the
-        # subdifferential, the others on their side of the kink
-        if (np.all(np.abs(uk[held]) <= tol_u)
-                and np.all(beta[held] >= lo[held] - 1e-9) and np.all(beta[held] <= hi[held] + 1e-9)
-                and np.all(uk[out & (beta == lo)] <= tol_u)
-                and np.all(uk[out & (beta == hi)] >= -tol_u)):
-            logger.debug("restricted polish: %d entries, %d held, exact at μ = %.3g", k,
-                         int(held.sum()), mu * 10)
+        found = _active_set(A, Eb if ib else None, t, lo, hi, gz, cols, lam, n, held, beta)
+        if found is not None:
+            x, bk, beta, held, steps = found
+            logger.debug("restricted polish: %d entries, %d held, exact at μ = %.3g (%d active-set "
+                         "steps)", k, int(held.sum()), mu * 10, steps)
             fix = {"fix_C": s["E_C"], "fix_col": cols.astype(np.float64), "fix_y": s["E_y"],
                    "fix_beta": np.clip(beta, lo, hi)}
             return x.reshape(d, r).T, (bk if ib else np.zeros(d)), fix

@@ -252,16 +252,17 @@ def _sweep_block(shared, item, ws) -> dict:
     C = _block_C(data, i, ref, crc, ws)
     Y = dense(yb).astype(np.float64, copy=False).reshape(C.shape[0], -1)
     loss, mu = it.loss, it.mu
-    F = C @ it.A + it.b0
     out: dict[str, Any] = {}
-    if it.dA is not None:
-        dF = C @ it.dA + it.db0
+    if it.dA is not None:  # the iterate's and the direction's predictions in one read of C
+        d = it.A.shape[1]
+        FdF = C @ np.concatenate([it.A, it.dA], axis=1)
+        F, dF = FdF[:, :d] + it.b0, FdF[:, d:] + it.db0
         F -= Y
         gmu = mu if it.grid_mu is None else it.grid_mu
         out["grid"] = np.array([loss.value(F + t * dF, gmu).sum() for t in it.grid])
         R = F + dF
     else:
-        R = F - Y
+        R = C @ it.A + it.b0 - Y
         out["grid"] = np.zeros(len(it.grid))
     vals = loss.value(R, mu)
     out["loss_mu"] = np.array(vals.sum())
@@ -305,7 +306,7 @@ def _sweep_block(shared, item, ws) -> dict:
             out["E_col"] = cols.astype(np.int64)
             out["E_y"] = Y[rows, cols if Y.shape[1] > 1 else 0]
             out["E_target"] = out["E_y"] + kink
-            out["E_C"] = C[rows].copy()
+            out["E_C"] = C[rows]  # (a new array: integer indexing copies)
     else:
         rows = loss.sphere_band(R, mu)
         if rows is not None:  # radial loss, d > 1: whole rows near the sphere ‖r‖ = ε

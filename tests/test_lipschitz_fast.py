@@ -1,0 +1,214 @@
+"""The fast paths of the Lipschitz solver (issue 14, ε-SVR against the Nystroem pipelines):
+the restricted polish's primal–dual active-set steps (checked against CVXPY on the same
+features), the sweeps over held blocks without a dask graph (bitwise the dask sweep's sums),
+the line-search grid's lean loss values (bitwise the profile's) and the predictions and
+direction of a Newton sweep read from ``C`` at once."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import distsketch as ds
+from distsketch import newton
+from distsketch.losses import EpsilonInsensitive, Huber, Pinball, _Radial
+
+cp = pytest.importorskip("cvxpy")
+
+
+def _restricted_problem(loss, intercept, n=300, r=12, seed=0, lam=1e-3):
+    """Every entry in the window (nothing kept linear): the restricted problem is the whole
+    one, solved by CVXPY (Clarabel) as the reference ``(objective, x, b)``."""
+    rng = np.random.default_rng(seed)
+    Phi = rng.normal(size=(n, r))
+    y = Phi @ rng.normal(size=r) * 0.5 + rng.standard_t(3, size=n)
+    x = cp.Variable(r)
+    b = cp.Variable() if intercept else 0.0
+    u = Phi @ x + b - y
+    if isinstance(loss, Pinball):
+        tau = float(loss.taus(1)[0])
+        data_term = cp.sum(cp.maximum(-tau * u, (1 - tau) * u))
+    else:
+        data_term = cp.sum(cp.pos(cp.abs(u) - loss.epsilon))
+    prob = cp.Problem(cp.Minimize(data_term / n + lam / 2 * cp.sum_squares(x)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prob.solve(solver="CLARABEL", tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+    ref = (float(prob.value), np.asarray(x.value), float(b.value) if intercept else 0.0)
+    return Phi, y, lam, ref
+
+
+def _objective(loss, Phi, y, lam, x, b):
+    u = Phi @ x + b - y
+    return float(loss.value(u[:, None], 0.0).sum()) / len(y) + lam / 2 * float(x @ x)
+
+
+@pytest.mark.parametrize("loss", [Pinball(0.3), EpsilonInsensitive(0.0)], ids=lambda l: l.name)
+@pytest.mark.parametrize("intercept", [False, True])
+def test_active_set_steps_repair_a_wide_band(loss, intercept):
+    """A smoothing band wider than the solution's kinks (as after a stage of the restricted
+    polish): the solution's partition with the entry nearest its kink also held. The
+    active-set steps (newton._active_set) release it and return the non-smooth problem's
+    minimiser: CVXPY's objective (to its 1e-8), no worse than it, its point and partition,
+    and multipliers that are a subgradient there (λx = −Φᵀβ/n, Σβ = 0 with b₀)."""
+    Phi, y, lam, (ref, x_ref, b_ref) = _restricted_problem(loss, intercept, r=40, lam=3e-2)
+    n, r = Phi.shape
+    t = y.copy()  # kinks at 0: pinball, ε = 0
+    cols = np.zeros(n, dtype=np.int64)
+    lo, hi = loss.kink_bounds(cols, np.zeros(n), 1)
+    u = Phi @ x_ref + b_ref - y
+    held = np.abs(u) <= 1e-6
+    assert 2 <= held.sum() < r + intercept
+    beta = np.where(u < 0, lo, hi).astype(np.float64)
+    wide = held.copy()
+    wide[np.argmin(np.where(held, np.inf, np.abs(u)))] = True
+    Eb = np.ones((n, 1)) if intercept else None
+    found = newton._active_set(Phi, Eb, t, lo, hi, np.zeros(r + (1 if intercept else 0)), cols,
+                               lam, n, wide, beta)
+    assert found is not None
+    x, bk, beta_k, held_k, steps = found
+    assert steps >= 2  # the wide band was moved, not accepted
+    b = float(bk[0]) if intercept else 0.0
+    obj = _objective(loss, Phi, y, lam, x, b)
+    assert abs(obj - ref) <= 1e-8 * abs(ref)
+    assert obj <= ref + 1e-12 * abs(ref)
+    np.testing.assert_allclose(x, x_ref, atol=1e-5 * np.abs(x_ref).max())
+    np.testing.assert_array_equal(held_k, held)
+    assert np.all(beta_k >= lo - 1e-9) and np.all(beta_k <= hi + 1e-9)
+    np.testing.assert_allclose(lam * x, -Phi.T @ beta_k / n, atol=1e-10)
+    if intercept:
+        assert abs(beta_k.sum()) <= 1e-9 * n
+
+
+def test_active_set_gives_up_far_from_the_solution():
+    """A partition far from the solution's (every entry near its kink held at random): the
+    steps would move more than ACTIVE_SHARE of the held entries, so they give up (None) and
+    the restricted polish's continuation goes on, rather than oscillate."""
+    loss = Pinball(0.3)
+    Phi, y, lam, _ = _restricted_problem(loss, False)
+    n, r = Phi.shape
+    cols = np.zeros(n, dtype=np.int64)
+    lo, hi = loss.kink_bounds(cols, np.zeros(n), 1)
+    rng = np.random.default_rng(1)
+    held = np.zeros(n, dtype=bool)
+    held[rng.choice(n, size=r, replace=False)] = True
+    beta = np.where(rng.random(n) < 0.5, lo, hi)
+    assert newton._active_set(Phi, None, y.copy(), lo, hi, np.zeros(r), cols, lam, n, held,
+                              beta) is None
+
+
+@pytest.mark.parametrize("loss", [Pinball(0.3), EpsilonInsensitive(0.0)], ids=lambda l: l.name)
+def test_restricted_polish_still_exact_from_zero(loss):
+    """The whole restricted polish (continuation, then active-set steps after each stage)
+    from a start far from the solution (zero): CVXPY's objective and a valid subgradient."""
+    Phi, y, lam, (ref, x_ref, _) = _restricted_problem(loss, False, seed=2)
+    n, r = Phi.shape
+    prob = newton.Problem(T=np.eye(r), S=np.eye(1), nu=np.ones(1), U=np.eye(1),
+                          Gt=np.zeros((r + 1, r + 1)), b=np.zeros((r, 1)), y1=np.zeros(1), n=n,
+                          loss=loss, intercept=False)
+    s = {"E_row": np.arange(n), "E_col": np.zeros(n, dtype=np.int64), "E_C": Phi,
+         "E_y": y, "E_target": y.copy(), "Ca_out": np.zeros((r, 1)), "sa_out": np.zeros(1)}
+    Xi, _, fix = newton.restricted_polish(prob, lam, s, np.zeros((r, 1)), np.zeros(1), 1.0)
+    obj = _objective(loss, Phi, y, lam, Xi[:, 0], 0.0)
+    assert abs(obj - ref) <= 1e-8 * abs(ref)
+    np.testing.assert_allclose(lam * Xi[:, 0], -Phi.T @ fix["fix_beta"] / n, atol=1e-10)
+
+
+@pytest.mark.parametrize("loss", [EpsilonInsensitive(0.4), EpsilonInsensitive(0.0),
+                                  Huber(0.7)], ids=lambda l: f"{l.name}")
+@pytest.mark.parametrize("d", [1, 3])
+def test_lean_values_are_the_profiles(loss, d):
+    """The radial losses' ``value`` (the line-search grid's, 13 per block and sweep) computes
+    the profile alone: bitwise the value of the full profile, smoothed or not, in the tube,
+    the band and beyond."""
+    rng = np.random.default_rng(4)
+    R = rng.normal(scale=1.5, size=(3000, d))
+    for mu in (0.0, 0.05, 0.6, 10.0):
+        np.testing.assert_array_equal(loss.value(R, mu), _Radial.value(loss, R, mu))
+
+
+def _sweep_setup(n=230, m=9, rows=50, seed=5):
+    from distsketch.sweep import SweepData, Sweeper
+    from distsketch.rows import as_row_source
+
+    rng = np.random.default_rng(seed)
+    C = rng.normal(size=(n, m))
+    y = rng.normal(size=n) * 2.0
+    held = tuple(C[s:s + rows] for s in range(0, n, rows))
+    data = SweepData(n=n, block_rows=rows, m=m, d=1, C=None, crcs=(), x=None,
+                     dtype=np.dtype("float64"), held=held)
+    X = as_row_source(np.zeros((n, 1)), argument="X")
+    Y = as_row_source(y, argument="y", allow_1d=True)
+    return Sweeper, data, X, Y, C, y, rng
+
+
+def test_held_sweeps_are_bitwise_the_dask_sweep():
+    """A sweep over held blocks without a dask graph (regressors._HeldSweeps: the same block
+    function, the same fixed tree of sums, on a thread pool or in this thread) returns bitwise
+    the dask sweep's sums — with a direction and its line-search grid, Grams, the window
+    gathered — and counts as one pass."""
+    import dask
+
+    from distsketch.regressors import _HeldSweeps
+    from distsketch.sweep import Iterate
+
+    Sweeper, data, X, Y, C, y, rng = _sweep_setup()
+    it = Iterate(EpsilonInsensitive(0.3), rng.normal(size=(9, 1)), np.array([0.1]),
+                 rng.normal(size=(9, 1)) * 0.1, np.array([0.01]), 0.5, newton.GRID,
+                 collect=True, window=3.0, levels=(0.0, 2.0))
+    ref = Sweeper(data, X, Y, split_every=2)(it)
+    for slots in (1, 2, 3):
+        sweeper = Sweeper(data, X, Y, split_every=2)
+        held = _HeldSweeps(sweeper, slots)
+        try:
+            with dask.config.set(scheduler="sync"):  # its own threads, whatever the scheduler
+                out = held(it)
+        finally:
+            held.close()
+        assert held.count == sweeper.count == 1
+        assert sorted(out) == sorted(ref)
+        for key in ref:
+            assert np.array_equal(out[key], ref[key]), key
+    # the sums are those of the dense formulas
+    A = it.A + it.dA
+    R = C @ A + it.b0 + it.db0 - y[:, None]
+    alpha = it.loss.gradient(R, it.mu)
+    np.testing.assert_allclose(ref["Ca"], C.T @ alpha, rtol=0,
+                               atol=1e-12 * np.abs(C.T @ alpha).max())
+    F = C @ it.A + it.b0 - y[:, None]
+    dF = C @ it.dA + it.db0
+    grid = [it.loss.value(F + t * dF, it.mu).sum() for t in newton.GRID]
+    np.testing.assert_allclose(ref["grid"], grid, rtol=1e-13)
+
+
+def test_fit_with_held_sweeps_equals_the_dask_sweeps(monkeypatch):
+    """A whole ε-SVR fit: held blocks swept without a graph (the default without a store) and
+    with the dask sweeper (_held_sweeps disabled) give the bitwise same model, sweeps and
+    passes; the fit is certified and its objective is CVXPY's on the same features."""
+    from distsketch import regressors
+    from lipschitzref import data, reference
+
+    X, y = data(600, 1, 2, 20)
+    kw = dict(loss=EpsilonInsensitive(0.1), sketch=ds.SubSampling(30), lam=1e-4, tol=1e-10,
+              max_iter=200, fit_intercept=False, random_state=3,
+              options=ds.EngineOptions(block_dtype="float64", block_rows=128))
+    used = []
+    real = regressors._held_sweeps
+
+    def recording(*args):
+        out = real(*args)
+        used.append(out is not None)
+        return out
+
+    monkeypatch.setattr(regressors, "_held_sweeps", recording)
+    fast = ds.SketchedRegressor(ds.Gaussian(gamma=0.5), **kw).fit(X, y)
+    monkeypatch.setattr(regressors, "_held_sweeps", lambda *args: None)
+    slow = ds.SketchedRegressor(ds.Gaussian(gamma=0.5), **kw).fit(X, y)
+    assert used == [True]
+    assert np.array_equal(fast.dual_coef_, slow.dual_coef_)
+    assert fast.n_iter_ == slow.n_iter_ and fast.n_passes_ == slow.n_passes_
+    assert fast.duality_gap_ <= 1e-10 * fast.objective_
+    ref, _, _ = reference(fast, X, y, EpsilonInsensitive(0.1), 1e-4, None, False, gamma=0.5)
+    assert abs(fast.objective_ - ref) <= 1e-6 * ref
