@@ -46,7 +46,7 @@ from .engine import (Reducer, WorkersLost, compute, distributed_client, map_bloc
                      row_blocks, share, workers_back)
 from .features import FeatureMap
 from .kernels import kernel_description
-from .options import EngineOptions
+from .options import EngineOptions, start_idle_window
 from .rows import RowSource, check_finite_block
 from .sketches import RealizedSketch, Sketch
 from .store import (_CSUM, _DSUM, _TOKEN, _XFP, _YFP, RECORD, DataChanged, FitStore,
@@ -189,29 +189,51 @@ class RowSparse:
     """An ``m × k`` partial sum with few non-zero rows (``R[:, I] C_I`` of a sparse sketch).
 
     ``+=`` adds row by row over the union of rows; adding exact zeros never changes a float
-    sum, so the reduced result is bitwise the dense one, with a fraction of the memory.
+    sum, so the reduced result is bitwise the dense one, with a fraction of the memory. Parts
+    whose rows all lie above (or below) every row so far — sub-sampling's landmarks of
+    successive row blocks — are kept as they are and placed once by :meth:`toarray` (the
+    union's zero-filled copy per addition cost Bibtex's 4-block pass 0.1–0.2 s at its end);
+    parts with the same rows are added in place; others are merged into the union.
     """
 
     def __init__(self, m: int, rows: np.ndarray, values: np.ndarray):
-        self.m, self.rows, self.values = m, rows, values
+        self.m = m
+        self.parts = [(rows, values)]  # disjoint row sets, each sorted
 
     def copy(self) -> "RowSparse":
-        return RowSparse(self.m, self.rows.copy(), self.values.copy())
+        out = RowSparse(self.m, *self.parts[0])
+        out.parts = [(r.copy(), v.copy()) for r, v in self.parts]
+        return out
+
+    def _span(self) -> tuple[int, int]:
+        lo = min((int(r[0]) for r, _ in self.parts if r.size), default=self.m)
+        hi = max((int(r[-1]) for r, _ in self.parts if r.size), default=-1)
+        return lo, hi
 
     def __iadd__(self, other: "RowSparse") -> "RowSparse":
-        if np.array_equal(self.rows, other.rows):
-            self.values += other.values
-            return self
-        rows = np.union1d(self.rows, other.rows)
-        values = np.zeros((rows.size, self.values.shape[1]))
-        values[np.searchsorted(rows, self.rows)] = self.values
-        values[np.searchsorted(rows, other.rows)] += other.values
-        self.rows, self.values = rows, values
+        for rows, values in other.parts:
+            lo, hi = self._span()
+            if not rows.size or rows[0] > hi or rows[-1] < lo:  # disjoint: kept as it is
+                self.parts.append((rows, values))
+            elif len(self.parts) == 1 and np.array_equal(self.parts[0][0], rows):
+                self.parts[0][1][...] += values
+            else:
+                self._merge(rows, values)
         return self
 
+    def _merge(self, rows: np.ndarray, values: np.ndarray) -> None:
+        """Every part and ``(rows, values)`` into one part over the union of rows."""
+        union = np.unique(np.concatenate([r for r, _ in self.parts] + [rows]))
+        out = np.zeros((union.size, values.shape[1]))
+        for r, v in self.parts:  # disjoint: placed
+            out[np.searchsorted(union, r)] = v
+        out[np.searchsorted(union, rows)] += values
+        self.parts = [(union, out)]
+
     def toarray(self) -> np.ndarray:
-        out = np.zeros((self.m, self.values.shape[1]))
-        out[self.rows] = self.values
+        out = np.zeros((self.m, self.parts[0][1].shape[1]))
+        for rows, values in self.parts:
+            out[rows] = values
         return out
 
 
@@ -469,6 +491,10 @@ class PassSums(Reducer):
     """Adds partial-sum dicts key by key (``U``: unique rows merged, first index kept)."""
 
     def own(self, part: dict) -> dict:
+        # A node starts once its children are done; the root, last, once every block is: the
+        # driver's idle-core sample (options.start_idle_window) runs from the latest start,
+        # so the root's own additions, not a sleep, fill most of it (local schedulers).
+        start_idle_window()
         return {k: (v if k == "U" else v.copy()) for k, v in part.items()}
 
     def add(self, acc: dict, part: dict) -> dict:
@@ -696,6 +722,8 @@ def run_pass(plan: PassPlan, x: RowSource, y: RowSource | None, *, split_every: 
             if not retry(exc):
                 raise
     seconds = time.perf_counter() - start
+    if client is not None:  # the reduction ran on the workers (else PassSums.own started it)
+        start_idle_window()  # the driver's BLAS-thread sample runs from here (options.py)
     logger.info("pass: %d rows in %.3f s (%.0f rows/s)", plan.n, seconds, plan.n / seconds,
                 extra={"pass_seconds": seconds, "pass_rows": plan.n})
     used = result.pop("_records", None)
@@ -795,13 +823,33 @@ class PassResult:
     fs: FitStore | None = None  # open (and locked) until the caller closes it
 
 
+#: A pass's derived block count (``EngineOptions.block_rows=None``) is rounded up to a
+#: multiple of this, in equal blocks: with few blocks, a short last block otherwise runs alone
+#: while the other cores idle (Bibtex, n = 4880: 3 blocks of 1924 rows took two rounds of
+#: 1924-row blocks on 2 cores; 4 blocks of 1220 take two rounds of 1220). A fixed number, not
+#: the machine's core count, so that the blocks, hence the sums' rounding, never depend on the
+#: machine (docs/design.md, "The streaming pass").
+BLOCK_MULTIPLE = 4
+#: The rounding up above stops short of blocks smaller than this (halving the multiple).
+MIN_BLOCK_ROWS = 256
+
+
 def _choose_block_rows(options: EngineOptions, n: int, width: int, native: int | None,
                        dtype: np.dtype) -> int:
+    """Rows per block: ``options.block_rows``, else the most rows ``options.block_memory``
+    allows, split into equal blocks whose count is a multiple of :data:`BLOCK_MULTIPLE`
+    (halved while the blocks would fall below :data:`MIN_BLOCK_ROWS`), and aligned with the
+    input's stored row chunks (``native``) when blocks span whole chunks."""
     if options.block_rows is not None:
         return min(int(options.block_rows), n)
     itemsize = dtype.itemsize
     per_row = 8 * (options.gram_chunk + width) + itemsize * width
     b = max(64, options.block_memory // per_row)
+    k_mem = -(-n // b)  # fewest blocks within the memory bound
+    k = -(-k_mem // BLOCK_MULTIPLE) * BLOCK_MULTIPLE
+    while k > max(k_mem, n // MIN_BLOCK_ROWS) and k % 2 == 0:
+        k //= 2
+    b = -(-n // max(k, k_mem))
     if native and b >= native:  # whole stored chunks per block; smaller blocks split chunks
         b = (b // native) * native
     return int(min(b, n))

@@ -228,28 +228,36 @@ _DRIVER_THREADS_MIN_SIZE = 1000
 _IDLE_WINDOW = 0.05
 
 
-def _idle_cores(window: float = _IDLE_WINDOW) -> float:
+def _cpu_sample() -> tuple[float, float, float]:
+    """``(idle + iowait jiffies, all jiffies, this process's CPU jiffies)`` now."""
+    import os
+
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    with open("/proc/stat") as f:
+        v = [float(x) for x in f.readline().split()[1:9]]
+    t = os.times()
+    return v[3] + v[4], sum(v), (t.user + t.system) * tick
+
+
+def _idle_cores(window: float = _IDLE_WINDOW, start: tuple | None = None) -> float:
     """Cores not used by other processes over ``window`` seconds: the idle + iowait jiffies
     of /proc/stat's first line plus this process's own CPU time (``os.times``: a driver's
     BLAS threads still spinning after its previous factorisation are its own, not another
     user's — without it a second factorisation right after a first one saw one core "busy"),
     as a fraction of all jiffies times the number of CPUs; 0 where /proc/stat cannot be
-    read."""
+    read. ``start``: ``(time.monotonic(), _cpu_sample())`` taken earlier (the end of the
+    pass, :func:`start_idle_window`): the window runs from then, and only what is missing of
+    ``window`` is slept."""
     import os
     import time
 
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-    def sample():
-        with open("/proc/stat") as f:
-            v = [float(x) for x in f.readline().split()[1:9]]
-        t = os.times()
-        return v[3] + v[4], sum(v), (t.user + t.system) * tick
-
     try:
-        idle0, total0, own0 = sample()
-        time.sleep(window)
-        idle1, total1, own1 = sample()
+        if start is None:
+            t0, (idle0, total0, own0) = time.monotonic(), _cpu_sample()
+        else:
+            t0, (idle0, total0, own0) = start
+        time.sleep(max(0.0, window - (time.monotonic() - t0)))
+        idle1, total1, own1 = _cpu_sample()
     except (OSError, ValueError, IndexError):
         return 0.0
     if total1 <= total0:
@@ -259,6 +267,21 @@ def _idle_cores(window: float = _IDLE_WINDOW) -> float:
 
 
 _IDLE_SAMPLE = [-float("inf"), 0.0]  # (time.monotonic() of the sample, idle cores)
+_IDLE_START: list = []  # [(time.monotonic(), _cpu_sample())] from start_idle_window
+
+
+def start_idle_window() -> None:
+    """Start the idle-core sample of the next driver factorisation now (called when a pass
+    ends): the driver's own work before its first factorisation (the sums' assembly, the
+    symmetrisations) then runs inside the window — this process's CPU time counts as free —
+    instead of a sleep of :data:`_IDLE_WINDOW` seconds. A start older than a second is not
+    used."""
+    import time
+
+    try:
+        _IDLE_START[:] = [(time.monotonic(), _cpu_sample())]
+    except (OSError, ValueError, IndexError):
+        _IDLE_START.clear()
 
 
 def driver_blas_threads(size: int) -> int:
@@ -275,7 +298,9 @@ def driver_blas_threads(size: int) -> int:
         return 1
     now = time.monotonic()
     if now - _IDLE_SAMPLE[0] > 1.0:  # one sample serves the calls of the next second
-        _IDLE_SAMPLE[:] = [now, _idle_cores()]
+        start = _IDLE_START[0] if _IDLE_START and now - _IDLE_START[0][0] <= 1.0 else None
+        _IDLE_START.clear()
+        _IDLE_SAMPLE[:] = [now, _idle_cores(start=start)]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, min(int(cores or 1), int(_IDLE_SAMPLE[1] + 0.25)))
 

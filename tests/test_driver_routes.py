@@ -85,19 +85,22 @@ def test_generalized_form_forms_no_whitening():
                                                                            sol.support)])
 
 
-def test_exactly_rank_deficient_b_keeps_the_pivoted_columns():
-    """Repeated landmarks (B has exact null directions, as on Bibtex): the pivoted
-    factorisation keeps one column per repeated row — the eigen threshold's space — and the
+@pytest.mark.parametrize("jitter, route", [(0.0, "distinct"), (1e-9, "pivoted")])
+def test_exactly_rank_deficient_b_keeps_the_pivoted_columns(jitter, route):
+    """Repeated landmarks (B has exact null directions, as on Bibtex): the distinct columns
+    (bitwise repeats dropped, certified by one shifted factorisation) or, for landmarks
+    repeated up to 1e-9 (columns equal to rounding only, not bitwise), the pivoted
+    factorisation keep one column per repeated row — the eigen threshold's space — and the
     model is the closed form with B's pseudo-inverse."""
     k, R, X, y, Xq = _krr_problem(n=50, m=20)
-    X[1::5] = X[0::5]  # every fifth row repeats its predecessor: B has exact null directions
+    X[1::5] = X[0::5] + jitter  # every fifth row repeats its predecessor: B has (near) null directions
     lam = 1e-3
     sums = pass_sums(k, R, X, targets=y)
     s = np.linalg.eigvalsh(sums["B"])
     dropped = int(np.sum(s <= 1e-10 * s[-1]))
     assert dropped > 0, "the test needs repeated landmarks"
     sol = solve.solve_input(sums["G"], sums["B"], n=len(X), rtol=1e-10)
-    assert sol.whitening_route == "pivoted"
+    assert sol.whitening_route == route
     assert len(sol.support) == len(s) - dropped
     feats = k(Xq, X) @ R.T
     got = feats @ solve.krr_coef(sol, sums["b"], lam)
@@ -291,3 +294,62 @@ def test_idle_cores_count_this_process_own_cpu_as_free(monkeypatch):
     monkeypatch.setattr(os, "sysconf", lambda name: 100)
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
     assert mo._idle_cores(window=0.0) == pytest.approx(2.5)
+
+
+def test_distinct_columns_equal_a_brute_force():
+    """``_distinct_columns``: the first of each set of bitwise-equal columns (-0.0 as +0.0),
+    whether or not rows sharing their first 8 entries differ further on."""
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(40, 3))
+    X[[7, 20, 33]] = X[3]
+    X[25] = X[5]
+    B = np.exp(-((X[:, None] - X[None]) ** 2).sum(-1))
+    B[:10, :10] = 0.5  # rows 0..9 share their first 8 entries; only 3 and 7 stay equal
+    B[3, 12:] = B[7, 12:] = -0.0
+    B[:, 3], B[:, 7] = B[3], B[7]
+    B[7, 12] = 0.0
+    want = [j for j in range(len(B)) if not any(
+        np.array_equal(B[i] + 0.0, B[j] + 0.0) for i in range(j))]
+    got = solve._distinct_columns(B)
+    np.testing.assert_array_equal(got, want)
+    assert set(range(len(B))) - set(got) == {7, 33}  # 7 repeats 3 (its -0.0 as +0.0), 33 repeats 20
+    np.testing.assert_array_equal(solve._distinct_columns(np.eye(5)), np.arange(5))
+
+
+def test_idle_window_started_at_the_pass_end_is_not_slept_again(monkeypatch):
+    """A window started earlier (``start_idle_window``, at the end of a pass) is measured from
+    its start: no sleep once ``_IDLE_WINDOW`` has passed, the rest of it otherwise; the
+    free cores are counted over the whole window."""
+    import io
+    import os
+    import time
+    import types
+
+    import distsketch.options as mo
+
+    stats = iter(["cpu  1000 0 0 5000 0 0 0 0 0 0\n", "cpu  1200 0 0 5200 0 0 0 0 0 0\n"])
+    real_open = open
+
+    def fake_open(path, *a, **kw):
+        return io.StringIO(next(stats)) if path == "/proc/stat" else real_open(path, *a, **kw)
+
+    slept = []
+    monkeypatch.setattr("builtins.open", fake_open)
+    monkeypatch.setattr(os, "times", lambda: types.SimpleNamespace(user=0.0, system=0.0))
+    monkeypatch.setattr(os, "sysconf", lambda name: 100)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(time, "sleep", slept.append)
+    start = (time.monotonic() - 1.0, mo._cpu_sample())  # started a second ago
+    assert mo._idle_cores(window=0.05, start=start) == pytest.approx(1.0)  # 200 of 400 idle
+    assert slept == [0.0]
+    stats = iter(["cpu  0 0 0 0 0 0 0 0 0 0\n", "cpu  0 0 0 400 0 0 0 0 0 0\n"])
+    start = (time.monotonic(), mo._cpu_sample())  # just now: the rest of the window is slept
+    assert mo._idle_cores(window=0.05, start=start) == pytest.approx(2.0)
+    assert 0.0 < slept[-1] <= 0.05
+    # the pass's end starts the window that the driver's rule then uses
+    monkeypatch.setattr(mo, "_IDLE_SAMPLE", [-float("inf"), 0.0])
+    stats = iter(["cpu  0 0 0 0 0 0 0 0 0 0\n", "cpu  0 0 0 400 0 0 0 0 0 0\n"])
+    mo.start_idle_window()
+    assert len(mo._IDLE_START) == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert mo.driver_blas_threads(5000) == 2 and mo._IDLE_START == []

@@ -393,3 +393,66 @@ def test_unique_rows_are_numpys_in_order_of_first_occurrence(dtype):
     assert np.array_equal(rows, want_rows[order])
     merged = _merge_unique([_unique_rows(Y[:120], 0), _unique_rows(Y[120:], 120)])
     assert np.array_equal(merged[1], want_first[order]) and np.array_equal(merged[0], rows)
+
+
+@pytest.mark.parametrize("n", [60, 511, 512, 1000, 4880, 10_000, 200_001])
+@pytest.mark.parametrize("width", [300, 4445])
+def test_derived_blocks_are_equal_and_a_multiple_of_four(n, width, monkeypatch):
+    """``block_rows=None``: the fewest blocks within ``block_memory``, their count rounded up
+    to a multiple of ``BLOCK_MULTIPLE`` (halved while blocks would fall below
+    ``MIN_BLOCK_ROWS``), in equal blocks (the last short by less than one row per block), and
+    the same on any machine (no core count involved)."""
+    from distsketch import accumulate
+    from distsketch.options import EngineOptions
+
+    opts = EngineOptions()
+    per_row = 8 * (opts.gram_chunk + width) + 4 * width
+    b_mem = max(64, opts.block_memory // per_row)
+    b = accumulate._choose_block_rows(opts, n, width, None, np.dtype("float32"))
+    k = -(-n // b)
+    assert b <= b_mem and k >= -(-n // b_mem)
+    assert 0 <= b * k - n < k  # equal blocks
+    if k % accumulate.BLOCK_MULTIPLE:  # rounded up only as far as MIN_BLOCK_ROWS allows
+        assert k == -(-n // b_mem) or 2 * k > n // accumulate.MIN_BLOCK_ROWS
+    if n == 4880 and width == 4445:  # Bibtex SISOKR: 4 blocks of 1220 (were 1924, 1924, 1032)
+        assert (b, k) == (1220, 4)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert accumulate._choose_block_rows(opts, n, width, None, np.dtype("float32")) == b
+    # given block_rows is taken as it is
+    assert accumulate._choose_block_rows(EngineOptions(block_rows=100), n, width, None,
+                                         np.dtype("float32")) == min(100, n)
+
+
+def test_row_sparse_sums_equal_the_dense_sums():
+    """``RowSparse``: disjoint parts kept and placed, equal rows added in place, overlapping
+    ones merged — always the dense sum (bitwise: adding exact zeros changes no float sum), and
+    the parts ``+=`` took from another sum are never written to."""
+    from distsketch.accumulate import RowSparse
+
+    rng = np.random.default_rng(0)
+    m, k = 30, 3
+    for trial in range(200):
+        parts = []
+        for _ in range(rng.integers(1, 6)):
+            kind = rng.integers(3)
+            if kind == 0:
+                r = np.arange(m)
+            elif kind == 1:  # a run, as sub-sampling's landmarks in a row block
+                a = rng.integers(0, m)
+                r = np.arange(a, min(m, a + rng.integers(0, 8)))
+            else:
+                r = np.unique(rng.choice(m, rng.integers(0, 10)))
+            parts.append((r.astype(np.int64), rng.normal(size=(r.size, k))))
+        frozen = [v.copy() for _, v in parts]
+        acc = RowSparse(m, *parts[0]).copy()
+        want = np.zeros((m, k))
+        want[parts[0][0]] = parts[0][1]
+        for r, v in parts[1:]:
+            acc += RowSparse(m, r, v)
+            dense = np.zeros((m, k))
+            dense[r] = v
+            want = want + dense
+        np.testing.assert_array_equal(acc.toarray(), want, err_msg=str(trial))
+        for (_, v), f in zip(parts, frozen):
+            np.testing.assert_array_equal(v, f)
+
