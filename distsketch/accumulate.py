@@ -850,6 +850,8 @@ def _choose_block_rows(options: EngineOptions, n: int, width: int, native: int |
     while k > max(k_mem, n // MIN_BLOCK_ROWS) and k % 2 == 0:
         k //= 2
     b = -(-n // max(k, k_mem))
+    if b >= n:  # one block: the same whatever the input's chunks
+        return int(n)
     if native and b >= native:  # whole stored chunks per block; smaller blocks split chunks
         b = (b // native) * native
     return int(min(b, n))
