@@ -130,6 +130,13 @@ class Loss(ParamsMixin):
         """The ``kind`` :meth:`curvature` returns for ``d`` outputs."""
         raise NotImplementedError
 
+    def level_counts(self, R: np.ndarray, mus: np.ndarray) -> np.ndarray | None:
+        """Rows at each of :meth:`curvature_levels` ``(d, μ)`` (exact curvature) for every
+        smoothing ``μ`` of ``mus`` (increasing): shape (len(mus), n_levels), or None when the
+        loss does not count them. The solver's first sweep (before μ is known) asks for
+        them, so that the first Gram is formed over the rows off the commonest level."""
+        return None
+
     def entry_bounds(self, d: int) -> tuple[np.ndarray, np.ndarray]:
         """Per-output bounds of a gradient entry (losses with :meth:`band`)."""
         return np.full(d, -np.inf), np.full(d, np.inf)
@@ -361,6 +368,14 @@ class EpsilonInsensitive(_Radial):
     def curvature_levels(self, d, mu=0.0, *, exact=True):
         return (0.0, 1.0 / mu) if d == 1 and mu > 0 else (0.0,)
 
+    def level_counts(self, R, mus):
+        if R.shape[1] != 1:
+            return None
+        # in the band 0 < |r| − ε ≤ μ: curvature 1/μ; elsewhere 0
+        over = np.abs(R[:, 0]) - float(self.epsilon)
+        band = np.searchsorted(np.sort(over[over > 0]), mus, side="right").astype(np.float64)
+        return np.stack([len(R) - band, band], axis=1)
+
     def kink_bounds(self, cols, kink, d):
         # ∂h at r = +ε is [0, 1], at r = −ε it is [−1, 0]; at r = 0 (ε = 0) it is [−1, 1]
         kink = np.asarray(kink, dtype=np.float64)
@@ -491,6 +506,17 @@ class Pinball(Loss):
 
     def curvature_kind(self, d, *, exact=True):
         return "scalar" if d == 1 else "diag"
+
+    def level_counts(self, R, mus):
+        if R.shape[1] != 1:
+            return None
+        # in the band μ·lo ≤ r ≤ μ·hi (lo = −τ < 0 < hi = 1 − τ): curvature 1/μ, else 0;
+        # r is in it when q = max(r/lo, r/hi) ≤ μ (counted to rounding at the band's edges)
+        lo, hi = self._bounds(1)
+        r = R[:, 0]
+        q = np.where(r >= 0, r / hi[0], r / lo[0])
+        band = np.searchsorted(np.sort(q), mus, side="right").astype(np.float64)
+        return np.stack([len(R) - band, band], axis=1)
 
     def curvature_levels(self, d, mu=0.0, *, exact=True):
         return (0.0, 1.0 / mu) if exact and mu > 0 else (0.0,)
