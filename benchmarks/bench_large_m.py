@@ -272,6 +272,14 @@ def last_grid(part: str = "a") -> tuple[str | None, dict | None]:
     return (recs[-1]["date"], recs[-1]) if recs else (None, None)
 
 
+def _with_last(out: dict, part: str) -> dict:
+    """``out`` with the newest recorded ``part`` (dated) where this run has none."""
+    if part in out:
+        return out
+    date, rec = last_grid(part)
+    return out if rec is None else {**out, part: {**rec[part], "date": date}}
+
+
 def write(out: dict) -> None:
     """Replace RESULTS.md's ``large_m`` section (and append the record) with ``out``."""
     measured = out  # the record holds this run's parts only, not the ones shown from earlier runs
@@ -340,10 +348,7 @@ def write(out: dict) -> None:
                       + (f"{tol:g}" if tol is not None else "") + f" | {r['seconds']:.0f} | "
                       + " | ".join(cells) + f" | {r['rmse']:.6f} | {r['peak_rss_mib']:.0f} | "
                       + (r["date"][:16] if r.get("date") else b_date[:16] if b_date else "this run") + " |")
-    if "probe" not in out:  # the last recorded (c)
-        c_date, c_rec = last_grid("probe")
-        if c_rec is not None:
-            out = {**out, "probe": {**c_rec["probe"], "date": c_date}}
+    out = _with_last(out, "probe")  # (c): the last recorded one where this run has none
     if "probe" in out:
         pr = out["probe"]
         md.append(f"\n(c) `--probe`: one PCG pass's cost at n = {pr['n']:,}, m = {pr['m']:,} "
@@ -356,10 +361,7 @@ def write(out: dict) -> None:
         for r in pr["rows"]:
             md.append(f"| {r['tiles']} | {r['seconds']:.1f} | {r['per_pass']:.2f} | "
                       f"{r['ns_per_value']:.3f} |")
-    if "tols" not in out:  # the last recorded (d)
-        d_date, d_rec = last_grid("tols")
-        if d_rec is not None:
-            out = {**out, "tols": {**d_rec["tols"], "date": d_date}}
+    out = _with_last(out, "tols")  # (d): the last recorded one where this run has none
     if "tols" in out:
         tl = out["tols"]
         md.append(f"\n(d) `--tols`: PCG at n = {tl['n']:,}, m = {tl['m']:,} for several "

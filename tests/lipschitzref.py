@@ -61,3 +61,43 @@ def reference(est, X, y, loss, lam, M=None, intercept=True, *, gamma):
         prob.solve(solver="CLARABEL", tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
     pred = Phi @ Xi.value @ S + (b.value if intercept else 0)
     return float(prob.value), pred, C
+
+
+def cvx_scalar(Phi, y, lam, loss, intercept):
+    """``(objective, x, b)`` of ``min (1/n) Σ ℓ(Φx + b − y) + (λ/2)‖x‖²`` for a scalar
+    ε-insensitive or pinball ``loss`` (every entry kept exact), by CVXPY (Clarabel): the
+    reference of the restricted polish."""
+    from distsketch.losses import Pinball
+
+    cp = pytest.importorskip("cvxpy")
+    n, r = Phi.shape
+    x = cp.Variable(r)
+    b = cp.Variable() if intercept else 0.0
+    u = Phi @ x + b - y
+    if isinstance(loss, Pinball):
+        tau = float(loss.taus(1)[0])
+        data_term = cp.sum(cp.maximum(-tau * u, (1 - tau) * u))
+    else:
+        data_term = cp.sum(cp.pos(cp.abs(u) - loss.epsilon))
+    prob = cp.Problem(cp.Minimize(data_term / n + lam / 2 * cp.sum_squares(x)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prob.solve(solver="CLARABEL", tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+    return float(prob.value), np.asarray(x.value), (float(b.value) if intercept else 0.0)
+
+
+def held_sweep_data(n=230, m=9, rows=50, seed=5):
+    """A sweep's data held in memory (blocks of ``rows`` rows of a random ``C`` (n, m)) and
+    scalar targets: ``(data, X, Y, C, y, rng)``."""
+    from distsketch.rows import as_row_source
+    from distsketch.sweep import SweepData
+
+    rng = np.random.default_rng(seed)
+    C = rng.normal(size=(n, m))
+    y = rng.normal(size=n) * 2.0
+    held = tuple(C[s:s + rows] for s in range(0, n, rows))
+    data = SweepData(n=n, block_rows=rows, m=m, d=1, C=None, crcs=(), x=None,
+                     dtype=np.dtype("float64"), held=held)
+    X = as_row_source(np.zeros((n, 1)), argument="X")
+    Y = as_row_source(y, argument="y", allow_1d=True)
+    return data, X, Y, C, y, rng

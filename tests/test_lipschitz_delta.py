@@ -13,21 +13,11 @@ import pytest
 import distsketch as ds
 from distsketch import newton
 from distsketch.losses import EpsilonInsensitive, Huber, Pinball
+from lipschitzref import held_sweep_data
 
 
 def _setup(n=230, m=9, rows=50, seed=5):
-    from distsketch.rows import as_row_source
-    from distsketch.sweep import SweepData
-
-    rng = np.random.default_rng(seed)
-    C = rng.normal(size=(n, m))
-    y = rng.normal(size=n) * 2.0
-    held = tuple(C[s:s + rows] for s in range(0, n, rows))
-    data = SweepData(n=n, block_rows=rows, m=m, d=1, C=None, crcs=(), x=None,
-                     dtype=np.dtype("float64"), held=held)
-    X = as_row_source(np.zeros((n, 1)), argument="X")
-    Y = as_row_source(y, argument="y", allow_1d=True)
-    return data, X, Y, C, y, rng
+    return held_sweep_data(n=n, m=m, rows=rows, seed=seed)
 
 
 def _dense_gram(loss, C, R, mu, base):

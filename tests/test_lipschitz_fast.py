@@ -6,14 +6,14 @@ direction of a Newton sweep read from ``C`` at once."""
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 
 import distsketch as ds
 from distsketch import newton
 from distsketch.losses import EpsilonInsensitive, Huber, Pinball, _Radial
+
+from lipschitzref import cvx_scalar, held_sweep_data
 
 cp = pytest.importorskip("cvxpy")
 
@@ -24,19 +24,7 @@ def _restricted_problem(loss, intercept, n=300, r=12, seed=0, lam=1e-3):
     rng = np.random.default_rng(seed)
     Phi = rng.normal(size=(n, r))
     y = Phi @ rng.normal(size=r) * 0.5 + rng.standard_t(3, size=n)
-    x = cp.Variable(r)
-    b = cp.Variable() if intercept else 0.0
-    u = Phi @ x + b - y
-    if isinstance(loss, Pinball):
-        tau = float(loss.taus(1)[0])
-        data_term = cp.sum(cp.maximum(-tau * u, (1 - tau) * u))
-    else:
-        data_term = cp.sum(cp.pos(cp.abs(u) - loss.epsilon))
-    prob = cp.Problem(cp.Minimize(data_term / n + lam / 2 * cp.sum_squares(x)))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        prob.solve(solver="CLARABEL", tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
-    ref = (float(prob.value), np.asarray(x.value), float(b.value) if intercept else 0.0)
+    ref = cvx_scalar(Phi, y, lam, loss, intercept)
     return Phi, y, lam, ref
 
 
@@ -130,18 +118,9 @@ def test_lean_values_are_the_profiles(loss, d):
 
 
 def _sweep_setup(n=230, m=9, rows=50, seed=5):
-    from distsketch.sweep import SweepData, Sweeper
-    from distsketch.rows import as_row_source
+    from distsketch.sweep import Sweeper
 
-    rng = np.random.default_rng(seed)
-    C = rng.normal(size=(n, m))
-    y = rng.normal(size=n) * 2.0
-    held = tuple(C[s:s + rows] for s in range(0, n, rows))
-    data = SweepData(n=n, block_rows=rows, m=m, d=1, C=None, crcs=(), x=None,
-                     dtype=np.dtype("float64"), held=held)
-    X = as_row_source(np.zeros((n, 1)), argument="X")
-    Y = as_row_source(y, argument="y", allow_1d=True)
-    return Sweeper, data, X, Y, C, y, rng
+    return (Sweeper, *held_sweep_data(n=n, m=m, rows=rows, seed=seed))
 
 
 def test_held_sweeps_are_bitwise_the_dask_sweep():

@@ -12,7 +12,7 @@ import pytest
 import distsketch as ds
 from distsketch import newton
 from distsketch.losses import EpsilonInsensitive, Pinball
-from lipschitzref import data, reference
+from lipschitzref import cvx_scalar, data, reference
 
 cp = pytest.importorskip("cvxpy")
 
@@ -32,20 +32,7 @@ def test_epsilon_kink_bounds_are_sign_sided():
 
 
 def _cvx(Phi, y, lam, loss, intercept):
-    n, r = Phi.shape
-    x = cp.Variable(r)
-    b = cp.Variable() if intercept else 0.0
-    u = Phi @ x + b - y
-    if isinstance(loss, Pinball):
-        tau = float(loss.taus(1)[0])
-        data_term = cp.sum(cp.maximum(-tau * u, (1 - tau) * u))
-    else:
-        data_term = cp.sum(cp.pos(cp.abs(u) - loss.epsilon))
-    prob = cp.Problem(cp.Minimize(data_term / n + lam / 2 * cp.sum_squares(x)))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        prob.solve(solver="CLARABEL", tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
-    return float(prob.value), x.value, (float(b.value) if intercept else 0.0)
+    return cvx_scalar(Phi, y, lam, loss, intercept)
 
 
 @pytest.mark.parametrize("loss", [Pinball(0.3), EpsilonInsensitive(0.0)], ids=lambda l: l.name)
