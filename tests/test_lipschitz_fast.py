@@ -13,7 +13,7 @@ import distsketch as ds
 from distsketch import newton
 from distsketch.losses import EpsilonInsensitive, Huber, Pinball, _Radial
 
-from lipschitzref import cvx_scalar, held_sweep_data
+from lipschitzref import cvx_scalar, held_sweep_data, whole_window
 
 cp = pytest.importorskip("cvxpy")
 
@@ -93,11 +93,7 @@ def test_restricted_polish_still_exact_from_zero(loss):
     from a start far from the solution (zero): CVXPY's objective and a valid subgradient."""
     Phi, y, lam, (ref, x_ref, _) = _restricted_problem(loss, False, seed=2)
     n, r = Phi.shape
-    prob = newton.Problem(T=np.eye(r), S=np.eye(1), nu=np.ones(1), U=np.eye(1),
-                          Gt=np.zeros((r + 1, r + 1)), b=np.zeros((r, 1)), y1=np.zeros(1), n=n,
-                          loss=loss, intercept=False)
-    s = {"E_row": np.arange(n), "E_col": np.zeros(n, dtype=np.int64), "E_C": Phi,
-         "E_y": y, "E_target": y.copy(), "Ca_out": np.zeros((r, 1)), "sa_out": np.zeros(1)}
+    prob, s = whole_window(Phi, y, loss, False)
     Xi, _, fix = newton.restricted_polish(prob, lam, s, np.zeros((r, 1)), np.zeros(1), 1.0)
     obj = _objective(loss, Phi, y, lam, Xi[:, 0], 0.0)
     assert abs(obj - ref) <= 1e-8 * abs(ref)

@@ -12,7 +12,7 @@ import pytest
 import distsketch as ds
 from distsketch import newton
 from distsketch.losses import EpsilonInsensitive, Pinball
-from lipschitzref import cvx_scalar, data, reference
+from lipschitzref import cvx_scalar, data, reference, whole_window
 
 cp = pytest.importorskip("cvxpy")
 
@@ -47,11 +47,7 @@ def test_restricted_polish_with_every_entry_is_the_exact_solution(loss, intercep
     Phi = rng.normal(size=(n, r))
     y = Phi @ rng.normal(size=r) * 0.5 + rng.standard_t(3, size=n)
     lam = 1e-3
-    prob = newton.Problem(T=np.eye(r), S=np.eye(1), nu=np.ones(1), U=np.eye(1),
-                          Gt=np.zeros((r + 1, r + 1)), b=np.zeros((r, 1)), y1=np.zeros(1), n=n,
-                          loss=loss, intercept=intercept)
-    s = {"E_row": np.arange(n), "E_col": np.zeros(n, dtype=np.int64), "E_C": Phi,
-         "E_y": y, "E_target": y.copy(), "Ca_out": np.zeros((r, 1)), "sa_out": np.zeros(1)}
+    prob, s = whole_window(Phi, y, loss, intercept)
     Xi, b0, fix = newton.restricted_polish(prob, lam, s, np.zeros((r, 1)), np.zeros(1), 1.0)
     ref, x_ref, b_ref = _cvx(Phi, y, lam, loss, intercept)
     x = Xi[:, 0]
