@@ -252,6 +252,14 @@ class Reducer:
     def add(self, acc, part):
         raise NotImplementedError
 
+    def node(self, parts):
+        """One node of the reduction tree: ``parts`` added left to right (a reducer may do it
+        at once, with the same result)."""
+        acc = self.own(parts[0])
+        for p in parts[1:]:
+            acc = self.add(acc, p)
+        return acc
+
 
 def _run_block(func, shared, item):
     return func(shared, _resolve(item), Workspace())
@@ -268,10 +276,7 @@ def _run_group(func, reducer: Reducer, shared, items: list):
 
 def _node(reducer: Reducer, *parts):
     """One node of the reduction tree: its children added in order."""
-    acc = reducer.own(parts[0])
-    for p in parts[1:]:
-        acc = reducer.add(acc, p)
-    return acc
+    return reducer.node(parts)
 
 
 def _token() -> str:

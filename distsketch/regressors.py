@@ -33,7 +33,7 @@ from .newton import Problem, SolverState, solve_path, state_key
 from .options import with_blas_limit
 from .solve import whitening
 from .store import _CSUM
-from .sweep import SweepData, Sweeper, sweep_items
+from .sweep import SWEEP_SUMS, SweepData, Sweeper, sweep_items
 
 __all__ = ["SketchedRegressor", "SketchedQuantileRegressor"]
 
@@ -154,7 +154,7 @@ class _HeldSweeps:
             parts = [one(item) for item in items]
         step = sw.split_every
         while len(parts) > 1:  # engine.tree_reduce's tree (fused first level: the same sums)
-            parts = [_add_parts(parts[j:j + step]) for j in range(0, len(parts), step)]
+            parts = [SWEEP_SUMS.node(parts[j:j + step]) for j in range(0, len(parts), step)]
         sw.count += 1
         return parts[0]
 
@@ -162,24 +162,6 @@ class _HeldSweeps:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-
-
-def _add_parts(group: list) -> dict:
-    """``SWEEP_SUMS.add`` folded over ``group`` left to right: the sums in the same order
-    (bitwise the same), the gathered entries (keys ``E_*``) concatenated once instead of
-    once per part."""
-    if len(group) == 1:
-        return group[0]
-    out = {}
-    for key, first in group[0].items():
-        if key.startswith("E_"):
-            out[key] = np.concatenate([part[key] for part in group])
-        else:
-            acc = first
-            for part in group[1:]:
-                acc = acc + part[key]
-            out[key] = acc
-    return out
 
 
 def _held_sweeps(sweeper: Sweeper, data: SweepData, spec: FitSpec):

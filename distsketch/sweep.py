@@ -144,6 +144,22 @@ class SweepSums(Reducer):
         return {k: np.concatenate([acc[k], part[k]]) if k.startswith("E_") else acc[k] + part[k]
                 for k in acc}
 
+    def node(self, parts):
+        """:meth:`add` folded over ``parts`` left to right (the sums in the same order, bitwise
+        the same), the band entries concatenated once instead of once per part."""
+        if len(parts) == 1:
+            return parts[0]
+        out = {}
+        for key, first in parts[0].items():
+            if key.startswith("E_"):
+                out[key] = np.concatenate([part[key] for part in parts])
+            else:
+                acc = first
+                for part in parts[1:]:
+                    acc = acc + part[key]
+                out[key] = acc
+        return out
+
 
 SWEEP_SUMS = SweepSums()
 
