@@ -45,6 +45,19 @@ def as_float(Y):
     return Y if Y.dtype.kind == "f" else Y.astype(np.float64)
 
 
+def distinct_rows(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(first, inverse)`` of the rows of a dense 2-d array compared as bytes (``-0.0`` as
+    ``+0.0``): ``first`` the position of each distinct row's first occurrence (ascending),
+    ``inverse`` (len(A),) the index into ``first`` of every row's distinct row."""
+    P = np.ascontiguousarray(A, dtype=np.float64) + 0.0  # -0.0 → +0.0 (a new array)
+    keys = P.view(np.dtype((np.void, 8 * P.shape[1]))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return first[order], rank[inverse.ravel()]
+
+
 def gram_dot(
     kernel,
     A,

@@ -20,14 +20,18 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from ._hashing import fingerprint
-from .blocks import as_float, gram_dot, pad_rows
+from .blocks import as_float, distinct_rows, gram_dot, pad_rows
 from .engine import map_local, transform_rows
 from .kernels import kernel_description
 from .sketches import RealizedSketch
 
 __all__ = ["FeatureMap"]
+
+#: Largest landmark array (as float64 bytes) whose repeated rows :class:`FeatureMap` merges.
+MERGE_BYTES = 256 << 20
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,8 +72,40 @@ class FeatureMap:
     def n_features_in(self) -> int:
         return self.landmarks.shape[1]
 
+    @cached_property
+    def _merged(self) -> tuple[np.ndarray, Any] | None:
+        """``(L_u, P_u)``: the distinct landmark rows (each first occurrence, in order) and
+        the projection with the rows of a repeated landmark summed, ``P_u = Sᵀ P`` (``S``:
+        s' × u, a single 1 per row at the landmark's distinct row). ``k(A, L) P =
+        k(A, L_u) P_u`` exactly (equal rows give equal kernel columns), with one kernel
+        column per distinct landmark: a p-sparsified output sketch on Bibtex draws 2 701
+        label rows of which 1 293 differ. None where no landmark repeats or the merge does
+        not apply: sparse or device landmarks, landmarks over :data:`MERGE_BYTES` (their
+        comparison copies them), no projection, or a diagonal sketch (each feature is one
+        scaled kernel column)."""
+        L, P = self.landmarks, self.projection
+        if (P is None or type(L) is not np.ndarray or L.ndim != 2 or L.shape[0] < 2
+                or L.shape[0] * L.shape[1] * 8 > MERGE_BYTES):
+            return None
+        if isinstance(P, RealizedSketch) and P.scale is not None:
+            return None
+        first, inverse = distinct_rows(L)
+        if len(first) == L.shape[0]:
+            return None
+        if isinstance(P, RealizedSketch):
+            P = P.mixing_t_block(0, L.shape[0])
+        S = sp.csr_array((np.ones(L.shape[0]), (inverse, np.arange(L.shape[0]))),
+                         shape=(len(first), L.shape[0]))  # Sᵀ, summing rows in order
+        P_u = S @ P
+        return L[first], (P_u.tocsr() if sp.issparse(P_u) else np.asarray(P_u))
+
     def block(self, A, *, dtype=np.float64, out=None):
-        """Features of one in-memory block of rows, ``k(A, L) P``, shape (len(A), r)."""
+        """Features of one in-memory block of rows, ``k(A, L) P``, shape (len(A), r); a
+        repeated landmark's kernel column is computed once (:attr:`_merged`)."""
+        merged = self._merged
+        if merged is not None:
+            return gram_dot(self.kernel, A, merged[0], right=merged[1], chunk=self.chunk,
+                            dtype=dtype, out=out)
         if isinstance(self.projection, RealizedSketch):
             return gram_dot(self.kernel, A, self.landmarks, self.projection, chunk=self.chunk,
                             dtype=dtype, out=out)

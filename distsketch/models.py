@@ -321,7 +321,8 @@ class SISOKR(RidgeEstimator):
         with driver_threads(_driver_size(res.sums)):
             sol = solve_sisokr(res.sums, res.x_sketch, res.y_sketch, res.y_landmarks, n=res.n,
                                rtol=spec.options.eig_rtol, n_lams=len(spec.lams),
-                               linear_output=linear, eigen=self._needs_eigenbasis)
+                               linear_output=linear, eigen=self._needs_eigenbasis,
+                               threads=driver_threads)
         self.input_solution_ = sol.input
         self._set_fitted(spec, res, input_projection=sol.input_projection,
                          output_projection=sol.output_projection,

@@ -41,6 +41,7 @@ landmark columns — is here too (:func:`solve_sisokr`, :func:`solve_krr`,
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import numbers
 from collections.abc import Sequence
@@ -80,6 +81,20 @@ def _sym(A: np.ndarray) -> np.ndarray:
             np.add(A[i:i + t, j:j + t], A[j:j + t, i:i + t].T, out=out[i:i + t, j:j + t])
     out *= 0.5
     return out
+
+
+def _sym_inplace(A: np.ndarray) -> np.ndarray:
+    """``A ← (A + Aᵀ)/2`` for a square float64 ``A`` the caller owns, by pairs of tiles of
+    :data:`_SYM_TILE` (each pair's mean written to both): the values of :func:`_sym` without
+    a second array."""
+    m, t = A.shape[0], _SYM_TILE
+    for i in range(0, m, t):
+        for j in range(i, m, t):
+            S = np.add(A[i:i + t, j:j + t], A[j:j + t, i:i + t].T)
+            S *= 0.5
+            A[i:i + t, j:j + t] = S
+            A[j:j + t, i:i + t] = S.T
+    return A
 
 
 def _principal(A: np.ndarray, keep: np.ndarray) -> np.ndarray:
@@ -260,10 +275,14 @@ def _distinct_columns(B: np.ndarray) -> np.ndarray:
     return np.flatnonzero(keep)
 
 
-def _certified_columns(B: np.ndarray, *, rtol: float) -> np.ndarray | None:
+def _certified_columns(B: np.ndarray, *, rtol: float, distinct: np.ndarray | None = None,
+                       scratch: list | None = None) -> np.ndarray | None:
     """The columns of ``B`` whose span is the model's (all of them, in order; the distinct
-    ones, :func:`_distinct_columns`; or the pivoted factorisation's ``keep``), certified as in
-    the notes above; None: eigen route only.
+    ones, :func:`_distinct_columns`, which the caller may pass; or the pivoted
+    factorisation's ``keep``), certified as in the notes above; None: eigen route only.
+    ``scratch``: a list to which the array the certificate's factorisation wrote (C-ordered,
+    ``len(keep)`` square, free to overwrite) is appended when the all- or distinct-columns
+    certificate succeeds, for the caller's next factorisation of that order.
 
     Where no column repeats, a Cholesky factorisation of ``B`` with the rcond test. Where
     some repeat, their exact null directions are dropped and the distinct columns certified
@@ -275,7 +294,7 @@ def _certified_columns(B: np.ndarray, *, rtol: float) -> np.ndarray | None:
     if m == 0 or not np.isfinite(B).all():
         return None
     norm1 = np.abs(B).sum(axis=0).max()
-    distinct = _distinct_columns(B)
+    distinct = _distinct_columns(B) if distinct is None else distinct
     if len(distinct) == m:
         try:  # B symmetric: B.T is B in Fortran order, no transposing copy
             L = cholesky(B.T, lower=True, check_finite=False)
@@ -284,15 +303,20 @@ def _certified_columns(B: np.ndarray, *, rtol: float) -> np.ndarray | None:
         if L is not None:
             rcond, info = dpocon(L, norm1, uplo="L")
             if info == 0 and rcond > _CHOLESKY_MARGIN * rtol:
+                if scratch is not None and L.flags.f_contiguous:
+                    scratch.append(L.T)
                 return distinct
     else:
         B_kk = _principal(B, distinct)
         B_kk.flat[:: len(distinct) + 1] -= _KEPT_SHIFT * rtol * norm1
         try:
             cholesky(B_kk.T, lower=True, overwrite_a=True, check_finite=False)
-            return distinct
         except LinAlgError:
             pass
+        else:
+            if scratch is not None:
+                scratch.append(B_kk)
+            return distinct
     keep = _pivoted_factor(B, rtol=rtol, norm1=norm1)
     return None if keep is None else np.sort(keep)
 
@@ -419,43 +443,58 @@ class InputSolution:
             object.__setattr__(self, "_eigen", cached)  # a cache, not state
         return cached
 
-    def _shifted(self, shift: float) -> np.ndarray:
-        """``H + shift·metric`` (a new Fortran-ordered array) for a lower Cholesky
-        factorisation in place. ``H`` and ``metric`` are symmetric, so the transpose of a
-        row-major copy is the matrix itself, in LAPACK's order, without a transposing copy
-        (the factorisation reads one triangle: no symmetrisation)."""
-        A = np.array(self.H, dtype=np.float64, order="C")
+    def _shifted(self, shift: float, work: np.ndarray | None = None) -> np.ndarray:
+        """``H + shift·metric`` for a lower Cholesky factorisation in place: the transpose of
+        a C-ordered array, new or ``work`` (C-ordered, ``H``'s shape, free to overwrite).
+        ``H`` and ``metric`` are symmetric, so that transpose is the matrix itself in
+        LAPACK's order, without a transposing copy (the factorisation reads one triangle: no
+        symmetrisation)."""
+        A = work
         if self.metric is None:
+            if A is None:
+                A = np.array(self.H, dtype=np.float64, order="C")
+            else:
+                np.copyto(A, self.H)
             A.flat[:: A.shape[0] + 1] += shift
-        else:
-            A += shift * np.asarray(self.metric, dtype=np.float64)
+        else:  # shift·metric + H: the values of H + shift·metric
+            A = np.multiply(np.asarray(self.metric, dtype=np.float64), shift, out=A,
+                            order="C")
+            A += self.H
         return A.T
 
     def _certified(self, lam: float) -> bool:
         """Whether λ may be solved by Cholesky (a sketched side: every eigenvalue of ``H``
         above ``−τ·nλ``, notes at :data:`_NOISE_SHIFT`; shown once for all λ above it)."""
+        return self._certify(lam)[0]
+
+    def _certify(self, lam: float) -> tuple[bool, np.ndarray | None]:
+        """:meth:`_certified` and a C-ordered ``r × r`` array free to overwrite (the one its
+        factorisation wrote, or the one :func:`solve_input`'s certificate of ``B`` left),
+        which :meth:`_factor` reuses instead of a new allocation; None: none."""
+        work = self.__dict__.pop("_scratch", None)  # a one-use buffer, not state
         if self.exact:
-            return True
+            return True, work
         low = self.__dict__.get("_certified_down_to")
         if low is not None and lam >= low:
-            return True
+            return True, work
+        A = self._shifted(_NOISE_SHIFT * self.n * float(lam), work)
         try:
-            cholesky(self._shifted(_NOISE_SHIFT * self.n * float(lam)), lower=True,
-                     overwrite_a=True, check_finite=False)
+            cholesky(A, lower=True, overwrite_a=True, check_finite=False)
         except LinAlgError:
             logger.debug("input side, λ = %g: H + τnλ not positive definite, eigen route", lam)
-            return False
+            return False, A.T
         object.__setattr__(self, "_certified_down_to", float(lam))  # a cache, not state
-        return True
+        return True, A.T
 
     def _factor(self, lam: float) -> np.ndarray | None:
         """Lower Cholesky factor of ``H + nλ·metric``, or None if it is not numerically PD
         or the safety test refuses it."""
-        if not self._certified(lam):
+        certified, work = self._certify(lam)
+        if not certified:
             return None
         try:
-            return cholesky(self._shifted(self.n * float(lam)), lower=True, overwrite_a=True,
-                            check_finite=False)
+            return cholesky(self._shifted(self.n * float(lam), work), lower=True,
+                            overwrite_a=True, check_finite=False)
         except LinAlgError:
             return None
 
@@ -506,23 +545,36 @@ def solve_input(G: np.ndarray, B: np.ndarray, *, n: int, rtol: float,
     _check_finite_sum(B, what="the sketched Gram matrix R K Rᵀ", argument=argument)
     B = _sym(B)
     if generalized:
-        keep = _certified_columns(B, rtol=rtol)
+        m = B.shape[0]
+        distinct, scratch = _distinct_columns(B), []
+        keep = _certified_columns(B, rtol=rtol, distinct=distinct, scratch=scratch)
         if keep is not None:
-            m = B.shape[0]
-            T = np.zeros((m, len(keep)))
-            T[keep, np.arange(len(keep))] = 1.0
             route = ("cholesky" if len(keep) == m else "distinct"
-                     if np.array_equal(keep, _distinct_columns(B)) else "pivoted")
+                     if np.array_equal(keep, distinct) else "pivoted")
             logger.debug("input side: B certified on %d of %d columns (%s), generalized form",
                          len(keep), m, route)
-            if len(keep) == m:  # every column: no selecting copies
-                H, metric = _sym(G), B
-            else:
-                H, metric = _sym(_principal(G, keep)), _principal(B, keep)
-            return InputSolution(T=T, H=H, n=int(n), metric=metric, support=keep,
-                                 whitening_route=route)
+            sol = _generalized(G, B, keep, n=n, route=route)
+            if scratch:  # the certificate's array serves the first factorisation of H
+                object.__setattr__(sol, "_scratch", scratch[0])
+            return sol
     T, route = _whitening(B, rtol=rtol, argument=argument)
     return InputSolution(T=T, H=_sym(T.T @ _sym(G) @ T), n=int(n), whitening_route=route)
+
+
+def _generalized(G: np.ndarray, B: np.ndarray, keep: np.ndarray, *, n: int,
+                 route: str) -> InputSolution:
+    """The generalized form on the (sorted) columns ``keep`` of the symmetric ``B``:
+    ``T = E_keep``, ``H = sym(G)_kk``, ``metric = B_kk`` (every column: no selecting
+    copies; the selection symmetrised in place)."""
+    m = B.shape[0]
+    T = np.zeros((m, len(keep)))
+    T[keep, np.arange(len(keep))] = 1.0
+    if len(keep) == m:
+        H, metric = _sym(G), B
+    else:
+        H, metric = _sym_inplace(_principal(G, keep)), _principal(B, keep)
+    return InputSolution(T=T, H=H, n=int(n), metric=metric, support=keep,
+                         whitening_route=route)
 
 
 def solve_input_exact(K: np.ndarray, *, n: int, argument: str = "input_kernel") -> InputSolution:
@@ -687,14 +739,20 @@ class SisokrSolution:
 
 
 def solve_sisokr(sums: dict, x_sketch, y_sketch, y_landmarks, *, n: int, rtol: float,
-                 n_lams: int, linear_output: bool, eigen: bool = False) -> SisokrSolution:
+                 n_lams: int, linear_output: bool, eigen: bool = False,
+                 threads=None) -> SisokrSolution:
     """Assemble a SISOKR-family model (docs/design.md, "Driver solve") from the pass's sums.
 
     ``x_sketch``, ``y_sketch``: the realised sketches (``transpose_dot`` maps sketch
     coordinates to landmark columns); ``y_landmarks``: the output landmarks (a linear output
     kernel's ``output_map`` is ``(R_Ymixᵀ T_Y)ᵀ Y_J``). ``eigen``: the input side's eigen
-    route whatever the λ path (:func:`solve_input_side`).
+    route whatever the λ path (:func:`solve_input_side`). ``threads``: a function of a
+    factorisation's order giving the BLAS-thread context it runs in (the estimators pass
+    :func:`distsketch.options.driver_threads`); the output side's whitening, of order
+    ``m_Y``, takes its own instead of the input side's.
     """
+    if threads is None:
+        threads = lambda size: contextlib.nullcontext()  # noqa: E731
     sol = solve_input_side(sums, exact=x_sketch.is_identity, n=n, rtol=rtol, n_lams=n_lams,
                            eigen=eigen)
     # input features: (T_X V)ᵀ R_X k_X(X, x) in the eigenbasis of H, T_Xᵀ R_X k_X(X, x) on
@@ -706,7 +764,8 @@ def solve_sisokr(sums: dict, x_sketch, y_sketch, y_landmarks, *, n: int, rtol: f
         T_Y = output_projection = None
         operator = sisokr_operator(sol, None, sums.get("C"))
     else:
-        T_Y = whitening(sums["E"], rtol=rtol, argument="output_kernel")
+        with threads(sums["E"].shape[0]):
+            T_Y = whitening(sums["E"], rtol=rtol, argument="output_kernel")
         operator = sisokr_operator(sol, T_Y, sums.get("M"), sums.get("D"))
         output_projection = y_sketch.transpose_dot(T_Y)
     output_map = None

@@ -196,7 +196,7 @@ def test_sisokr_forms_every_route_equals_prop1(small_problem, form, monkeypatch)
     assert eig.input_solution_.route == "eigen" and eig.input_solution_.V is not None
     assert rel_err(eig.score_candidates(Xq, Yc), got) <= RTOL
     if sx is not None:  # the whitened H + nλI by Cholesky: B not put in generalized form
-        monkeypatch.setattr(solve, "_certified_columns", lambda B, rtol: None)
+        monkeypatch.setattr(solve, "_certified_columns", lambda B, rtol, **kw: None)
         white = _sisokr(X, Y, sx, sy)
         assert white.input_solution_.route == "cholesky"
         assert white.input_solution_.metric is None
@@ -353,3 +353,34 @@ def test_idle_window_started_at_the_pass_end_is_not_slept_again(monkeypatch):
     assert len(mo._IDLE_START) == 1
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert mo.driver_blas_threads(5000) == 2 and mo._IDLE_START == []
+
+
+@pytest.mark.parametrize("m", [5, 256, 300, 700])
+def test_sym_inplace_is_sym(m):
+    """The in-place tiled symmetrisation gives ``_sym``'s values bitwise."""
+    A = np.random.default_rng(m).normal(size=(m, m))
+    want = solve._sym(A)
+    got = solve._sym_inplace(A.copy())
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("repeat", [False, True])
+def test_factorisations_reuse_the_certificate_array_bitwise(repeat):
+    """The certificate of ``B``'s columns leaves its array to the first factorisation of
+    ``H`` (``InputSolution._scratch``), the safety test's to the solving one: each factor is
+    bitwise a fresh factorisation of ``G_kk + nλB_kk``, and no buffer stays on the solution."""
+    from scipy.linalg import cholesky
+
+    k, R, X, y, Xq = _krr_problem(seed=3)
+    if repeat:  # a repeated landmark: the distinct-columns certificate
+        R[1] = R[0]
+    sums = pass_sums(k, R, X)
+    sol = solve.solve_input(sums["G"], sums["B"], n=len(X), rtol=1e-10)
+    assert sol.whitening_route == ("distinct" if repeat else "cholesky")
+    assert sol.__dict__["_scratch"].shape == sol.H.shape
+    want = cholesky(sol.H + len(X) * LAM * sol.metric, lower=True)
+    L = sol._factor(LAM)
+    assert "_scratch" not in sol.__dict__
+    np.testing.assert_array_equal(np.tril(L), want)
+    np.testing.assert_array_equal(np.tril(sol._factor(2 * LAM)),
+                                  cholesky(sol.H + 2 * len(X) * LAM * sol.metric, lower=True))

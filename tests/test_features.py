@@ -77,3 +77,71 @@ def test_a_realised_sketch_as_projection_gives_the_pass_block():
     np.testing.assert_allclose(f.block(X[:20]), want, rtol=1e-12, atol=1e-14)
     assert f.key != FeatureMap(ds.Laplacian(0.5), X[R.support], ds.CountSketch(9).realize(
         80, seed=5)).key
+
+
+def _repeated_rows(n=60, d=3, seed=3):
+    """Rows drawn from 12 distinct ones (a label set's repeats), -0.0 in one copy."""
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 2, size=(12, d)).astype(float)
+    base[0] = 0.0
+    X = base[rng.integers(0, 12, size=n)]
+    X[np.flatnonzero((X == 0).all(axis=1))[-1]] = -0.0  # equal to +0.0 as a landmark
+    return X
+
+
+def test_distinct_rows_equal_a_brute_force():
+    from distsketch.blocks import distinct_rows
+
+    X = _repeated_rows()
+    first, inverse = distinct_rows(X)
+    seen = {}
+    for i, row in enumerate(X):
+        seen.setdefault(tuple(row + 0.0), i)
+    np.testing.assert_array_equal(first, sorted(seen.values()))
+    np.testing.assert_array_equal(X[first][inverse] + 0.0, X + 0.0)
+    assert (np.diff(first) > 0).all()
+
+
+@pytest.mark.parametrize("projection", ["psparsified", "gaussian", "dense"])
+@pytest.mark.parametrize("chunk", [5, 2048])
+def test_repeated_landmarks_are_merged_to_the_same_features(projection, chunk):
+    """A repeated landmark's kernel column is computed once (``FeatureMap._merged``): the
+    features equal the unmerged block product to the rounding of the summed projection rows,
+    for mixed sketches and dense projections, at any chunk."""
+    X = _repeated_rows()
+    A = np.random.default_rng(5).normal(size=(17, 3))
+    kernel = ds.Gaussian(0.7)
+    if projection == "dense":
+        L, P = X, np.random.default_rng(6).normal(size=(len(X), 4))
+        want = gram_dot(kernel, A, L, right=P, chunk=chunk)
+    else:
+        sketch = (ds.PSparsified(7, p=0.3) if projection == "psparsified"
+                  else ds.GaussianSketch(7)).realize(len(X), seed=1)
+        L, P = X[sketch.support], sketch
+        want = gram_dot(kernel, A, L, P, chunk=chunk)
+    f = FeatureMap(kernel, L, P, chunk=chunk)
+    L_u, P_u = f._merged
+    assert len(L_u) < len(L) and len(np.unique(L_u + 0.0, axis=0)) == len(L_u)
+    got = f.block(A)
+    # each output sums at most len(L) products of kernel values ≤ 1 with the projection's
+    # entries: merging reorders that sum, so the difference is rounding of its absolute sum
+    mix = P if projection == "dense" else P.mixing.T
+    scale = np.abs(kernel(A, L)) @ np.abs(mix.toarray() if hasattr(mix, "toarray") else mix)
+    assert np.all(np.abs(got - want) <= 4 * len(L) * np.finfo(float).eps * scale)
+    assert f.width == want.shape[1]
+
+
+def test_merge_leaves_what_it_cannot_merge():
+    """No merge without repeats, for sparse landmarks, without a projection and for a
+    diagonal sketch (each feature is one scaled kernel column)."""
+    import scipy.sparse as sp
+
+    X = _repeated_rows()
+    kernel = ds.Gaussian(0.7)
+    P = np.ones((len(X), 2))
+    assert FeatureMap(kernel, X, None)._merged is None
+    assert FeatureMap(kernel, sp.csr_array(X), P)._merged is None
+    sub = ds.SubSampling(20).realize(len(X), seed=0)
+    assert FeatureMap(kernel, X[sub.support], sub)._merged is None
+    distinct = np.random.default_rng(0).normal(size=(10, 3))
+    assert FeatureMap(kernel, distinct, np.ones((10, 2)))._merged is None
