@@ -752,7 +752,8 @@ def solve_sisokr(sums: dict, x_sketch, y_sketch, y_landmarks, *, n: int, rtol: f
     ``m_Y``, takes its own instead of the input side's.
     """
     if threads is None:
-        threads = lambda size: contextlib.nullcontext()  # noqa: E731
+        def threads(size: int):
+            return contextlib.nullcontext()
     sol = solve_input_side(sums, exact=x_sketch.is_identity, n=n, rtol=rtol, n_lams=n_lams,
                            eigen=eigen)
     # input features: (T_X V)ᵀ R_X k_X(X, x) in the eigenbasis of H, T_Xᵀ R_X k_X(X, x) on

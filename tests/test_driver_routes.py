@@ -371,7 +371,7 @@ def test_factorisations_reuse_the_certificate_array_bitwise(repeat):
     bitwise a fresh factorisation of ``G_kk + nλB_kk``, and no buffer stays on the solution."""
     from scipy.linalg import cholesky
 
-    k, R, X, y, Xq = _krr_problem(seed=3)
+    k, R, X, _, _ = _krr_problem(seed=3)
     if repeat:  # a repeated landmark: the distinct-columns certificate
         R[1] = R[0]
     sums = pass_sums(k, R, X)

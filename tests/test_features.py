@@ -120,7 +120,7 @@ def test_repeated_landmarks_are_merged_to_the_same_features(projection, chunk):
         L, P = X[sketch.support], sketch
         want = gram_dot(kernel, A, L, P, chunk=chunk)
     f = FeatureMap(kernel, L, P, chunk=chunk)
-    L_u, P_u = f._merged
+    L_u, _ = f._merged
     assert len(L_u) < len(L) and len(np.unique(L_u + 0.0, axis=0)) == len(L_u)
     got = f.block(A)
     # each output sums at most len(L) products of kernel values ≤ 1 with the projection's
