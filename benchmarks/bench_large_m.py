@@ -42,6 +42,7 @@ import _common  # noqa: E402
 D = 20
 GAMMA = 1.0 / (2 * D)
 LAM = 1e-6
+BLOCK_DTYPE = "float32"  # the engine's default; --block-dtype float64 for the rounding floor
 N_TEST = 20_000
 
 
@@ -61,8 +62,9 @@ def fit(X, y, Xt, yt, *, m: int, solver: str, tol: float) -> dict:
     import distsketch as ds
 
     t = time.perf_counter()
+    opts = {} if BLOCK_DTYPE == "float32" else {"options": ds.EngineOptions(block_dtype=BLOCK_DTYPE)}
     est = ds.SketchedKRR(ds.Gaussian(gamma=GAMMA), sketch=ds.SubSampling(m), lam=LAM,
-                         solver=solver, tol=tol, max_iter=500, random_state=0).fit(X, y)
+                         solver=solver, tol=tol, max_iter=500, random_state=0, **opts).fit(X, y)
     seconds = time.perf_counter() - t
     rmse = float(np.sqrt(np.mean((np.asarray(est.predict(Xt)) - yt) ** 2)))
     out = {"m": m, "solver": est.solver_, "seconds": seconds, "rmse": rmse}
@@ -222,6 +224,10 @@ def main() -> None:
                     help="(b): PCG tolerance of the largest m (default --tol); see RESULTS.md's "
                          "notes for the test RMSE of each iterate against the tolerance")
     ap.add_argument("--part", default="a", choices=["a", "b", "ab", "none"])
+    ap.add_argument("--block-dtype", default="float32", choices=["float32", "float64"],
+                    help="kernel blocks' dtype (the engine's default float32; float64 shows how "
+                         "much of PCG's RMSE difference from the direct solve is float32 rounding; "
+                         "part (a) only)")
     ap.add_argument("--probe", action="store_true",
                     help="(c): a pass's cost at n = --n, m = --probe-m, cache-sized product "
                          "tiles against 256-row ones (use with --part none)")
@@ -238,11 +244,14 @@ def main() -> None:
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--solver", default="pcg", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    global BLOCK_DTYPE
+    BLOCK_DTYPE = args.block_dtype
     if args.child is not None:
         return child(args.child, args.n, args.tol, args.solver)
     if args.quick:
         args.n, args.ms, args.part = 4000, [100, 200], "a"
-    out = {"n": args.n, "n_b": args.n_b, "d": D, "lam": LAM, "tol": args.tol}
+    out = {"n": args.n, "n_b": args.n_b, "d": D, "lam": LAM, "tol": args.tol,
+           "block_dtype": args.block_dtype}
 
     def partial(a):
         if not args.quick:
@@ -283,8 +292,8 @@ def _with_last(out: dict, part: str) -> dict:
 def write(out: dict) -> None:
     """Replace RESULTS.md's ``large_m`` section (and append the record) with ``out``."""
     measured = out  # the record holds this run's parts only, not the ones shown from earlier runs
-    md = [f"Synthetic d = {D}, Gaussian γ = 1/(2d), SubSampling(m), λ = {LAM:g}, float32 "
-          f"blocks, store=None; PCG at tol = {out['tol']:g} (relative residual). Test RMSE on "
+    md = [f"Synthetic d = {D}, Gaussian γ = 1/(2d), SubSampling(m), λ = {LAM:g}, "
+          f"{out.get('block_dtype', 'float32')} blocks, store=None; PCG at tol = {out['tol']:g} (relative residual). Test RMSE on "
           f"{N_TEST:,} fresh rows. Time per PCG pass = fit time / passes; roofline of a pass = "
           f"max(flops / GEMM rate, n·m / float32 exp rate), both rates measured in this run."]
     a_date = None
