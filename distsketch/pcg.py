@@ -98,7 +98,9 @@ PCG_SKETCHES = ("SubSampling", "LeverageScores")
 #: of 3.6 s for 8e8 kernel values each, ≈ 490 direct-route flops per kernel value), PCG faster
 #: at m = 12 000 (277 s, 32 passes, vs 311 s): the crossover lies between, and the rule's
 #: m = 8 100 with it. (An earlier run under load, before float32 blocks were multiplied tile by
-#: tile, gave 360 flops per value and the same threshold.) …
+#: tile, gave 360 flops per value and the same threshold; a later quiet run, after the
+#: cache-sized product tiles, found both about equal at m = 8000 — direct 106 s, PCG 103 s —
+#: and PCG faster at m = 10 000, 119 s against 179 s: the threshold stands.) …
 AUTO_PCG_PASSES = 45
 AUTO_PASS_FLOPS = 360
 #: … and while a kept store's ``C`` (``n m`` values, 4 bytes in float32) takes at most this.
