@@ -78,8 +78,8 @@ def local_scheduler():
     """The local scheduler's ``get`` when no distributed client can exist (``distributed``
     not imported: a client needs it): dask's configured ``scheduler`` (a name or a function)
     or its threaded default for delayed objects. None where dask must decide. Handing dask
-    the function keeps its own lookup from importing ``distributed`` — 0.28 s on the first
-    computation of every process here, a fifth of a Bibtex SISOKR fit."""
+    the function keeps its own lookup from importing ``distributed`` — 0.16 s on the first
+    computation of every process here (benchmarks/bench_import.py)."""
     if "distributed" in sys.modules:
         return None
     import dask.threaded

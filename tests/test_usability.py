@@ -348,7 +348,7 @@ print("distributed" in sys.modules)
 @pytest.mark.parametrize("scheduler", [None, "threads", "sync"])
 def test_a_local_fit_does_not_import_distributed(scheduler):
     """Without a cluster nothing imports ``distributed`` (dask's own scheduler lookup would:
-    0.28 s of a first fit; engine.local_scheduler)."""
+    0.16 s of a first fit, benchmarks/bench_import.py; engine.local_scheduler)."""
     args = [sys.executable, "-c", _FIT_PROBE] + ([scheduler] if scheduler else [])
     out = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr
