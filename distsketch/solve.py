@@ -53,6 +53,7 @@ from scipy.linalg import LinAlgError, cho_solve, cholesky
 from scipy.linalg.lapack import dpocon, dpotri, dpstrf, dtrtri
 
 from .backends import dense
+from .blocks import distinct_rows
 
 __all__ = [
     "whitening", "InputSolution", "solve_input", "solve_input_exact", "solve_input_side",
@@ -256,22 +257,15 @@ def _distinct_columns(B: np.ndarray) -> np.ndarray:
     compared as bytes (``B`` is symmetric: rows are columns), ``-0.0`` as ``+0.0``: first by
     their first 8 entries (one sort of ``m`` short keys), then the rows of each group that
     share them in full."""
-    A = np.ascontiguousarray(B, dtype=np.float64)
+    A = np.asarray(B, dtype=np.float64)
     m = A.shape[0]
-
-    def firsts(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        P = np.ascontiguousarray(rows) + 0.0  # -0.0 → +0.0 (a new contiguous array)
-        keys = P.view(np.dtype((np.void, 8 * P.shape[1]))).ravel()
-        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-        return first, inverse.ravel()
-
-    _, group = firsts(A[:, :8])
+    _, group = distinct_rows(A[:, :8])
     keep = np.ones(m, dtype=bool)
     for g in np.flatnonzero(np.bincount(group) > 1):
         rows = np.flatnonzero(group == g)
-        first, _ = firsts(A[rows])
+        first, _ = distinct_rows(A[rows])
         keep[rows] = False
-        keep[rows[first]] = True  # np.unique's first occurrence: the lowest row of each set
+        keep[rows[first]] = True  # the first occurrence: the lowest row of each set
     return np.flatnonzero(keep)
 
 
