@@ -384,3 +384,35 @@ def test_factorisations_reuse_the_certificate_array_bitwise(repeat):
     np.testing.assert_array_equal(np.tril(L), want)
     np.testing.assert_array_equal(np.tril(sol._factor(2 * LAM)),
                                   cholesky(sol.H + 2 * len(X) * LAM * sol.metric, lower=True))
+
+
+def test_output_whitening_takes_its_own_orders_blas_threads(small_problem, monkeypatch):
+    """The output side's whitening runs in the thread context of its own order ``m_Y``
+    (one BLAS thread below 1000 by the rule), not in the input side's."""
+    import contextlib
+
+    import distsketch.models as models
+
+    X, Y, _, _ = small_problem
+    active, seen = [], []
+
+    def threads(size):
+        @contextlib.contextmanager
+        def ctx():
+            active.append(size)
+            try:
+                yield
+            finally:
+                active.pop()
+        return ctx()
+
+    real = solve.whitening
+
+    def whitening(B, **kw):
+        seen.append((B.shape[0], list(active)))
+        return real(B, **kw)
+
+    monkeypatch.setattr(models, "driver_threads", threads)
+    monkeypatch.setattr(solve, "whitening", whitening)
+    _sisokr(X, Y, ds.SubSampling(20), ds.GaussianSketch(6))
+    assert seen == [(6, [20, 6])]  # inside the input side's context, in its own order's
