@@ -303,6 +303,38 @@ def test_sisokr_fit_pass_sums_and_topk_equal_cpu(device, dtype, tmp_path):
         np.testing.assert_array_equal(got.predict_topk(Xq, k=3)[1], ref.predict_topk(Xq, k=3)[1])
 
 
+def test_a_fitted_models_decoding_runs_on_its_options_device():
+    """``predict`` and ``predict_topk`` (a fixed set, per-query sets, the reduced-rank form)
+    rank on the device of the model's options — the emulated device counts its ``argsort``
+    calls — and return the CPU model's indices and scores bitwise."""
+    X, Y, _ = _problem()
+    Y = (Y > np.median(Y, axis=0)).astype(float)
+    Xq, rng = X[:11], np.random.default_rng(3)
+    cands = (rng.random((40, Y.shape[1])) < 0.4).astype(float)
+    sets = [cands[:7], cands[7:30], cands[30:]]
+    qs = np.array([2, 0, 1, 1, 0, 2, 2, 0, 1, 0, 2])
+
+    def fit(backend, rank=None):
+        return ds.SISOKR(ds.Gaussian(0.4), ds.Gaussian(0.3), input_sketch=ds.SubSampling(30),
+                         output_sketch=ds.CountSketch(10), lam=1e-3, rank=rank,
+                         random_state=0, options=_opts(backend, "float64")).fit(X, Y)
+
+    register_backend(EMU)
+    for rank in (None, 3):
+        ref, got = fit("numpy", rank), fit(EMU.name, rank)
+        for decode in (lambda m: (m.predict(Xq),),
+                       lambda m: m.predict_topk(Xq, cands, k=4),
+                       lambda m: m.predict_topk(Xq, k=2, candidate_sets=sets, query_sets=qs)):
+            counts = _counts(EMU)
+            have = decode(got)
+            on_device = counts["xp.argsort"]
+            assert on_device >= 1  # ranked on the device
+            want = decode(ref)
+            assert counts["xp.argsort"] == on_device  # the CPU model's decoding stays on the host
+            for h, w in zip(have, want, strict=True):
+                np.testing.assert_array_equal(h, w)
+
+
 def test_device_cuda_fits_through_the_cuda_backend(cuda_is_emulated):
     X, _, y = _problem()
     opts = ds.EngineOptions(block_rows=13, device="cuda")
