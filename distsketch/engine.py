@@ -115,19 +115,25 @@ def share(obj: Any, *, name: str, client=None) -> Any:
     return delayed(obj, name=name, traverse=False)
 
 
-def compute(objs: list, *, progress: bool = False, what: str = "") -> list:
+def compute(objs: list, *, progress: bool | float = False, what: str = "") -> list:
     """Compute delayed objects on the active scheduler, with dask's progress display.
+
+    ``progress``: ``True`` shows dask's progress bar (local schedulers) or distributed's
+    progress and the dashboard's address; a number of seconds shows the local bar only once
+    the computation has run that long (``ProgressBar(minimum=…)``) and nothing on a cluster —
+    for the many short computations of an iterative solver, whose iterations are logged.
 
     On a distributed cluster, losing the workers that held this computation's only copy of
     some data (all of them, or a single worker when data was not replicated) fails with one
     message saying so and that fitting again on a kept store resumes.
     """
+    bar, minimum = (progress, 0.0) if isinstance(progress, bool) else (True, float(progress))
     client = distributed_client()
     if client is not None:
-        if progress:
+        if progress is True:
             logger.warning("%s: dask dashboard %s", what or "distsketch", client.dashboard_link)
         futures = client.compute(objs)
-        if progress:
+        if progress is True:
             from distributed import progress as show
 
             show(futures)
@@ -142,10 +148,10 @@ def compute(objs: list, *, progress: bool = False, what: str = "") -> list:
                     f"already written") from exc
             raise
     local = {} if (get := local_scheduler()) is None else {"scheduler": get}
-    if progress:
+    if bar:
         from dask.diagnostics import ProgressBar
 
-        with ProgressBar():
+        with ProgressBar(minimum=minimum):
             return list(dask.compute(*objs, **local))
     return list(dask.compute(*objs, **local))
 
@@ -387,7 +393,8 @@ def tree_reduce(parts: Sequence, reducer: Reducer, *, split_every: int = 4, name
 
 
 def map_reduce(func: Callable, items: Sequence, *, reducer: Reducer, shared: Any = None,
-               split_every: int = 4, fuse: bool = True, name: str = "map", progress: bool = False,
+               split_every: int = 4, fuse: bool = True, name: str = "map",
+               progress: bool | float = False,
                slots: int | None = None) -> Any:
     """``reduce(reducer.add, (func(shared, item) for item in items))`` as a fixed-order tree of
     dask tasks on the active scheduler; see :func:`map_blocks` and :func:`tree_reduce`."""

@@ -166,12 +166,13 @@ class _HeldSweeps:
 
 def _held_sweeps(sweeper: Sweeper, data: SweepData, spec: FitSpec):
     """A :class:`_HeldSweeps` over ``sweeper`` when its blocks are held in memory, no cluster
-    runs the fit, no progress bar is asked for and the targets are in memory; else None."""
+    runs the fit and the targets are in memory; else None. Held sweeps show no progress bar
+    (a dask sweep would show one only past :data:`~distsketch.sweep.SWEEP_PROGRESS_MINIMUM`)."""
     import dask
 
     from .engine import parallel_slots
 
-    if data.held is None or spec.options.progress or distributed_client() is not None:
+    if data.held is None or distributed_client() is not None:
         return None
     items = sweep_items(data, spec.X, spec.Y)
     if any(dask.is_dask_collection(part) or hasattr(part, "key")

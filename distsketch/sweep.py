@@ -163,6 +163,11 @@ class SweepSums(Reducer):
 
 SWEEP_SUMS = SweepSums()
 
+#: With ``EngineOptions(progress=True)``, a sweep's progress bar appears only once the sweep
+#: has run this many seconds (dask's ``ProgressBar(minimum=…)``; on a cluster sweeps show
+#: none): an iterative fit runs one sweep per iteration, and its iterations are logged.
+SWEEP_PROGRESS_MINIMUM = 1.0
+
 
 def _block_native(data: SweepData, i: int, ref, crc, ws) -> np.ndarray:
     """``C_I`` in its own dtype (the block dtype, float32 or float64): the stored block (read
@@ -425,7 +430,7 @@ class Sweeper:
             try:
                 result = map_reduce(self.block, self._items, reducer=SWEEP_SUMS, shared=shared,
                                     split_every=self.split_every, fuse=True, name=self.name,
-                                    progress=self.progress)
+                                    progress=SWEEP_PROGRESS_MINIMUM if self.progress else False)
                 self.count += 1
                 return result
             except WorkersLost as exc:
