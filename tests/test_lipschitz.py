@@ -406,13 +406,21 @@ def test_max_iter_warns():
 
 
 def test_stalled_continuation_returns_its_best_certified_point(monkeypatch):
-    """Two pinball levels, no output matrix, tol = 1e-10 (found by the ADMM tests): with the
-    band polish alone (no restricted polish: ``newton.WINDOW = 0``) the KKT polish certifies
-    a relative gap of about 1e-10, then the continuation shrinks μ to 1e-9, where the
-    smoothed dual point certifies only 1e-1. The iterations stop STALL_SWEEPS sweeps after
-    the best point (not at max_iter) and return it, warning: the objective is the optimum's,
-    the reported gap the best certified one (≤ 1e-8, issue 14's bar). With the restricted
-    polish (the default) the same fit reaches tol itself, in fewer sweeps."""
+    """Two pinball levels, no output matrix, tol = 1e-10 (found by the ADMM tests).
+
+    A stall, made deterministic: the dual values are lowered by 3e-9 × the objective, so no
+    point certifies tol but the best is within STALL_NEAR × tol. The iterations stop
+    STALL_SWEEPS sweeps after the best point (not at max_iter) and return it, warning: the
+    objective is the optimum's, the reported gap the best certified one.
+
+    The case that found it: with the band polish alone (no restricted polish,
+    ``newton.WINDOW = 0``) the KKT polish certifies about 1e-10, then the continuation shrinks
+    μ towards 1e-9, where the smoothed dual point may certify only 1e-1. Whether that fit
+    stalls or still certifies tol depends on the rounding of numpy / OpenBLAS (it stalled
+    where this test was written, and certified 5.9e-11 in 208 sweeps with numpy 2.4.6 and
+    OpenBLAS 0.3.31): either way it ends near the optimum, in fewer than 1000 sweeps, and a warning
+    comes with a best certified gap ≤ 1e-8. With the restricted polish (the default) the
+    same fit reaches tol itself, in fewer sweeps."""
     from distsketch import newton
 
     rng = np.random.default_rng(0)
@@ -427,16 +435,32 @@ def test_stalled_continuation_returns_its_best_certified_point(monkeypatch):
         warnings.simplefilter("error")  # no ConvergenceWarning with the restricted polish
         full = ds.SketchedRegressor(ds.Gaussian(gamma=0.5), tol=1e-10, **kw).fit(X, Y)
     assert full.duality_gap_ <= 1e-10 * full.objective_
-    monkeypatch.setattr(newton, "WINDOW", 0.0)
-    with pytest.warns(Warning, match="no better certified point") as record:
-        est = ds.SketchedRegressor(ds.Gaussian(gamma=0.5), tol=1e-10, **kw).fit(X, Y)
+
+    real, offset = newton.dual_values, 3e-9 * ref.objective_
+    with monkeypatch.context() as patch:
+        patch.setattr(newton, "dual_values",
+                      lambda *a: (lambda d: (d[0], d[1] - offset))(real(*a)))
+        with pytest.warns(Warning, match="no better certified point") as record:
+            stalled = ds.SketchedRegressor(ds.Gaussian(gamma=0.5), tol=1e-10, **kw).fit(X, Y)
     assert any("ConvergenceWarning" in type(w.message).__name__ for w in record)
-    assert full.n_iter_ < est.n_iter_ < 1000
-    assert 0 <= est.duality_gap_ <= 1e-8 * est.objective_
-    for other in (est, full):
+    assert newton.STALL_SWEEPS < stalled.n_iter_ < 1000
+    assert offset <= stalled.duality_gap_ <= newton.STALL_NEAR * 1e-10 * stalled.objective_
+
+    monkeypatch.setattr(newton, "WINDOW", 0.0)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        est = ds.SketchedRegressor(ds.Gaussian(gamma=0.5), tol=1e-10, **kw).fit(X, Y)
+    warned = [w for w in record if "ConvergenceWarning" in type(w.message).__name__]
+    if warned:
+        assert "no better certified point" in str(warned[0].message)
+        assert full.n_iter_ < est.n_iter_
+        assert 0 <= est.duality_gap_ <= 1e-8 * est.objective_
+    else:
+        assert est.duality_gap_ <= 1e-10 * est.objective_
+    assert est.n_iter_ < 1000
+    for other in (est, full, stalled):
         assert abs(other.objective_ - ref.objective_) <= 1e-9 * ref.objective_
         np.testing.assert_allclose(other.predict(X), ref.predict(X), rtol=0, atol=1e-6)
-    assert newton.STALL_NEAR * 1e-10 >= est.duality_gap_ / est.objective_
 
 
 REGRESSOR_TOML = """
