@@ -416,9 +416,9 @@ def test_stalled_continuation_returns_its_best_certified_point(monkeypatch):
     The case that found it: with the band polish alone (no restricted polish,
     ``newton.WINDOW = 0``) the KKT polish certifies about 1e-10, then the continuation shrinks
     μ towards 1e-9, where the smoothed dual point may certify only 1e-1. Whether that fit
-    stalls or still certifies tol depends on the rounding of numpy / OpenBLAS (it stalled
-    where this test was written, and certified 5.9e-11 in 208 sweeps with numpy 2.4.6 and
-    OpenBLAS 0.3.31): either way it ends near the optimum, in fewer than 1000 sweeps, and a warning
+    stalls or still certifies tol depends on the rounding of the BLAS kernels OpenBLAS picks
+    for the CPU (it stalled on the AMD EPYC where this test was written, and certified
+    5.9e-11 in 208 sweeps on an Intel Xeon, same numpy 2.4.6): either way it ends near the optimum, in fewer than 1000 sweeps, and a warning
     comes with a best certified gap ≤ 1e-8. With the restricted polish (the default) the
     same fit reaches tol itself, in fewer sweeps."""
     from distsketch import newton
