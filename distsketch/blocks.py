@@ -22,7 +22,21 @@ import scipy.sparse as sp
 from .backends import backend_of
 from .sketches import RealizedSketch
 
-__all__ = ["gram_dot", "pad_rows", "as_float"]
+__all__ = ["gram_dot", "pad_rows", "aligned_rows", "as_float"]
+
+#: Row multiple of every fixed-shape tile whose equal rows must give bitwise-equal results
+#: (decoding's candidate features, folded candidates and scores: exact ties between duplicate
+#: candidates). A fixed call shape is not enough: BLAS computes the last rows of a product in
+#: edge micro-kernels whose rounding can differ from the full ones' — OpenBLAS 0.3.31's
+#: SkylakeX kernels give equal rows in the last ``c mod 16`` positions of a ``c``-row product
+#: (and of a matrix-vector product) results an ulp apart, where its Haswell kernels agreed.
+#: Tiles of a multiple of 64 rows keep every row in a full micro-tile.
+TILE_ALIGN = 64
+
+
+def aligned_rows(rows: int) -> int:
+    """``rows`` rounded up to a multiple of :data:`TILE_ALIGN` (the height of a padded tile)."""
+    return -(-max(1, int(rows)) // TILE_ALIGN) * TILE_ALIGN
 
 
 def pad_rows(A, rows: int):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import topk
-from .blocks import pad_rows
+from .blocks import aligned_rows, pad_rows
 from .engine import Reducer, compute, distributed_client, map_blocks, map_local, parallel_slots, \
     share, tree_reduce
 from .features import FeatureMap
@@ -125,27 +125,30 @@ FOLD_ROWS = 512
 
 def local_tile(n: int) -> int:
     """Rows per tile of an in-memory candidate computation on all local cores: ``n`` cut into
-    ``⌈n / FOLD_ROWS⌉`` equal tiles, rounded up to a multiple of 8 (a function of ``n`` only, so
-    equal rows get bitwise-equal results whatever the number of cores)."""
+    ``⌈n / FOLD_ROWS⌉`` equal tiles, rounded up to a multiple of
+    :data:`~distsketch.blocks.TILE_ALIGN` (a function of ``n`` only, and no row in a BLAS edge
+    kernel, so equal rows get bitwise-equal results whatever the number of cores)."""
     t = -(-max(1, int(n)) // FOLD_ROWS)
-    return -(-(-(-max(1, int(n)) // t)) // 8) * 8
+    return aligned_rows(-(-max(1, int(n)) // t))
 
 
 def fold_candidates(phi, M: np.ndarray, *, rows: int | None = None) -> np.ndarray:
     """Folded candidate matrix ``Z = φ_Y(C) M`` (n_c × w) for ``M`` (r_Y × w).
 
-    Computed on all local cores in zero-padded tiles of exactly ``rows`` rows (default
-    :func:`local_tile` of ``n_c``), so duplicate candidates get bitwise-equal rows (exact
-    ties) whatever the number of cores. ``phi`` may be a zarr array (read tile by tile).
+    Computed on all local cores ``rows`` rows at a time (default :func:`local_tile` of
+    ``n_c``), each tile zero-padded to ``aligned_rows(rows)``, so duplicate candidates get
+    bitwise-equal rows (exact ties) whatever the number of cores. ``phi`` may be a zarr array
+    (read tile by tile).
     """
     n = phi.shape[0]
     tile = local_tile(n) if rows is None else rows
+    height = aligned_rows(tile)
     M = np.asarray(M, dtype=np.float64)
     out = np.empty((n, M.shape[1]))
 
     def one(s: int) -> None:
         w = min(tile, n - s)
-        out[s:s + w] = (pad_rows(np.asarray(phi[s:s + w], dtype=np.float64), tile) @ M)[:w]
+        out[s:s + w] = (pad_rows(np.asarray(phi[s:s + w], dtype=np.float64), height) @ M)[:w]
 
     map_local(one, list(range(0, n, tile)))
     return out

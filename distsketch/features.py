@@ -23,7 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._hashing import fingerprint
-from .blocks import as_float, distinct_rows, gram_dot, pad_rows
+from .blocks import aligned_rows, as_float, distinct_rows, gram_dot, pad_rows
 from .engine import map_local, transform_rows
 from .kernels import kernel_description
 from .sketches import RealizedSketch
@@ -134,15 +134,18 @@ class FeatureMap:
                               n_features=n_features, model=model)
 
     def tiles(self, Y, *, rows: int, parallel: bool = False) -> np.ndarray:
-        """``φ`` of the rows of ``Y`` (c × r), computed in zero-padded tiles of exactly ``rows``
-        rows: every BLAS call has the same shape, so equal rows get bitwise-equal features
-        wherever they sit (decoding's exact ties). ``parallel=True`` computes the tiles on all
-        local cores (:func:`distsketch.engine.map_local`); inside a task keep the default.
+        """``φ`` of the rows of ``Y`` (c × r), ``rows`` at a time, each tile zero-padded to
+        ``aligned_rows(rows)`` rows: every BLAS call has the same shape and every row sits in a
+        full micro-tile (:data:`~distsketch.blocks.TILE_ALIGN`), so equal rows get
+        bitwise-equal features wherever they sit (decoding's exact ties). ``parallel=True``
+        computes the tiles on all local cores (:func:`distsketch.engine.map_local`); inside a
+        task keep the default.
         """
         out = np.empty((Y.shape[0], self.width))
+        height = aligned_rows(rows)
 
         def tile(s: int) -> None:
-            padded = pad_rows(as_float(Y[s:s + rows]), rows)
+            padded = pad_rows(as_float(Y[s:s + rows]), height)
             out[s:s + rows] = self.block(padded)[:min(rows, Y.shape[0] - s)]
 
         starts = list(range(0, Y.shape[0], rows))

@@ -22,15 +22,15 @@ from __future__ import annotations
 import numpy as np
 
 from .backends import NUMPY, get_backend
-from .blocks import pad_rows
+from .blocks import aligned_rows, pad_rows
 
 __all__ = ["SCORE_ROWS", "smallest_k", "merge_topk", "score_topk", "tile_rows"]
 
 #: Candidate rows per BLAS call inside a task: it bounds the score block (queries × this), and
-#: every call has exactly this many rows (the last tile is zero-padded). BLAS results depend on
-#: a call's shape but not on a row's position in it, so fixed-shape tiles give duplicate
-#: candidates bitwise-equal scores — exact ties, resolved by the lower index — whatever the
-#: task boundaries, chunking or scheduler.
+#: every call has exactly this many rows (the last tile is zero-padded). Fixed-shape tiles of a
+#: multiple of :data:`~distsketch.blocks.TILE_ALIGN` rows (no row in a BLAS edge kernel) give
+#: duplicate candidates bitwise-equal scores — exact ties, resolved by the lower index —
+#: whatever the task boundaries, chunking or scheduler.
 SCORE_ROWS = 4096
 
 
@@ -38,14 +38,15 @@ def tile_rows(n_candidates: int, *, block_rows: int | None = None) -> int:
     """Score tile of one decoding: at most :data:`SCORE_ROWS` rows, sized to the candidates.
 
     A candidate block of ``b = min(n_candidates, block_rows)`` rows is cut into
-    ``t = ⌈b / SCORE_ROWS⌉`` equal tiles of ``⌈b / t⌉`` rows rounded up to a multiple of 8, so
-    2 058 candidates are scored in one tile of 2 064 rows (not padded to 4 096). The tile is
+    ``t = ⌈b / SCORE_ROWS⌉`` equal tiles of ``⌈b / t⌉`` rows rounded up to a multiple of
+    :data:`~distsketch.blocks.TILE_ALIGN` (64), so 2 058 candidates are scored in one tile of
+    2 112 rows (not padded to 4 096). The tile is
     fixed once per decoding (from the candidate count, never from the task layout) and shipped
     with the graph, so every GEMM of one decoding has the same shape: exact ties stay exact.
     """
     b = max(1, int(n_candidates) if block_rows is None else min(int(n_candidates), int(block_rows)))
     t = -(-b // SCORE_ROWS)
-    return min(SCORE_ROWS, -(-(-(-b // t)) // 8) * 8)
+    return min(SCORE_ROWS, aligned_rows(-(-b // t)))
 
 
 def smallest_k(S: np.ndarray, k: int, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -128,8 +129,10 @@ def score_topk(G: np.ndarray, F: np.ndarray, kyy: np.ndarray, k: int, index: np.
 
     After the first tile only scores strictly below each query's running k-th best are
     merged (later tiles hold higher indices, so an equal score loses its tie): the cost per
-    tile is the GEMM plus one comparison pass. ``pad``: give every GEMM the same shape (needed
-    when the candidates of one set are split over several calls). ``rows``: the tile (default
+    tile is the GEMM plus one comparison pass. ``pad``: give every GEMM the same shape, the
+    tile's rows rounded up to a multiple of :data:`~distsketch.blocks.TILE_ALIGN` (needed when
+    the candidates of one set are split over several calls); without it a GEMM has the
+    candidates' count rounded up to that multiple (no candidate in a BLAS edge kernel). ``rows``: the tile (default
     :data:`SCORE_ROWS`, read when a decoding graph is built and shipped with it, so every
     worker tiles alike). ``backend``: a compute backend name (module docstring); ``None`` or
     ``"numpy"`` scores on the host.
@@ -142,7 +145,7 @@ def score_topk(G: np.ndarray, F: np.ndarray, kyy: np.ndarray, k: int, index: np.
     best = None
     for s in range(0, F.shape[0], tile_rows):
         w = min(tile_rows, F.shape[0] - s)
-        tile = pad_rows(F[s : s + w], tile_rows) if pad else F[s : s + w]
+        tile = pad_rows(F[s : s + w], aligned_rows(tile_rows if pad else w))
         S = (G2 @ tile.T)[:, :w]
         S += kyy[s : s + w]
         if best is None:
@@ -168,11 +171,13 @@ def _score_topk_device(be, G, F, kyy, k: int, index: np.ndarray, *, pad: bool, t
     Fd = be.asarray(F, dtype=np.float64)
     kd = be.asarray(np.asarray(kyy, dtype=np.float64).ravel())
     c = F.shape[0]
-    best = None
-    padded = xp.zeros((tile_rows, Fd.shape[1])) if pad else None
+    best = padded = None
     for s in range(0, c, tile_rows):
         w = min(tile_rows, c - s)
-        if pad:
+        height = aligned_rows(tile_rows if pad else w)
+        if height != w:  # zero rows appended, in one reused device array
+            if padded is None or padded.shape[0] != height:
+                padded = xp.zeros((height, Fd.shape[1]))
             padded[:w] = Fd[s:s + w]
             padded[w:] = 0.0
             tile = padded

@@ -111,7 +111,9 @@ def test_admm_optimal_against_newton_and_cvxpy(loss, d, M, intercept):
     admm = _fit(loss, X, y, solver="admm", tol=1e-8, **kw)
     assert admm.solver_ == "admm"
     assert 0.0 <= admm.duality_gap_ <= 1e-8 * admm.objective_
-    newton = _fit(loss, X, y, solver="newton", tol=1e-10, **kw)
+    # the reference needs 1e-6 (below); a certified 1e-10 sits at float64's floor for some
+    # problems and BLAS kernels (1.25e-10 for Huber, d = 3, on OpenBLAS's SkylakeX kernels)
+    newton = _fit(loss, X, y, solver="newton", tol=1e-9, **kw)
     assert newton.solver_ == "newton"
     assert abs(admm.objective_ - newton.objective_) <= 1e-6 * newton.objective_
     ref = _reference(admm, X, y, loss, LAM, M=M, intercept=intercept)
@@ -128,7 +130,7 @@ def test_lambda_path_matches_newton():
     kw = dict(loss=Huber(0.5), sketch=ds.SubSampling(30), lam=lams, max_iter=5000,
               random_state=1, options=F64)
     admm = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), solver="admm", tol=1e-9, **kw).fit(X, y)
-    newton = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), tol=1e-10, **kw).fit(X, y)
+    newton = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), tol=1e-9, **kw).fit(X, y)
     assert np.allclose(admm.objectives_, newton.objectives_, rtol=1e-7, atol=0)
     assert np.all(admm.duality_gaps_ <= 1e-9 * admm.objectives_)
 

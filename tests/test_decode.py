@@ -111,6 +111,36 @@ def test_duplicate_candidates_resolve_to_lower_index(fitted):
     np.testing.assert_array_equal(sc[:, 0], sc[:, 1])
 
 
+@pytest.mark.parametrize("q", [1, 3, 16, 37])  # a matrix-vector product, and GEMMs
+def test_equal_rows_anywhere_in_a_tile_give_bitwise_equal_results(q):
+    """One candidate repeated ``c`` times, ``c`` across BLAS micro-tile edges: its features
+    (:meth:`FeatureMap.tiles`), folded rows (:func:`fold_candidates`) and scores
+    (:func:`topk.score_topk`, padded tiles and whole sets) are bitwise equal at every position,
+    so the top-k is the first ``k`` copies. With OpenBLAS's SkylakeX kernels the last
+    ``c mod 16`` rows of a product came out an ulp apart before tiles were aligned
+    (:data:`distsketch.blocks.TILE_ALIGN`)."""
+    from distsketch.decode import fold_candidates
+
+    rng = np.random.default_rng(q)
+    fmap = FeatureMap(KY, rng.random((30, 10)), rng.normal(size=(30, 12)))
+    y = (rng.random(10) < 0.4).astype(float)
+    for c in (5, 50, 130, 350, 1000):
+        phi = fmap.tiles(np.repeat(y[None], c, axis=0), rows=100)
+        assert (phi == phi[:1]).all(), c
+        for M in (rng.normal(size=(12, 7)), rng.normal(size=(12, 200))):
+            Z = fold_candidates(phi, M, rows=100)
+            assert (Z == Z[:1]).all(), (c, M.shape)
+        for r in (9, 40, 200):
+            G, f = rng.normal(size=(q, r)), rng.normal(size=r)
+            F = np.repeat(f[None], c, axis=0)
+            for pad in (False, True) if c <= 400 else (True,):  # unpadded: one whole set
+                idx, sc = topk.score_topk(G, F, np.full(c, 0.5), min(c, 20),
+                                          np.arange(c, dtype=np.int64), pad=pad, rows=400)
+                assert (sc == sc[:, :1]).all(), (c, r, pad)
+                np.testing.assert_array_equal(idx, np.broadcast_to(np.arange(idx.shape[1]),
+                                                                   idx.shape))
+
+
 def test_fewer_candidates_than_k_pads(fitted):
     model, Xq, C = fitted
     idx, sc = model.predict_topk(Xq, C[:3], k=5)

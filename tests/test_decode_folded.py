@@ -294,10 +294,12 @@ def test_independent_of_the_number_of_decoding_tasks(data, monkeypatch):
 
 
 def test_tiles_sized_to_the_candidates():
-    assert topk.tile_rows(2058) == 2064  # one tile, not padded to SCORE_ROWS
+    from distsketch.blocks import TILE_ALIGN
+
+    assert topk.tile_rows(2058) == 2112  # one tile, not padded to SCORE_ROWS
     for n in (1, 7, 64, 2058, 4096, 4097, 5000, 9000, 100_000):
         rows = topk.tile_rows(n)
         t = -(-n // rows)
-        assert rows % 8 == 0 and rows <= topk.SCORE_ROWS
-        assert t * rows - n < 8 * t  # padding below 8 rows per tile
+        assert rows % TILE_ALIGN == 0 and rows <= topk.SCORE_ROWS
+        assert t * rows - n < TILE_ALIGN * t  # padding below TILE_ALIGN rows per tile
     assert topk.tile_rows(100_000, block_rows=16384) == 4096  # 4 tiles per block exactly
