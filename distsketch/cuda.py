@@ -474,7 +474,14 @@ class CupyBackend(Backend):
         return self.xp.exp(a, out=out, dtype=out.dtype)
 
     def operand(self, M):
-        """Sketch mixing columns on the device: scipy.sparse as device CSR, dense as float64."""
+        """Sketch mixing columns on the device: scipy.sparse as device CSR, dense as float64 in
+        the host matrix's layout — a transposed (Fortran-ordered) view, such as a dense
+        sketch's ``R_mixᵀ`` block, stays one — so the block product is the BLAS call the host
+        makes (another layout takes another kernel, whose rounding differs on some CPUs)."""
+        if not sp.issparse(M):
+            M = np.asarray(M)
+            if M.ndim == 2 and M.flags.f_contiguous and not M.flags.c_contiguous:
+                return self.asarray(M.T, dtype=np.float64).T
         return self.asarray(M, dtype=np.float64)
 
     def cached_operand(self, owner, key, make):

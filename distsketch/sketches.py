@@ -365,16 +365,9 @@ class TiledSketch(RealizedSketch):
         return self._dense_columns(0, self.n)
 
     def mixing_t_block(self, start: int, stop: int):
-        """C-contiguous, as a device backend copies it: the block product ``K_c @ R_mixᵀ`` is
-        then the same BLAS call on the host and on an emulated device (a transposed view would
-        take another kernel, whose rounding differs on some CPUs)."""
-        out = np.empty((stop - start, self.m))
-        for t, a, b in _tiles(self.n):
-            lo, hi = max(a, start), min(b, stop)
-            if lo < hi:
-                tile = self.spec.tile(self.seed, t, self.m, b - a)
-                out[lo - start : hi - start] = tile[:, lo - a : hi - a].T
-        return out
+        """A transposed view (Fortran-ordered); a device backend keeps that layout
+        (:meth:`CupyBackend.operand <distsketch.cuda.CupyBackend.operand>`)."""
+        return self._dense_columns(start, stop).T
 
     def columns(self, start: int, stop: int):
         return self._dense_columns(start, stop)

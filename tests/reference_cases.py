@@ -17,8 +17,8 @@ top-k index changed.
 Re-recorded a third time (2026-11-24), on another CPU: the record was made with OpenBLAS's
 Haswell kernels (an AMD EPYC), this machine's OpenBLAS picks its SkylakeX kernels (an Intel
 Xeon), whose rounding differs; the same change made decoding's tiles a multiple of 64 rows
-(``blocks.TILE_ALIGN``: equal candidates scored an ulp apart in BLAS edge kernels) and the
-dense sketches' mixing blocks C-contiguous (as a device copies them). Against the previous
+(``blocks.TILE_ALIGN``: equal candidates scored an ulp apart in BLAS edge kernels). Against
+the previous
 record every array agreed to 1.4e-11 relative to its largest value once the surrogates'
 columns are given the record's signs (24 columns came back negated: the output whitening's
 eigenvectors are defined up to sign), and no top-k index changed. On the Haswell kernels
