@@ -127,13 +127,17 @@ def compute(objs: list, *, progress: bool | float = False, what: str = "") -> li
     some data (all of them, or a single worker when data was not replicated) fails with one
     message saying so and that fitting again on a kept store resumes.
     """
-    bar, minimum = (progress, 0.0) if isinstance(progress, bool) else (True, float(progress))
+    if isinstance(progress, (bool, np.bool_)):
+        bar, minimum = bool(progress), 0.0
+    else:
+        bar, minimum = True, float(progress)
+    on_cluster = bar and isinstance(progress, (bool, np.bool_))  # no threshold there
     client = distributed_client()
     if client is not None:
-        if progress is True:
+        if on_cluster:
             logger.warning("%s: dask dashboard %s", what or "distsketch", client.dashboard_link)
         futures = client.compute(objs)
-        if progress is True:
+        if on_cluster:
             from distributed import progress as show
 
             show(futures)
