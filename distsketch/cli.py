@@ -60,6 +60,8 @@ def scheduler(args):
     if getattr(args, "scheduler", None) or getattr(args, "scheduler_file", None) or getattr(args, "local", None):
         from distributed import Client, LocalCluster
 
+        if args.verbose < 2:  # distributed's INFO (workers starting, comms closing): -vv shows it
+            logging.getLogger("distributed").setLevel(logging.WARNING)
         cluster = None
         if args.scheduler:
             client = Client(args.scheduler)

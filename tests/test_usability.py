@@ -707,3 +707,19 @@ def test_progress_keeps_the_in_memory_sweeps(capsys, monkeypatch):
     assert len(held) == 2 and all(h is not None for h in held)
     np.testing.assert_array_equal(shown.predict(X), quiet.predict(X))
     assert _bars(capsys.readouterr().out) == 1  # the pass of the second fit
+
+
+def test_a_local_cluster_fit_keeps_distributeds_chatter_out_of_the_default_output(fitted,
+                                                                                  tmp_path):
+    """``fit --local N`` used to print distributed's INFO lines (workers and nannies starting,
+    comms closing, at times a shutdown traceback) on every run; by default it prints the
+    cluster line and the result, ``-vv`` shows distributed's log."""
+    out = run_cli("-q", "fit", fitted / "fit.toml", "--store", tmp_path / "a.zarr",
+                  "--local", "1", cwd=fitted)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("fitted ")
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("distsketch: dask: 1 workers at"), lines
+    out = run_cli("-q", "-vv", "fit", fitted / "fit.toml", "--store", tmp_path / "b.zarr",
+                  "--local", "1", cwd=fitted)
+    assert out.returncode == 0 and "Start Nanny" in out.stderr
