@@ -510,7 +510,7 @@ def _verbosity(parser: argparse.ArgumentParser, *, top: bool) -> None:
     """
     prefix = "" if top else "sub_"
     parser.add_argument("-v", "--verbose", action="count", default=0, dest=prefix + "verbose",
-                        help="log more: -v info (data shapes, store size), -vv debug and tracebacks")
+                        help="log more: -v info (data shapes, store size), -vv debug, tracebacks and dask.distributed's own log")
     parser.add_argument("-q", "--quiet", action="store_true", dest=prefix + "quiet",
                         help="no progress bars")
 
