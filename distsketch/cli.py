@@ -340,8 +340,17 @@ def _input_file(path, stored: dict, *, key: str, targets: bool, n_features: int 
         if found == []:
             raise FileNotFoundError(f"{key}: no file matches the pattern {path!r}")
         path = [Path(p) for p in found] if found else Path(path)
-    return read_data(path, data, key=key, targets=targets, n_features=n_features,
-                     impute_means=None if means is None else np.asarray(means))
+    out = read_data(path, data, key=key, targets=targets, n_features=n_features,
+                    impute_means=None if means is None else np.asarray(means))
+    fitted, given = stored.get("feature_names"), out.feature_names
+    if fitted and given and list(given) != list(fitted):
+        # columns are matched by position: a reordered or renamed file would predict wrongly
+        unseen = [c for c in given if c not in set(fitted)]
+        how = (f"has columns the training file had not ({unseen[:5]})" if unseen
+               else "has the training file's columns in another order")
+        raise ValueError(f"{key}: {path} {how}; the model reads features by position: give them "
+                         f"as in training ({list(fitted)[:10]}{' …' if len(fitted) > 10 else ''})")
+    return out
 
 
 def cmd_predict(args) -> int:

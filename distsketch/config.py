@@ -595,7 +595,9 @@ def _read_one(path: Path, data: dict, *, key: str, targets: bool, n_features: in
         width = count_columns(path, delimiter=data.get("delimiter", ","))
         n_drop = len(data["drop_columns"]) if isinstance(data.get("drop_columns"), list) else \
             int("drop_columns" in data)
-        features_only = n_features is None or width - n_drop == n_features
+        if n_drop and width == n_features:  # exactly the model's inputs: nothing to drop
+            kwargs["drop_columns"] = None
+        features_only = n_features is None or width in (n_features, n_features + n_drop)
         if not features_only:  # the training layout, or neither
             try:
                 return _read_one(path, data, key=key, targets=True, n_features=None)._replace(

@@ -16,8 +16,11 @@ and its fitted state for saving (:meth:`~SketchedEstimator._get_state` /
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
+import functools
 import numbers
+import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -35,7 +38,7 @@ from .sketches import RealizedSketch, Sketch, check_sketch
 from .solve import InputSolution
 
 __all__ = ["SketchedEstimator", "RidgeEstimator", "not_fitted_error", "FitSpec", "check_lam",
-           "check_random_state"]
+           "check_random_state", "feature_names_of", "checks_feature_names"]
 
 _NOT_FITTED: type | None = None
 
@@ -67,6 +70,79 @@ def __getattr__(name: str):
     if name == "NotFittedError":
         return not_fitted_error()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# --------------------------------------------------------------------------- feature names
+
+
+def feature_names_of(X) -> np.ndarray | None:
+    """The column names of a data frame (pandas, dask) when every one is a string, as an object
+    array; else None (arrays, frames with integer or mixed column labels). scikit-learn's
+    rule for ``feature_names_in_``."""
+    columns = getattr(X, "columns", None)
+    if columns is None or isinstance(X, np.ndarray):
+        return None
+    names = list(columns)
+    if not names or not all(isinstance(c, str) for c in names):
+        return None
+    return np.asarray(names, dtype=object)
+
+
+_CHECKING: contextvars.ContextVar[bool] = contextvars.ContextVar("distsketch_names", default=False)
+
+
+def check_feature_names(est, X) -> None:
+    """Columns are matched by position, so a data frame whose names differ from the fit's —
+    other columns, or the same in another order — is refused (a silently wrong prediction
+    otherwise); names on one side only warn, as scikit-learn does."""
+    if not hasattr(est, "n_features_in_"):
+        return  # not fitted: the method says so
+    fitted, names = getattr(est, "feature_names_in_", None), feature_names_of(X)
+    cls = type(est).__name__
+    if fitted is None and names is None:
+        return
+    if fitted is None:
+        warnings.warn(f"X has feature names, but {cls} was fitted without feature names",
+                      UserWarning, stacklevel=3)
+        return
+    if names is None:
+        warnings.warn(f"X does not have valid feature names, but {cls} was fitted with "
+                      f"feature names", UserWarning, stacklevel=3)
+        return
+    if len(names) == len(fitted) and (names == fitted).all():
+        return
+    seen, given = set(fitted), set(names)
+
+    def listed(values) -> str:  # scikit-learn's layout: five names, then "- ..."
+        return "".join(f"- {v}\n" for v in values[:5]) + ("- ...\n" if len(values) > 5 else "")
+
+    unseen, missing = sorted(given - seen), sorted(seen - given)
+    message = "X: The feature names should match those that were passed during fit.\n"
+    if unseen:
+        message += "Feature names unseen at fit time:\n" + listed(unseen)
+    if missing:
+        message += "Feature names seen at fit time, yet now missing:\n" + listed(missing)
+    if not unseen and not missing:
+        message += "Feature names must be in the same order as they were in fit.\n"
+    raise ValueError(message + "Columns are matched by position: pass X[model.feature_names_in_].")
+
+
+def checks_feature_names(method):
+    """Decorator of a fitted estimator's methods whose first argument is ``X``:
+    :func:`check_feature_names` once per call (not again in the methods it calls)."""
+
+    @functools.wraps(method)
+    def checked(self, X, *args, **kwargs):
+        if _CHECKING.get():
+            return method(self, X, *args, **kwargs)
+        check_feature_names(self, X)
+        token = _CHECKING.set(True)
+        try:
+            return method(self, X, *args, **kwargs)
+        finally:
+            _CHECKING.reset(token)
+
+    return checked
 
 
 # --------------------------------------------------------------------------- validation
@@ -217,6 +293,11 @@ class SketchedEstimator(ParamsMixin):
         if self.store is not None:
             for name, kernel in kernels.items():
                 persist.check_savable(kernel, argument=name)
+        names = feature_names_of(X)  # scikit-learn's feature_names_in_ (data frames)
+        if names is None:
+            self.__dict__.pop("feature_names_in_", None)
+        else:
+            self.feature_names_in_ = names
         return FitSpec(Xs, Ys, kernels, sketches, options, rng, lams)
 
     # -- what a model implements --------------------------------------------------
@@ -239,12 +320,19 @@ class SketchedEstimator(ParamsMixin):
     def _get_state(self) -> tuple[dict[str, Any], dict]:
         """The fitted state as ``(arrays, json)``: arrays (ndarray, scipy.sparse or None) and
         JSON values. Subclasses extend the dicts of ``super()._get_state()``."""
-        return {}, {"n_features_in": int(self.n_features_in_), "store": self.store_}
+        names = getattr(self, "feature_names_in_", None)
+        return {}, {"n_features_in": int(self.n_features_in_), "store": self.store_,
+                    "feature_names_in": None if names is None else [str(n) for n in names]}
 
     def _set_state(self, arrays: dict[str, Any], state: dict) -> None:
         """Inverse of :meth:`_get_state` (then :meth:`_update_coef` runs)."""
         self.n_features_in_ = int(state["n_features_in"])
         self.store_ = state["store"]
+        names = state.get("feature_names_in")  # absent in models saved before it existed
+        if names is None:
+            self.__dict__.pop("feature_names_in_", None)
+        else:
+            self.feature_names_in_ = np.asarray(names, dtype=object)
 
     def _default_metrics(self, Y) -> list[str]:
         """Metric names ``distsketch evaluate`` reports by default (:data:`metrics.METRICS`)."""

@@ -27,7 +27,7 @@ from .candidates import CandidateStore, _check_query_sets, candidate_reader, con
 from .decode import candidate_features, decode_fixed, decode_ragged, fold_candidates, \
     fold_costs, fold_route, local_tile
 from ._base import check_lam
-from .estimator import FitSpec, RidgeEstimator, SketchedEstimator
+from .estimator import FitSpec, RidgeEstimator, SketchedEstimator, checks_feature_names
 from .features import FeatureMap
 from .kernels import Linear
 from .options import driver_threads, with_blas_limit
@@ -170,6 +170,10 @@ class SISOKR(RidgeEstimator):
     intercept_ : ndarray of shape (d_Y,) or None
         ``ȳ`` with ``fit_intercept=True``, else None.
     n_features_in_ : int
+    feature_names_in_ : ndarray of str, shape (n_features_in_,)
+        Column names of a data frame ``X`` given at fit (pandas, dask; only when all are
+        strings). Prediction methods refuse a frame whose names differ or come in another
+        order, and warn when names are on one side only (scikit-learn's rule).
     store_ : str or None
         Path of the kept store.
     """
@@ -569,6 +573,7 @@ class SISOKR(RidgeEstimator):
         return self._feature_map(self.output_feature_map_)
 
     # -- features ----------------------------------------------------------------
+    @checks_feature_names
     @with_blas_limit
     def input_features(self, X):
         """``φ_X(x) = T_Xᵀ R_X k_X(X_train, x)`` for each row: shape (n_queries, r_X).
@@ -590,6 +595,7 @@ class SISOKR(RidgeEstimator):
         return self._output_map().transform(Y, block_memory=self._options().block_memory,
                                             argument="candidates", model="SISOKR")
 
+    @checks_feature_names
     @with_blas_limit
     def surrogate(self, X) -> np.ndarray:
         """``W(λ) φ_X(x)``: coordinates of ``ĥ(x)`` in the output features, (n_queries, r_Y).
@@ -601,6 +607,7 @@ class SISOKR(RidgeEstimator):
         return np.asarray(self._input_map().transform(
             X, post=self.coef_.T, block_memory=self._options().block_memory, model="SISOKR"))
 
+    @checks_feature_names
     def score(self, X, Y) -> float:
         """Negative mean surrogate error ``−(1/n) Σ_i ‖ĥ(x_i) − ψ(y_i)‖²`` in H_Y (greater is
         better; :func:`distsketch.metrics.surrogate_mse`).
@@ -621,6 +628,7 @@ class SISOKR(RidgeEstimator):
         return -surrogate_mse(self, X, Y)
 
     # -- decoding ---------------------------------------------------------------
+    @checks_feature_names
     @with_blas_limit
     def score_candidates(self, X, candidates) -> np.ndarray:
         """Decoding criterion ``k_Y(y, y) − 2⟨ĥ(x), ψ(y)⟩``; smaller is better.
@@ -644,6 +652,7 @@ class SISOKR(RidgeEstimator):
         phi = candidate_features(fmap, as_row_source(cand, argument="candidates").data)
         return fmap.diag(cand)[None, :] - 2.0 * (g @ phi.T)
 
+    @checks_feature_names
     @with_blas_limit
     def predict_topk(self, X, candidates=None, *, k: int = 1, candidate_sets=None, query_sets=None):
         """The ``k`` best candidates of each query, by the decoding criterion.
@@ -857,6 +866,7 @@ class SISOKR(RidgeEstimator):
             cache[(source, route)] = out
         return out
 
+    @checks_feature_names
     @with_blas_limit
     def predict(self, X, candidates=None, *, candidate_sets=None, query_sets=None):
         """Best candidate row per query; vectors ``ĥ(x)`` for a linear output kernel.
@@ -967,7 +977,7 @@ class SketchedKRR(RidgeEstimator):
         PCG only: passes over the rows the fit made (a resumed fit makes fewer).
         A PCG fit keeps the λ path given at fit:
         :meth:`set_lam` switches among ``lams_`` only (any other λ needs the data again).
-    lam_, lams_, n_features_in_, store_
+    lam_, lams_, n_features_in_, feature_names_in_, store_
         As for :class:`SISOKR`.
     """
 
@@ -1123,6 +1133,7 @@ class SketchedKRR(RidgeEstimator):
                            else np.asarray(intercept, dtype=np.float64))
         self._y_1d = bool(state["y_1d"])
 
+    @checks_feature_names
     @with_blas_limit
     def predict(self, X):
         """``f(x) = k(x, landmarks_) @ dual_coef_ + intercept_``: shape (n,) or (n, n_targets).
@@ -1132,6 +1143,7 @@ class SketchedKRR(RidgeEstimator):
         out = kernel_expansion(self, X) + self.intercept_
         return out[:, 0] if self._y_1d else out
 
+    @checks_feature_names
     def score(self, X, y) -> float:
         """Coefficient of determination R² of ``predict(X)`` (uniform average over targets;
         :func:`distsketch.metrics.r2_score`)."""

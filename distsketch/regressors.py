@@ -25,7 +25,7 @@ import numpy as np
 from .admm import RowState, _admm_block, choose_route, supports
 from .admm import solve_path as admm_path
 from .engine import distributed_client
-from .estimator import FitSpec, SketchedEstimator
+from .estimator import FitSpec, SketchedEstimator, checks_feature_names
 from .features import FeatureMap
 from .losses import Loss, Pinball, Squared, check_loss
 from .models import SketchedKRR, kernel_expansion
@@ -275,7 +275,7 @@ class SketchedRegressor(SketchedEstimator):
         its passes).
     solver_ : str
         The route taken: ``"newton"``, ``"admm"`` or ``"pcg"``.
-    lam_, lams_, n_features_in_, store_
+    lam_, lams_, n_features_in_, feature_names_in_, store_
         As for :class:`~distsketch.SketchedKRR`.
     """
 
@@ -613,6 +613,7 @@ class SketchedRegressor(SketchedEstimator):
         self.solver_ = str(state.get("solver", "newton"))
 
     # -- prediction -------------------------------------------------------------------
+    @checks_feature_names
     @with_blas_limit
     def predict(self, X):
         """``f(x) = k(x, landmarks_) @ dual_coef_ + intercept_``: shape (n,) or (n, d).
@@ -717,6 +718,7 @@ class SketchedQuantileRegressor(SketchedRegressor):
         super()._set_state(arrays, state)
         self.quantiles_ = _check_quantiles(self.quantiles)
 
+    @checks_feature_names
     def score(self, X, y) -> float:
         """Minus the mean summed pinball loss of ``predict(X)`` (higher is better)."""
         from .metrics import pinball_loss

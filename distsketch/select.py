@@ -276,10 +276,18 @@ def _default_metric(model) -> str:
 
 
 def _take(A, idx: np.ndarray):
+    """Rows ``idx`` of numpy, scipy.sparse, pandas (by position, names kept), dask arrays and
+    dask data frames (as a dask array: the final fit on every row records the names)."""
     if isinstance(A, np.ndarray) or hasattr(A, "tocsr"):
         return A[idx]
+    import dask
     import dask.array as da
 
+    if dask.is_dask_collection(A):
+        if hasattr(A, "to_dask_array"):  # a dask data frame or series
+            A = A.to_dask_array(lengths=True)
+    elif hasattr(A, "iloc"):  # pandas
+        return A.iloc[idx]
     return da.asarray(A)[idx]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .estimator import FitSpec, SketchedEstimator
+from .estimator import FitSpec, SketchedEstimator, checks_feature_names
 from .features import FeatureMap
 from .options import with_blas_limit
 from .solve import feature_sums, solve_features
@@ -62,6 +62,10 @@ class SketchedFeatures(SketchedEstimator):
     n_components_ : int
         ``r``, the number of features (the retained rank of ``R K Rᵀ``).
     n_features_in_ : int
+    feature_names_in_ : ndarray of str, shape (n_features_in_,)
+        Column names of a data frame ``X`` given at fit (pandas, dask; only when all are
+        strings). Prediction methods refuse a frame whose names differ or come in another
+        order, and warn when names are on one side only (scikit-learn's rule).
     store_ : str or None
     """
 
@@ -95,6 +99,7 @@ class SketchedFeatures(SketchedEstimator):
         self.feature_map_ = FeatureMap(self.kernel_, res.x_landmarks, P, spec.options.gram_chunk)
         self.n_components_ = int(T.shape[1])
 
+    @checks_feature_names
     @with_blas_limit
     def transform(self, X):
         """``φ_X(x)`` of every row: shape (n, n_components_). Dask in, dask out (lazy)."""

@@ -723,3 +723,30 @@ def test_a_local_cluster_fit_keeps_distributeds_chatter_out_of_the_default_outpu
     out = run_cli("-q", "-vv", "fit", fitted / "fit.toml", "--store", tmp_path / "b.zarr",
                   "--local", "1", cwd=fitted)
     assert out.returncode == 0 and "Start Nanny" in out.stderr
+
+
+def test_predict_reads_a_features_only_csv_and_refuses_reordered_columns(tmp_path):
+    """A fit with ``drop_columns``: ``predict --input`` takes a file of exactly the model's
+    input columns (it used to be refused: the dropped column was counted as missing) and the
+    training layout alike, with the same predictions; a header naming the training columns in
+    another order is refused (columns are read by position)."""
+    X, y = _regression_csv(tmp_path / "d.csv", 120)
+    (tmp_path / "fit.toml").write_text(KRR.format(
+        data='train = "d.csv"\ntarget_columns = ["target"]\ndrop_columns = ["b"]',
+        store="k.zarr"))
+    assert main(["-q", "fit", str(tmp_path / "fit.toml")]) == 0
+    lines = (tmp_path / "d.csv").read_text().splitlines()
+    rows = [ln.split(",") for ln in lines]
+    (tmp_path / "feat.csv").write_text("\n".join(f"{r[0]},{r[2]}" for r in rows) + "\n")
+    (tmp_path / "perm.csv").write_text("\n".join(f"{r[2]},{r[0]}" for r in rows) + "\n")
+    for name in ("d.csv", "feat.csv"):
+        out = run_cli("-q", "predict", "k.zarr", "--input", name, "--output", f"{name}.npy",
+                      cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "feat.csv.npy"),
+                                  np.load(tmp_path / "d.csv.npy"))
+    out = run_cli("-q", "predict", "k.zarr", "--input", "perm.csv", "--output", "p.npy",
+                  cwd=tmp_path)
+    assert out.returncode == 2
+    assert "--input: perm.csv has the training file's columns in another order" in out.stderr
+    assert not (tmp_path / "p.npy").exists()
