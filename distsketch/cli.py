@@ -345,7 +345,8 @@ def _input_file(path, stored: dict, *, key: str, targets: bool, n_features: int 
     fitted, given = stored.get("feature_names"), out.feature_names
     if fitted and given and list(given) != list(fitted):
         # columns are matched by position: a reordered or renamed file would predict wrongly
-        unseen = [c for c in given if c not in set(fitted)]
+        seen = set(fitted)
+        unseen = [c for c in given if c not in seen]
         how = (f"has columns the training file had not ({unseen[:5]})" if unseen
                else "has the training file's columns in another order")
         raise ValueError(f"{key}: {path} {how}; the model reads features by position: give them "
