@@ -750,3 +750,18 @@ def test_predict_reads_a_features_only_csv_and_refuses_reordered_columns(tmp_pat
     assert out.returncode == 2
     assert "--input: perm.csv has the training file's columns in another order" in out.stderr
     assert not (tmp_path / "p.npy").exists()
+
+
+def test_compute_progress_numpy_true_is_a_plain_bar(capsys):
+    """``progress`` from a numpy boolean (a config value) shows the bar at once, as ``True``;
+    a number of seconds is a threshold (a short computation then shows none)."""
+    import dask
+
+    from distsketch.engine import compute
+
+    task = dask.delayed(sum)([1, 2])
+    capsys.readouterr()
+    assert compute([task], progress=np.True_) == [3]
+    assert _bars(capsys.readouterr().out) == 1
+    assert compute([task], progress=5.0) == [3]
+    assert _bars(capsys.readouterr().out) == 0
