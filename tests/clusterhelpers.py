@@ -22,9 +22,11 @@ def dask_command() -> str:
 
 
 @contextmanager
-def dask_processes(workdir: Path, n_workers: int, *, nanny: bool = True, env: dict | None = None):
+def dask_processes(workdir: Path, n_workers: int, *, nanny: bool = True, env: dict | None = None,
+                   exit_timeout: float = 30):
     """Start a scheduler (scheduler file ``workdir/scheduler.json``) and ``n_workers`` one-thread
-    workers; yields ``(scheduler_file, address, worker_processes)``; kills them all on exit."""
+    workers; yields ``(scheduler_file, address, worker_processes)``; on exit terminates them all,
+    kills those still running after ``exit_timeout`` seconds and waits for every one."""
     cli = dask_command()
     sched_file = Path(workdir) / "scheduler.json"
     procs = [subprocess.Popen([cli, "scheduler", "--host", "127.0.0.1", "--port", "0",
@@ -42,10 +44,18 @@ def dask_processes(workdir: Path, n_workers: int, *, nanny: bool = True, env: di
             if p.poll() is None:
                 p.terminate()
         for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+            reap(p, exit_timeout)
+
+
+def reap(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """Wait for ``proc`` to exit; kill it if it has not within ``timeout`` seconds and wait for
+    that too, so no ``Popen`` is left unreaped (its ResourceWarning fails a test under
+    ``filterwarnings = error``)."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def wait_for_workers(scheduler_file, n: int, timeout: float = 60) -> str:

@@ -18,7 +18,7 @@ import zarr
 
 import distsketch as ds
 from distsketch.store import open_fit_store
-from clusterhelpers import dask_processes
+from clusterhelpers import dask_processes, reap
 from passhelpers import N, model, problem, slow_gaussian, sums_of
 
 HERE = Path(__file__).resolve().parent
@@ -78,6 +78,7 @@ def test_driver_killed_at_a_random_block_resumes_bitwise(tmp_path, undisturbed, 
     finally:
         if proc.poll() is None:
             proc.kill()
+        reap(proc)
     fs = open_fit_store(store)
     assert fs.status == "pass" and not fs.pass_complete  # a killed run never looks complete
     stored = int(fs.done_blocks().sum())
@@ -222,3 +223,24 @@ def test_workers_lost_again_while_resending_blocks_is_retried(monkeypatch):
     with dask.config.set({"scheduler": "synchronous", "distsketch.pass-retries": 2}), \
             pytest.raises(WorkersLost, match="lost the workers"):
         model().fit(X, Y)
+
+
+def test_cluster_helper_waits_for_what_it_kills():
+    """tests/clusterhelpers.reap: a process that ignores SIGTERM is killed after the timeout and
+    waited for, so no unreaped ``Popen`` is left to fail a later test through its
+    ResourceWarning (the helper used to kill without waiting)."""
+    code = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('ready', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.terminate()
+        start = time.monotonic()
+        reap(proc, timeout=0.5)
+        assert time.monotonic() - start < 30
+        assert proc.returncode == -signal.SIGKILL  # it ignored SIGTERM, was killed and reaped
+    finally:
+        proc.stdout.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -28,6 +28,7 @@ import zarr
 
 import distsketch as ds
 from clihelpers import CONFIG
+from clusterhelpers import reap
 
 pytestmark = pytest.mark.hpc
 
@@ -181,7 +182,7 @@ def test_fit_on_slurmcluster_worker_jobs_equals_threaded(slurm, jobqueue, proble
            "--job-name", name, "--log-directory", tmp_path / "job-logs", "--timeout", "90"]
     with open(logs, "w") as log:
         proc = subprocess.Popen(list(map(str, cmd)), cwd=tmp_path, env=env(), stdout=log, stderr=subprocess.STDOUT)
-    request.addfinalizer(lambda: proc.poll() is None and proc.kill())
+    request.addfinalizer(lambda: (proc.poll() is None and proc.kill(), reap(proc)))
     running: set[str] = set()
     deadline = time.monotonic() + 180
     while proc.poll() is None:
