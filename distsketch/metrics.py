@@ -225,6 +225,16 @@ def _any(model) -> str | None:
     return None
 
 
+def _point_prediction(model) -> str | None:
+    """rmse/mae/r2 compare one prediction per target: a quantile model predicting several
+    levels per row has none (one level, e.g. the median, is a point prediction)."""
+    levels = getattr(model, "quantiles_", None)
+    if levels is not None and len(levels) > 1:
+        return (f"it predicts {len(levels)} quantile levels per row, not one value per target: "
+                f"use pinball or crossing")
+    return None
+
+
 @dataclass(frozen=True)
 class Metric:
     """A metric of a fitted model on labelled data, by name (``distsketch evaluate``).
@@ -250,9 +260,9 @@ METRICS: dict[str, Metric] = {
     "surrogate_mse": Metric(lambda model, X, Y, pred: surrogate_mse(model, X, Y),
                             needs_prediction=False,
                             applies=_needs("output_kernel_", "a surrogate in H_Y (SISOKR)")),
-    "rmse": Metric(lambda model, X, Y, pred: rmse(Y, pred)),
-    "mae": Metric(lambda model, X, Y, pred: mae(Y, pred)),
-    "r2": Metric(lambda model, X, Y, pred: r2_score(Y, pred)),
+    "rmse": Metric(lambda model, X, Y, pred: rmse(Y, pred), applies=_point_prediction),
+    "mae": Metric(lambda model, X, Y, pred: mae(Y, pred), applies=_point_prediction),
+    "r2": Metric(lambda model, X, Y, pred: r2_score(Y, pred), applies=_point_prediction),
     "pinball": Metric(lambda model, X, Y, pred: pinball_loss(Y, pred, model.quantiles_),
                       applies=_needs("quantiles_", "quantile levels (SketchedQuantileRegressor)")),
     "crossing": Metric(lambda model, X, Y, pred: crossing_loss(pred),

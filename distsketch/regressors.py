@@ -718,6 +718,9 @@ class SketchedQuantileRegressor(SketchedRegressor):
         super()._set_state(arrays, state)
         self.quantiles_ = _check_quantiles(self.quantiles)
 
+    def _default_metrics(self, Y) -> list[str]:
+        return ["pinball", "crossing"]
+
     @checks_feature_names
     def score(self, X, y) -> float:
         """Minus the mean summed pinball loss of ``predict(X)`` (higher is better)."""

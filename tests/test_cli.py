@@ -238,3 +238,32 @@ def test_cross_validated_model_from_the_config(workdir, capsys):
     model = ds.load(workdir / "cv.zarr")
     assert isinstance(model, ds.SketchedKRRCV) and model.n_splits_ == 4
     assert model.lam_ == model.best_params_["lam"] and f"λ = {model.lam_:g}" in capsys.readouterr().out
+
+
+def test_evaluate_a_quantile_model_with_its_own_metrics(tmp_path, capsys):
+    """A quantile model fitted by the CLI is evaluated by pinball and crossing by default; a
+    point metric (one value per target) is refused naming the metrics that apply."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(140, 3))
+    y = X[:, 0] + 0.3 * rng.normal(size=140)
+    np.savez(tmp_path / "train.npz", X=X[:100], Y=y[:100])
+    np.savez(tmp_path / "test.npz", X=X[100:], Y=y[100:])
+    (tmp_path / "q.toml").write_text(
+        '[model]\ntype = "quantile"\nlam = 1e-3\nquantiles = [0.1, 0.5, 0.9]\n'
+        '[model.kernel]\nname = "gaussian"\ngamma = 0.5\n'
+        '[model.sketch]\nname = "subsampling"\nm = 30\n'
+        '[data]\ntrain = "train.npz"\ntest = "test.npz"\n')
+    assert main(["-q", "fit", str(tmp_path / "q.toml")]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(tmp_path / "q.zarr"), "--json"]) == 0
+    import json
+
+    results = json.loads(capsys.readouterr().out)
+    model = ds.load(tmp_path / "q.zarr")
+    Q = model.predict(X[100:])
+    assert set(results) == {"pinball", "crossing", "predict_seconds"}
+    assert results["pinball"] == pytest.approx(ds.metrics.pinball_loss(y[100:], Q, model.quantiles_))
+    assert results["crossing"] == pytest.approx(ds.metrics.crossing_loss(Q))
+    assert main(["evaluate", str(tmp_path / "q.zarr"), "--metrics", "mae"]) == 2
+    err = capsys.readouterr().err
+    assert "metric 'mae'" in err and "3 quantile levels" in err and "pinball" in err
