@@ -503,6 +503,25 @@ def _csv_header(path: Path, *, delimiter: str, skip: int) -> list[str] | None:
     return None  # all numbers: a data row
 
 
+def _empty_as_nan(field: str) -> float:
+    """A CSV field as a float, an empty (or blank) field as NaN: a missing value, as
+    ``pandas.to_csv`` writes NaN."""
+    return float(field) if field.strip() else np.nan
+
+
+def _loadtxt(path: Path, *, delimiter: str, skiprows: int) -> np.ndarray:
+    """The numbers of a CSV file (n, columns), empty fields as NaN (missing values, handled by
+    ``[data] missing``). numpy's C parser first; only a file with an empty field is parsed
+    again through the (slower) per-field converter."""
+    kw = dict(delimiter=delimiter, skiprows=skiprows, quotechar='"', ndmin=2, dtype=np.float64)
+    try:
+        return np.loadtxt(path, **kw)
+    except ValueError as exc:
+        if "could not convert string ''" not in str(exc) and "string '' " not in str(exc):
+            raise
+    return np.loadtxt(path, converters=_empty_as_nan, **kw)
+
+
 def _read_csv(path: PathLike, *, target_columns: Sequence[int | str], delimiter: str = ",",
               skip_header: int | None = None,
               drop_columns: Sequence[int | str] | int | str | None = None) -> Table:
@@ -518,8 +537,7 @@ def _read_csv(path: PathLike, *, target_columns: Sequence[int | str], delimiter:
         raise ValueError(f"{path}: target_columns {targets} given by name but line {skip + 1} is not a header")
     skiprows = skip + (header is not None and (by_name or skip_header is None))
     try:
-        A = np.loadtxt(path, delimiter=delimiter, skiprows=skiprows, quotechar='"', ndmin=2,
-                       dtype=np.float64)
+        A = _loadtxt(path, delimiter=delimiter, skiprows=skiprows)
     except ValueError as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         m = re.search(r"at row (\d+), column (\d+)", msg)

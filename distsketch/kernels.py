@@ -912,7 +912,16 @@ class Standardized(Kernel):
     def from_moments(cls, kernel: Kernel, mean, var) -> "Standardized":
         """From column means and variances; zero-variance columns get scale 1 (scikit-learn's
         ``StandardScaler``)."""
-        std = np.sqrt(np.clip(np.asarray(var, dtype=np.float64), 0.0, None))
+        mean = np.asarray(mean, dtype=np.float64).ravel()
+        var = np.asarray(var, dtype=np.float64).ravel()
+        bad = np.flatnonzero(~(np.isfinite(mean) & np.isfinite(var)))
+        if bad.size:
+            cols = ", ".join(map(str, bad[:5])) + (", …" if bad.size > 5 else "")
+            raise ValueError(
+                f"Standardized: X holds NaN or infinity in {bad.size} column(s) ({cols}), so "
+                f"their mean and standard deviation are not finite; impute or drop the missing "
+                f"values first (the CLI: [data] missing = \"impute-mean\" or \"drop\")")
+        std = np.sqrt(np.clip(var, 0.0, None))
         std[std == 0] = 1.0
         return cls(kernel, mean, std)
 

@@ -426,6 +426,47 @@ def test_missing_drop_and_impute_mean(tmp_path, capsys):
     assert np.isfinite(json.loads(capsys.readouterr().out)["rmse"])
 
 
+def test_empty_csv_cells_are_missing_values(tmp_path, capsys):
+    """A CSV written by pandas with NaN (empty fields) reads its empty cells as missing values:
+    the default names the cell, "drop" and "impute-mean" fit as from "nan" cells, and predict
+    reads empty cells too (they used to be refused as non-numeric)."""
+    pd = pytest.importorskip("pandas")
+    X, y = _regression_csv(tmp_path / "nan.csv", nan_at=(7, 1))
+    Xt, _ = _regression_csv(tmp_path / "test_nan.csv", 30, seed=1, nan_at=(3, 2))
+    for name in ("nan", "test_nan"):
+        frame = pd.read_csv(tmp_path / f"{name}.csv")
+        frame.to_csv(tmp_path / f"{name.replace('nan', 'empty')}.csv", index=False)
+    assert ",," in (tmp_path / "empty.csv").read_text()  # pandas writes NaN as an empty field
+    common = 'train = "empty.csv"\ntarget_columns = ["target"]\n'
+    assert _krr_fit(tmp_path, common) == 2
+    err = capsys.readouterr().err
+    assert "missing value (NaN) in input column 1 ('b') at row 7" in err, err
+    assert "non-numeric" not in err
+    for how in ("drop", "impute-mean"):
+        assert _krr_fit(tmp_path, common + f'test = "test_empty.csv"\nmissing = "{how}"') == 0
+        from_empty = ds.load(tmp_path / "krr.zarr")
+        (tmp_path / "krr.zarr").rename(tmp_path / f"empty-{how}.zarr")
+        assert _krr_fit(tmp_path, f'train = "nan.csv"\ntarget_columns = ["target"]\nmissing = "{how}"') == 0
+        from_nan = ds.load(tmp_path / "krr.zarr")
+        (tmp_path / "krr.zarr").rename(tmp_path / f"nan-{how}.zarr")
+        np.testing.assert_array_equal(from_empty.predict(Xt[[0, 1]]), from_nan.predict(Xt[[0, 1]]))
+    capsys.readouterr()
+    assert main(["-q", "predict", str(tmp_path / "empty-impute-mean.zarr"), "--input",
+                 str(tmp_path / "test_empty.csv"), "--output", str(tmp_path / "p.npy")]) == 0
+    means = np.nanmean(X, axis=0)
+    Xti = Xt.copy()
+    Xti[3, 2] = means[2]
+    np.testing.assert_allclose(np.load(tmp_path / "p.npy"), from_empty.predict(Xti), rtol=1e-10)
+
+
+def test_standardized_names_the_columns_holding_nan():
+    X = np.random.default_rng(0).normal(size=(20, 4))
+    X[3, 2] = np.nan
+    with pytest.raises(ValueError, match=r"NaN or infinity in 1 column\(s\) \(2\)") as info:
+        ds.standardized(ds.Gaussian(1.0), X)
+    assert "impute or drop" in str(info.value) and "scale must be finite" not in str(info.value)
+
+
 def test_missing_key_is_validated(tmp_path):
     _regression_csv(tmp_path / "train.csv")
     (tmp_path / "fit.toml").write_text(KRR.format(
