@@ -482,7 +482,9 @@ class Sketch(ParamsMixin):
         return _positive_int(self.m, owner=type(self).__name__, name="m")
 
     def _check_rows(self, n: int, *, argument: str) -> None:
-        """``m`` a positive integer of at most ``n`` (sketches that sample m rows)."""
+        """``m`` a positive integer of at most ``n``: a sketch of ``n`` rows has rank at most
+        ``n``, so more rows only add cost (``m × m`` driver matrices), and would allocate them
+        before anything else could fail."""
         try:
             m = self._m()
         except ValueError as exc:
@@ -578,6 +580,7 @@ class PSparsified(Sketch):
             self._checked()
         except ValueError as exc:
             raise ValueError(f"{argument}: {exc}") from None
+        self._check_rows(n, argument=argument)
 
     def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
         m, p = self._checked()
@@ -638,10 +641,10 @@ class Accumulation(Sketch):
 
     def check(self, n: int, *, argument: str) -> None:
         try:
-            self._m()
             _positive_int(self.q, owner="Accumulation", name="q")
         except ValueError as exc:
             raise ValueError(f"{argument}: {exc}") from None
+        self._check_rows(n, argument=argument)
 
     def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
         m = self._m()
@@ -669,10 +672,7 @@ class GaussianSketch(Sketch):
         self.m = m
 
     def check(self, n: int, *, argument: str) -> None:
-        try:
-            self._m()
-        except ValueError as exc:
-            raise ValueError(f"{argument}: {exc}") from None
+        self._check_rows(n, argument=argument)
 
     def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
         return TiledSketch(self, n, seed, self._m())
@@ -698,10 +698,7 @@ class CountSketch(Sketch):
         self.m = m
 
     def check(self, n: int, *, argument: str) -> None:
-        try:
-            self._m()
-        except ValueError as exc:
-            raise ValueError(f"{argument}: {exc}") from None
+        self._check_rows(n, argument=argument)
 
     def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
         m = self._m()

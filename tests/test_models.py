@@ -85,6 +85,23 @@ def test_krr_bad_input_names_y(tmp_path, data):
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.parametrize("sketch", [
+    ds.GaussianSketch(10**6), ds.CountSketch(10**6), ds.PSparsified(10**6, p=0.1),
+    ds.Accumulation(10**6, q=2), ds.SubSampling(10**6), ds.LeverageScores(10**6)],
+    ids=lambda s: type(s).__name__)
+def test_every_sketch_checks_m_against_n_before_allocating(tmp_path, data, sketch):
+    """m > n is refused by every sketch with the SubSampling message, before any m × m array
+    (10⁶ × 10⁶ float64 would be 7.3 TiB) or store is made; also for the output sketch."""
+    X, Y = data
+    name = type(sketch).__name__
+    with pytest.raises(ValueError, match=rf"^sketch: {name}\(m=1000000\) needs m <= n_samples = 30"):
+        _KRR(sketch=sketch, store=tmp_path / "s").fit(X, Y)
+    with pytest.raises(ValueError, match=rf"^output_sketch: {name}\(m=1000000\) needs m <= n_samples"):
+        ds.SISOKR(input_sketch=ds.SubSampling(10), output_sketch=sketch,
+                  store=tmp_path / "s").fit(X, Y)
+    assert not (tmp_path / "s").exists()
+
+
 def test_prediction_input_errors(data):
     X, Y = data
     model = sisokr().fit(X, Y)
