@@ -345,9 +345,11 @@ def _input_file(path, stored: dict, *, key: str, targets: bool, n_features: int 
     fitted, given = stored.get("feature_names"), out.feature_names
     if fitted and given and list(given) != list(fitted):
         # columns are matched by position: a reordered or renamed file would predict wrongly
-        seen = set(fitted)
+        seen, present = set(fitted), set(given)
+        missing = [c for c in fitted if c not in present]
         unseen = [c for c in given if c not in seen]
-        how = (f"has columns the training file had not ({unseen[:5]})" if unseen
+        how = (f"lacks the training feature column(s) {missing[:5]}" if missing
+               else f"has columns the training file had not ({unseen[:5]})" if unseen
                else "has the training file's columns in another order")
         raise ValueError(f"{key}: {path} {how}; the model reads features by position: give them "
                          f"as in training ({list(fitted)[:10]}{' …' if len(fitted) > 10 else ''})")
@@ -370,25 +372,52 @@ def cmd_predict(args) -> int:
 
         candidates = load_data(Path(args.candidates), {"x_key": args.candidates_key}, key="--candidates",
                                targets=False)[0]
-    out = Path(args.output)
+    topk = args.k > 1 or args.topk
+    out = None if args.output is None else Path(args.output)
+    if out is not None:
+        allowed = (".npz", ".csv") if topk else (".npy", ".csv")
+        if out.suffix.lower() not in allowed:
+            raise ValueError(f"--output: {out} has no {' or '.join(allowed)} extension (the "
+                             f"format is chosen by it); omit --output to print CSV to standard "
+                             f"output")
     with scheduler(args):
-        if args.k > 1 or args.topk:
+        if topk:
             idx, scores = model.predict_topk(X, candidates, k=args.k)
-            np.savez(out, indices=idx, scores=scores)
-            _out(f"top-{args.k} indices and scores of {len(idx):,} queries written to {out}")
+            if out is not None and out.suffix.lower() == ".npz":
+                np.savez(out, indices=idx, scores=scores)
+            else:  # one row per query: the k indices, then their k scores
+                names = ([f"index_{j + 1}" for j in range(idx.shape[1])]
+                         + [f"score_{j + 1}" for j in range(idx.shape[1])])
+                _write_csv(out, np.column_stack([idx, scores]), names,
+                           fmt=["%d"] * idx.shape[1] + ["%.17g"] * idx.shape[1])
+            what = f"top-{args.k} indices and scores of {len(idx):,} queries"
         else:
             pred = model.predict(X, candidates) if candidates is not None else model.predict(X)
             pred = np.asarray(pred)
-            if out.suffix.lower() == ".csv":  # with a header of the training target names
+            if out is not None and out.suffix.lower() == ".npy":
+                np.save(out, pred)
+            else:  # CSV with a header of the training target names
                 P = pred.reshape(len(pred), -1)
                 names = stored.get("target_names")
                 if not names or len(names) != P.shape[1]:
                     names = [f"y{j}" for j in range(P.shape[1])]
-                np.savetxt(out, P, delimiter=",", header=",".join(names), comments="", fmt="%.17g")
-            else:
-                np.save(out, pred)
-            _out(f"predictions of shape {np.shape(pred)} written to {out}")
+                _write_csv(out, P, names, fmt="%.17g")
+            what = f"predictions of shape {np.shape(pred)}"
+    if out is not None:
+        _out(f"{what} written to {out}")
     return EXIT_OK
+
+
+def _write_csv(out: Path | None, values, names: list[str], *, fmt) -> None:
+    """Rows as CSV with a header line, to ``out`` or (None) to standard output."""
+    import numpy as np
+
+    if out is None:
+        np.savetxt(_result_stream, values, delimiter=",", header=",".join(names), comments="",
+                   fmt=fmt)
+        _result_stream.flush()
+    else:
+        np.savetxt(out, values, delimiter=",", header=",".join(names), comments="", fmt=fmt)
 
 
 def _check_metric_names(names, where: str) -> None:
@@ -556,9 +585,10 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--input", required=True,
                     help="input rows (.npy, .npz/.h5/.zarr with X, .arff, .csv), read with the "
                          "fit's [data] options")
-    pr.add_argument("--output", default="predictions.npy",
-                    help="output file: .npy, .csv (a header of the training target names), or "
-                         ".npz for top-k indices and scores")
+    pr.add_argument("--output", default=None,
+                    help="output file, its format by its extension: .npy, or .csv (a header of "
+                         "the training target names); top-k: .npz (indices and scores arrays) "
+                         "or .csv (index_1..k, score_1..k); default: CSV on standard output")
     pr.add_argument("--candidates", help="candidate outputs file (default: the training outputs)")
     pr.add_argument("--candidates-key", default="X", help="array name of the candidates in .npz/.h5/.zarr")
     pr.add_argument("--k", type=int, default=1, help="return the top-k candidates (indices, scores)")

@@ -267,3 +267,49 @@ def test_evaluate_a_quantile_model_with_its_own_metrics(tmp_path, capsys):
     assert main(["evaluate", str(tmp_path / "q.zarr"), "--metrics", "mae"]) == 2
     err = capsys.readouterr().err
     assert "metric 'mae'" in err and "3 quantile levels" in err and "pinball" in err
+
+
+def test_predict_output_formats_and_standard_output(workdir, capsys):
+    """Without --output the predictions are CSV on standard output (nothing is written to the
+    working directory); an extension that chooses no format is refused before any work; top-k
+    goes to .npz or CSV."""
+    assert main(["-q", "fit", str(workdir / "fit.toml")]) == 0
+    model = ds.load(workdir / "fit.zarr")
+    X = np.load(workdir / "test.npz")["X"]
+    capsys.readouterr()
+    before = set(os.listdir(workdir))
+    assert main(["-q", "predict", str(workdir / "fit.zarr"), "--input", str(workdir / "test.npz")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ",".join(f"y{j}" for j in range(6))
+    np.testing.assert_array_equal(np.loadtxt(lines[1:], delimiter=","), model.predict(X))
+    assert set(os.listdir(workdir)) == before
+    for bad, k in (("out.txt", []), ("out.npy", ["--k", "3"]), ("out", [])):
+        assert main(["predict", str(workdir / "fit.zarr"), "--input", str(workdir / "test.npz"),
+                     "--output", str(workdir / bad), *k]) == 2
+        err = capsys.readouterr().err
+        assert f"--output: {workdir / bad} has no" in err and "extension" in err, err
+        assert set(os.listdir(workdir)) == before
+    assert main(["-q", "predict", str(workdir / "fit.zarr"), "--input", str(workdir / "test.npz"),
+                 "--k", "3", "--output", str(workdir / "top.csv")]) == 0
+    idx, scores = model.predict_topk(X, k=3)
+    table = np.loadtxt(workdir / "top.csv", delimiter=",", skiprows=1)
+    assert (workdir / "top.csv").read_text().splitlines()[0] == \
+        "index_1,index_2,index_3,score_1,score_2,score_3"
+    np.testing.assert_array_equal(table[:, :3], idx)
+    np.testing.assert_array_equal(table[:, 3:], scores)
+
+
+def test_predict_names_a_missing_feature_column(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    A = np.column_stack([rng.normal(size=(80, 3)), rng.normal(size=80)])
+    np.savetxt(tmp_path / "train.csv", A, delimiter=",", header="a,b,c,target", comments="")
+    np.savetxt(tmp_path / "new.csv", A[:5, [0, 1, 3]], delimiter=",", header="a,b,target",
+               comments="")
+    (tmp_path / "k.toml").write_text(
+        '[model]\ntype = "SketchedKRR"\nlam = 1e-3\n[model.kernel]\nname = "gaussian"\n'
+        'gamma = 0.5\n[model.sketch]\nname = "subsampling"\nm = 20\n'
+        '[data]\ntrain = "train.csv"\ntarget_columns = ["target"]\n')
+    assert main(["-q", "fit", str(tmp_path / "k.toml")]) == 0
+    assert main(["predict", str(tmp_path / "k.zarr"), "--input", str(tmp_path / "new.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "lacks the training feature column(s) ['c']" in err, err
