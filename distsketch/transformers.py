@@ -18,6 +18,13 @@ from .solve import feature_sums, solve_features
 __all__ = ["SketchedFeatures"]
 
 
+def _is_dask(X) -> bool:
+    import sys
+
+    dask_array = sys.modules.get("dask.array")
+    return dask_array is not None and isinstance(X, dask_array.Array)
+
+
 class SketchedFeatures(SketchedEstimator):
     """Whitened sketched kernel features ``φ_X(x) = T_Xᵀ R k(X, x)``: a transformer like
     scikit-learn's ``Nystroem``, for every sketch, fitted by one streaming pass.
@@ -102,10 +109,57 @@ class SketchedFeatures(SketchedEstimator):
     @checks_feature_names
     @with_blas_limit
     def transform(self, X):
-        """``φ_X(x)`` of every row: shape (n, n_components_). Dask in, dask out (lazy)."""
+        """``φ_X(x)`` of every row: shape (n, n_components_). Dask in, dask out (lazy); a
+        pandas or polars frame with :meth:`set_output` (columns
+        :meth:`get_feature_names_out`, a pandas input's index kept)."""
         self._check_fitted()
-        return self._feature_map(self.feature_map_).transform(
+        container = getattr(self, "_sklearn_output_config", {}).get("transform", "default")
+        if container != "default" and _is_dask(X):
+            raise ValueError(f"X: a dask array cannot become a {container} frame without "
+                             f"computing it; compute X first, or set_output(transform="
+                             f"\"default\") for lazy dask features")
+        Z = self._feature_map(self.feature_map_).transform(
             X, block_memory=self._options().block_memory, model="SketchedFeatures")
+        if container == "default":
+            return Z
+        columns = list(self.get_feature_names_out())
+        if container == "pandas":
+            import pandas as pd
+
+            index = X.index if isinstance(X, pd.DataFrame) else None
+            return pd.DataFrame(np.asarray(Z), columns=columns, index=index)
+        import polars as pl
+
+        return pl.DataFrame(np.asarray(Z), schema=columns)
+
+    def set_output(self, *, transform=None):
+        """Output container of :meth:`transform` and :meth:`fit_transform` (scikit-learn's
+        ``set_output`` API, so ``Pipeline(...).set_output(transform="pandas")`` reaches it).
+
+        Parameters
+        ----------
+        transform : {"default", "pandas", "polars"} or None
+            ``"default"``: numpy (dask for dask input); ``"pandas"`` / ``"polars"``: a data
+            frame (the library must be installed); None: unchanged.
+
+        Returns
+        -------
+        self
+        """
+        if transform is None:
+            return self
+        if transform not in ("default", "pandas", "polars"):
+            raise ValueError(f"set_output: transform must be 'default', 'pandas', 'polars' or "
+                             f"None, got {transform!r}")
+        if transform != "default":
+            import importlib.util
+
+            if importlib.util.find_spec(transform) is None:
+                raise ImportError(f"set_output: transform={transform!r} needs {transform}, "
+                                  f"which is not installed: pip install {transform}")
+        self._sklearn_output_config = {**getattr(self, "_sklearn_output_config", {}),
+                                       "transform": transform}
+        return self
 
     def fit_transform(self, X, y=None):
         """``fit(X).transform(X)``."""

@@ -107,3 +107,35 @@ def test_not_fitted_and_bad_input():
     f = ds.SketchedFeatures(sketch=ds.SubSampling(10), random_state=0).fit(X)
     with pytest.raises(ValueError, match="X has 2 features, but SketchedFeatures is expecting 3"):
         f.transform(X[:, :2])
+
+
+def test_set_output_pandas_and_in_a_pipeline():
+    """scikit-learn's set_output API: a pandas frame with get_feature_names_out's columns and
+    the input's index, reached through Pipeline.set_output; values those of the numpy output."""
+    pd = pytest.importorskip("pandas")
+    sklearn_pipeline = pytest.importorskip("sklearn.pipeline")
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame(rng.normal(size=(60, 3)), columns=["a", "b", "c"],
+                     index=pd.RangeIndex(100, 160))
+    plain = ds.SketchedFeatures(ds.Gaussian(0.5), sketch=ds.SubSampling(12), random_state=0).fit(X)
+    expected = plain.transform(X)
+    framed = ds.SketchedFeatures(ds.Gaussian(0.5), sketch=ds.SubSampling(12), random_state=0)
+    assert framed.set_output(transform="pandas") is framed
+    out = framed.fit_transform(X)
+    assert isinstance(out, pd.DataFrame)
+    assert list(out.columns) == list(plain.get_feature_names_out())
+    assert out.index.equals(X.index)
+    np.testing.assert_array_equal(out.to_numpy(), expected)
+    pipe = sklearn_pipeline.make_pipeline(
+        ds.SketchedFeatures(ds.Gaussian(0.5), sketch=ds.SubSampling(12), random_state=0))
+    pipe.set_output(transform="pandas")
+    np.testing.assert_array_equal(pipe.fit_transform(X).to_numpy(), expected)
+    assert isinstance(framed.set_output(transform="default").transform(X), np.ndarray)
+    with pytest.raises(ValueError, match="set_output: transform must be"):
+        framed.set_output(transform="arrow")
+    import dask.array as da
+
+    framed = ds.SketchedFeatures(ds.Gaussian(0.5), sketch=ds.SubSampling(12), random_state=0)
+    framed.fit(X.to_numpy()).set_output(transform="pandas")
+    with pytest.raises(ValueError, match="^X: a dask array cannot become a pandas frame"):
+        framed.transform(da.from_array(X.to_numpy(), chunks=20))
