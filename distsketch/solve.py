@@ -408,6 +408,10 @@ class InputSolution:
     def exact(self) -> bool:
         return self.T is None
 
+    def __getstate__(self) -> dict:
+        # a pickled model carries no factor cache (an exact side's is n × n) nor scratch buffer
+        return {k: v for k, v in self.__dict__.items() if k not in ("_last_factor", "_scratch")}
+
     @property
     def route(self) -> str:
         """The route the last λ was solved by: ``"eigen"``, ``"cholesky"`` (``H + nλI``) or
@@ -482,15 +486,23 @@ class InputSolution:
 
     def _factor(self, lam: float) -> np.ndarray | None:
         """Lower Cholesky factor of ``H + nλ·metric``, or None if it is not numerically PD
-        or the safety test refuses it."""
+        or the safety test refuses it. The last λ's factor is kept: switching the rank, or
+        solving again at the active λ, costs no new ``O(r³)`` factorisation (an exact side's
+        ``r`` is n)."""
+        last = self.__dict__.get("_last_factor")
+        if last is not None and last[0] == float(lam):
+            return last[1]
         certified, work = self._certify(lam)
         if not certified:
-            return None
-        try:
-            return cholesky(self._shifted(self.n * float(lam), work), lower=True,
-                            overwrite_a=True, check_finite=False)
-        except LinAlgError:
-            return None
+            L = None
+        else:
+            try:
+                L = cholesky(self._shifted(self.n * float(lam), work), lower=True,
+                             overwrite_a=True, check_finite=False)
+            except LinAlgError:
+                L = None
+        object.__setattr__(self, "_last_factor", (float(lam), L))  # a cache, not state
+        return L
 
     def solve(self, rhs: np.ndarray, lam: float) -> np.ndarray:
         """``(H + nλ·metric)^{-1} rhs`` of shape (r_X, k)."""

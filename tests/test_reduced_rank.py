@@ -96,6 +96,30 @@ def test_principal_values_and_set_lam_recompute_the_projection():
     assert norm_rel_err(model.score_candidates(Xq, Yc), want) <= 1e-8
 
 
+@pytest.mark.parametrize("side", ["IOKR", "SIOKR"])
+def test_switching_rank_at_one_lambda_factors_once(side, monkeypatch):
+    """A hand sweep of ranks at one λ reuses the active λ's Cholesky factor of
+    ``H + nλI`` (an exact side's is n × n, O(n³)): one factorisation per λ, not per call;
+    the scores are those of a fresh model at each rank."""
+    from distsketch import solve
+
+    X, Y, Xq, Yc = _problem(seed=2)
+    ranks, lams = (2, 3, 4, 5, 6, None), (0.1, LAM)
+    fresh = {(lam, p): _fit(X, Y, side, lam=lam, rank=p).score_candidates(Xq, Yc)
+             for lam in lams for p in ranks}
+    model = _fit(X, Y, side, lam=[LAM, 0.1])
+    calls = []
+    real = solve.cholesky
+    monkeypatch.setattr(solve, "cholesky", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for lam in lams:
+        model.set_lam(lam)
+        start = len(calls)
+        for p in ranks:
+            model.set_rank(p)
+            np.testing.assert_array_equal(model.score_candidates(Xq, Yc), fresh[lam, p])
+        assert len(calls) == start, "set_rank refactored H + nλI"  # set_lam factored it
+
+
 def test_saved_model_keeps_the_rank(tmp_path):
     X, Y, Xq, Yc = _problem(seed=6)
     model = _fit(X, Y, "SISOKR", rank=[2, 5])
