@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-fast demo bench clean
+.PHONY: install test test-fast demo bench clean gpu-wheels
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,16 @@ test-fast: $(STAMP)
 BENCHMARKS := pass scaling casp bibtex usps decode rss store lipschitz pipelines friedman rf1 huber_scale quantile leverage cv usps_rr bibtex_rr import cli_regression
 bench: $(STAMP)
 	for b in $(BENCHMARKS); do $(BIN)/python benchmarks/bench_$$b.py || exit 1; done
+
+## The wheels the lent GPU machine lacks (dask, distributed, zarr, ...; README of ../shared/wheels),
+## copied into the git-ignored .gpu-wheels/ for the device tool's `carry`; skips when absent.
+## Then run benchmarks/gpu_check.sh there (the invocation is at the top of that script).
+GPU_WHEELS_SRC ?= ../shared/wheels/py312
+gpu-wheels:
+	@if ls $(GPU_WHEELS_SRC)/*.whl >/dev/null 2>&1; then \
+		mkdir -p .gpu-wheels && cp -f $(GPU_WHEELS_SRC)/*.whl .gpu-wheels/ && chmod u+w .gpu-wheels/*.whl && \
+		echo "gpu-wheels: $$(ls .gpu-wheels/*.whl | wc -l) wheels in .gpu-wheels/ ($$(du -sh .gpu-wheels | cut -f1))"; \
+	else echo "gpu-wheels: no wheels under $(GPU_WHEELS_SRC); skipped"; fi
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

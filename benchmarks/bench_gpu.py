@@ -36,11 +36,17 @@ Without CuPy and a CUDA device the full run stops at once (nothing is measured o
 ``--quick`` runs tiny sizes once and writes nothing: on a machine without a GPU it runs the
 CPU path and the CUDA backend's code on numpy (:class:`distsketch.cuda.HostModules`), to
 check the script end to end — those "device" times are host times and are labelled so.
+
+``--json PATH`` also writes the figures as JSON to PATH (rewritten after each sparse-rows
+measurement, with ``"complete": false`` until the run ends, so a run cut short keeps what it
+measured); ``--no-record`` leaves benchmarks/RESULTS.md and results/ alone (a borrowed
+machine's copy of the tree: benchmarks/gpu_check.sh passes both).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import time
@@ -157,13 +163,22 @@ def crossover(densities: list[float], sparse_s: list[float], dense_s: list[float
     return f"> {densities[-1]:g}"
 
 
-def sparse_crossover(be, shapes, densities, n_landmarks: int, seconds) -> list[dict]:
+def write_json(path: str | None, payload: dict) -> None:
+    """``payload`` as JSON to ``path`` (atomically: a reader never sees half a file)."""
+    if path:
+        tmp = Path(f"{path}.tmp")
+        tmp.write_text(json.dumps(payload, indent=1, default=str) + "\n")
+        tmp.replace(path)
+
+
+def sparse_crossover(be, shapes, densities, n_landmarks: int, seconds,
+                     on_row=None) -> list[dict]:
     """Per shape and density, ``Gaussian.fill`` seconds from operands on the device along three
     routes: ``sparse`` (CSR rows and CSR landmarks kept sparse, device threshold 1: the route a
     pass over sparse data takes below the threshold, a sparse × sparse product densified),
     ``spmm`` (CSR rows kept sparse against dense landmarks: cuSPARSE's sparse × dense SpMM, the
     route the host takes with its dense landmark panels) and ``dense`` (threshold 0: both
-    densified on the device, then the dense route's GEMM)."""
+    densified on the device, then the dense route's GEMM). ``on_row(rows)`` after each row."""
     import distsketch as ds
     import distsketch.cuda as dcuda
 
@@ -184,6 +199,8 @@ def sparse_crossover(be, shapes, densities, n_landmarks: int, seconds) -> list[d
                     t[route] = seconds(lambda: kernel.fill(Ad, right, out))
                 rows.append({"b": b, "d": d, "density": rho, "nnz": int(A.nnz),
                              **{f"{k}_s": v for k, v in t.items()}})
+                if on_row is not None:
+                    on_row(rows)
     finally:
         dcuda.DEVICE_SPARSE_MAX_DENSITY = saved
     return rows
@@ -270,6 +287,10 @@ def main() -> None:
                     help="densities of the sparse-rows crossover, comma-separated")
     ap.add_argument("--repeats", type=int, default=5,
                     help="timed repetitions of each sparse-rows block fill (median)")
+    ap.add_argument("--json", metavar="PATH",
+                    help="also write the figures as JSON to PATH (partial ones while running)")
+    ap.add_argument("--no-record", action="store_true",
+                    help="write nothing under benchmarks/ (RESULTS.md, results/*.jsonl)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     import dask
@@ -303,14 +324,26 @@ def main() -> None:
         label, machine, roof = "emulated CUDA backend on numpy (NOT a GPU)", why, None
         seconds = _host_seconds
     print(f"device path: {label} — {machine}")
+    out = {"command": _common.command_line(), "quick": args.quick,
+           "sparse_only": args.sparse_only, "device_path": label, "machine_gpu": machine,
+           "emulated": why is not None, "roofline": roof, "complete": False}
+    write_json(args.json, out)
     densities = [float(v) for v in args.densities.split(",")]
     shapes, n_land = SPARSE_SHAPES, SPARSE_LANDMARKS
     if args.quick:
         shapes, n_land, densities = [(512, 300)], 256, [0.01, 0.05, 0.2]
     sparse_rows_s = sparse_crossover(device_be, shapes, densities, n_land,
-                                     lambda f: seconds(f, 1 if args.quick else args.repeats))
+                                     lambda f: seconds(f, 1 if args.quick else args.repeats),
+                                     on_row=lambda rows: write_json(
+                                         args.json, {**out, "sparse_rows": rows}))
     sparse_md, sparse_cross = sparse_report(sparse_rows_s, label)
-    if not args.quick and why is None:
+    out.update(sparse_rows=sparse_rows_s, sparse_crossover=sparse_cross)
+    if args.sparse_only:
+        import distsketch.cuda as dcuda
+
+        out["device_sparse_max_density"] = dcuda.DEVICE_SPARSE_MAX_DENSITY
+    write_json(args.json, out)
+    if not args.quick and why is None and not args.no_record:
         import distsketch.cuda as dcuda
 
         _common.record("gpu_sparse", f"""GPU: {machine}. Gaussian `Kernel.fill` into a float64
@@ -329,8 +362,9 @@ crossover; if SpMM wins by far, densify the landmarks' operand on the device ins
 
 """ + sparse_md, {"machine_gpu": machine, "rows": sparse_rows_s, "crossover": sparse_cross})
     if args.sparse_only:
-        if args.quick:
-            print("(--quick: nothing recorded)")
+        write_json(args.json, {**out, "complete": True})
+        if args.quick or args.no_record:
+            print("(--quick / --no-record: nothing recorded)")
         return
     if roof:
         print("roofline: " + ", ".join(f"{k} {v / 1e12:.1f} T/s" if k.startswith("gemm")
@@ -354,6 +388,7 @@ crossover; if SpMM wins by far, densify the landmarks' operand on the device ins
                 res["roofline_s"] = max(t_gemm, t_exp)
                 res["fraction_of_roofline"] = res["roofline_s"] / g_pass
             results.append(res)
+            write_json(args.json, {**out, "pass": results})
             frac = (f"{res['fraction_of_roofline']:.0%} of roofline "
                     f"({'PASS' if res['fraction_of_roofline'] >= TARGET_ROOF else 'FAIL'})"
                     if roof else "no roofline (no GPU)")
@@ -378,8 +413,9 @@ crossover; if SpMM wins by far, densify the landmarks' operand on the device ins
         line += f"; {dec['fraction_of_gemm_f32']:.0%} of the float32 GEMM rate ({ok})"
     print(line)
     print({"pass": results, "decode": dec})
-    if args.quick or roof is None:
-        print("(--quick / no GPU: nothing recorded)")
+    write_json(args.json, {**out, "pass": results, "decode": dec, "complete": True})
+    if args.quick or roof is None or args.no_record:
+        print("(--quick / no GPU / --no-record: nothing recorded)")
         return
     md = f"""GPU: {machine}. CPU path: {_common.machine()['cores']} cores, threaded scheduler.
 Roofline (measured now): float64 GEMM {roof['gemm_f64'] / 1e12:.1f} TFLOP/s, float32 GEMM
