@@ -50,7 +50,7 @@ from .options import EngineOptions, start_idle_window
 from .rows import RowSource, check_finite_block
 from .sketches import RealizedSketch, Sketch
 from .store import (_CSUM, _DSUM, _TOKEN, _XFP, _YFP, RECORD, DataChanged, FitStore,
-                    StoreDirectory, StoreError, open_fit_store, write_rows)
+                    StoreDirectory, StoreError, open_fit_store, read_records, write_rows)
 
 __all__ = ["SUM_TERMS", "SumTerm", "PassPlan", "PassResult", "fit_pass", "run_pass"]
 
@@ -743,7 +743,7 @@ def _pass_items(plan: PassPlan, x: RowSource, y: RowSource | None, client) -> li
     """One item per block: ``(i, record or None, x rows, y rows)`` (records read now: a
     retried pass resumes from the blocks stored by the attempt before)."""
     records = (np.zeros((plan.n_blocks, len(RECORD)), dtype=np.uint64) if plan.records is None
-               else np.asarray(plan.records[:], dtype=np.uint64))
+               else read_records(plan.records, location=plan.location))
     done = records[:, _TOKEN] != 0
     x_blocks = row_blocks(x, plan.block_rows, client=client)
     y_blocks = (row_blocks(y, plan.block_rows, client=client) if y is not None
@@ -756,7 +756,7 @@ def _pass_items(plan: PassPlan, x: RowSource, y: RowSource | None, client) -> li
 
 def _check_records(plan: PassPlan, used: dict) -> None:
     """Every block's record in the store is the one this pass wrote or verified."""
-    now = np.asarray(plan.records[:], dtype=np.uint64)
+    now = read_records(plan.records, location=plan.location)
     for i in range(plan.n_blocks):
         if tuple(int(v) for v in now[i]) != used.get(i):
             s, e = plan.rows(i)
@@ -767,10 +767,13 @@ def _check_records(plan: PassPlan, used: dict) -> None:
 
 
 def verify_data(plan: PassPlan, x: RowSource, y: RowSource | None, *,
-                progress: bool = False) -> None:
+                progress: bool = False) -> list[int]:
     """Check that the data are those a complete pass was computed from: every block's input
-    rows have their recorded fingerprints (one read of the data, no kernel evaluation)."""
-    records = np.asarray(plan.records[:], dtype=np.uint64)
+    rows have their recorded fingerprints (one read of the data, no kernel evaluation).
+
+    Returns the blocks that have no record (lost or unreadable: a damaged store), whose data
+    cannot be checked: the caller computes them again."""
+    records = read_records(plan.records, location=plan.location)
     client = distributed_client()
     x_blocks = row_blocks(x, plan.block_rows, client=client)
     y_blocks = (row_blocks(y, plan.block_rows, client=client) if y is not None
@@ -778,9 +781,13 @@ def verify_data(plan: PassPlan, x: RowSource, y: RowSource | None, *,
     items = [(i, x_blocks[i], y_blocks[i]) for i in range(plan.n_blocks)]
     found = compute(map_blocks(_fingerprint_block, items, name="verify-data"),
                     progress=progress, what="verify data")
+    missing = []
     for i, (xfp, yfp) in enumerate(found):
-        record = (0,) * len(RECORD) if records[i, _TOKEN] == 0 else tuple(int(v) for v in records[i])
-        _stored_block_identity(plan, i, record, xfp, yfp)
+        if records[i, _TOKEN] == 0:
+            missing.append(i)
+        else:
+            _stored_block_identity(plan, i, tuple(int(v) for v in records[i]), xfp, yfp)
+    return missing
 
 
 def _fingerprint_block(shared, item, ws) -> tuple[int, int]:
@@ -789,10 +796,8 @@ def _fingerprint_block(shared, item, ws) -> tuple[int, int]:
 
 
 def _stored_block_identity(plan: PassPlan, i: int, record: tuple, xfp: int, yfp: int) -> None:
-    if record[_TOKEN] == 0:
-        raise StoreError(f"store {plan.location!r}: block {i} has no record although the pass "
-                         f"is marked complete (damaged store); fit again with "
-                         f"EngineOptions(overwrite=True)")
+    """Refuse (:class:`DataChanged`) block ``i`` of a stored pass (``record``: written) when its
+    input rows do not have the recorded fingerprints."""
     if (xfp, yfp) != (record[_XFP], record[_YFP]):
         s, e = plan.rows(i)
         which = "X" if xfp != record[_XFP] else "Y"
@@ -910,8 +915,10 @@ def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, di
     n = X.n
     seeds = ([int(s) for s in rng.integers(0, 2**63 - 1, size=2)] if seeds is None
              else [int(s) for s in seeds])
-    recorded = fs.meta.get("pass") if reuse_seeds and fs is not None else None
-    if recorded:
+    # a damaged record is no seed source (the store is refused, or with overwrite=True
+    # replaced, when the pass is prepared)
+    recorded = (fs.meta_or_none() or {}).get("pass") if reuse_seeds and fs is not None else None
+    if isinstance(recorded, dict) and recorded:
         found = [(recorded.get(side) or {}).get("sketch", {}).get("seed")
                  for side in ("input", "output")]
         seeds = [f if isinstance(f, int) else s for f, s in zip(found, seeds)]
@@ -978,8 +985,14 @@ def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, di
             x_widths=tuple(FeatureMap(k, x_land, xs, options.gram_chunk) for k in x_widths))
 
     def complete(plan):
-        if fs.pass_complete:
-            verify_data(plan, X, Y, progress=options.progress)
+        unrecorded = (verify_data(plan, X, Y, progress=options.progress) if fs.pass_complete
+                      else [])
+        if unrecorded:  # lost records: those blocks are computed again, the others verified
+            logger.warning("store %s: blocks %s have no record although the pass is marked "
+                           "complete (damaged); computing them again, and the sums",
+                           fs.location, unrecorded)
+            fs.mark("pass")
+        elif fs.pass_complete:
             try:
                 result = fs.read_sums()
                 missing = [s for s in sums if s not in result]

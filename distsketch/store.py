@@ -23,8 +23,9 @@ resumes when fitted again with the same configuration, and is never read as a fi
 or loaded as a model.
 
 What a store guarantees — data identity, checksums, one writer, never deleting what distsketch
-did not write — is described in docs/design.md, "The store", and README, "What the store
-guarantees".
+did not write, never reading or writing outside its directory (a local store holding a
+symbolic link is refused when opened: :func:`refuse_links`) — is described in docs/design.md,
+"The store", and README, "What the store guarantees".
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import socket
 import threading
 import time
 import uuid
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,7 +64,8 @@ if TYPE_CHECKING:
     from zarr.abc.store import Store
 
 __all__ = ["FORMAT_VERSION", "FitStore", "StoreDirectory", "StoreError", "DataChanged",
-           "StoreLock", "RECORD", "expected_store_bytes", "open_fit_store", "write_rows"]
+           "StoreLock", "RECORD", "expected_store_bytes", "open_fit_store", "read_records",
+           "refuse_links", "write_rows"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +73,9 @@ logger = logging.getLogger(__name__)
 #: 2: per-block records (fit token, data fingerprints, checksums), checksummed sums, a lock.
 FORMAT_VERSION = 2
 _ATTR = "distsketch"
+#: The groups distsketch writes at the root of a fit's store: the pass, its sums, the saved
+#: model, solver states.
+_LAYOUT = ("pass", "sums", "model", "solver")
 
 
 #: Alignment of O_DIRECT buffers, file offsets and lengths (a page: at least the logical
@@ -239,6 +245,30 @@ RECORD = ("token", "x", "y", "c", "d")
 _TOKEN, _XFP, _YFP, _CSUM, _DSUM = range(len(RECORD))
 
 
+def read_records(array: zarr.Array, *, location: str) -> np.ndarray:
+    """The per-block records of ``pass/blocks`` (n_blocks × len(RECORD), uint64).
+
+    A record whose chunk cannot be read (truncated, or otherwise not decodable) reads as a row
+    of zeros: its block is not done, and is computed again. Read in one go; record by record
+    (one chunk each) only when that fails.
+    """
+    try:
+        return np.asarray(array[:], dtype=np.uint64)
+    except Exception:
+        pass
+    out = np.zeros((array.shape[0], len(RECORD)), dtype=np.uint64)
+    damaged = []
+    for i in range(array.shape[0]):
+        try:
+            out[i] = np.asarray(array[i], dtype=np.uint64)
+        except Exception:
+            damaged.append(i)
+    if damaged:
+        logger.warning("store %s: the records of blocks %s cannot be read (damaged); those "
+                       "blocks are computed again", location, damaged)
+    return out
+
+
 def new_token() -> int:
     """A fit token: a random nonzero 63-bit integer naming one fit attempt's writes."""
     return int.from_bytes(os.urandom(8), "little") >> 1 or 1
@@ -294,11 +324,13 @@ class FitStore:
     """
 
     def __init__(self, group: zarr.Group, *, location: str, temporary: bool,
-                 lock: StoreLock | None = None):
+                 lock: StoreLock | None = None, directory: str | None = None):
         self.group = group
         self.location = location
         self.temporary = temporary
         self.lock = lock
+        #: the store's local directory (None: in memory, or a store zarr reaches otherwise)
+        self.directory = directory
         self.token = new_token()
 
     def __enter__(self) -> "FitStore":
@@ -314,11 +346,22 @@ class FitStore:
             meta = self.group.attrs.get(_ATTR, {})
         except Exception as exc:  # unreadable zarr.json
             raise StoreError(f"store {self.location!r}: its metadata cannot be read ({exc}); "
-                             f"fit into a new path") from None
+                             f"fit again with EngineOptions(overwrite=True) to start it afresh, "
+                             f"or use a new path") from None
         if not isinstance(meta, dict):
             raise StoreError(f"store {self.location!r}: its metadata is damaged (distsketch "
-                             f"attributes are not a mapping); fit into a new path")
+                             f"attributes are not a mapping); fit again with "
+                             f"EngineOptions(overwrite=True) to start it afresh, or use a new "
+                             f"path")
         return dict(meta)
+
+    def meta_or_none(self) -> dict | None:
+        """:attr:`meta`, or None where it is damaged (a fit with ``overwrite=True`` replaces it:
+        :meth:`prepare_pass`)."""
+        try:
+            return self.meta
+        except StoreError:
+            return None
 
     def _set_meta(self, **updates: Any) -> None:
         meta = self.meta
@@ -341,36 +384,112 @@ class FitStore:
     def prepare_pass(self, config: dict, *, overwrite: bool) -> bool:
         """Create the pass arrays for ``config``, or keep them if they match (resume).
 
-        Returns True when an existing pass with the same configuration was found.
-        Raises ``ValueError`` if the store holds a different fit (or a saved model without a
-        pass) and ``overwrite`` is False, before anything is written.
+        Returns True when an existing pass with the same configuration was found, its arrays
+        intact (:meth:`_pass_damage`). Raises :class:`StoreError` if the store holds a different
+        fit (or a saved model without a pass), another store format, or damaged metadata,
+        and ``overwrite`` is False, before anything is written; with ``overwrite`` the store
+        is started afresh (:meth:`reset`).
         """
-        meta = self.meta
+        try:
+            meta = self.meta
+        except StoreError as exc:
+            if not overwrite:
+                raise
+            logger.warning("%s; overwrite=True: computing the pass afresh", exc)
+            self.reset(config)
+            return False
         if meta:
             version = meta.get("format_version")
-            if version != FORMAT_VERSION:
-                raise StoreError(
-                    f"store {self.location!r} was written with store format {version}, this "
-                    f"is distsketch {__version__} (format {FORMAT_VERSION}); refit into a new store")
             existing = meta.get("pass")
-            if existing == config:
-                logger.info("store %s: resuming the pass recorded there", self.location)
-                return True
-            if not overwrite:
-                what = (f"a fit with a different configuration (differs in "
-                        f"{_differences(existing, config)})" if existing is not None
-                        else "a saved model")
+            if version != FORMAT_VERSION:
+                if not overwrite:
+                    raise StoreError(
+                        f"store {self.location!r} was written with store format {version}, "
+                        f"this is distsketch {__version__} (format {FORMAT_VERSION}); refit "
+                        f"into a new store, or with EngineOptions(overwrite=True) to replace it")
+                logger.info("store %s: overwriting a store of format %s", self.location, version)
+            elif existing == config:
+                damage = self._pass_damage(config)
+                if damage is None:
+                    logger.info("store %s: resuming the pass recorded there", self.location)
+                    return True
+                if not overwrite:
+                    raise StoreError(
+                        f"store {self.location!r}: the stored pass is damaged: {damage}; fit "
+                        f"again with EngineOptions(overwrite=True) to compute it afresh, or "
+                        f"use a new path")
+                logger.warning("store %s: the stored pass is damaged: %s; overwrite=True: "
+                               "computing it afresh", self.location, damage)
+            elif not overwrite:
+                what = ("a saved model" if existing is None
+                        else "a fit whose recorded configuration is damaged (not a mapping)"
+                        if not isinstance(existing, dict)
+                        else f"a fit with a different configuration (differs in "
+                             f"{_differences(existing, config)})")
                 raise StoreError(
                     f"store: {self.location!r} already holds {what}; to resume a fit, fit "
                     f"with the same data, random_state and options, otherwise use a new path "
                     f"or EngineOptions(overwrite=True)")
-            logger.info("store %s: overwriting a different fit", self.location)
+            else:
+                logger.info("store %s: overwriting a different fit", self.location)
         self.reset(config)
         return False
 
+    def _pass_damage(self, config: dict) -> str | None:
+        """What is wrong with the stored pass arrays of ``config`` (None: their metadata is
+        what ``config`` makes: present, of its shapes, chunks and dtypes). Their contents are
+        checked block by block by the pass (checksums)."""
+        if self.temporary:
+            return None
+        n, b = config["n"], config["block_rows"]
+        expected = {}
+        for name, m in (("C", config["m_x"]), ("D", config.get("m_y"))):
+            if m:
+                expected[name] = ((n, m), (b, m), np.dtype(config["block_dtype"]))
+        expected["blocks"] = ((-(-n // b), len(RECORD)), (1, len(RECORD)), np.dtype("uint64"))
+        try:
+            grp = self.group["pass"]
+        except KeyError:
+            return "the group 'pass' is missing (no pass/zarr.json)"
+        except Exception as exc:
+            return f"the group 'pass' cannot be read ({_brief(exc)})"
+        if not isinstance(grp, zarr.Group):
+            return "'pass' is not a group"
+        for name, want in expected.items():
+            try:
+                arr = grp[name]
+                if not isinstance(arr, zarr.Array):
+                    return f"'pass/{name}' is not an array"
+                have = (tuple(arr.shape), tuple(arr.chunks), np.dtype(arr.dtype))
+            except KeyError:
+                return f"the array 'pass/{name}' is missing (no pass/{name}/zarr.json)"
+            except Exception as exc:
+                return f"the array 'pass/{name}' cannot be read ({_brief(exc)})"
+            if have != want:
+                return (f"the array 'pass/{name}' has shape {have[0]}, chunks {have[1]} and "
+                        f"dtype {have[2]}, where this fit needs {want[0]}, {want[1]} and "
+                        f"{want[2]}")
+        return None
+
     def reset(self, config: dict) -> None:
-        """Start the pass of ``config`` afresh: the store's arrays replaced by empty ones."""
-        for name in list(self.group.keys()):
+        """Start the pass of ``config`` afresh: the store's arrays replaced by empty ones.
+
+        What is deleted is the store's zarr members and the groups distsketch writes there
+        (:data:`_LAYOUT`, also where their metadata is lost), never what a link points to: a
+        local store holding a link is refused first (:func:`refuse_links`)."""
+        if self.directory is not None:
+            refuse_links(self.directory, location=self.location)
+        try:
+            with warnings.catch_warnings():
+                # zarr warns of a directory without metadata (a damaged member): it goes too
+                warnings.simplefilter("ignore", UserWarning)
+                names = set(self.group.keys())
+        except Exception:  # a member's metadata is unreadable: the layout's groups still go
+            names = set()
+        if self.directory is not None:
+            names |= {name for name in _LAYOUT
+                      if os.path.isdir(os.path.join(self.directory, name))}
+        for name in sorted(names):
             del self.group[name]
         self.group.attrs[_ATTR] = {
             "format_version": FORMAT_VERSION,
@@ -402,7 +521,7 @@ class FitStore:
 
     def records(self) -> np.ndarray:
         """The per-block records (n_blocks × len(RECORD), uint64; a row of zeros: not done)."""
-        return np.asarray(self.group["pass/blocks"][:], dtype=np.uint64)
+        return read_records(self.group["pass/blocks"], location=self.location)
 
     def done_blocks(self) -> np.ndarray:
         """Which row blocks are stored (their record is written)."""
@@ -438,13 +557,17 @@ class FitStore:
         if not self.pass_complete:
             raise StoreError(f"store {self.location!r}: the pass is not complete")
         digests = self.meta["sums"]
+        if not isinstance(digests, dict):
+            raise StoreError(f"store {self.location!r}: the record of its sums is damaged (not "
+                             f"a mapping); fit again with EngineOptions(overwrite=True)")
         arrays = {}
         for name, digest in digests.items():
             try:
                 arr = np.asarray(self.group["sums"][name][...])
             except Exception as exc:
-                raise StoreError(f"store {self.location!r}: sums/{name} cannot be read ({exc})"
-                                 f"; fit again with EngineOptions(overwrite=True)") from None
+                raise StoreError(f"store {self.location!r}: sums/{name} cannot be read "
+                                 f"({_brief(exc)}); fit again with "
+                                 f"EngineOptions(overwrite=True)") from None
             if _array_digest(arr) != digest:
                 raise StoreError(f"store {self.location!r}: sums/{name} does not match its "
                                  f"checksum (damaged); fit again with "
@@ -494,6 +617,59 @@ def _is_distsketch(group: zarr.Group) -> bool:
         return False
 
 
+def refuse_links(directory: str | os.PathLike, *, location: str, what: str = "store") -> None:
+    """Refuse a store directory holding a symbolic link (or any entry that is neither a plain
+    file nor a directory: a FIFO, a device), anywhere below its root.
+
+    Every path a store reads or writes must resolve inside the store's root: a link could send
+    a resumed fit's block writes, an overwrite's new arrays or a load's reads into a user's
+    files or another store. The walk follows no link; it is called before anything is read
+    or written. The root itself may be a link (the user named it).
+
+    Raises
+    ------
+    StoreError
+        Naming the first offending entry (in sorted order, relative to the root) and the fix.
+    """
+    root = os.fspath(directory)
+    if not os.path.isdir(root):
+        return
+    pending = [""]
+    while pending:
+        rel = pending.pop()
+        try:
+            entries = sorted(os.scandir(os.path.join(root, rel)), key=lambda e: e.name)
+        except FileNotFoundError:
+            if rel:  # removed since it was listed (a writer's reset): it holds no link
+                continue
+            raise StoreError(f"{what} {location!r}: its directory was removed while it was "
+                             f"being opened; open it again") from None
+        except OSError as exc:
+            raise StoreError(f"{what} {location!r}: {os.path.join(rel, '') or 'its root'} "
+                             f"cannot be listed ({exc}); check its permissions or use a new "
+                             f"path") from None
+        subdirs = []
+        for entry in entries:
+            name = os.path.join(rel, entry.name)
+            if entry.is_symlink():
+                try:
+                    target = os.readlink(entry.path)
+                except OSError:
+                    target = "?"
+                raise StoreError(
+                    f"{what} {location!r} contains a symbolic link {name!r} (to {target!r}); "
+                    f"distsketch never reads or writes outside a store's directory: remove the "
+                    f"link (copy what it points to into the store if it belongs there) or use "
+                    f"a new path")
+            if entry.is_dir(follow_symlinks=False):
+                subdirs.append(name)
+            elif not entry.is_file(follow_symlinks=False):
+                raise StoreError(
+                    f"{what} {location!r} contains {name!r}, which is neither a file nor a "
+                    f"directory; remove it or use a new path")
+        pending.extend(reversed(subdirs))
+
+
 def _refuse_foreign(group: zarr.Group | None, location: str, directory: str | None) -> None:
     """Never write into what distsketch did not write: a non-empty directory that is not a
     zarr group, or a zarr group with content that is not a distsketch store."""
@@ -510,7 +686,9 @@ def _refuse_foreign(group: zarr.Group | None, location: str, directory: str | No
             raise StoreError(
                 f"store: {location!r} is a zarr group that is not a distsketch store (it holds "
                 f"{members[:3] or 'attributes'}); distsketch never deletes what it did not "
-                f"write, overwrite=True or not: use a new or empty path")
+                f"write, overwrite=True or not: use a new or empty path (a distsketch store "
+                f"whose root metadata lost its attributes is refused too: delete it, or move "
+                f"it aside, yourself)")
 
 
 def open_fit_store(store: Any, *, lock: bool = False) -> FitStore:
@@ -548,24 +726,58 @@ def open_fit_store(store: Any, *, lock: bool = False) -> FitStore:
     else:
         raise ValueError(f"store: expected None, a directory path or a zarr.Group, got {store!r}")
     _refuse_foreign(group, location, directory)
-    if group is None:
-        if not lock and not os.path.isdir(directory):
-            raise FileNotFoundError(f"store {location!r} does not exist")
-        try:
-            # a reader (no lock) never creates or changes a store
-            group = zarr.open_group(directory, mode="a" if lock else "r")
-        except Exception as exc:
-            raise StoreError(f"store {location!r}: cannot be opened as a zarr group ({exc}); "
-                             f"its metadata is damaged or it is not a store: use a new path"
-                             ) from None
-        _refuse_foreign(group, location, None)
-    fs = FitStore(group, location=location, temporary=False)
-    if lock and directory is not None:
-        fs.lock = StoreLock(directory)
-        fs.lock.acquire(location=location, holder=lambda: fs.meta.get("holder", "unknown"))
-        if fs.meta:
-            fs._set_meta(holder=_holder(fs.token))
+    store_lock = None
+    try:
+        if lock and directory is not None:
+            # the lock first (it writes nothing in the store): a second writer is told who
+            # holds the store, rather than tripping over the first one's writes
+            store_lock = StoreLock(directory)
+            store_lock.acquire(location=location, holder=lambda: _recorded_holder(directory))
+        if directory is not None:
+            # before anything is read or written: no path of the store leaves its directory
+            refuse_links(directory, location=location)
+        if group is None:
+            if not lock and not os.path.isdir(directory):
+                raise FileNotFoundError(f"store {location!r} does not exist")
+            try:
+                # a reader (no lock) never creates or changes a store
+                group = zarr.open_group(directory, mode="a" if lock else "r")
+            except Exception as exc:
+                raise StoreError(
+                    f"store {location!r}: cannot be opened as a zarr group: its root metadata "
+                    f"(zarr.json) is damaged or missing ({_brief(exc)}), so distsketch cannot "
+                    f"tell whether it wrote this directory and will neither rewrite nor delete "
+                    f"it, overwrite=True or not: if it is a distsketch store, delete it (or "
+                    f"move it aside) and fit again; otherwise use a new path") from None
+            _refuse_foreign(group, location, None)
+        fs = FitStore(group, location=location, temporary=False, directory=directory)
+        if store_lock is not None:
+            fs.lock = store_lock
+            if fs.meta_or_none():
+                fs._set_meta(holder=_holder(fs.token))
+    except BaseException:
+        if store_lock is not None:
+            store_lock.release()
+        raise
     return fs
+
+
+def _recorded_holder(directory: str) -> str:
+    """The holder named in a store's root metadata (read without following a link), for the
+    message refusing a second writer; "unknown" where it cannot be read."""
+    try:
+        fd = os.open(os.path.join(directory, "zarr.json"),
+                     os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as f:
+            holder = json.load(f)["attributes"][_ATTR]["holder"]
+        return holder if isinstance(holder, str) else "unknown"
+    except Exception:
+        return "unknown"
+
+
+def _brief(exc: BaseException) -> str:
+    """An exception as ``Type: message`` (a bare ``KeyError`` says only the key)."""
+    return f"{type(exc).__name__}: {exc}"
 
 
 class StoreDirectory:
@@ -611,7 +823,14 @@ class StoreDirectory:
         if os.path.exists(path) and not os.path.isdir(path):
             raise StoreError(f"store: StoreDirectory {path!r} exists and is not a directory")
         os.makedirs(path, exist_ok=True)
-        return open_fit_store(self.location(config), lock=True)
+        location = self.location(config)
+        if os.path.islink(location) or (os.path.exists(location)
+                                        and not os.path.isdir(location)):
+            what = "a symbolic link" if os.path.islink(location) else "not a directory"
+            raise StoreError(
+                f"store {location!r} (of {self!r}) is {what}; distsketch never reads or writes "
+                f"outside a store's directory: remove it, or use another StoreDirectory")
+        return open_fit_store(location, lock=True)
 
 
 def _holder(token: int) -> str:
