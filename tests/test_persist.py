@@ -134,6 +134,9 @@ def test_not_a_store(tmp_path):
     zarr.open_group(str(tmp_path / "empty.zarr"), mode="w")
     with pytest.raises(ValueError, match="is not a distsketch store"):
         ds.load(tmp_path / "empty.zarr")
+    (tmp_path / "data.csv").write_text("1,2\n")
+    with pytest.raises(ValueError, match=r"data.csv' is a file, not a store"):
+        ds.load(tmp_path / "data.csv")
 
 
 def test_saved_params_are_json(tmp_path, data):
