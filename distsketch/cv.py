@@ -18,6 +18,14 @@ model trained without fold ``k`` is, for every λ,
 
 K folds × every λ therefore cost one pass plus ``K`` eigendecompositions of ``r × r``; the model
 refitted on all rows at the best λ uses the summed folds (``G = Σ_k G_k``).
+
+That trace form cancels: where the coefficients are large (small λ, wide kernels, float32
+blocks) its three terms can exceed the error by many orders of magnitude and their float64
+rounding can exceed the error itself, down to a negative squared error. Every fold score comes
+with a rounding error bound computed from the same sums (:func:`fold_error_bound`); a score
+whose bound is above :data:`SCORE_RTOL` times it is NaN in ``cv_results_``, its point ranked
+last, named in a :class:`UserWarning` and never selected (with every point unresolved, an
+:class:`UnresolvedScoresError` says what to change).
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import numbers
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from itertools import pairwise
@@ -38,7 +47,7 @@ from .kernels import Linear
 from .models import SISOKR, SketchedKRR, centre_targets
 from .solve import check_rank, input_basis, solve_krr, whitening
 
-__all__ = ["SketchedKRRCV", "SISOKRCV"]
+__all__ = ["SketchedKRRCV", "SISOKRCV", "UnresolvedScoresError", "fold_error_bound"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +78,110 @@ FOLD_THREADS = None
 MAX_FOLD_BYTES = 8 * 2**30
 
 
+# Largest ratio of a fold score's rounding error bound to the fold's squared error at which
+# the score is used (fold_error_bound): above, the score is NaN and its point never selected.
+# 1/2 keeps the true error of every used score within a factor [1/2, 3/2] of the reported one
+# whatever the rounding, so no rounding can turn a bad point into the apparent best by more
+# than a factor 3 (and no score is ever positive); the bound is a worst case, the rounding
+# actually met on rf1's folds is about 10⁴ times below it.
+SCORE_RTOL = 0.5
+
+
+class UnresolvedScoresError(ValueError):
+    """No point of a CV grid has a fold score resolved above its rounding error bound
+    (:func:`resolved`)."""
+
+
+def fold_error_bound(n_terms, y_size, coef_size, *, cross_scale=1.0, coef_terms=0):
+    """Worst-case rounding error of a fold's squared validation error computed from the pass's
+    float64 sums (the trace form ``Σ‖y‖² − 2⟨β, b_k⟩ + ⟨β, G_k β⟩``).
+
+    The exact fold error of the coefficients ``β`` the fold computed is
+    ``Σ_{i∈k} ‖y_i − βᵀc_i‖²``. Its three terms are sums of products each of whose
+    magnitude is bounded by the matching term of ``(‖y‖ + ‖β‖·(Σ‖c_i‖²)^{1/2})²`` (Cauchy–
+    Schwarz: ``Σ_i |β|ᵀ|c_i||y_i| ≤ ‖β‖ (Σ‖c_i‖²)^{1/2} ‖y‖`` and ``|β|ᵀ(Σ_i |c_i||c_i|ᵀ)|β|
+    ≤ ‖β‖² Σ‖c_i‖²``, which also bounds ``|β|ᵀ|G_k||β|``). Every float64 rounding on the way
+    — the pass's accumulation of ``G_k``, ``b_k``, ``Σy²`` over the fold's ``n_k`` rows (in
+    any order: tree, BLAS, blocks; the products of float32 block values are exact in float64),
+    then the products and sums of the evaluation over ``m`` features — perturbs a term by at
+    most ``γ_N`` times its magnitude (Higham, *Accuracy and Stability of Numerical
+    Algorithms*, 2nd ed., §3.1, Lemma 3.1 and eq. 3.5: ``|fl(Σ a_i) − Σ a_i| ≤ γ_{N} Σ|a_i|``,
+    ``γ_N = Nu/(1 − Nu)``, ``u = 2^{-53}``), with ``N`` the longest chain of roundings
+    (``n_k + m`` plus a few). So, to first order in ``u``,
+
+        |sse_computed − sse_exact| ≤ γ_N (y_size + coef_size)²,
+
+    ``y_size = (Σ_{i∈k} ‖y_i‖²)^{1/2}`` (of the centred targets: ``(Σ (|y_i| + |ȳ|)²)^{1/2}``)
+    and ``coef_size = ‖β‖ (tr G_k)^{1/2}`` (``tr G_k = Σ‖c_i‖²``, a sum of non-negative terms,
+    accurate to ``γ_{n_k}`` relative). The bound needs nothing beyond the sums: no rows.
+
+    In general (:func:`sisokr_fold_scores`) the cross term's magnitude carries a factor
+    ``cross_scale ≥ 1`` and the quadratic term ``coef_terms`` more roundings::
+
+        γ_N (y_size² + 2 cross_scale y_size coef_size) + γ_{N + coef_terms} coef_size².
+
+    Parameters
+    ----------
+    n_terms : float
+        ``N``, the longest chain of roundings.
+    y_size, coef_size : float or ndarray
+        Per target (broadcast).
+    cross_scale : float
+    coef_terms : float
+
+    Returns
+    -------
+    float or ndarray
+        The bound (same shape as the broadcast arguments).
+    """
+    def gamma(N):
+        u = np.finfo(np.float64).eps / 2
+        return N * u / (1.0 - N * u)
+
+    y = np.asarray(y_size, dtype=np.float64)
+    c = np.asarray(coef_size, dtype=np.float64)
+    a = max(1.0, float(cross_scale))
+    return gamma(n_terms) * (y * y + 2.0 * a * y * c) + gamma(n_terms + coef_terms) * c * c
+
+
+def krr_fold_error(beta, G_k, b_k, yy_k, *, y_size, n_rows):
+    """Squared validation error of coefficients ``β`` on fold ``k``, from its sums, per target,
+    and its rounding error bound (:func:`fold_error_bound`)::
+
+        sse_t = Σ_{i∈k} (y_it − β_tᵀ c_i)² = (Σ_k y²)_t − 2 β_tᵀ b_k,t + β_tᵀ G_k β_t
+
+    Parameters
+    ----------
+    beta : ndarray of shape (m, t)
+    G_k : ndarray of shape (m, m)
+        ``Σ_{i∈k} c_i c_iᵀ``.
+    b_k : ndarray of shape (m, t)
+        ``Σ_{i∈k} c_i y_iᵀ`` (of the centred targets with an intercept).
+    yy_k : ndarray of shape (t,)
+        ``Σ_{i∈k} y_i²`` (idem).
+    y_size : ndarray of shape (t,)
+        ``(Σ_{i∈k} y_i²)^{1/2}``, or its bound for centred targets.
+    n_rows : float
+        ``n_k``.
+
+    Returns
+    -------
+    sse, bound : ndarray of shape (t,)
+    """
+    sse = yy_k - 2.0 * np.einsum("ij,ij->j", beta, b_k) + np.einsum("ij,ij->j", beta, G_k @ beta)
+    trace_g = max(float(np.trace(G_k)), 0.0)
+    bound = fold_error_bound(n_rows + len(G_k) + 8, y_size,
+                             np.sqrt(np.einsum("ij,ij->j", beta, beta) * trace_g))
+    return sse, bound
+
+
+def resolved(sse, bound):
+    """Where a fold's squared error ``sse`` is resolved: positive and its error bound at most
+    :data:`SCORE_RTOL` times it (elementwise)."""
+    sse = np.asarray(sse, dtype=np.float64)
+    return (sse > 0) & (np.asarray(bound) <= SCORE_RTOL * sse)
+
+
 def fold_spec(cv, *, argument: str = "cv") -> str:
     """The pass's fold spec (``"K"`` or ``"K:seed"``) of ``cv``: an int ``K ≥ 2`` (contiguous
     folds), or an object with ``n_splits``, ``shuffle`` and ``random_state`` (scikit-learn's
@@ -94,11 +207,17 @@ def fold_spec(cv, *, argument: str = "cv") -> str:
 
 
 def _cv_results(params: list[dict], scores: np.ndarray) -> dict:
-    """scikit-learn's ``cv_results_`` layout from per-fold scores (K, n_params)."""
+    """scikit-learn's ``cv_results_`` layout from per-fold scores (K, n_params).
+
+    A point with an unresolved fold score (NaN, :func:`resolved_scores`) has a NaN mean and
+    std and the worst rank, shared by every such point (scikit-learn's convention); the
+    resolved points are ranked among themselves as before (ties by grid order)."""
     mean = scores.mean(axis=0)
-    order = np.argsort(-mean, kind="stable")
+    finite = np.isfinite(mean)
+    order = np.argsort(-mean, kind="stable")  # NaN last
     rank = np.empty(len(params), dtype=np.int64)
     rank[order] = np.arange(1, len(params) + 1)
+    rank[~finite] = int(finite.sum()) + 1
     out = {f"param_{k}": (np.array([p[k] for p in params]) if k in ("lam", "gamma")
                           else [p[k] for p in params]) for k in params[0]}
     out.update(params=[dict(p) for p in params],
@@ -107,14 +226,41 @@ def _cv_results(params: list[dict], scores: np.ndarray) -> dict:
     return out
 
 
+def _describe_point(p: dict) -> str:
+    return "(" + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in p.items()) + ")"
+
+
 def _set_best(est, scores: np.ndarray, params: list[dict], best_index: int | None = None):
-    """``cv_results_``, ``best_index_``, ``best_params_``, ``best_score_``, ``n_splits_``."""
+    """``cv_results_``, ``best_index_``, ``best_params_``, ``best_score_``, ``n_splits_``.
+
+    The best point is the best resolved mean (a NaN mean is never selected). On a fit
+    (``best_index`` None), a :class:`UserWarning` names the unresolved points; with every
+    point unresolved, an :class:`UnresolvedScoresError` (``cv_results_`` is set before it is
+    raised)."""
     est.cv_results_ = _cv_results(params, scores)
+    est.n_splits_ = len(scores)
     mean = est.cv_results_["mean_test_score"]
-    est.best_index_ = int(np.argmax(mean)) if best_index is None else int(best_index)
+    if best_index is None:
+        bad = [i for i in range(len(params)) if not np.isfinite(mean[i])]
+        if len(bad) == len(params):
+            raise UnresolvedScoresError(
+                f"cv: no point of the grid {[_describe_point(p) for p in params]} has a fold "
+                f"score resolved above its rounding error bound (the fitted coefficients are "
+                f"too large for the fold sums' float64 precision: distsketch.cv.SCORE_RTOL); "
+                f"use larger λ (lams), narrower kernel widths, or "
+                f"EngineOptions(block_dtype='float64')")
+        if bad:
+            warnings.warn(
+                f"cv: {len(bad)} of {len(params)} points have a fold score not resolved above "
+                f"its rounding error bound (large coefficients: small λ, wide kernel); they "
+                f"are NaN in cv_results_ and never selected: "
+                f"{', '.join(_describe_point(params[i]) for i in bad)}", UserWarning,
+                stacklevel=4)
+        best_index = int(np.nanargmax(mean))
+    est.best_index_ = int(best_index)
     est.best_params_ = dict(params[est.best_index_])
     est.best_score_ = float(mean[est.best_index_])
-    est.n_splits_ = len(scores)
 
 
 class SketchedKRRCV(SketchedKRR):
@@ -161,7 +307,9 @@ class SketchedKRRCV(SketchedKRR):
     cv_results_ : dict
         scikit-learn's layout: ``param_lam`` (and ``param_gamma`` with a width grid),
         ``params``, ``split{k}_test_score``, ``mean_test_score``, ``std_test_score``,
-        ``rank_test_score``; with ``gammas``, the rows run over γ (outer) × λ (inner).
+        ``rank_test_score``; with ``gammas``, the rows run over γ (outer) × λ (inner). A fold
+        score not resolved above its rounding error bound is NaN (module notes); its point
+        has a NaN mean, the worst rank (shared) and is never chosen.
     best_index_, best_params_, best_score_
     n_splits_ : int
     lam_ : float
@@ -290,16 +438,25 @@ class SketchedKRRCV(SketchedKRR):
                 b_tr = b_tr - np.outer(s - sf[k], ybar)
                 b_val = b_val - np.outer(sf[k], ybar)  # C_kᵀ (Y_k − 1ȳᵀ)
                 yy_val = yy_val - 2.0 * ybar * y1f[k] + cnt[k] * ybar * ybar  # Σ_k ‖y − ȳ‖²
+                # Σ_k (|y| + |ȳ|)² ≤ 2 (Σ_k y² + n_k ȳ²): the centred targets' magnitude
+                y_size = np.sqrt(2.0 * (yyf[k] + cnt[k] * ybar * ybar))
+            else:
+                y_size = np.sqrt(yyf[k])
             z = P.T @ b_tr
             for i, lam in enumerate(lams):
                 beta = P @ (z / (evals + n_tr * lam)[:, None])  # (m, t)
-                sse = yy_val - 2.0 * np.einsum("ij,ij->j", beta, b_val) \
-                    + np.einsum("ij,ij->j", beta, Gf[k] @ beta)  # per target
+                sse, bound = krr_fold_error(beta, Gf[k], b_val, yy_val, y_size=y_size,
+                                            n_rows=cnt[k])
                 if self.scoring == "r2":
                     sst = yyf[k] - y1f[k] ** 2 / cnt[k]
-                    scores[k, i] = float(np.mean(1.0 - sse / sst))
+                    ok = bool(np.all(resolved(sse, bound)))
+                    scores[k, i] = float(np.mean(1.0 - sse / sst)) if ok else np.nan
                 else:
-                    scores[k, i] = -float(np.sum(sse) / (cnt[k] * len(sse)))
+                    ok = bool(resolved(np.sum(sse), np.sum(bound)))
+                    scores[k, i] = -float(np.sum(sse) / (cnt[k] * len(sse))) if ok else np.nan
+                if not ok:
+                    logger.debug("cv fold %d, width %d, λ = %g: squared error %s not resolved "
+                                 "above its rounding bound %s", k, j, lam, sse, bound)
         return scores
 
     def _get_state(self):
@@ -476,7 +633,9 @@ class SISOKRCV(SISOKR):
     cv_results_ : dict
         ``param_lam``, ``param_rank`` (None: full), with ``gammas`` also ``param_gamma``
         (the outer loop), ``params``, ``split{k}_test_score`` (the ``scoring``, greater is
-        better), ``mean_test_score``, ``std_test_score``, ``rank_test_score``.
+        better), ``mean_test_score``, ``std_test_score``, ``rank_test_score``. A surrogate
+        score not resolved above its rounding error bound is NaN (:func:`sisokr_fold_scores`);
+        its point has a NaN mean, the worst rank (shared) and is never chosen.
     best_index_, best_params_, best_score_, n_splits_
     Other attributes as :class:`~distsketch.SISOKR`, refitted at the best ``(λ, p)`` from the
     same sums (``set_lam`` and ``set_rank`` switch).
@@ -607,9 +766,12 @@ class SISOKRCV(SISOKR):
         SISOKR._solve(self, spec, self._width_result(res, j))
         sol = self.input_solution_
         decoded = self.scoring != "surrogate"
+        a_y = output_scale(spec.kernels["output_kernel"], res.y_landmarks, res.y_sketch,
+                           self.output_whitening_)
         scores, models = sisokr_fold_scores(input_basis(sol), sol.evals, self.operator_,
                                             self.output_whitening_, Gf, Mf, kyy, cnt, n=res.n,
-                                            lams=spec.lams, ranks=ranks, keep_models=decoded)
+                                            lams=spec.lams, ranks=ranks, keep_models=decoded,
+                                            output_scale=a_y)
         if decoded:
             scores = self._decoded_scores(spec, res, models, ranks, self.output_whitening_, cnt)
         return scores
@@ -700,6 +862,38 @@ class SISOKRCV(SISOKR):
         _set_best(self, np.asarray(arrays["cv_scores"]), params, state["best_index"])
 
 
+def output_scale(kernel, landmarks, sketch, T_Y: np.ndarray) -> float:
+    """``a_Y = ‖T_Y‖_F ‖ |R_mix| κ ‖₂``, ``κ_j = k_Y(y_j, y_j)^{1/2}`` over the output
+    landmarks: for every output row ``y``, ``d = R_mix k_Y(Y_J, y)`` has ``|k_Y(y_j, y)| ≤
+    κ_j k_Y(y, y)^{1/2}`` (Cauchy–Schwarz in H_Y), so ``‖d‖ ≤ ‖|R_mix| κ‖ k_Y(y, y)^{1/2}``,
+    and the rounding ``δM_k`` of the accumulated ``M_k = Σ d_i c_iᵀ`` (``|δM_k| ≤ γ_{n_k} Σ
+    |d_i||c_i|ᵀ``) moves the cross term ``tr(T_Yᵀ M_k β)`` by at most ``γ_{n_k} ‖T_Y‖₂ ‖β‖_F
+    Σ ‖d_i‖ ‖c_i‖ ≤ γ_{n_k} a_Y ‖β‖_F (Σ k_Y(y_i, y_i))^{1/2} (tr G_k)^{1/2}``: the factor
+    of the cross term in :func:`sisokr_fold_scores`' rounding bound (``‖T_Y‖_F ≥ ‖T_Y‖₂``
+    spares an SVD).
+
+    Parameters
+    ----------
+    kernel : Kernel
+        The output kernel.
+    landmarks : ndarray or sparse of shape (s', d_Y)
+    sketch : RealizedSketch
+        The output sketch (``R_mix``: m_Y × s').
+    T_Y : ndarray of shape (m_Y, r_Y)
+    """
+    import scipy.sparse as sp
+
+    kappa = np.sqrt(np.maximum(np.asarray(kernel.diag(landmarks), dtype=np.float64), 0.0))
+    v = np.zeros(T_Y.shape[0])
+    step = 4096  # R_mixᵀ by column spans: a dense (tiled) sketch is never whole
+    for a in range(0, len(kappa), step):
+        Rt = sketch.mixing_t_block(a, min(a + step, len(kappa)))  # (span, m_Y)
+        Rt = abs(Rt) if sp.issparse(Rt) else np.abs(np.asarray(Rt))
+        v += np.asarray(Rt.T @ kappa[a:a + step]).reshape(-1)
+    t_norm = float(np.linalg.norm(T_Y))  # ‖T_Y‖_F ≥ ‖T_Y‖₂: O(m_Y r_Y), no SVD
+    return t_norm * float(np.linalg.norm(v))
+
+
 def _congruence(P: np.ndarray, G: np.ndarray, *, blocks: int = 4) -> np.ndarray:
     """``Pᵀ G P`` for symmetric ``G``: ``Y = G P``, then only the block lower triangle of
     ``Pᵀ Y`` (``(blocks + 1) / (2 · blocks)`` of its flops), mirrored."""
@@ -714,7 +908,8 @@ def _congruence(P: np.ndarray, G: np.ndarray, *, blocks: int = 4) -> np.ndarray:
 
 
 def sisokr_fold_scores(P, evals, operator, T_Y, Gf, Mf, kyy, cnt, *, n: int, lams, ranks,
-                       keep_models: bool = False, band: int | None = None):
+                       keep_models: bool = False, band: int | None = None,
+                       output_scale: float = 1.0):
     """Surrogate validation errors of SISOKR trained without each fold, for every λ and rank.
 
     In the eigenbasis of the full ``H = V Λ Vᵀ`` (input features ``Pᵀ c``, ``P = T_X V``),
@@ -769,12 +964,34 @@ def sisokr_fold_scores(P, evals, operator, T_Y, Gf, Mf, kyy, cnt, *, n: int, lam
         sketched input row) for decoded scoring.
     band : int or None
         Bandwidth of the reduction (None: :data:`FOLD_BAND`).
+    output_scale : float
+        ``a_Y`` of the rounding bound (:func:`output_scale`): ``‖T_Y‖₂ ‖d_i‖ ≤ a_Y
+        k_Y(y_i, y_i)^{1/2}`` for every output feature row ``d_i``.
 
     Returns
     -------
     scores : ndarray of shape (K, len(lams) · max(len(ranks), 1))
-        Minus the mean surrogate error per fold, λ-major then rank.
+        Minus the mean surrogate error per fold, λ-major then rank; NaN where the error is
+        not resolved above its rounding bound (:func:`resolved`).
     models : list or None
+
+    Notes
+    -----
+    The rounding bound of a fold's error ``Σ_{i∈k} k_Y(y_i, y_i) − 2 tr(Zᵀ Pᵀ M_kᵀ T_Y) +
+    tr(Zᵀ Pᵀ G_k P Z)`` is :func:`fold_error_bound`'s with the same Cauchy–Schwarz steps in
+    the model's coefficients ``β = P Z`` (``‖β‖_F ≤ ‖P‖_F ‖Z‖_F``; the spectral norm, up to
+    ``r_X^{1/2}`` tighter, would cost an SVD of ``P``): ``y_size = (Σ k_Y(y_i, y_i))^{1/2}``,
+    ``cross_scale = a_Y`` (:func:`output_scale`), ``coef_size = ‖Z‖_F (‖P‖_F² tr G_k +
+    max Λ)^{1/2}`` (``max Λ`` for the terms evaluated in the eigenbasis of ``H``,
+    ``Λ − Ĥ_{−k}`` and ``Zᵀ Λ Z``), ``N = n_k + m_X + m_Y + r_X + r_Y + 8`` and ``coef_terms =
+    m_X²`` (the Woodbury route's dropped Schur complement, :func:`fold_factor`: ``tr S ≤
+    m_X² u tr G_k``). Every rank's model ``Z Q_p`` has ``‖Z Q_p‖_F ≤ ‖Z‖_F``. Not counted
+    (a first-order estimate there, not a worst case): the rounding of the basis changes
+    ``Pᵀ G_k P`` and ``Pᵀ M_kᵀ T_Y``, read as a backward perturbation ``ΔP`` of the basis
+    (columnwise, relative ``γ_{m_X}``), i.e. of the model ``P Z``, which moves the error by
+    ``2 ‖C_k ΔP Z‖ sse^{1/2}`` to first order: in the residual, not in ``‖β‖²``. A worst case
+    in ``|P||Z|`` would count the whitening's cancellations and leave no score resolved at
+    moderate λ (tests/test_cv.py's grids), where the scores match dense refits to 1e-8.
     """
     K = len(Gf)
     per = max(len(ranks), 1)
@@ -810,9 +1027,20 @@ def sisokr_fold_scores(P, evals, operator, T_Y, Gf, Mf, kyy, cnt, *, n: int, lam
                                                    Mf[band_folds], kyy[band_folds],
                                                    cnt[band_folds])):
                 done[k] = out
-    for k, (row, _) in enumerate(done):
-        scores[k] = row
-    return scores, ([m for _, m in done] if keep_models else None)
+    p_norm2 = float(np.einsum("ij,ij->", P, P))  # ‖P‖_F² ≥ ‖P‖₂²: O(m r), an SVD is not
+    top = float(np.max(evals, initial=0.0))
+    for k, (row, _, znorms) in enumerate(done):
+        n_terms = cnt[k] + m + T_Y.shape[0] + r + operator.shape[1] + 8
+        coef = np.asarray(znorms) * np.sqrt(p_norm2 * max(float(np.trace(Gf[k])), 0.0) + top)
+        bound = np.repeat(fold_error_bound(n_terms, np.sqrt(max(kyy[k], 0.0)), coef,
+                                           cross_scale=output_scale, coef_terms=m * m), per)
+        sse = -np.asarray(row) * cnt[k]
+        ok = resolved(sse, bound)
+        if not ok.all():
+            logger.debug("cv fold %d: surrogate errors %s not resolved above their rounding "
+                         "bounds %s", k, sse[~ok], bound[~ok])
+        scores[k] = np.where(ok, row, np.nan)
+    return scores, ([m for _, m, _ in done] if keep_models else None)
 
 
 def _fold_threads(K: int) -> int:
@@ -831,8 +1059,8 @@ def _fold_threads(K: int) -> int:
 
 def _fold_scores(H_k, M_k, kyy_k, cnt_k, *, P, evals, operator, T_Y, n, lams, ranks,
                  keep_model, band):
-    """One fold of :func:`sisokr_fold_scores`: its row of scores and, with ``keep_model``,
-    its decoding models."""
+    """One fold of :func:`sisokr_fold_scores`: its row of scores, with ``keep_model`` its
+    decoding models (else None), and ``‖Z‖_F`` per λ (:func:`fold_error_bound`)."""
     from .solve import BandReduction, EigenShifted
 
     per = max(len(ranks), 1)
@@ -878,7 +1106,7 @@ def _fold_scores(H_k, M_k, kyy_k, cnt_k, *, P, evals, operator, T_Y, n, lams, ra
         else:
             row[j] = -(kyy_k - 2.0 * crosses[j] + lam_quad[j].sum() - mus[j]) / cnt_k
     model = [[P @ fac.q_dot(Y), Q] for Y, Q in zip(Ys, Qs)] if keep_model else None
-    return row, model
+    return row, model, [float(np.linalg.norm(Y)) for Y in Ys]  # ‖Z‖_F = ‖Q Y‖_F = ‖Y‖_F
 
 
 def _with_sums(res, sums: dict):
@@ -987,9 +1215,9 @@ def _woodbury_prepare(G_k, M_k, *, P, operator, T_Y):
 
 def _woodbury_lam(prep, kyy_k, cnt_k, lam, *, P, evals, n, ranks, keep_model):
     """One (fold, λ) of :func:`sisokr_fold_scores` by the Woodbury identity: its scores (one
-    per rank) and, with ``keep_model``, ``[P Z, Q_S]``; None where the inner factor is not
-    numerically positive definite or is conditioned worse than exact arithmetic allows (the
-    fold then takes the band route).
+    per rank), with ``keep_model`` ``[P Z, Q_S]`` (else None), and ``‖Z‖_F``; None where the
+    inner factor is not numerically positive definite or is conditioned worse than exact
+    arithmetic allows (the fold then takes the band route).
 
     With ``Ĥ_k = U Uᵀ`` (:func:`fold_factor`), ``c = n_{−k} λ``, ``D = (Λ + c)^{-1}`` and
     ``F = I − Uᵀ D U``::
@@ -1049,12 +1277,13 @@ def _woodbury_lam(prep, kyy_k, cnt_k, lam, *, P, evals, n, ranks, keep_model):
     else:
         Q = None
         row = [-(kyy_k - 2.0 * np.trace(AW) + np.einsum("ij,ij->", t, t)) / cnt_k]
-    return np.array(row), ([P @ Z, Q] if keep_model else None)
+    return np.array(row), ([P @ Z, Q] if keep_model else None), float(np.linalg.norm(Z))
 
 
 def _woodbury_folds(pool, folds, Gf, Mf, kyy, cnt, *, P, evals, operator, T_Y, n, lams, ranks,
                     keep_model) -> dict:
-    """The folds ``folds`` by the Woodbury route: ``{k: (row, models) or None}`` (None: the
+    """The folds ``folds`` by the Woodbury route: ``{k: (row, models, ‖Z‖_F per λ) or
+    None}`` (None: the
     fold takes the band route). Tasks per fold (the factor), then per (fold, λ), so two
     threads share 5 folds × 10 λ evenly; each task is computed the same way on any thread.
 
@@ -1079,6 +1308,7 @@ def _woodbury_folds(pool, folds, Gf, Mf, kyy, cnt, *, P, evals, operator, T_Y, n
         if any(o is None for o in mine):
             done[k] = None
             continue
-        done[k] = (np.concatenate([row for row, _ in mine]),
-                   [model for _, model in mine] if keep_model else None)
+        done[k] = (np.concatenate([row for row, _, _ in mine]),
+                   [model for _, model, _ in mine] if keep_model else None,
+                   [norm for _, _, norm in mine])
     return done

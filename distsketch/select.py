@@ -429,6 +429,12 @@ def _width_groups(candidates) -> list[list[tuple[dict, Any]]]:
 
 
 def _select_cv(model, X, Y, *, cv, metric, candidates) -> Selection:
+    """The cv route. A CV score not resolved above its rounding error bound is NaN in the
+    table and never chosen (:func:`distsketch.cv.resolved`); an entry of ``kernels`` whose
+    every point is unresolved is skipped (its rows NaN), and with every entry unresolved the
+    selection fails (:class:`~distsketch.cv.UnresolvedScoresError`)."""
+    from .cv import UnresolvedScoresError
+
     est, kname = _cv_estimator(model, metric, cv)
     store = model.get_params(deep=False).get("store")
     groups = _width_groups(candidates)
@@ -444,7 +450,15 @@ def _select_cv(model, X, Y, *, cv, metric, candidates) -> Selection:
         trial = _clone(est).set_params(store=store if single else None,
                                        **({kname: kernel} if kernel is not None else {}),
                                        **({"gammas": widths} if widths else {}))
-        trial.fit(X, Y)
+        try:
+            trial.fit(X, Y)
+        except UnresolvedScoresError:
+            if single:
+                raise
+            # every point of this entry unresolved (NaN rows); the other entries may choose
+            logger.warning("select: %s: no CV score resolved above its rounding bound",
+                           group[0][0] or kernel)
+            trial.best_score_ = None
         res = trial.cv_results_
         for i, params in enumerate(res["params"]):
             prefix = prefixes[float(params["gamma"])] if widths else group[0][0]
@@ -454,6 +468,8 @@ def _select_cv(model, X, Y, *, cv, metric, candidates) -> Selection:
             row.update(score=float(res["mean_test_score"][i]),
                        std=float(res["std_test_score"][i]))
             table.append(row)
+        if trial.best_score_ is None:
+            continue
         if widths:
             at = float(trial.best_params_["gamma"])
             best_prefix, best_kernel = prefixes[at], next(k for p, k in group
@@ -464,6 +480,11 @@ def _select_cv(model, X, Y, *, cv, metric, candidates) -> Selection:
             best = (trial.best_score_, best_prefix, best_kernel, trial)
         logger.info("select: %s best CV %s %.6g at %s", best_prefix or "", trial.scoring,
                     trial.best_score_, trial.best_params_)
+    if best is None:
+        raise UnresolvedScoresError(
+            f"select: no candidate has a CV score resolved above its rounding error bound "
+            f"({len(table)} candidates, every one NaN); use larger λ, narrower kernel widths "
+            f"or EngineOptions(block_dtype='float64')")
     _, prefix, kernel, fitted = best
     if store is not None and not single:
         fitted = _clone(est).set_params(**{kname: kernel}, store=store).fit(X, Y)
