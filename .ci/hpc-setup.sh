@@ -3,7 +3,8 @@
 # this machine, and install the `hpc` extras into the project's virtualenv, so that
 # tests/test_hpc.py runs against live daemons instead of skipping. Recipe: shared/HPC.md.
 #
-#   bash .ci/hpc-setup.sh          # set up (idempotent: a healthy running setup is reused)
+#   bash .ci/hpc-setup.sh          # set up (idempotent: a healthy running setup is reused, also
+#                                  # while jobs run on the node: idle, mix and alloc are healthy)
 #   bash .ci/hpc-setup.sh --stop   # scancel every job, stop the daemons by their pid files
 #
 # Run as root (CI runs it before `make test`). Exits non-zero only when it cannot set up; the
@@ -60,7 +61,13 @@ stop_pidfile() {
 }
 
 slurm_up() { scontrol ping 2>/dev/null | grep -q 'is UP'; }
-node_idle() { [[ $(sinfo -h -o %t 2>/dev/null) == idle ]]; }
+# The node is up: idle, or running jobs (mix: some CPUs, alloc: all; comp: a job completing).
+# sinfo marks trouble with a suffix (idle* not responding, idle~ powered off, ...): not ready.
+node_ready() {
+    local state
+    state=$(sinfo -h -o %t 2>/dev/null) || return 1
+    [[ $state =~ ^(idle|mix|alloc|comp)$ ]]
+}
 
 stop_slurm() {
     if [[ -f $CONF ]] && command -v squeue >/dev/null && slurm_up; then
@@ -206,12 +213,13 @@ else
     wait_for 30 slurm_up || die "scontrol ping: controller not UP after 30 s (log: $STATE/slurmctld.log)"
     slurmd -f "$CONF" || die "slurmd did not start (log: $STATE/slurmd.log)"
 fi
-if ! wait_for 60 node_idle; then
+# A reused setup may be running jobs (a test's, a user's): mix / alloc is healthy too.
+if ! wait_for 60 node_ready; then
     state=$(sinfo -h -o %t 2>/dev/null || true)
     if [[ $state =~ ^(down|drain|drng|unk) ]]; then
         scontrol update NodeName="$HOST" State=RESUME || true
     fi
-    wait_for 30 node_idle || die "node $HOST is '$state', not idle (logs: $STATE/slurm*.log)"
+    wait_for 30 node_ready || die "node $HOST is '$state', not idle, mix or alloc (logs: $STATE/slurm*.log)"
 fi
 
 # ----------------------------------------------------------------------------- python extras

@@ -16,6 +16,7 @@ import importlib.util
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -141,6 +142,13 @@ def env(**extra) -> dict:
     return base
 
 
+def pbs_env(**extra) -> dict:
+    """env() in a fake PBS job: no PBS variable of the calling shell leaks in."""
+    base = {k: v for k, v in env(**extra).items()
+            if k in extra or k not in ("NCPUS", "PBS_NUM_PPN", "PBS_NODEFILE", "MPIRUN_ARGS", "WORKERS")}
+    return base
+
+
 def job_state(job_id: str) -> tuple[str, str]:
     """(JobState, ExitCode) of a SLURM job ("GONE" once slurmctld forgot it)."""
     out = _run(["scontrol", "show", "job", "-o", job_id])
@@ -225,6 +233,36 @@ def test_fit_in_sbatch_with_scheduler_file_equals_threaded(slurm, problem, tmp_p
     assert_same_model(store, problem)
 
 
+def test_hpc_setup_reuses_a_busy_node(slurm, tmp_path, request):
+    """`.ci/hpc-setup.sh` run again while a job runs reuses the setup: the node is `mix` or
+    `alloc`, which is healthy (it used to wait for `idle`, then fail after 90 s), and the job
+    keeps running."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: .ci/hpc-setup.sh installs packages and starts daemons")
+    name = f"dstest-busy-{uuid.uuid4().hex[:8]}"
+    scancel_finalizer(request, "--name", name)
+    out = _run(["sbatch", "--parsable", "--job-name", name, "--ntasks=1", "--cpus-per-task=1", "--mem=100M",
+                "--time=00:05:00", f"--output={tmp_path}/busy-%j.out", "--wrap", "sleep 60"], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 60
+    while job_state(job)[0] != "RUNNING":
+        assert job_state(job)[0] == "PENDING", job_state(job)
+        assert time.monotonic() < deadline, f"job {job} did not start within 60 s"
+        time.sleep(0.2)
+    busy = _run(["sinfo", "-h", "-o", "%t"]).stdout.strip()
+    assert busy in ("mix", "alloc"), busy
+    started = time.monotonic()
+    try:
+        setup = _run(["bash", ROOT / ".ci" / "hpc-setup.sh"], timeout=30, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"hpc-setup.sh did not finish within 30 s while the node is '{busy}'")
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    assert "already running with this configuration" in setup.stdout, setup.stdout
+    assert time.monotonic() - started < 30
+    assert job_state(job)[0] == "RUNNING", "the running job did not survive hpc-setup.sh"
+
+
 # --------------------------------------------------------------------------- MPI
 
 
@@ -269,7 +307,7 @@ def test_pbs_script_outside_pbs_with_local_launcher_equals_threaded(problem, tmp
     (tmp_path / "nodefile").write_text("localhost\nlocalhost\n")
     store = tmp_path / "pbs.zarr"
     out = _run(["bash", CLUSTER / "pbs-fit.pbs"], timeout=240, cwd=tmp_path,
-               env=env(PBS_O_WORKDIR=tmp_path, PBS_NODEFILE=tmp_path / "nodefile", PBS_JOBID="1.test",
+               env=pbs_env(PBS_O_WORKDIR=tmp_path, PBS_NODEFILE=tmp_path / "nodefile", PBS_JOBID="1.test",
                        CONFIG=problem["config"], STORE=store, INTERFACE="lo", CLUSTER_DIR=CLUSTER,
                        START_TIMEOUT=120))
     assert out.returncode == 0, out.stdout + out.stderr
@@ -280,6 +318,85 @@ def test_pbs_script_outside_pbs_with_local_launcher_equals_threaded(problem, tmp
     assert not sched.exists() and not Path(f"{sched}.pids").exists(), "scheduler file or pid list left behind"
     assert Path(f"{sched}.workers.log").is_file()
     assert_same_model(store, problem)
+
+
+#: Stand-in for mpirun in a fake two-node PBS job (no PBS server, one machine): records its
+#: arguments and host file, then starts the -n worker processes here.
+STUB_MPIRUN = r"""#!/usr/bin/env bash
+if [[ ${1:-} == --version ]]; then echo "mpirun (Open MPI) 4.1.4"; exit 0; fi
+printf '%s\n' "$@" >"$STUB_MPIRUN_LOG"
+n=1
+while (($#)); do
+    case $1 in
+        -n) n=$2; shift 2 ;;
+        --hostfile) cp "$2" "$STUB_MPIRUN_LOG.hosts"; shift 2 ;;
+        --map-by | --bind-to) shift 2 ;;
+        --report-bindings) shift ;;
+        *) break ;;
+    esac
+done
+pids=()
+for ((i = 0; i < n; i++)); do OMPI_COMM_WORLD_LOCAL_RANK=$i "$@" & pids+=($!); done
+trap 'kill "${pids[@]}" 2>/dev/null' TERM
+wait
+"""
+
+
+def test_pbs_script_across_two_nodes_places_workers_per_node(problem, tmp_path):
+    """pbs-fit.pbs in a fake PBS Pro job `select=2:ncpus=2` (one node-file line per chunk,
+    NCPUS=2) with THREADS=2: one worker per node, 2 in all (the old count, lines / THREADS, gave
+    1), launched by mpirun with a host file of both nodes and one worker mapped to each (without
+    it, an mpirun lacking PBS support packs them on the first node), MPIRUN_ARGS kept. A stand-in
+    mpirun records that and runs the workers here; the fit is the threaded one."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "mpirun").write_text(STUB_MPIRUN)
+    (bin_dir / "mpirun").chmod(0o755)
+    (tmp_path / "nodefile").write_text("nodeA\nnodeB\n")
+    store, record = tmp_path / "pbs2.zarr", tmp_path / "mpirun.args"
+    e = pbs_env(PBS_O_WORKDIR=tmp_path, PBS_NODEFILE=tmp_path / "nodefile", PBS_JOBID="2.test", NCPUS=2,
+                THREADS=2, CONFIG=problem["config"], STORE=store, INTERFACE="lo", CLUSTER_DIR=CLUSTER,
+                START_TIMEOUT=120, MPIRUN_ARGS="--report-bindings", STUB_MPIRUN_LOG=record)
+    e["PATH"] = f"{bin_dir}{os.pathsep}{e['PATH']}"
+    out = _run(["bash", CLUSTER / "pbs-fit.pbs"], timeout=240, cwd=tmp_path, env=e)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "start-dask: mpirun: scheduler and 2 worker(s) x 2 thread(s)" in out.stderr, out.stderr
+    assert "start-dask: 2 worker(s) registered" in out.stderr
+    sched = tmp_path / "dask-scheduler-2.test.json"
+    args = record.read_text().splitlines()
+    assert args[:9] == ["-n", "2", "--hostfile", f"{sched}.hosts", "--map-by", "ppr:1:node", "--bind-to", "none",
+                        "--report-bindings"], args
+    assert args[9:12] == [sys.executable, "-m", "distributed.cli.dask_worker"], args
+    assert Path(f"{record}.hosts").read_text() == "nodeA slots=1\nnodeB slots=1\n"
+    assert re.search(r"^status:\s+solved", out.stdout, re.MULTILINE), out.stdout
+    assert not sched.exists() and not Path(f"{sched}.hosts").exists(), "scheduler or host file left behind"
+    assert_same_model(store, problem)
+
+
+def test_start_dask_mpirun_with_pbs_node_file_uses_host_file(mpi, tmp_path):
+    """The real Open MPI reads the host file and mapping start-dask.sh writes: a PBS Pro node
+    file naming this machine once with NCPUS=2 gives 2 workers (the old count: 1), started
+    without --oversubscribe (the host file's slots allow them); stop removes the host file."""
+    host = socket.gethostname().split(".")[0]
+    (tmp_path / "nodefile").write_text(f"{host}\n")
+    sched = tmp_path / "sched.json"
+    e = pbs_env(PBS_NODEFILE=tmp_path / "nodefile", NCPUS=2, MPIRUN_ARGS="--allow-run-as-root")
+    start = _run(["bash", CLUSTER / "start-dask.sh", "start", "--scheduler-file", sched, "--launcher", "mpirun",
+                  "--interface", "lo", "--memory-limit", "1GiB", "--timeout", "120"], timeout=180, cwd=tmp_path, env=e)
+    pids = [int(p) for p in (tmp_path / "sched.json.pids").read_text().split()] if start.returncode == 0 else []
+    try:
+        assert start.returncode == 0, start.stderr + Path(f"{sched}.workers.log").read_text()
+        assert "start-dask: 2 worker(s) registered" in start.stderr, start.stderr
+        assert Path(f"{sched}.hosts").read_text() == f"{host} slots=2\n"
+        assert f"workers per node: {host}:2" in start.stderr
+    finally:
+        stop = _run(["bash", CLUSTER / "start-dask.sh", "stop", "--scheduler-file", sched], timeout=120, env=e)
+    assert stop.returncode == 0, stop.stderr
+    assert not Path(f"{sched}.hosts").exists() and not sched.exists()
+    deadline = time.monotonic() + 30
+    while any(_alive(p) for p in pids):
+        assert time.monotonic() < deadline, f"processes {pids} still alive after stop"
+        time.sleep(0.5)
 
 
 def test_start_dask_mpirun_launcher_equals_threaded(mpi, problem, tmp_path):
