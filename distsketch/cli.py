@@ -120,6 +120,9 @@ def _open_store(store: str, *, solved: bool):
                          f"metadata; a store is the directory `distsketch fit` writes)")
     import zarr
 
+    from .store import refuse_links
+
+    refuse_links(path, location=str(store))  # info reads nothing through a link either
     try:
         group = zarr.open_group(store, mode="r")
         meta = dict(group.attrs.get("distsketch", {}))

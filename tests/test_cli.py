@@ -313,3 +313,17 @@ def test_predict_names_a_missing_feature_column(tmp_path, capsys):
     assert main(["predict", str(tmp_path / "k.zarr"), "--input", str(tmp_path / "new.csv")]) == 2
     err = capsys.readouterr().err
     assert "lacks the training feature column(s) ['c']" in err, err
+
+
+def test_info_refuses_a_store_holding_a_link(workdir, tmp_path, capsys):
+    """`distsketch info` (and predict, evaluate) read nothing through a symbolic link either."""
+    assert main(["-q", "fit", str(workdir / "fit.toml")]) == 0
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (workdir / "fit.zarr" / "sums").rename(outside / "sums")
+    os.symlink(outside / "sums", workdir / "fit.zarr" / "sums")
+    capsys.readouterr()
+    for cmd in (["info"], ["predict", "--input", str(workdir / "test.npz")]):
+        assert main([cmd[0], str(workdir / "fit.zarr"), *cmd[1:]]) == 2
+        err = capsys.readouterr().err
+        assert "contains a symbolic link 'sums'" in err and str(workdir / "fit.zarr") in err, err
