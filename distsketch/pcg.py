@@ -28,6 +28,15 @@ r_Y whitened output features as targets, ``z = K_nmᵀ D T_Y = diag(1/r) Mᵀ T_
 side from one streaming pass (``M``, ``E``; no ``G``), solved by :func:`lam_path`, the λ loop
 :func:`pcg_path` uses.
 
+Landmarks (:func:`select_landmarks`): PCG solves in the distinct, numerically independent
+landmarks — repeated rows merged exactly (equal rows, equal kernel columns: the same
+functions, every prediction unchanged; a repeated landmark's coefficient on its first copy,
+0 on the others), and where ``K_mm``'s factor shows a landmark within rounding of the span
+of the others, a pivoted Cholesky factorisation keeps those above the rounding level
+``u·m·max diag K_mm`` (as the direct route's pivoted stage) — so that ``K_mm`` is safely
+positive definite: with a singular ``K_mm`` the preconditioner amplifies the rounding of its
+null directions until CG diverges. The coefficients of the landmarks left out are 0.
+
 Falkon's preconditioner is built from ``K_mm`` alone: ``T`` upper-triangular with
 ``TᵀT = K_mm + εI`` (a small jitter ε, raised until the Cholesky factorisation succeeds), ``A``
 upper-triangular with ``AᵀA = T Tᵀ/m + λI``, and ``P = n^{-1/2} T^{-1} A^{-1}``, so that
@@ -45,7 +54,12 @@ first pass also returns ``K_Iᵀ Y``, ``K_Iᵀ 1`` and ``Σ y``. ``H`` is applie
 task memory O(b m).
 
 Stopping rule: the relative residual ``‖Pᵀ(z − H α)‖ ≤ tol ‖Pᵀ z‖`` of each column (the
-recursively updated residual of CG), or ``max_iter`` iterations (a ``ConvergenceWarning``).
+recursively updated residual of CG), or ``max_iter`` iterations (a ``ConvergenceWarning``),
+or the divergence guard (:func:`_solve_lam`): a column whose residual grows to
+:data:`DIVERGE_GROWTH` times its lowest, or has not gone below it for :data:`STALL_WINDOW`
+iterations, stops and returns its best iterate, its residual recomputed by one more pass
+(or its start, where that is lower), with a ``ConvergenceWarning`` that says what happened
+and what to do (``solver="direct"``, a larger λ, float64 blocks).
 A λ path is solved in decreasing order, each λ warm-started from the previous solution; the
 products ``K_nmᵀ K_nm α`` are carried along the iterations, so a warm start costs no pass.
 With a kept store, the right-hand side and each iteration's state (``u``, residual, direction,
@@ -64,10 +78,13 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.linalg import LinAlgError, cholesky, solve_triangular
+from scipy.linalg.lapack import dpstrf
 
 from ._hashing import data_fingerprint, fingerprint
 from .backends import dense
+from .blocks import distinct_rows
 from .newton import SolverState, convergence_warning, state_key
 from .options import driver_threads
 from .rows import check_finite_block
@@ -111,6 +128,12 @@ JITTER = 1e-13
 #: ``K_mm`` is held on the driver while it takes at most this many bytes (m ≤ 11 585), else
 #: recomputed for each product (:class:`LandmarkGram`).
 KMM_MEMORY = 2**30
+#: Divergence guard of the iterations (:func:`_solve_lam`): a column stops when its relative
+#: residual exceeds this multiple of the lowest it has reached (impossible in exact arithmetic
+#: unless ``cond(Pᵀ H P) ≥ DIVERGE_GROWTH²``) …
+DIVERGE_GROWTH = 1e3
+#: … or has not gone below that lowest for this many iterations.
+STALL_WINDOW = 50
 #: Format of the PCG state in a store (part of its key).
 PCG_STATE_VERSION = 1
 
@@ -350,7 +373,8 @@ class _PCGState(SolverState):
     ``K_nmᵀ K_nm α`` (``galpha``), ``‖r‖²`` (``rr``), iterations per column, and when done
     the solution ``alpha``."""
 
-    ARRAYS = ("u", "r", "p", "galpha", "rr", "iters", "alpha")
+    ARRAYS = ("u", "r", "p", "galpha", "rr", "iters", "alpha", "u_best", "g_best", "rr_best",
+              "it_best", "stopped")
 
 
 @dataclass
@@ -381,7 +405,9 @@ class PCGResult:
         ``αᵀ K_mm α`` per column (``‖f‖²`` in the RKHS).
     galphas : ndarray (n_lams, m, t)
         ``K_nmᵀ K_nm α(λ)``, carried along the iterations (no pass): SISOKR's reduced rank
-        takes ``Σ_i g(x_i) g(x_i)ᵀ = αᵀ K_nmᵀ K_nm α`` from it.
+        takes ``Σ_i g(x_i) g(x_i)ᵀ = αᵀ K_nmᵀ K_nm α`` from it. (A landmark left out of the
+        solve, :func:`select_landmarks`: its first copy's row, or for a numerically
+        dependent one the projection on the kept landmarks, :func:`_expand`.)
     """
 
     alphas: np.ndarray
@@ -425,6 +451,20 @@ def _solve_lam(Kmm, T, z, lam, n, sweeper, *, alpha0, galpha0, tol, max_iter, st
     ``c``: None, or ``s/√n`` (``s = K_nmᵀ 1``) for the centred system of an unpenalised
     intercept, ``H = K_nmᵀ K_nm − c cᵀ + nλ K_mm`` (the rank-one term on the driver, no pass).
     ``Kᵀ K α`` is returned uncentred in both cases.
+
+    Divergence guard (per column, :data:`DIVERGE_GROWTH`, :data:`STALL_WINDOW`): each column
+    keeps its best iterate, the one of lowest relative residual ``ρ_k = ‖r_k‖ / ‖Pᵀ z‖`` so far
+    (its start included). In exact arithmetic CG decreases the error's energy norm at every
+    step, so ``ρ_k ≤ √κ · min_{j<k} ρ_j`` (``κ = cond(Pᵀ H P)``); a column whose ``ρ_k`` exceeds
+    ``DIVERGE_GROWTH`` times its best (κ ≥ 10⁶, or the recurrences lost to rounding), or that
+    has not improved on its best for ``STALL_WINDOW`` iterations, stops. A column that stopped
+    so is set back to its best iterate, certified by one more pass: ``K_nmᵀ K_nm α``
+    recomputed and the residual ``‖Pᵀ(z − H α)‖`` formed from it (not the recursion), the
+    value reported; where the start ``α₀`` (cold: 0; warm: the previous λ's solution, with its
+    carried ``K_nmᵀ K_nm α₀``) has the lower residual, the start is kept instead. A diverged
+    or stalled column warns (``ConvergenceWarning``) with what happened, what was kept and
+    what to do. (A column at ``max_iter`` keeps its last iterate, as CG's error decreases in
+    the energy norm, not necessarily its residual.)
     """
     with driver_threads(Kmm.m if isinstance(Kmm, LandmarkGram) else len(Kmm)):
         P = Preconditioner(Kmm, lam, n, T=T, centre=c is not None)
@@ -444,6 +484,7 @@ def _solve_lam(Kmm, T, z, lam, n, sweeper, *, alpha0, galpha0, tol, max_iter, st
         rr = st["rr"]
         return (st["alpha"], st["galpha"], int(st["n_iter"]), _rel(rr, norm0),
                 bool(st["converged"]))
+    t = z.shape[1]
     if st is not None:
         u, r, p, galpha, rr = st["u"], st["r"], st["p"], st["galpha"], st["rr"]
         iters, n_iter = st["iters"], int(st["n_iter"])
@@ -454,9 +495,23 @@ def _solve_lam(Kmm, T, z, lam, n, sweeper, *, alpha0, galpha0, tol, max_iter, st
         r = rhs - P.apply_t(hv(galpha, alpha0))
         p = r.copy()
         rr = np.einsum("ij,ij->j", r, r)
-        iters, n_iter = np.zeros(z.shape[1]), 0
+        iters, n_iter = np.zeros(t), 0
+    if st is not None and st.get("u_best") is not None:
+        u_best, g_best, rr_best = st["u_best"], st["g_best"], st["rr_best"]
+        it_best, stopped = st["it_best"], st["stopped"]
+        failures = {int(j): tuple(f) for j, f in (st.get("failures") or {}).items()}
+    else:  # a fresh start (or a state saved without the guard): the current iterate is best
+        u_best, g_best, rr_best = u.copy(), galpha.copy(), rr.copy()
+        it_best, stopped = iters.copy(), np.zeros(t)
+        failures = {}
+
+    def save(**extra):
+        state.save({"u": u, "r": r, "p": p, "galpha": galpha, "rr": rr, "iters": iters,
+                    "u_best": u_best, "g_best": g_best, "rr_best": rr_best,
+                    "it_best": it_best, "stopped": stopped,
+                    "failures": {str(j): list(f) for j, f in failures.items()}, **extra})
     while True:
-        active = np.flatnonzero(np.sqrt(rr) > tol * norm0)
+        active = np.flatnonzero((np.sqrt(rr) > tol * norm0) & (stopped == 0))
         if len(active) == 0 or n_iter >= max_iter:
             break
         pa = p[:, active]
@@ -473,22 +528,85 @@ def _solve_lam(Kmm, T, z, lam, n, sweeper, *, alpha0, galpha0, tol, max_iter, st
         rr[active] = rr_new
         iters[active] += 1
         n_iter += 1
+        better = active[rr_new < rr_best[active]]
+        u_best[:, better], g_best[:, better] = u[:, better], galpha[:, better]
+        rr_best[better], it_best[better] = rr[better], iters[better]
+        for j in active:  # the divergence guard (rr_best ≤ rr: the current one included)
+            if rr[j] > DIVERGE_GROWTH ** 2 * rr_best[j] or not np.isfinite(rr[j]):
+                failures[int(j)] = ("grew", n_iter, float(rr_best[j]), float(rr[j]),
+                                    int(it_best[j]), float(norm0[j]))
+            elif iters[j] - it_best[j] >= STALL_WINDOW:
+                failures[int(j)] = ("stalled", n_iter, float(rr_best[j]), float(rr[j]),
+                                    int(it_best[j]), float(norm0[j]))
+            else:
+                continue
+            stopped[j] = 1.0
         if state is not None:
-            state.save({"u": u, "r": r, "p": p, "galpha": galpha, "rr": rr, "iters": iters,
-                        "alpha": None, "n_iter": n_iter, "done": False})
+            save(alpha=None, n_iter=n_iter, done=False)
         logger.debug("pcg λ = %.3g: iteration %d, relative residuals %s", lam, n_iter,
                      _rel(rr, norm0))
     res = _rel(rr, norm0)
+    back = np.flatnonzero(stopped > 0)
+    if len(back):  # set back to the best iterates, certified by one pass
+        u[:, back] = u_best[:, back]
+        a_b = P.apply(u[:, back])
+        gv = sweeper(PCGStep(a_b))["GV"]
+        galpha[:, back] = gv
+        r[:, back] = rhs[:, back] - P.apply_t(hv(gv, a_b))
+        rr[back] = np.einsum("ij,ij->j", r[:, back], r[:, back])
+        # … or to the start where that is better (its residual from the given K_nmᵀ K_nm α₀)
+        r0 = rhs[:, back] - P.apply_t(hv(galpha0[:, back], alpha0[:, back]))
+        rr0 = np.einsum("ij,ij->j", r0, r0)
+        worse = rr0 < rr[back]
+        start = back[worse]
+        u[:, start], galpha[:, start] = P.inverse(alpha0[:, start]), galpha0[:, start]
+        r[:, start], rr[start] = r0[:, worse], rr0[worse]
+        res = _rel(rr, norm0)
+        logger.info("pcg λ = %.3g: %d column(s) set back to their best iterate (%d to the "
+                    "start), certified relative residuals %s", lam, len(back), len(start),
+                    res[back])
+    else:
+        start = back
     ok = bool(np.all(res <= tol))
-    if not ok:
+    if failures:
+        warnings.warn(_divergence_message(lam, tol, failures, res, start),
+                      convergence_warning(), stacklevel=4)
+    elif not ok:
         warnings.warn(f"solver='pcg', λ = {lam:g}: stopped at max_iter = {max_iter} with relative "
                       f"residual {res.max():.3g} > tol = {tol:g}; increase max_iter or tol",
                       convergence_warning(), stacklevel=4)
     alpha = P.apply(u)
+    alpha[:, start] = alpha0[:, start]
     if state is not None:
-        state.save({"u": u, "r": r, "p": p, "galpha": galpha, "rr": rr, "iters": iters,
-                    "alpha": alpha, "n_iter": n_iter, "done": True, "converged": ok})
+        save(alpha=alpha, n_iter=n_iter, done=True, converged=ok)
     return alpha, galpha, n_iter, res, ok
+
+
+def _divergence_message(lam: float, tol: float, failures: dict, res: np.ndarray,
+                        start: np.ndarray) -> str:
+    """The warning of columns the divergence guard stopped: what happened (the worst column's
+    residual history), what was kept (the best iterate, or the start where that certified
+    better: ``start``) and what to do."""
+    j = max(failures, key=lambda k: res[k])
+    how, at, best, last, it_best, norm0 = failures[j]
+    rel = (lambda v: np.sqrt(v) / norm0) if norm0 > 0 else (lambda v: 0.0)
+    cols = f"{len(failures)} of the target columns" if len(res) > 1 else "the solve"
+    what = (f"the relative residual grew from its lowest {rel(best):.3g} (iteration {it_best}) "
+            f"to {rel(last):.3g} at iteration {at}" if how == "grew" else
+            f"the relative residual has not gone below its lowest {rel(best):.3g} (iteration "
+            f"{it_best}) in the {STALL_WINDOW} iterations to iteration {at}")
+    kept = (f"Stopped and kept the starting point (the best iterate, iteration {it_best}, "
+            f"was worse once recomputed)" if j in set(start.tolist()) else
+            f"Stopped and kept the best iterate (iteration {it_best})")
+    verb = "diverged" if how == "grew" else "stalled"
+    return (f"solver='pcg', λ = {lam:g}: the conjugate gradient {verb} for {cols}: {what}. "
+            f"{kept}, whose relative residual, recomputed (not the recursion's), is "
+            f"{res[j]:.3g} "
+            f"({'≤' if res[j] <= tol else '>'} tol = {tol:g}). More iterations will not help: "
+            f"the preconditioned system is too ill-conditioned in floating point (nearly "
+            f"coincident landmarks, or λ too small for the block dtype). Use solver='direct' "
+            f"(which drops the numerically null directions of K_mm), a larger λ, or "
+            f"EngineOptions(block_dtype='float64')")
 
 
 def _rel(rr: np.ndarray, norm0: np.ndarray) -> np.ndarray:
@@ -497,7 +615,7 @@ def _rel(rr: np.ndarray, norm0: np.ndarray) -> np.ndarray:
 
 def pcg_path(data: SweepData, X, Y, *, Kmm: LandmarkGram, lams, tol: float, max_iter: int,
              fit_intercept: bool, split_every: int = 4, progress: bool = False,
-             states=None, centre: bool = False) -> PCGResult:
+             states=None, centre: bool = False, T: np.ndarray | None = None) -> PCGResult:
     """Solve ``(K_nmᵀ K_nm + nλ K_mm) α = K_nmᵀ (Y − 1ȳᵀ)`` for every λ of ``lams`` by PCG.
 
     With ``centre=True`` (and ``fit_intercept``) the intercept is an unpenalised bias fitted
@@ -526,6 +644,8 @@ def pcg_path(data: SweepData, X, Y, *, Kmm: LandmarkGram, lams, tol: float, max_
         right-hand side (``key["what"] == "rhs"``) and of each λ (kept store), or None.
     centre : bool
         Also centre the features: the jointly fitted intercept (see above).
+    T : ndarray (m, m), optional
+        ``K_mm``'s factor (:func:`factor_kmm`) when already computed.
 
     Returns
     -------
@@ -550,7 +670,7 @@ def pcg_path(data: SweepData, X, Y, *, Kmm: LandmarkGram, lams, tol: float, max_
     # SketchedKRR's keys as they were; the centred system is another one
     key = {"intercept": bool(fit_intercept), **({"centre": True} if centre else {})}
     res = lam_path(sweeper, Kmm, z, lams, tol=tol, max_iter=max_iter, states=states, key=key,
-                   c=c)
+                   c=c, T=T)
     t = z.shape[1]
     intercepts = np.tile(ybar, (len(lams), 1))
     rss, penalties = np.empty((len(lams), t)), np.empty((len(lams), t))
@@ -568,7 +688,8 @@ def pcg_path(data: SweepData, X, Y, *, Kmm: LandmarkGram, lams, tol: float, max_
 
 
 def lam_path(sweeper: Sweeper, Kmm, z: np.ndarray, lams, *, tol: float, max_iter: int,
-             states=None, key: dict | None = None, c: np.ndarray | None = None) -> PCGResult:
+             states=None, key: dict | None = None, c: np.ndarray | None = None,
+             T: np.ndarray | None = None) -> PCGResult:
     """Solve ``(K_nmᵀ K_nm + nλ K_mm) α = z`` (``− c cᵀ`` with ``c``) for every λ of ``lams``
     by PCG, all columns of ``z`` (m × t) at once, from a right-hand side already computed.
 
@@ -577,12 +698,14 @@ def lam_path(sweeper: Sweeper, Kmm, z: np.ndarray, lams, *, tol: float, max_iter
     kept under ``{"what": "lam", "lam", "tol", "warm", **key}``. ``sweeper``: a
     :class:`~distsketch.sweep.Sweeper` running :func:`_pcg_block`. Returns a
     :class:`PCGResult` with ``galphas`` (``K_nmᵀ K_nm α(λ)``) and zero ``intercept``;
-    ``n_passes`` counts the sweeper's passes so far.
+    ``n_passes`` counts the sweeper's passes so far. ``T``: ``K_mm``'s factor
+    (:func:`factor_kmm`) when already computed.
     """
     n = sweeper.data.n
     m, t = z.shape
-    with driver_threads(m):  # between passes: the driver's factorisations on idle cores
-        T = factor_kmm(Kmm)
+    if T is None:
+        with driver_threads(m):  # between passes: the driver's factorisations on idle cores
+            T = factor_kmm(Kmm)
     order = sorted(range(len(lams)), key=lambda k: -lams[k])
     alphas, galphas = np.empty((len(lams), m, t)), np.empty((len(lams), m, t))
     n_iters = np.zeros(len(lams), dtype=np.int64)
@@ -610,18 +733,163 @@ def lam_path(sweeper: Sweeper, Kmm, z: np.ndarray, lams, *, tol: float, max_iter
 
 
 
-def _prepare_pcg(fs, config: dict, options, *, kernel, landmarks, n: int, m: int,
-                 block_rows: int, dtype):
-    """Prepare the open store ``fs`` for the PCG pass ``config`` and build what the sweeps
-    need: ``(Kmm, data, states)`` — the landmarks' :class:`LandmarkGram`, the
-    :class:`~distsketch.sweep.SweepData` of recomputed kernel blocks, and ``states(key)``, the
-    solver-state group of ``key`` in a kept store (None in a temporary one)."""
+def distinct_landmarks(landmarks) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(first, inverse)`` of the landmark rows (dense or scipy.sparse, m × d) compared
+    exactly (as :func:`~distsketch.blocks.distinct_rows`: ``first`` each distinct row's first
+    position, ascending; ``inverse`` (m,) every row's index into ``first``), or None when no
+    row repeats."""
+    if sp.issparse(landmarks):  # canonical CSR rows (sorted, no explicit zeros) as bytes
+        A = sp.csr_array(landmarks, dtype=np.float64, copy=True)
+        A.sum_duplicates()
+        A.eliminate_zeros()
+        A.sort_indices()
+        seen: dict = {}
+        inverse = np.empty(A.shape[0], dtype=np.int64)
+        for i in range(A.shape[0]):
+            a, b = A.indptr[i], A.indptr[i + 1]
+            key = (A.indices[a:b].astype(np.int64).tobytes(), (A.data[a:b] + 0.0).tobytes())
+            inverse[i] = seen.setdefault(key, len(seen))
+        first = np.unique(inverse, return_index=True)[1]
+    else:
+        first, inverse = distinct_rows(np.asarray(landmarks))
+    return None if len(first) == landmarks.shape[0] else (first, inverse)
+
+
+def select_landmarks(kernel, landmarks, *, chunk: int = 2048, what: str = "PCG"):
+    """The landmarks PCG solves in, their :class:`LandmarkGram` and its factor ``T``
+    (:func:`factor_kmm`): ``(keep, Kmm, T)``, ``keep`` the positions in ``landmarks`` (m × d)
+    of those solved in (ascending), or None for all of them.
+
+    With repeated or numerically dependent landmarks ``K_mm`` is singular (to rounding) and
+    ``H = K_nmᵀ K_nm + nλ K_mm`` with it: α is not unique, only the function
+    ``f = k(·, X_J) α`` is, and the preconditioner, built from ``K_mm``, amplifies the rounding
+    of its null directions until CG diverges. So PCG solves in a subset ``L_S`` spanning the
+    same functions, and the caller maps α back with zeros elsewhere (:func:`_expand`):
+
+    1. repeated rows are merged exactly (:func:`distinct_landmarks`, as
+       :class:`~distsketch.features.FeatureMap` merges them): equal rows give equal columns
+       of ``K_nm`` and ``K_mm``, so the function space, the minimiser ``f`` and every
+       prediction are those of the full system; a repeated landmark's coefficient sits on
+       its first copy;
+    2. the distinct ones are factored, ``TᵀT = K_uu + ε₀ I`` (:func:`factor_kmm`'s first
+       jitter); where that fails, or a pivot may show a landmark within rounding of the
+       span of the earlier ones (``T_ii² ≤ 2ε₀ + u·m·max diag K_uu``, ``u`` the float64 unit
+       roundoff: with the jitter on the earlier landmarks too, ``T_ii² = S_i + ε₀(1 + θ)``,
+       ``0 ≤ θ ≤ 1``, ``S_i`` the unjittered Schur complement),
+       a pivoted Cholesky factorisation (LAPACK ``pstrf`` at its default tolerance
+       ``u·m·max diag``, as the direct route's pivoted stage, :mod:`distsketch.solve`)
+       keeps the landmarks whose Schur complement is above the rounding level and drops the
+       others: a dropped landmark's feature lies within ``√(u·m·max diag)`` of the kept ones'
+       span (RKHS norm), so the function space changes by rounding only.
+
+    Landmarks that are distinct and numerically independent are kept in full and factored as
+    before (the same ``T``, the same iterations, bitwise).
+    """
     from .features import FeatureMap
 
+    m = landmarks.shape[0]
+    merged = distinct_landmarks(landmarks)
+    keep = None if merged is None else merged[0]
+    sub = landmarks if keep is None else landmarks[keep]
+    Kmm = LandmarkGram(FeatureMap(kernel, sub, None, chunk))
+    with driver_threads(Kmm.m):  # the driver's factorisation on idle cores
+        T, dependent = _factor_checked(Kmm)
+        if dependent:
+            K = Kmm.matrix()
+            c, piv, rank, info = dpstrf(K, lower=0)
+            if info < 0 or rank < 1:
+                raise ValueError("kernel: the landmarks' kernel matrix K_mm is not positive "
+                                 "semi-definite; check the kernel or use solver='direct'")
+            if rank < Kmm.m:
+                kept = np.sort(np.asarray(piv[:rank], dtype=np.int64) - 1)
+                keep = kept if keep is None else keep[kept]
+                Kmm = LandmarkGram(FeatureMap(kernel, landmarks[keep], None, chunk))
+            T = factor_kmm(Kmm)
+    if keep is not None:
+        logger.info("%s: %d landmarks, %d distinct, %d numerically independent: PCG solves in "
+                    "those (the others' coefficients 0, a repeated landmark's on its first "
+                    "copy)", what, m, m if merged is None else len(merged[0]), len(keep))
+    return keep, Kmm, T
+
+
+def _factor_checked(Kmm) -> tuple[np.ndarray | None, bool]:
+    """``(T, dependent)``: :func:`factor_kmm`'s factor with its first jitter ``ε₀`` and
+    whether a landmark may be numerically dependent on the earlier ones (the factorisation
+    fails, or a pivot ``T_ii² ≤ 2ε₀ + u·m·max diag K_mm``); ``T`` None when so."""
+    K = Kmm.matrix()
+    m = K.shape[0]
+    diag = np.diag(K).copy()
+    eps = JITTER * m * (float(np.mean(diag)) or 1.0)
+    K[np.diag_indices(m)] += eps
+    try:
+        T = cholesky(K, lower=False, overwrite_a=True, check_finite=False)
+    except LinAlgError:
+        return None, True
+    # a landmark j with Schur complement S_j (unjittered) has the pivot
+    # T_jj² = S_j + ε₀ (1 + θ), 0 ≤ θ ≤ 1 (ε₀ on the earlier landmarks too): 2ε₀ + u·m·max diag
+    # bounds the pivots of landmarks within rounding of the earlier ones' span
+    floor = 2.0 * eps + np.finfo(np.float64).eps * m * float(diag.max())
+    if np.min(np.diag(T) ** 2) <= floor:
+        return None, True
+    return T, False
+
+
+def _states_for(states, keep):
+    """``states`` with the number of landmarks solved in in every key (their arrays have
+    that many rows), or ``states`` itself when all are."""
+    if states is None or keep is None:
+        return states
+    u = int(len(keep))
+    return lambda key: states({**key, "distinct": u})
+
+
+def _expand(result: PCGResult, keep, landmarks, Kmm: LandmarkGram) -> PCGResult:
+    """``result`` of the landmarks ``landmarks[keep]`` solved in, in all ``m`` landmarks:
+    ``α`` 0 on the others; ``K_nmᵀ K_nm α`` of a left-out landmark ``j`` as
+    ``w_jᵀ (K_nmᵀ K_nm α)_S`` with ``w_j = K_SS^{-1} k(L_S, x_j)`` (exact for a repeated
+    landmark, whose ``w_j`` selects its first copy; to the rounding of ``K_mm`` for a
+    dependent one)."""
+    if keep is None:
+        return result
+    m = landmarks.shape[0]
+    L, _, t = result.alphas.shape
+    alphas = np.zeros((L, m, t))
+    alphas[:, keep] = result.alphas
+    galphas = None
+    if result.galphas is not None:
+        galphas = np.zeros((L, m, t))
+        galphas[:, keep] = result.galphas
+        out = np.setdiff1d(np.arange(m), keep)
+        # exact copies: their first copy's row
+        first, inverse = distinct_landmarks(landmarks) or (np.arange(m), np.arange(m))
+        pos = np.full(m, -1)
+        pos[keep] = np.arange(len(keep))
+        src = pos[first[inverse[out]]]
+        copies = src >= 0
+        galphas[:, out[copies]] = result.galphas[:, src[copies]]
+        rest = out[~copies]
+        if len(rest):  # numerically dependent: through the projection on the kept span
+            k_sr = np.asarray(Kmm.fmap.block(landmarks[rest], dtype=np.float64)).T
+            w = _cho_solve_upper(factor_kmm(Kmm), k_sr)
+            galphas[:, rest] = np.einsum("sr,lst->lrt", w, result.galphas)
+    return dataclasses.replace(result, alphas=alphas, galphas=galphas)
+
+
+def _cho_solve_upper(T: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``(TᵀT)^{-1} b`` for an upper-triangular ``T``."""
+    v = solve_triangular(T, b, lower=False, trans="T", check_finite=False)
+    return solve_triangular(T, v, lower=False, check_finite=False)
+
+
+def _prepare_pcg(fs, config: dict, options, *, Kmm: LandmarkGram, n: int, block_rows: int,
+                 dtype):
+    """Prepare the open store ``fs`` for the PCG pass ``config`` and build what the sweeps
+    need: ``(data, states)`` — the :class:`~distsketch.sweep.SweepData` of kernel blocks
+    recomputed against ``Kmm``'s landmarks, and ``states(key)``, the solver-state group of
+    ``key`` in a kept store (None in a temporary one)."""
     fs.prepare_pass(config, overwrite=options.overwrite)
-    fmap = FeatureMap(kernel, landmarks, None, options.gram_chunk)
-    data = SweepData(n=n, block_rows=block_rows, m=m, d=1, C=None, crcs=(),
-                     x=fmap, dtype=dtype, location=fs.location)
+    data = SweepData(n=n, block_rows=block_rows, m=Kmm.m, d=1, C=None, crcs=(),
+                     x=Kmm.fmap, dtype=dtype, location=fs.location)
 
     def states(key: dict):
         if fs.temporary:
@@ -629,7 +897,7 @@ def _prepare_pcg(fs, config: dict, options, *, kernel, landmarks, n: int, m: int
         return fs.group.require_group("solver").require_group(
             state_key({"pass": config, **key}))
 
-    return LandmarkGram(fmap), data, states
+    return data, states
 
 
 def _solve_or_reset(solve, fs, config: dict, options):
@@ -678,10 +946,8 @@ def fit_pcg(spec, *, kernel, sketch, store, reuse_seeds: bool, tol: float, max_i
     fs = None if directory is not None else open_fit_store(store, lock=True)
     try:
         seed = int(spec.rng.integers(0, 2**63 - 1, size=2)[0])
-        recorded = fs.meta.get("pass") if reuse_seeds and fs is not None else None
-        if recorded:
-            found = (recorded.get("input") or {}).get("sketch", {}).get("seed")
-            seed = found if isinstance(found, int) else seed
+        found = fs.recorded_seed("input") if reuse_seeds and fs is not None else None
+        seed = seed if found is None else found
         if getattr(sketch, "needs_kernel", False):
             xs = sketch.realize(n, seed=seed, data=X, kernel=kernel)
         else:
@@ -701,15 +967,17 @@ def fit_pcg(spec, *, kernel, sketch, store, reuse_seeds: bool, tol: float, max_i
         })
         if directory is not None:
             fs = directory.open(config)
-        Kmm, data, states = _prepare_pcg(fs, config, options, kernel=kernel, landmarks=land,
-                                         n=n, m=m, block_rows=b, dtype=dtype)
+        keep, Kmm, T = select_landmarks(kernel, land, chunk=options.gram_chunk, what=model)
+        data, states = _prepare_pcg(fs, config, options, Kmm=Kmm, n=n, block_rows=b,
+                                    dtype=dtype)
+        states = _states_for(states, keep)
 
         def solve():
             return pcg_path(data, X, Y, Kmm=Kmm, lams=spec.lams, tol=tol, max_iter=max_iter,
                             fit_intercept=fit_intercept, split_every=options.split_every,
-                            progress=options.progress, states=states, centre=centre)
+                            progress=options.progress, states=states, centre=centre, T=T)
 
-        result = _solve_or_reset(solve, fs, config, options)
+        result = _expand(_solve_or_reset(solve, fs, config, options), keep, land, Kmm)
     except BaseException:
         if fs is not None:
             fs.close()
@@ -785,11 +1053,9 @@ def fit_pcg_sisokr(spec, *, store, reuse_seeds: bool, tol: float, max_iter: int,
     fs = None if directory is not None else open_fit_store(store, lock=True)
     try:
         seeds = [int(s) for s in spec.rng.integers(0, 2**63 - 1, size=2)]
-        recorded = fs.meta.get("pass") if reuse_seeds and fs is not None else None
-        if recorded:
-            found = [(recorded.get(side) or {}).get("sketch", {}).get("seed")
-                     for side in ("input", "output")]
-            seeds = [f if isinstance(f, int) else s for f, s in zip(found, seeds)]
+        if reuse_seeds and fs is not None:
+            found = [fs.recorded_seed(side) for side in ("input", "output")]
+            seeds = [s if f is None else f for f, s in zip(found, seeds)]
         sums = ("M", "E") if linear_output else ("M", "E", "U")
         res = fit_pass(X, Y, x_kernel=kx, x_sketch=xsk, y_kernel=ky, y_sketch=ysk, sums=sums,
                        rng=spec.rng, seeds=seeds, store=None, options=options, model=model)
@@ -814,9 +1080,12 @@ def fit_pcg_sisokr(spec, *, store, reuse_seeds: bool, tol: float, max_iter: int,
         })
         if directory is not None:
             fs = directory.open(config)
-        Kmm, data, states = _prepare_pcg(fs, config, options, kernel=kx,
-                                         landmarks=res.x_landmarks, n=n, m=m,
-                                         block_rows=b, dtype=dtype)
+        keep, Kmm, T = select_landmarks(kx, res.x_landmarks, chunk=options.gram_chunk,
+                                        what=model)
+        data, states = _prepare_pcg(fs, config, options, Kmm=Kmm, n=n, block_rows=b,
+                                    dtype=dtype)
+        states = _states_for(states, keep)
+        z_solve = z if keep is None else np.ascontiguousarray(z[keep])  # the rows solved in
 
         def solve():
             rhs = _SisokrRhsState(states({"what": "rhs"}))
@@ -832,10 +1101,11 @@ def fit_pcg_sisokr(spec, *, store, reuse_seeds: bool, tol: float, max_iter: int,
                 rhs.save({"z": z, "done": True})
             sweeper = Sweeper(data, X, Y, split_every=options.split_every,
                               progress=options.progress, block=_pcg_block, name="pcg")
-            return lam_path(sweeper, Kmm, z, spec.lams, tol=tol, max_iter=max_iter,
-                            states=states)
+            return lam_path(sweeper, Kmm, z_solve, spec.lams, tol=tol, max_iter=max_iter,
+                            states=states, T=T)
 
-        result = _solve_or_reset(solve, fs, config, options)
+        result = _expand(_solve_or_reset(solve, fs, config, options), keep, res.x_landmarks,
+                         Kmm)
     except BaseException:
         if fs is not None:
             fs.close()
