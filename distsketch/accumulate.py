@@ -915,15 +915,12 @@ def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, di
     n = X.n
     seeds = ([int(s) for s in rng.integers(0, 2**63 - 1, size=2)] if seeds is None
              else [int(s) for s in seeds])
-    # a damaged record is no seed source (the store is refused, or with overwrite=True
-    # replaced, when the pass is prepared)
-    recorded = (fs.meta_or_none() or {}).get("pass") if reuse_seeds and fs is not None else None
-    if isinstance(recorded, dict) and recorded:
-        found = [(recorded.get(side) or {}).get("sketch", {}).get("seed")
-                 for side in ("input", "output")]
-        seeds = [f if isinstance(f, int) else s for f, s in zip(found, seeds)]
-        logger.info("store %s: random_state=None, resuming with the sketch seeds it recorded",
-                    fs.location)
+    if reuse_seeds and fs is not None:
+        found = [fs.recorded_seed(side) for side in ("input", "output")]
+        if any(f is not None for f in found):
+            seeds = [s if f is None else f for f, s in zip(found, seeds)]
+            logger.info("store %s: random_state=None, resuming with the sketch seeds it "
+                        "recorded", fs.location)
     def draw(sketch, seed, data, kernel):
         if getattr(sketch, "needs_kernel", False):  # data-dependent: scores from the rows
             return sketch.realize(n, seed=seed, data=data, kernel=kernel)

@@ -363,6 +363,16 @@ class FitStore:
         except StoreError:
             return None
 
+    def recorded_seed(self, side: str) -> int | None:
+        """The sketch seed the recorded pass drew for ``side`` (``"input"``, ``"output"``), or
+        None where there is none or the record is damaged (no seed source: the store is
+        refused, or with ``overwrite=True`` replaced, when the pass is prepared)."""
+        recorded = (self.meta_or_none() or {}).get("pass")
+        entry = recorded.get(side) if isinstance(recorded, dict) else None
+        sketch = entry.get("sketch") if isinstance(entry, dict) else None
+        seed = sketch.get("seed") if isinstance(sketch, dict) else None
+        return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+
     def _set_meta(self, **updates: Any) -> None:
         meta = self.meta
         meta.update(updates)

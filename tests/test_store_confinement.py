@@ -250,3 +250,29 @@ def test_a_store_of_another_format_is_replaced_only_with_overwrite(tmp_path):
         fit(path)
     np.testing.assert_array_equal(fit(path, overwrite=True).coef_, first.coef_)
 
+
+
+@pytest.mark.parametrize("damage", sorted(ATTRIBUTE_DAMAGE))
+def test_damaged_root_attributes_of_a_pcg_fit_overwrite_recovers(tmp_path, damage):
+    """The PCG route reads the recorded seeds through the same tolerant metadata: with
+    overwrite=True a damaged store is refitted, to the fresh PCG model."""
+    X = np.random.default_rng(3).normal(size=(200, 4))
+    y = np.sin(X[:, 0])
+
+    def pcg(path, seed=0, **kw):
+        return ds.SketchedKRR(ds.Gaussian(0.4), sketch=ds.SubSampling(30), lam=1e-3,
+                              solver="pcg", random_state=seed, store=path,
+                              options=ds.EngineOptions(block_rows=50, block_dtype="float64",
+                                                       **kw)).fit(X, y)
+
+    path = tmp_path / "s"
+    pcg(path)
+    ATTRIBUTE_DAMAGE[damage][0](path)
+    with pytest.raises(StoreError, match=str(path)):
+        pcg(path)
+    np.testing.assert_array_equal(pcg(path, overwrite=True).dual_coef_,
+                                  pcg(tmp_path / "fresh").dual_coef_)
+    # without a seed the fit reads the seeds the store recorded: damaged, it draws new ones
+    ATTRIBUTE_DAMAGE[damage][0](path)
+    refit = pcg(path, seed=None, overwrite=True)
+    assert len(refit.dual_coef_) == 30 and np.isfinite(refit.dual_coef_).all()
