@@ -16,6 +16,9 @@ ragged collection: concatenated candidates plus offsets. Queries are grouped by 
 scores a contiguous span of candidates holding several small sets, or one piece of a large
 set (pieces merged like the fixed case). Candidate features are computed once per task for
 all the queries sharing the set, or read from a :class:`~distsketch.candidates.CandidateStore`.
+
+This module is the block work and the fold's cost rule; which candidates, which route and which
+cached folds a fitted model uses is :mod:`distsketch.decoding`'s part.
 """
 
 from __future__ import annotations

@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-import os
 
 import numpy as np
 
 from .backends import dense
-from .candidates import CandidateStore, _check_query_sets, candidate_reader, concatenate_sets
-from .decode import candidate_features, decode_fixed, decode_ragged, fold_candidates, \
-    fold_costs, fold_route, local_tile
+from .decode import fold_candidates, fold_route
+from .decoding import Surrogate, candidate_scores, centred, check_width, decode, default_features
 from ._base import check_lam
 from .estimator import FitSpec, RidgeEstimator, SketchedEstimator, checks_feature_names
 from .features import FeatureMap
@@ -591,7 +589,8 @@ class SISOKR(RidgeEstimator):
         With an intercept, of the centred rows ``y − ȳ`` (the model's outputs).
         """
         self._check_fitted()
-        Y = self._centred(_check_width(Y, self.n_outputs_, "candidates"))
+        Y = centred(check_width(Y, self.n_outputs_, "candidates"),
+                    getattr(self, "intercept_", None))
         return self._output_map().transform(Y, block_memory=self._options().block_memory,
                                             argument="candidates", model="SISOKR")
 
@@ -627,7 +626,7 @@ class SISOKR(RidgeEstimator):
 
         return -surrogate_mse(self, X, Y)
 
-    # -- decoding ---------------------------------------------------------------
+    # -- decoding (distsketch.decoding) --------------------------------------------
     @checks_feature_names
     @with_blas_limit
     def score_candidates(self, X, candidates) -> np.ndarray:
@@ -643,14 +642,9 @@ class SISOKR(RidgeEstimator):
         ndarray of shape (n_queries, n_candidates)
         """
         self._check_fitted()
-        cand = self._centred(_check_width(candidates, self.n_outputs_, "candidates"))
-        if cand.shape[0] == 0:
-            raise ValueError("candidates: empty candidate set")
-        g = self.surrogate(X)
-        fmap = self._output_map()
-        # the fixed-shape tiles of decoding: the scores predict_topk ranks, bitwise
-        phi = candidate_features(fmap, as_row_source(cand, argument="candidates").data)
-        return fmap.diag(cand)[None, :] - 2.0 * (g @ phi.T)
+        cand = centred(check_width(candidates, self.n_outputs_, "candidates"),
+                       getattr(self, "intercept_", None))
+        return candidate_scores(self._output_map(), self._surrogate(), X, cand)
 
     @checks_feature_names
     @with_blas_limit
@@ -683,189 +677,6 @@ class SISOKR(RidgeEstimator):
         idx, scores, _ = self._decode(X, candidates, k, candidate_sets, query_sets)
         return idx, scores
 
-    def _centred(self, Y):
-        """Output rows as the model sees them: ``y − ȳ`` with an intercept (dense), else as
-        given."""
-        offset = getattr(self, "intercept_", None)
-        if offset is None or Y is None:
-            return Y
-        if isinstance(Y, CandidateStore):
-            raise ValueError("candidates: a CandidateStore caches features of the outputs as "
-                             "stored, but this model was fitted with fit_intercept=True (on "
-                             "centred outputs); pass the candidates as an array")
-        return np.asarray(dense(Y), dtype=np.float64) - offset
-
-    def _decode(self, X, candidates, k, candidate_sets, query_sets):
-        """Validate, decode, and return ``(indices, scores, take)``; ``take(best)`` gives rows."""
-        self._check_fitted()
-        offset = getattr(self, "intercept_", None)
-        if offset is not None:  # decode the centred rows; return the rows as given
-            candidates = self._centred(candidates)
-            if isinstance(candidate_sets, CandidateStore):
-                self._centred(candidate_sets)  # refused
-            elif candidate_sets is not None:
-                candidate_sets = [self._centred(c) for c in candidate_sets]
-            idx, scores, take = self._decode_centred(X, candidates, k, candidate_sets,
-                                                     query_sets)
-            return idx, scores, lambda best: np.asarray(dense(take(best))) + offset
-        return self._decode_centred(X, candidates, k, candidate_sets, query_sets)
-
-    def _decode_centred(self, X, candidates, k, candidate_sets, query_sets):
-        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
-            raise ValueError(f"k: the number of candidates to return must be a positive integer, got {k!r}")
-        if candidates is not None and candidate_sets is not None:
-            raise ValueError("candidates / candidate_sets: give one candidate set for all queries "
-                             "(candidates=) or per-query sets (candidate_sets=), not both")
-        options = self._options()
-        fmap = self._output_map()
-        if candidate_sets is not None:
-            if isinstance(candidate_sets, CandidateStore):
-                store = _check_store(candidate_sets, "ragged", self.n_outputs_)
-                source, offsets, stored_qs = store, store.offsets, store.query_sets
-                read = _cached_reader(store, fmap, self.output_key_, options.progress)
-            else:
-                source, offsets = concatenate_sets(candidate_sets, width=self.n_outputs_)
-                _check_finite(source, "candidate_sets")
-                read, stored_qs = candidate_reader(source), None
-            if query_sets is None:
-                query_sets = stored_qs
-            if query_sets is None:
-                raise ValueError("query_sets: required with candidate_sets (one set number per query)")
-            n_q = X.shape[0] if hasattr(X, "shape") else len(X)
-            G = self._surrogate_by(self._ragged_route(n_q), X)
-            qs = _check_query_sets(query_sets, len(offsets) - 1, n_queries=G.shape[0])
-            idx, scores = decode_ragged(fmap, G, read, offsets=offsets, query_sets=qs, k=int(k),
-                                        block_rows=options.candidate_rows,
-                                        split_every=options.split_every, progress=options.progress,
-                                        backend=options.backend)
-            return idx, scores, lambda best: _take_rows(source, offsets[qs] + best)
-        features = None  # () → (phi, kyy) of every candidate, for a folded route
-        if isinstance(candidates, CandidateStore):
-            store = _check_store(candidates, "fixed", self.n_outputs_)
-            read, n_c, take = (_cached_reader(store, fmap, self.output_key_, options.progress),
-                              store.n_candidates, store.rows)
-            source = ("store", os.path.abspath(store.location), store.token, n_c)
-            features = lambda: store.ensure_features(fmap, self.output_key_)  # noqa: E731
-        elif candidates is None:
-            if self.candidates_ is None:
-                raise ValueError("candidates: a model with a linear output kernel has no default "
-                                 "candidates; pass candidates=")
-            if self._candidate_features is None:  # features of the default set, once per fit
-                self._candidate_features = (  # tiles sized to the set, on all local cores
-                    candidate_features(fmap, self.candidates_, parallel=True,
-                                       rows=local_tile(len(self.candidates_))),
-                    fmap.diag(self.candidates_))
-            phi, kyy = self._candidate_features
-            read, n_c = (lambda a, b: ("cached", phi, kyy, a, b)), len(phi)
-            take = self.candidates_.__getitem__
-            source, features = ("default",), (lambda: (phi, kyy))
-        else:
-            src = as_row_source(candidates, argument="candidates")
-            if src.shape[1] != self.n_outputs_:
-                raise ValueError(f"candidates: rows have {src.shape[1]} columns but the model was "
-                                 f"fitted on outputs with {self.n_outputs_}")
-            src.check_finite()
-            read, n_c = candidate_reader(src.data), src.n
-            take = lambda best: _take_rows(src, best)  # noqa: E731
-            source = None  # not cached: a fold is paid by this call's queries
-            if isinstance(src.data, np.ndarray):
-                features = lambda: (candidate_features(fmap, src.data, parallel=True),  # noqa: E731
-                                    fmap.diag(src.data))
-        n_q = X.shape[0] if hasattr(X, "shape") else len(X)
-        route = self._fold_route(n_q, n_c, source, foldable=features is not None)
-        if route in ("unfolded", "coef"):
-            G = self._surrogate_by(route, X)
-        else:  # scores φ(x)ᵀ Z with Z folded once (distsketch.decode.fold_costs)
-            Z, kyy_c = self._folded(route, source, features)
-            read = lambda a, b: ("cached", Z, kyy_c, a, b)  # noqa: E731
-            qmap = self._input_map()
-            if route == "kernel":
-                qmap = dataclasses.replace(qmap, projection=None)
-            G = np.asarray(qmap.transform(X, block_memory=options.block_memory, model="SISOKR"))
-        idx, scores = decode_fixed(fmap, G, read, n_candidates=n_c, k=int(k),
-                                   block_rows=options.candidate_rows, split_every=options.split_every,
-                                   progress=options.progress, backend=options.backend)
-        return idx, scores, take
-
-    #: Folded decoding: ``None`` (the cost rule of :func:`distsketch.decode.fold_route`), or
-    #: force ``"unfolded"``, ``"coef"``, ``"features"`` or ``"kernel"`` (tests, benchmarks).
-    _fold = None
-
-    def _fold_cache(self) -> dict:
-        """Folded matrices ``{(source, route): (Z, kyy)}`` (``(None, "coef"): (M, None)``)
-        valid for the active coefficients: emptied whenever ``coef_`` (λ, rank, refit) or the
-        output map changes."""
-        cache = getattr(self, "_folded_cache", None)
-        if cache is None or cache[0] is not self.coef_ or cache[1] != self.output_key_:
-            cache = self._folded_cache = (self.coef_, self.output_key_, {})
-        return cache[2]
-
-    def _surrogate_by(self, route: str, X) -> np.ndarray:
-        """``g(x) = W φ_X(x)`` (n_queries, r_Y): :meth:`surrogate` (``"unfolded"``), or
-        ``Mᵀ k_X(L, x)`` with ``M = P Wᵀ`` folded once (``"coef"``)."""
-        if route == "unfolded":
-            return self.surrogate(X)
-        M, _ = self._folded("coef", None, None)
-        qmap = dataclasses.replace(self._input_map(), projection=None)
-        return np.asarray(qmap.transform(X, post=M, block_memory=self._options().block_memory,
-                                         model="SISOKR"))
-
-    def _ragged_route(self, n_queries: int) -> str:
-        """``"unfolded"`` or ``"coef"`` for per-query sets: the candidate-free part of
-        :func:`distsketch.decode.fold_costs` (the scoring ``n_c·r_Y`` is the same on both)."""
-        if self.input_feature_map_.projection is None:
-            return "unfolded"
-        if self._fold is not None:
-            return "coef" if self._fold in ("coef", "kernel") else "unfolded"
-        costs = fold_costs(n_queries=n_queries, n_candidates=0,
-                           n_landmarks=self.input_feature_map_.landmarks.shape[0],
-                           r_x=self.coef_.shape[1], r_y=self.coef_.shape[0], projected=True,
-                           cached=[r for (_, r) in self._fold_cache()])
-        return "coef" if costs["coef"] < costs["unfolded"] else "unfolded"
-
-    def _fold_route(self, n_queries: int, n_candidates: int, source, *,
-                    foldable: bool = True) -> str:
-        """The decoding route for a fixed set (:func:`distsketch.decode.fold_route`);
-        ``foldable=False``: the candidates cannot be folded (a dask or zarr array)."""
-        P = self.input_feature_map_.projection
-        cache = self._fold_cache()
-        if self._fold is not None:
-            route = self._fold
-            if P is None and route in ("coef", "kernel"):  # no projection to fold
-                route = "unfolded" if route == "coef" else "features"
-            if not foldable and route in ("features", "kernel"):
-                route = "unfolded"
-            return route
-        return fold_route(n_queries=n_queries, n_candidates=n_candidates,
-                          n_landmarks=self.input_feature_map_.landmarks.shape[0],
-                          r_x=self.coef_.shape[1], r_y=self.coef_.shape[0],
-                          projected=P is not None, memory=None if foldable else 0,
-                          cached=[r for (s, r) in cache if s == source or r == "coef"])
-
-    def _folded(self, route: str, source, features):
-        """``(Z, kyy)``: ``Z = φ_Y(C) W`` (n_c × r_X, ``"features"``) or ``φ_Y(C) W Pᵀ``
-        (n_c × s_X, ``"kernel"``), so that ``⟨ĥ(x), ψ(c)⟩ = (Z φ_X(x))_c`` or
-        ``(Z k_X(L, x))_c``; cached per candidate source while ``coef_`` is unchanged.
-        ``"coef"``: ``(M, None)`` with ``M = P Wᵀ`` (s_X × r_Y), ``g(x) = Mᵀ k_X(L, x)``, for
-        any candidates."""
-        cache = self._fold_cache()
-        if route == "coef":
-            if (None, "coef") not in cache:
-                P = np.asarray(self.input_feature_map_.projection)
-                with driver_threads(P.shape[0]):
-                    cache[(None, "coef")] = (P @ self.coef_.T, None)
-            return cache[(None, "coef")]
-        if source is not None and (source, route) in cache:
-            return cache[(source, route)]
-        phi, kyy = features()
-        # "kernel": W Pᵀ = Mᵀ of the "coef" fold (computed once for both)
-        M = self.coef_ if route != "kernel" else self._folded("coef", None, None)[0].T
-        Z = fold_candidates(phi, M)  # tiles on all local cores
-        out = (Z, np.asarray(kyy[:], dtype=np.float64))
-        if source is not None:
-            cache[(source, route)] = out
-        return out
-
     @checks_feature_names
     @with_blas_limit
     def predict(self, X, candidates=None, *, candidate_sets=None, query_sets=None):
@@ -889,38 +700,50 @@ class SISOKR(RidgeEstimator):
         idx, _, take = self._decode(X, candidates, 1, candidate_sets, query_sets)
         return dense(take(idx[:, 0]))
 
+    def _decode(self, X, candidates, k, candidate_sets, query_sets):
+        """:func:`distsketch.decoding.decode`: ``(indices, scores, take)``."""
+        self._check_fitted()
+        return decode(self._output_map(), self._surrogate(), X, candidates, self._options(),
+                      k=k, candidate_sets=candidate_sets, query_sets=query_sets,
+                      width=self.n_outputs_, key=self.output_key_,
+                      default=self._default_candidates, offset=getattr(self, "intercept_", None))
 
-def _check_store(store: CandidateStore, kind: str, width: int) -> CandidateStore:
-    if store.kind != kind:
-        right = "candidates=" if store.kind == "fixed" else "candidate_sets="
-        raise ValueError(f"candidates: this CandidateStore holds {'one fixed set' if store.kind == 'fixed' else 'per-query sets'}; "
-                         f"pass it as {right}")
-    if store.width != width:
-        raise ValueError(f"candidates: the store's rows have {store.width} columns but the model "
-                         f"was fitted on outputs with {width}")
-    return store
+    def _default_candidates(self, fmap: FeatureMap):
+        """``(candidates_, φ_Y, kyy)``: the default candidates' features, once per fit."""
+        if self.candidates_ is None:
+            raise ValueError("candidates: a model with a linear output kernel has no default "
+                             "candidates; pass candidates=")
+        if self._candidate_features is None:
+            self._candidate_features = default_features(fmap, self.candidates_)
+        return (self.candidates_, *self._candidate_features)
 
+    #: Folded decoding: ``None`` (the cost rule of :func:`distsketch.decode.fold_route`), or
+    #: force ``"unfolded"``, ``"coef"``, ``"features"`` or ``"kernel"`` (tests, benchmarks).
+    _fold = None
 
-def _cached_reader(store: CandidateStore, fmap: FeatureMap, key: str, progress: bool = False):
-    phi, kyy = store.ensure_features(fmap, key, progress=progress)
-    return lambda a, b: ("cached", phi, kyy, a, b)
+    def _fold_cache(self) -> dict:
+        """Folded matrices of :class:`~distsketch.decoding.Surrogate`, valid for the active
+        coefficients: emptied whenever ``coef_`` (λ, rank, refit) or the output map changes."""
+        cache = getattr(self, "_folded_cache", None)
+        if cache is None or cache[0] is not self.coef_ or cache[1] != self.output_key_:
+            cache = self._folded_cache = (self.coef_, self.output_key_, {})
+        return cache[2]
 
+    def _surrogate(self) -> Surrogate:
+        """``g(x) = W φ_X(x)`` and its folds, for :mod:`distsketch.decoding`."""
+        # the rule and the fold looked up here, where tests/test_decode_folded.py spies on them
+        return Surrogate(self._input_map(), self.coef_, self._fold_cache(),
+                         self._options().block_memory, self._fold, fold_route, fold_candidates)
 
-def _check_finite(a: np.ndarray, argument: str) -> None:
-    if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
-        raise ValueError(f"{argument}: contain NaN or infinity")
+    # the routes, as tests see them (distsketch.decoding.Surrogate)
+    def _ragged_route(self, n_queries):
+        return self._surrogate().ragged_route(n_queries)
 
+    def _fold_route(self, n_queries, n_candidates, source, *, foldable=True):
+        return self._surrogate().fixed_route(n_queries, n_candidates, source, foldable=foldable)
 
-def _take_rows(candidates, index: np.ndarray) -> np.ndarray:
-    """Rows ``index`` (any order) of a candidate array, RowSource or store."""
-    if isinstance(candidates, CandidateStore):
-        return candidates.rows(index)
-    src = as_row_source(candidates, argument="candidates")
-    order = np.argsort(index, kind="stable")
-    out = dense(src.take(index[order]))
-    result = np.empty_like(out)
-    result[order] = out
-    return result
+    def _folded(self, route, source, features):
+        return self._surrogate().folded(route, source, features)
 
 
 class SketchedKRR(RidgeEstimator):
@@ -1269,16 +1092,3 @@ def kernel_expansion(est, X):
     options = est._options()
     fmap = FeatureMap(est.kernel_, est.landmarks_, est.dual_coef_, options.gram_chunk)
     return fmap.transform(X, block_memory=options.block_memory, model=type(est).__name__)
-
-
-def _check_width(Y, width: int, argument: str):
-    if isinstance(Y, (list, tuple)):
-        Y = np.asarray(Y)
-    if getattr(Y, "ndim", None) == 1:
-        Y = Y.reshape(-1, 1) if width == 1 else Y.reshape(1, -1)
-    if getattr(Y, "ndim", None) != 2:
-        raise ValueError(f"{argument}: expected a 2-D array of output rows")
-    if Y.shape[1] != width:
-        raise ValueError(f"{argument}: rows have {Y.shape[1]} columns but the model was fitted "
-                         f"on outputs with {width}")
-    return Y
