@@ -91,19 +91,22 @@ from .rows import check_finite_block
 from .store import DataChanged
 from .sweep import SweepData, Sweeper, _block_native, gram_product
 
-__all__ = ["PCG_SKETCHES", "Preconditioner", "LandmarkGram", "PCGResult", "pcg_path", "fit_pcg",
+__all__ = ["landmark_sketches", "Preconditioner", "LandmarkGram", "PCGResult", "pcg_path", "fit_pcg",
            "lam_path", "fit_pcg_sisokr",
            "check_pcg_sketch", "choose_solver", "AUTO_PCG_PASSES", "AUTO_PASS_FLOPS",
            "AUTO_STORE_BYTES"]
 
 logger = logging.getLogger(__name__)
 
-#: Sketches PCG supports: those that pick landmarks (a support of m distinct training rows and
-#: a diagonal ``R_mix``), so ``C = K_nm diag(r)`` is a scaled kernel block recomputable from the
-#: rows and ``B = diag(r) K_mm diag(r)`` the landmarks' own Gram matrix, the preconditioner's
-#: input. Mixing sketches (Gaussian, p-sparsified, accumulation, CountSketch) make ``B`` a
-#: mix of many training rows' kernel values, with no Nyström structure to precondition by.
-PCG_SKETCHES = ("SubSampling", "LeverageScores")
+def landmark_sketches() -> list[str]:
+    """Names of the registered sketches PCG supports: those that declare
+    :attr:`~distsketch.sketches.Sketch.selects_landmarks` (a support of m training rows and a
+    diagonal ``R_mix``, so ``B = diag(r) K_mm diag(r)`` is the landmarks' own Gram matrix, the
+    preconditioner's input; mixing sketches have no Nyström structure to precondition by)."""
+    from .sketches import SKETCHES
+
+    return list(dict.fromkeys(cls.__name__ for cls in SKETCHES.values()
+                              if cls.selects_landmarks))  # in registration order
 
 #: ``solver="auto"``'s cost model. The direct route's pass forms ``G = CᵀC``: ``2nm²`` flops more
 #: than one pass of kernel blocks; PCG makes about ``AUTO_PCG_PASSES`` passes, each of ``n·m``
@@ -145,14 +148,14 @@ def check_pcg_sketch(sketch, *, solver: str, argument: str = "sketch") -> None:
     """Refuse a sketch PCG cannot use, naming ``solver``, the sketch's ``argument`` and the
     supported sketches."""
     name = type(sketch).__name__
-    if name not in PCG_SKETCHES:
+    if not getattr(sketch, "selects_landmarks", False):
         exact = "exact KRR" if argument == "sketch" else "an exact input side"
         what = f"{argument}=None ({exact})" if name == "Identity" else f"{argument}={sketch!r}"
         raise ValueError(
             f"solver={solver!r}: the preconditioned conjugate gradient needs landmarks, a sketch "
-            f"that sub-samples rows ({', '.join(PCG_SKETCHES)}): its preconditioner is built from "
-            f"the landmarks' kernel matrix K_mm alone; {what} has none. Use one of those "
-            f"sketches, or solver='direct'")
+            f"that sub-samples rows ({', '.join(landmark_sketches())}): its preconditioner is "
+            f"built from the landmarks' kernel matrix K_mm alone; {what} has none. Use one of "
+            f"those sketches, or solver='direct'")
 
 
 def choose_solver(solver: str, *, n: int, m: int | None, sketch, store) -> str:
@@ -161,12 +164,12 @@ def choose_solver(solver: str, *, n: int, m: int | None, sketch, store) -> str:
     ``"auto"``: direct while forming ``G`` costs no more than PCG's passes,
     ``2nm² ≤ AUTO_PCG_PASSES · n·m · AUTO_PASS_FLOPS`` (``m ≤ 8 100``), and (with a kept
     ``store``) the stored ``C``, ``4nm`` bytes in float32, is at most ``AUTO_STORE_BYTES``;
-    PCG beyond, when the sketch picks landmarks (:data:`PCG_SKETCHES`; any other sketch stays
-    direct).
+    PCG beyond, when the sketch picks landmarks (``Sketch.selects_landmarks``; any other sketch
+    stays direct).
     """
     if solver != "auto":
         return solver
-    if m is None or type(sketch).__name__ not in PCG_SKETCHES:
+    if m is None or not getattr(sketch, "selects_landmarks", False):
         return "direct"
     cheaper = 2.0 * n * m * m <= AUTO_PCG_PASSES * n * m * AUTO_PASS_FLOPS
     affordable = store is None or 4.0 * n * m <= AUTO_STORE_BYTES

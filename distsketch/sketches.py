@@ -436,6 +436,12 @@ class Sketch(ParamsMixin):
     name: str = ""
     #: ``realize`` also takes ``kernel=`` (the side's kernel): data-dependent sketches
     needs_kernel: ClassVar[bool] = False
+    #: The realised sketch picks landmarks: a support of m training rows and a diagonal
+    #: ``R_mix``, so ``C = K_nm diag(r)`` is a scaled kernel block recomputable from the rows
+    #: and ``B = diag(r) K_mm diag(r)`` the landmarks' own Gram matrix (what the PCG route's
+    #: preconditioner is built from: :mod:`distsketch.pcg`). Mixing sketches (Gaussian,
+    #: p-sparsified, accumulation, CountSketch) make ``B`` a mix of many rows' kernel values.
+    selects_landmarks: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -520,6 +526,7 @@ class SubSampling(Sketch):
     """
 
     name = "subsampling"
+    selects_landmarks = True
 
     def __init__(self, m: int):
         self.m = m
@@ -768,6 +775,7 @@ class LeverageScores(Sketch):
 
     name = "leverage_scores"
     needs_kernel = True
+    selects_landmarks = True
 
     def __init__(self, m: int, lam: float | None = None, dictionary: int | None = None):
         self.m = m

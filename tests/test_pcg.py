@@ -391,3 +391,32 @@ def test_product_tiles_stay_in_cache_and_any_tiling_gives_the_sum(monkeypatch):
     for tile_bytes in (8 * 50 * 8, 8 * 50 * 37, 1 << 30):
         monkeypatch.setattr(sw, "PRODUCT_TILE_BYTES", tile_bytes)
         assert np.abs(sw.gram_product(C32, V, Workspace()) - want).max() <= bound
+
+
+def test_a_user_sketch_declaring_landmarks_takes_the_pcg_route(tmp_path):
+    """PCG asks a sketch whether it selects landmarks (``Sketch.selects_landmarks``), not for
+    its class name: a user's sub-sampling sketch defined here fits by PCG as SubSampling does,
+    and a user's mixing sketch is refused naming the sketches that select landmarks."""
+    from distsketch.sketches import SKETCHES, GaussianSketch, SubSampling
+
+    class MySubSampling(SubSampling):
+        name = "test_my_subsampling"
+
+    class MyMixing(GaussianSketch):
+        name = "test_my_mixing"
+
+    try:
+        rng = np.random.default_rng(0)
+        X = rng.normal(size=(300, 3))
+        y = np.sin(X[:, 0])
+        kw = dict(lam=1e-3, solver="pcg", random_state=0,
+                  options=ds.EngineOptions(block_dtype="float64"))
+        mine = ds.SketchedKRR(ds.Gaussian(0.5), sketch=MySubSampling(40), **kw).fit(X, y)
+        ref = ds.SketchedKRR(ds.Gaussian(0.5), sketch=ds.SubSampling(40), **kw).fit(X, y)
+        np.testing.assert_array_equal(mine.predict(X[:20]), ref.predict(X[:20]))
+        with pytest.raises(ValueError, match=r"needs landmarks.*SubSampling, LeverageScores, "
+                                             r"MySubSampling\)"):
+            ds.SketchedKRR(ds.Gaussian(0.5), sketch=MyMixing(40), **kw).fit(X, y)
+    finally:
+        SKETCHES.pop("test_my_subsampling", None)
+        SKETCHES.pop("test_my_mixing", None)
