@@ -26,6 +26,8 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.sparse as sp
 
+from ._registry import Registry
+
 __all__ = ["Backend", "NumpyBackend", "register_backend", "get_backend", "backend_of", "BACKENDS",
            "LAZY_BACKENDS", "BackendUnavailable", "known_backend", "dense"]
 
@@ -133,7 +135,7 @@ class NumpyBackend(Backend):
 
 
 #: Registered backends by name.
-BACKENDS: dict[str, Backend] = {}
+BACKENDS: Registry = Registry("backend")
 _BY_TYPE: dict[type, Backend] = {}
 
 

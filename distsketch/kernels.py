@@ -77,6 +77,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._base import ParamsMixin
+from ._registry import Registry
 from .backends import Backend, backend_of, dense
 
 __all__ = [
@@ -100,7 +101,7 @@ Block = Union[np.ndarray, sp.spmatrix, sp.sparray]
 
 #: Kernel classes by registry name (``kernel_from_config``, TOML ``name = ...``); a subclass
 #: that defines ``_name`` registers itself.
-KERNELS: dict[str, type] = {}
+KERNELS: Registry = Registry("kernel", attribute="_name")
 
 _DIAG_ROWS = 256  # rows per sub-block when CallableKernel.diag evaluates the user function
 
@@ -428,9 +429,7 @@ class Kernel(ParamsMixin):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        name = cls.__dict__.get("_name")
-        if name:
-            KERNELS[name] = cls  # a later class of the same name replaces it
+        KERNELS.register_class(cls)  # a later class of the same name replaces it
 
     def __init__(self) -> None:
         """Parameter-free kernels take no arguments; subclasses with parameters override."""

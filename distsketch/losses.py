@@ -33,7 +33,8 @@ entries held on an entry-wise kink (scalar ε, pinball), :meth:`~Loss.sphere_ban
 the sphere ``‖r‖ = ε`` of the radial ε-insensitive loss with d > 1.
 Losses are picklable value objects with scikit-learn's ``get_params`` (compared by value),
 validated by :meth:`~Loss.check` when a fit starts, so a bad one fails before anything is
-written. A new loss is one class here (and its name in :data:`LOSSES`).
+written. A new loss is one class (here or in a user's module) that sets ``name``: defining it
+registers it in :data:`LOSSES`.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from ._base import ParamsMixin
+from ._registry import Registry
 
 __all__ = ["Loss", "Squared", "Huber", "EpsilonInsensitive", "Pinball", "Curvature", "LOSSES",
            "check_loss", "loss_from_config"]
@@ -80,10 +82,19 @@ def _positive(value: Any, *, name: str, loss: str, allow_zero: bool = False) -> 
     return float(value)
 
 
+#: Loss classes by name, for ``loss=`` strings and configs: a subclass that sets ``name`` in its
+#: body registers itself.
+LOSSES: Registry = Registry("loss")
+
+
 class Loss(ParamsMixin):
     """Base class of the losses (see the module's notes for the contract)."""
 
     name = "loss"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        LOSSES.register_class(cls)
     #: Whether the loss is non-differentiable and the solver smooths it (Moreau envelope).
     smoothed = False
 
@@ -554,10 +565,6 @@ class Pinball(Loss):
             return 0.0
         t = np.asarray(t, dtype=np.float64)
         return 0.5 * mu * float(np.sum(t * t * (stats["aa"] - n * c * c)))
-
-
-#: Loss names for ``loss=`` strings and configs.
-LOSSES = {cls.name: cls for cls in (Squared, Huber, EpsilonInsensitive, Pinball)}
 
 
 def loss_from_config(config: dict) -> Loss:

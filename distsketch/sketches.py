@@ -54,6 +54,7 @@ from scipy.linalg import solve_triangular
 import scipy.sparse as sp
 
 from ._base import ParamsMixin
+from ._registry import Registry
 from ._hashing import fingerprint, row_hash
 from .backends import backend_of
 
@@ -79,7 +80,7 @@ __all__ = [
 TILE = 4096
 
 #: Sketch specifications by registry name; a subclass that sets ``name`` registers itself.
-SKETCHES: dict[str, type] = {}
+SKETCHES: Registry = Registry("sketch")
 
 
 def _tile_rng(seed: int, tile: int) -> np.random.Generator:
@@ -445,8 +446,7 @@ class Sketch(ParamsMixin):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.__dict__.get("name"):
-            SKETCHES[cls.name] = cls  # a later class of the same name replaces it
+        SKETCHES.register_class(cls)  # a later class of the same name replaces it
 
     def check(self, n: int, *, argument: str) -> None:
         """Raise ``ValueError`` naming ``argument`` if the sketch cannot be drawn for ``n`` rows."""
