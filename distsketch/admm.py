@@ -1,6 +1,6 @@
 """ADMM route of the Lipschitz-loss machines (``SketchedRegressor(solver="admm")``), for large r.
 
-The problem is the Newton route's (:mod:`distsketch.newton`; docs/design.md, "Lipschitz
+The problem is the Newton route's (:mod:`distsketch.lipschitz`; docs/design.md, "Lipschitz
 losses", "ADMM route"), in the whitened features ``φ`` (``Φ = C T``, r of them), ``S = M^{1/2}``::
 
     P(Ξ, b₀) = (1/n) Σ_i h(z_i − y_i) + (λ/2) ‖Ξ‖²_F   s.t.   z_i = S Ξᵀ φ_i + b₀
@@ -23,7 +23,7 @@ the partial sums the next x-update and the certificate need: ``Cᵀz``, ``Cᵀu`
 ``F^k``, the dual points' sums and the residual norms.
 
 Certificate: ``α = ρ u`` lies in ``∂h(z − y)`` (the z-update's optimality), projected onto
-``dom h*`` against rounding; the dual ``D`` of :func:`~distsketch.newton.dual_values` at it and
+``dom h*`` against rounding; the dual ``D`` of :func:`~distsketch.lipschitz.dual_values` at it and
 at the gradients ``∇h(F^k − y)`` (both feasible: the larger is kept) bounds ``P(x^k) − P*``.
 The fit stops when ``(P − D)/P ≤ tol``, like the Newton route. ρ adapts by residual balancing
 (Boyd et al. 2011, §3.4.1): ×2 when the primal residual ``‖F − Z‖/√n`` exceeds 10× the dual
@@ -53,9 +53,10 @@ import numpy as np
 
 from ._hashing import checksum
 from .backends import dense
+from .lipschitz import (Problem, Solution, convergence_warning, dual_values, finish, objective,
+                        save_state)
 from .losses import Loss, Pinball
-from .newton import Problem, Solution, _finish, _objective, _save, convergence_warning, \
-    dual_values, warm_start
+from .newton import warm_start
 from .sweep import _block_C
 
 __all__ = ["AdmmIterate", "RowState", "solve_lam", "solve_path", "choose_route", "supports",
@@ -429,8 +430,7 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
     st = state.load() if state is not None else None
     if st is not None and st.get("done"):
         logger.info("λ = %.3g: solution found in the store (%d iterations)", lam, st["n_iter"])
-        return Solution(lam, st["Xi"], st["b0"], st["objective"], st["gap"], st["n_iter"],
-                        st["converged"], st.get("history", []))
+        return Solution.from_state(lam, st)
     v = None
     if st is not None and st.get("route") == "admm":
         v = rows.resume(st, prob.n, np.shape(Xi0)) if rows.stored else None
@@ -446,7 +446,7 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
              "mu": 0.0}
     while True:
         if v["n_iter"] >= max_iter:
-            return _finish(prob, lam, v, tol, state, None, why=f"max_iter = {max_iter}")
+            return finish(prob, lam, v, tol, state, None, why=f"max_iter = {max_iter}")
         k = int(v["n_iter"])
         Xi, b0, rho = v["Xi"], v["b0"], float(v["rho"])
         it = AdmmIterate(loss, prob.coef(Xi), b0, rho, float(v["u_scale"]), first=k == 0,
@@ -455,7 +455,7 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
                          expect=rows.expected((k - 1) % 2) if k > 0 else None)
         s = sweeper(it)
         v["n_iter"] = k + 1
-        p = _objective(prob, lam, s["loss"], Xi)
+        p = objective(prob, lam, s["loss"], Xi)
         d_u = dual_values(prob, lam, _stats(s, ""), 0.0)[1]
         d_g = dual_values(prob, lam, _stats(s, "g_"), 0.0)[1]
         gap = p - max(d_u, d_g)
@@ -464,12 +464,12 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
         logger.info("λ = %.3g, ADMM iteration %d: objective %.10g, relative duality gap %.3g, "
                     "ρ = %.3g", lam, v["n_iter"], p, rel, rho)
         if rel <= tol:
-            return _finish(prob, lam, v, tol, state, (p, gap, True))
+            return finish(prob, lam, v, tol, state, (p, gap, True))
         if v["n_iter"] >= max_iter:
             warnings.warn(f"{loss.name} loss, λ = {lam:g}: ADMM stopped at max_iter = "
                           f"{max_iter} with relative duality gap {rel:.3g} > tol = {tol:g}; "
                           f"increase max_iter or tol", convergence_warning(), stacklevel=4)
-            return _finish(prob, lam, v, tol, state, (p, gap, False))
+            return finish(prob, lam, v, tol, state, (p, gap, False))
         # residual balancing on Boyd's residuals in the splitting's (1/n)-weighted norms:
         # primal ‖F − z‖/√n, dual ρ‖Aᵀ(z − z_old)‖/n (Aᵀx = [Φᵀx S; 1ᵀx])
         new_rho = rho
@@ -488,6 +488,12 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
         v.update(Xi=Xi, b0=b0, rho=new_rho, u_scale=scale)
         rows.commit(k % 2, k, s, v)  # after every block's rows; before the solver state
         _save(state, v)
+
+
+def _save(state, v: dict) -> None:
+    """Save the driver state after an iteration (:func:`~distsketch.lipschitz.save_state`); a
+    module-level step so that a test can stop a fit between a generation's record and it."""
+    save_state(state, v)
 
 
 def solve_path(prob: Problem, lams, sweeper, *, tol: float, max_iter: int, rows,

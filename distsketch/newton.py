@@ -1,20 +1,8 @@
-"""Driver of the Lipschitz-loss machines: Newton iterations, one sweep over the blocks each.
+"""Newton route of the Lipschitz-loss machines: Newton iterations, one sweep over the blocks each.
 
-The problem (docs/design.md, "Lipschitz losses"), in the pipeline's whitened features
-``φ(x) = Tᵀ R k(X, x)`` (r of them; ``Φ = C T`` on the training rows), with d outputs, the
-output matrix ``M = S²`` (``S = M^{1/2}``) and an optional intercept ``b₀``::
-
-    P(Ξ, b₀) = (1/n) Σ_i h(S Ξᵀ φ_i + b₀ − y_i) + (λ/2) ‖Ξ‖²_F          Ξ: r × d
-    f(x)     = S Ξᵀ φ(x) + b₀ = k(x, X_J) R_mixᵀ (T Ξ S) + b₀
-
-Its Fenchel dual, with ``β_i ∈ dom h*`` (and ``Σ_i β_i = 0`` with an intercept)::
-
-    D(β) = −(1/n) Σ_i [y_iᵀ β_i + h*(β_i)] − (1/(2λn²)) ‖Φᵀ β S‖²_F,     P ≥ D,
-
-equal at the optimum, where ``λ n Ξ = −Φᵀ β S``. Every iterate gives a feasible ``β``: the
-gradients ``α_i = ∇h_μ(r_i)`` (in ``dom h*``), centred and scaled back into the domain when
-there is an intercept (``β = t(α − ᾱ)``, :meth:`~distsketch.losses.Loss.dual_scale`). The
-relative gap ``(P − D)/P`` certifies the iterate: the fit stops when it is ≤ ``tol``.
+The problem, its Fenchel dual and the certificate (the relative duality gap ``(P − D)/P`` at
+a feasible dual point from every iterate) are :mod:`distsketch.lipschitz`'s (docs/design.md,
+"Lipschitz losses"); the fit stops when the gap is ≤ ``tol``.
 
 Each iteration is one sweep (:mod:`distsketch.sweep`) that returns, at the iterate, the loss,
 the gradient ``Cᵀα`` and the weighted Grams of the (generalised) Hessian, and the losses along
@@ -35,47 +23,44 @@ sweep each (:func:`sphere_step`). Either ends at rounding level once the active 
 The first iterate is the closed-form squared-loss solution from the pass's sums (exact for
 ``loss="squared"``, which is :class:`~distsketch.SketchedKRR` with an intercept and ``M``).
 
-The iterate after every sweep is written to the store (``solver/<key>``, with its checksums):
-a fit killed mid-iterations resumes from the last one and ends with the identical model.
+The driver is a sequence of phases over a typed state (:class:`NewtonState`; its ``mode``
+says what the next sweep evaluates): :func:`solve_lam` runs a sweep (:func:`sweep_request`,
+:func:`record_sweep`), then the phase of what it evaluated — :func:`after_newton_step` (the
+line search), :func:`after_polish`, :func:`after_sphere_polish`, or, at the iterate itself,
+:func:`after_probe` (the first sweep of a smoothed loss: μ) — then, at an accepted point,
+:func:`certify` (the gap and the stopping rules) and :func:`next_step` (a smaller μ and a
+polish, or the next Newton direction). The state after every sweep is written to the store
+(``solver/<key>``, with its checksums, in the solver state's keys): a fit killed
+mid-iterations resumes from the last one and ends with the identical model.
+
+Glossary: ``Ξ`` (``Xi``, r × d) and ``b₀`` (``b0``): the iterate; ``ΔΞ``, ``Δb₀`` (``dXi``,
+``db0``): a direction; ``μ`` (``mu``): the smoothing; ``s``: a sweep's sums; ``P``
+(``p_true``), ``P_μ`` (``p_mu``): the true and smoothed objectives.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import warnings
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 from scipy.linalg import LinAlgError, LinAlgWarning, cho_factor, cho_solve, lu_factor, lu_solve
 from scipy.linalg.lapack import dgecon as _dgecon
 
-from ._hashing import checksum
-from .losses import Loss
+from .lipschitz import (STATE_VERSION, Problem, Solution, SolverState, convergence_warning,
+                        dual_values, finish, objective, save_state, state_key)
 from .sweep import Iterate
 
-__all__ = ["Problem", "Solution", "solve_path", "warm_start", "convergence_warning"]
+__all__ = ["NewtonState", "NewtonSetup", "solve_lam", "solve_path", "warm_start",
+           "newton_direction",
+           # re-exported from distsketch.lipschitz, where they live (pcg.py imports them here)
+           "Problem", "Solution", "SolverState", "state_key", "convergence_warning",
+           "dual_values", "STATE_VERSION"]
 
 logger = logging.getLogger(__name__)
-
-_CONVERGENCE: type | None = None
-
-
-def convergence_warning() -> type:
-    """The ``ConvergenceWarning`` category: scikit-learn's when installed (so its filters
-    apply), else a ``UserWarning`` subclass. Resolved on first use, so that importing
-    distsketch never imports scikit-learn."""
-    global _CONVERGENCE
-    if _CONVERGENCE is None:
-        try:
-            from sklearn.exceptions import ConvergenceWarning as cls
-        except ImportError:  # pragma: no cover - exercised without scikit-learn
-            cls = type("ConvergenceWarning", (UserWarning,), {
-                "__doc__": "The solver stopped at ``max_iter`` before reaching ``tol``.",
-                "__module__": __name__})
-        _CONVERGENCE = cls
-    return _CONVERGENCE
 
 
 def __getattr__(name: str):
@@ -107,84 +92,11 @@ SECANT = False
 #: the next sweep's Gram skips the rows at the commonest level at the nearest of these μ
 #: (CASP-20 000, ε = 0.5: 7142 rows instead of the 12 858 in the band at 1/μ).
 LEVEL_MUS = 2.0 ** (np.arange(-400, 401) / 4.0)
-#: Format of the solver state in a store (part of its key); 2: the window of the restricted
-#: polish (``nwin``); 3: the last sweep's Grams (``Q``, ``Q_Xi``, ``Q_b0``).
-STATE_VERSION = 3
 #: Largest ``(m+1)²`` Gram (bytes) the driver keeps from sweep to sweep, so that a Newton sweep
 #: from the last Grams' point forms only their change over the rows whose curvature moved
 #: (``Iterate.delta``; CASP-20 000, ε = 0.5: 3036 rows instead of 7142, 519 instead of 2155,
 #: 114 instead of 2167 at successive sweeps). Beyond, every sweep forms its Grams whole.
 DELTA_GRAM_BYTES = 32 << 20
-
-
-@dataclass(frozen=True)
-class Problem:
-    """λ-independent data of the problem, all m-sized.
-
-    Attributes
-    ----------
-    T : ndarray (m, r)
-        Whitening of ``B = R K Rᵀ`` (features ``Φ = C T``).
-    S : ndarray (d, d)
-        ``M^{1/2}``; ``nu``, ``U``: ``M = U diag(nu) Uᵀ``.
-    Gt : ndarray (m+1, m+1)
-        ``[C 1]ᵀ[C 1]`` (``G``, ``Cᵀ1``, ``n``).
-    b : ndarray (m, d)
-        ``Cᵀ Y`` (targets broadcast to d outputs); ``y1``: ``Σ_i y_i`` (d,).
-    """
-
-    T: np.ndarray
-    S: np.ndarray
-    nu: np.ndarray
-    U: np.ndarray
-    Gt: np.ndarray
-    b: np.ndarray
-    y1: np.ndarray
-    n: int
-    loss: Loss
-    intercept: bool
-    exact_curvature: bool = True
-
-    @property
-    def r(self) -> int:
-        return self.T.shape[1]
-
-    @property
-    def d(self) -> int:
-        return self.S.shape[0]
-
-    def feature_gram(self) -> np.ndarray:
-        """``P̃ᵀ G̃ P̃ / n`` (r+1, r+1), ``P̃ = diag(T, 1)``: the Gram of ``[φ 1]`` (cached)."""
-        cached = self.__dict__.get("_feature_gram")
-        if cached is None:
-            m, r = self.T.shape
-            cached = np.empty((r + 1, r + 1))
-            TG = self.T.T @ self.Gt[:m]
-            cached[:r, :r] = TG[:, :m] @ self.T
-            cached[:r, r] = TG[:, m]
-            cached[r, :r] = TG[:, m]
-            cached[r, r] = self.Gt[m, m]
-            cached /= self.n
-            object.__setattr__(self, "_feature_gram", cached)  # a cache, not state
-        return cached
-
-    def coef(self, Xi: np.ndarray) -> np.ndarray:
-        """``A = T Ξ S`` (m, d): predictions ``C A + b₀`` on the training rows."""
-        return self.T @ Xi @ self.S
-
-
-@dataclass
-class Solution:
-    """The solution for one λ (and how it was reached)."""
-
-    lam: float
-    Xi: np.ndarray
-    b0: np.ndarray
-    objective: float
-    gap: float
-    n_iter: int
-    converged: bool
-    history: list = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- the Newton step
@@ -290,7 +202,7 @@ def _coupled_hessian(prob: Problem, Qf: np.ndarray, lam: float, damp_b: float) -
     return np.block([[HXX, HXb], [HXb.T, Hbb]])
 
 
-# --------------------------------------------------------------------------- objective, dual
+# --------------------------------------------------------------------------- gradient, warm start
 
 
 def _gradient(prob: Problem, lam: float, stats: dict, Xi: np.ndarray):
@@ -298,27 +210,6 @@ def _gradient(prob: Problem, lam: float, stats: dict, Xi: np.ndarray):
     gXi = prob.T.T @ stats["Ca"] @ prob.S / n + lam * Xi
     gb = stats["sa"] / n if prob.intercept else np.zeros(prob.d)
     return gXi, gb
-
-
-def dual_values(prob: Problem, lam: float, stats: dict, mu: float) -> tuple[float, float]:
-    """``(D_μ, D)``: the smoothed and the true dual at the sweep's gradients (see module)."""
-    n, d = prob.n, prob.d
-    loss = prob.loss
-    if prob.intercept:
-        c = stats["sa"] / n
-        t = np.broadcast_to(np.asarray(loss.dual_scale(c), dtype=np.float64), (d,))
-    else:
-        c = np.zeros(d)
-        t = np.ones(d)
-    m = prob.T.shape[0]
-    CtB = (stats["Ca"] - np.outer(prob.Gt[:m, m], c)) * t  # Cᵀβ, with Cᵀ1 from the pass
-    Z = prob.T.T @ CtB @ prob.S
-    quad = float(np.sum(Z * Z)) / (2.0 * lam * n * n)
-    ytb = float(np.sum(t * (stats["ya"] - c * prob.y1)))
-    scale = float(t[0]) if np.all(t == t[0]) else t
-    conj_mu = loss.conjugate_sum(stats, scale, c, n, mu)
-    conj = loss.conjugate_sum(stats, scale, c, n, 0.0) if mu else conj_mu
-    return (-ytb - conj_mu) / n - quad, (-ytb - conj) / n - quad
 
 
 def warm_start(prob: Problem, lam: float) -> tuple[np.ndarray, np.ndarray]:
@@ -329,75 +220,7 @@ def warm_start(prob: Problem, lam: float) -> tuple[np.ndarray, np.ndarray]:
     return newton_direction(prob, lam, stats, "scalar", 1.0, gXi, gb)
 
 
-# --------------------------------------------------------------------------- state in the store
-
-
-class SolverState:
-    """The iterations' state in a store group (``solver/<key>``), double-buffered: arrays go
-    to the slot not in use, then the attributes (with the arrays' checksums) switch to it."""
-
-    ARRAYS = ("Xi", "b0", "dXi", "db0", "fix_C", "fix_col", "fix_y", "fix_beta", "best_Xi",
-              "best_b0", "Q", "Q_Xi", "Q_b0")
-
-    def __init__(self, group):
-        self.group = group
-
-    def load(self) -> dict | None:
-        if self.group is None:
-            return None
-        meta = self.group.attrs.get("state")
-        if not isinstance(meta, dict):
-            return None
-        slot = meta["slot"]
-        out = dict(meta)
-        try:
-            for name in self.ARRAYS:
-                key = f"{name}_{slot}"
-                if meta["checksums"].get(name) is None:
-                    out[name] = None
-                    continue
-                arr = np.asarray(self.group[key][...])
-                if checksum(arr) != meta["checksums"][name]:
-                    raise ValueError(f"{key} fails its checksum")
-                out[name] = arr
-        except Exception as exc:
-            logger.warning("solver state in the store is damaged (%s); starting the iterations "
-                           "for this λ again", exc)
-            return None
-        return out
-
-    def save(self, state: dict) -> None:
-        if self.group is None:
-            return
-        old = self.group.attrs.get("state")
-        slot = 1 - old["slot"] if isinstance(old, dict) else 0
-        sums = {}
-        for name in self.ARRAYS:
-            value = state.get(name)
-            if value is None:
-                sums[name] = None
-                continue
-            arr = np.asarray(value, dtype=np.float64)
-            self.group.create_array(f"{name}_{slot}", data=arr, overwrite=True)
-            sums[name] = checksum(arr)
-        meta = {k: v for k, v in state.items() if k not in self.ARRAYS}
-        meta.update(slot=slot, checksums=sums)
-        self.group.attrs["state"] = meta
-
-
-def state_key(config: dict) -> str:
-    """Key of a solver state: a hash of everything that determines the iterations."""
-    import hashlib
-
-    text = json.dumps({**config, "version": STATE_VERSION}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:20]
-
-
-# --------------------------------------------------------------------------- the iterations
-
-
-def _objective(prob: Problem, lam: float, loss_sum: float, Xi: np.ndarray) -> float:
-    return float(loss_sum) / prob.n + 0.5 * lam * float(np.sum(Xi * Xi))
+# --------------------------------------------------------------------------- the KKT polish
 
 
 #: Relative singular-value cut of a polish's KKT system (dependent kinks, see _solve_kkt).
@@ -576,6 +399,38 @@ def _active_set(A: np.ndarray, Eb: np.ndarray | None, t: np.ndarray, lo: np.ndar
     return None
 
 
+def _exact_step(u: np.ndarray, du: np.ndarray, lo: np.ndarray, hi: np.ndarray, mu: float,
+                n: int, c0: float, c1: float, s0: float) -> float | None:
+    """The exact line search of :func:`restricted_polish` along a Newton step ``dz`` (``du =
+    A dz``; ``c0``, ``c1``: the quadratic part's slope at 0 and curvature, ``s0``: the slope
+    at 0): the step ``h`` where the smoothed restricted objective's slope ``φ'(h)`` vanishes,
+    by safeguarded Newton on the monotone, piecewise-linear ``φ'``; None when the full step
+    already ends on the minimum."""
+
+    def slope(h):  # the smoothed restricted objective along dz: φ'(h), φ''(h)
+        v = (u + h * du) / mu
+        ins = (v > lo) & (v < hi)
+        return (c0 + h * c1 + float(np.clip(v, lo, hi) @ du) / n,
+                c1 + float(du[ins] @ du[ins]) / (n * mu))
+
+    s1, curv = slope(1.0)
+    if abs(s1) <= 1e-9 * abs(s0):
+        return None
+    hlo, hhi, h = 0.0, math.inf, 1.0
+    for _ in range(100):  # safeguarded Newton on the monotone, piecewise-linear φ'
+        if s1 < 0:
+            hlo = h
+        else:
+            hhi = h
+        if abs(s1) <= 1e-12 * abs(s0) or hhi - hlo <= 1e-15 * hhi:
+            break
+        h = h - s1 / curv if curv > 0 else math.nan
+        if not hlo < h < hhi:
+            h = 0.5 * (hlo + hhi) if math.isfinite(hhi) else 2.0 * hlo
+        s1, curv = slope(h)
+    return h
+
+
 def restricted_polish(prob: Problem, lam: float, s: dict, Xi: np.ndarray, b0: np.ndarray,
                       mu: float):
     """The exact minimiser of the problem restricted to a window of entries.
@@ -665,32 +520,13 @@ def restricted_polish(prob: Problem, lam: float, s: dict, Xi: np.ndarray, b0: np
             if not s0 < 0:
                 break
             c0, c1 = float((pen * z + gz) @ dz), float(dz @ (pen * dz))
-
-            def slope(h):  # the smoothed restricted objective along dz: φ'(h), φ''(h)
-                v = (u + h * du) / mu
-                ins = (v > lo) & (v < hi)
-                return (c0 + h * c1 + float(np.clip(v, lo, hi) @ du) / n,
-                        c1 + float(du[ins] @ du[ins]) / (n * mu))
-
-            s1, curv = slope(1.0)
-            if abs(s1) <= 1e-9 * abs(s0):  # the Newton step ends on the minimum
+            h = _exact_step(u, du, lo, hi, mu, n, c0, c1, s0)
+            if h is None:  # the Newton step ends on the minimum
                 z = z + dz
                 u = u + du
                 last = inb
                 continue
             last = None
-            hlo, hhi, h = 0.0, math.inf, 1.0
-            for _ in range(100):  # safeguarded Newton on the monotone, piecewise-linear φ'
-                if s1 < 0:
-                    hlo = h
-                else:
-                    hhi = h
-                if abs(s1) <= 1e-12 * abs(s0) or hhi - hlo <= 1e-15 * hhi:
-                    break
-                h = h - s1 / curv if curv > 0 else math.nan
-                if not hlo < h < hhi:
-                    h = 0.5 * (hlo + hhi) if math.isfinite(hhi) else 2.0 * hlo
-                s1, curv = slope(h)
             z = z + h * dz
             u = u + h * du
         u = At @ z - t
@@ -847,6 +683,9 @@ def sphere_dual_stats(prob: Problem, s: dict, fix: dict, Xi: np.ndarray, b0: np.
     return _add_rows(s, fix["fix_C"], fix["fix_y"], beta)
 
 
+
+# --------------------------------------------------------------------------- the iterations
+
 _FIX = ("fix_C", "fix_col", "fix_y", "fix_beta")
 
 #: Most band entries the KKT polish gathers on the driver (rows of C): beyond, no polish.
@@ -860,270 +699,501 @@ POLISH_ENTRIES = 20000
 #: max_iter stops it.
 STALL_SWEEPS, STALL_NEAR = 60, 100.0
 
-
-def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_iter: int,
-              state: SolverState | None = None) -> Solution:
-    """Newton iterations (with smoothing continuation and KKT polish) for one λ."""
-    loss = prob.loss
-    d = prob.d
-    # smoothed losses: secant (IRLS) weights outside the smoothing band, which keep the steps
-    # to the scale of the residuals where a Newton step on a small band would overshoot
-    exact = prob.exact_curvature and not (loss.smoothed and SECANT)
-    kind = loss.curvature_kind(d, exact=exact)
-    # a vertex holds at most r·d + d entries on their kinks: more cannot be a KKT point's
-    # active set (and the polish's system would be over-determined)
-    cap = min(POLISH_ENTRIES, (prob.r + 1) * d)
-    # entry-wise kinks (scalar ε, pinball): the sweeps gather a window of entries around their
-    # kinks, whose restricted problem the driver solves exactly (restricted_polish)
-    win = (WINDOW if loss.smoothed and loss.band(np.zeros((1, d)), 1.0) is not None
-           and (prob.r + 1) * d <= RESTRICTED_SIZE else 0.0)
-    st = state.load() if state is not None else None
-    if st is not None and st.get("done"):
-        logger.info("λ = %.3g: solution found in the store (%d iterations)", lam, st["n_iter"])
-        return Solution(lam, st["Xi"], st["b0"], st["objective"], st["gap"], st["n_iter"],
-                        st["converged"], st.get("history", []))
-    if st is not None:
-        logger.info("λ = %.3g: resuming the iterations at iteration %d", lam, st["n_iter"])
-        v = st
-    else:
-        v = {"Xi": np.array(Xi0, dtype=np.float64), "b0": np.array(b00, dtype=np.float64),
-             "dXi": None, "db0": None, "mode": None, "n_iter": 0, "p_at": 0.0, "slope": 0.0,
-             "p_ref": 0.0, "nband": -1.0, "nwin": -1.0, "damp": 0.0, "history": [],
-             "mu": -1.0 if loss.smoothed else 0.0}  # -1: μ from the first sweep's residuals
-    lsq = loss.lipschitz_sq(d)
-    # the last sweep's Grams kept (and in the solver state) while small: the next Newton
-    # sweep from their point asks for their change only (Iterate.delta)
-    m1 = prob.Gt.shape[0]
-    held_grams = m1 * m1 * 8 <= DELTA_GRAM_BYTES
-    while True:
-        if v["n_iter"] >= max_iter:  # stopped between evaluations: report the last gap
-            return _finish(prob, lam, v, tol, state, None, why=f"max_iter = {max_iter}")
-        Xi, b0, dXi, db0, mode, mu = v["Xi"], v["b0"], v["dXi"], v["db0"], v["mode"], v["mu"]
-        probe = mu < 0
-        grid = (GRID if mode == "newton" else POLISH_GRID if mode == "polish"
-                or (mode == "sphere" and dXi is not None) else ())
-        # the Grams subtract the curvature level most rows sat at in the last sweep
-        levels = loss.curvature_levels(d, 0.0 if probe else mu, exact=exact)
-        base = float(levels[min(int(v.get("level", 0)), len(levels) - 1)])
-        sphere = mode == "sphere"
-        # a Newton sweep from the last Grams' point at the same μ: only their change
-        delta = (kind == "scalar" and held_grams and mode == "newton"
-                 and v.get("Q") is not None and v.get("Q_mu") == mu
-                 and np.array_equal(Xi, v["Q_Xi"]) and np.array_equal(b0, v["Q_b0"]))
-        if delta:
-            base = float(v["Q_base"])
-        it = Iterate(loss, prob.coef(Xi), b0, None if dXi is None else prob.coef(dXi), db0,
-                     0.0 if probe else mu, grid,
-                     grid_mu=0.0 if mode in ("polish", "sphere") else None,
-                     gram=not probe, exact=exact,
-                     collect=(0 <= v.get("nwin", -1.0) <= WINDOW_ENTRIES if win else
-                              0 <= v["nband"] <= cap and not sphere), window=win,
-                     base=base, levels=levels if len(levels) > 1 else (),
-                     exclude=v["fix_col"].astype(np.int64) if sphere else None,
-                     level_mus=LEVEL_MUS if probe else None, delta=delta)
-        s = sweeper(it)
-        v["n_iter"] += 1
-        if delta:
-            s["Q"] = v["Q"] + s["Q"]
-        if it.gram and held_grams and kind == "scalar" and mode in ("newton", None):
-            # the Grams (at base) of this sweep's point: the iterate, or its full step. Not a
-            # polish's: its point holds entries on their kinks, the band's edge, where the
-            # next sweep's rounding of the same point classes them at random
-            v.update(Q=np.broadcast_to(s["Q"], (m1, m1)).copy(), Q_mu=mu, Q_base=base,
-                     Q_Xi=np.array(Xi if dXi is None else Xi + dXi, dtype=np.float64),
-                     Q_b0=np.array(b0 if db0 is None else b0 + db0, dtype=np.float64))
-        else:
-            v["Q"] = v["Q_Xi"] = v["Q_b0"] = None
-        v["dXi"] = v["db0"] = v["mode"] = None
-        fixd = {k: v.pop(k, None) for k in _FIX}
-        if "nband" in s:
-            v["nband"] = float(s["nband"])
-            logger.debug("smoothing band: %d entries", int(v["nband"]))
-        if "nwin" in s:
-            v["nwin"] = float(s["nwin"])
-        if "at_level" in s:
-            v["level"] = int(np.argmax(s["at_level"]))
-        if sphere:
-            done = _sphere_sweep(prob, lam, s, v, fixd, Xi, b0, dXi, db0, mu, kind, tol)
-            if done is not None:
-                return _finish(prob, lam, v, tol, state, done)
-            _save(state, v)
-            continue
-        if mode == "newton":
-            vals = np.array([_objective(prob, lam, s["grid"][k], Xi + t * dXi)
-                             for k, t in enumerate(GRID)])
-            ok = np.flatnonzero(vals <= v["p_at"] + ARMIJO * np.asarray(GRID) * v["slope"])
-            logger.debug("line search: step %s, decrease %.3g (slope %.3g)",
-                         GRID[ok[0]] if ok.size else None, v["p_at"] - vals.min(), v["slope"])
-            if loss.smoothed:  # Levenberg–Marquardt: damp more after a short step
-                v["damp"] = (v.get("damp", 0.0) * DAMP_DOWN if ok.size and ok[0] == 0
-                             else max(v.get("damp", 0.0), DAMP_MIN) * DAMP_UP)
-            if not (ok.size and ok[0] == 0):  # not the full step: the grid's lowest point
-                k = int(ok[np.argmin(vals[ok])]) if ok.size else int(np.argmin(vals))
-                if ok.size or vals[k] < v["p_at"]:
-                    v["Xi"], v["b0"] = Xi + GRID[k] * dXi, b0 + GRID[k] * db0
-                elif loss.smoothed and mu > 0:
-                    v["mu"], v["level"] = mu * MU_FACTOR, 0  # no decrease: on to a smaller μ
-                else:  # no decrease along the Newton direction: the limit of float64
-                    return _finish(prob, lam, v, tol, state, None)
-                _save(state, v)
-                continue
-            v["Xi"], v["b0"] = Xi + dXi, b0 + db0
-        elif mode == "polish":
-            p_true = _objective(prob, lam, s["loss"], Xi + dXi)
-            if p_true > v["p_ref"]:  # worse than where it started: the best true decrease
-                vals = np.array([_objective(prob, lam, s["grid"][k], Xi + t * dXi)
-                                 for k, t in enumerate(POLISH_GRID)])
-                k = int(np.argmin(vals))
-                logger.debug("polish: full step rejected (objective %.10g > %.10g), step %s",
-                             p_true, v["p_ref"], POLISH_GRID[k] if vals[k] < v["p_ref"] else 0)
-                if vals[k] < v["p_ref"]:
-                    v["Xi"], v["b0"] = Xi + POLISH_GRID[k] * dXi, b0 + POLISH_GRID[k] * db0
-                _save(state, v)
-                continue
-            v["Xi"], v["b0"] = Xi + dXi, b0 + db0
-        Xi, b0 = v["Xi"], v["b0"]
-        if probe:  # the first sweep of a smoothed loss: μ from the residuals' scale
-            v["mu"] = max(math.sqrt(float(s["rr"]) / prob.n), 1e-300)
-            if "level_counts" in s:  # the commonest curvature level at (about) that μ
-                near = int(np.argmin(np.abs(np.log(LEVEL_MUS) - math.log(v["mu"]))))
-                v["level"] = int(np.argmax(s["level_counts"][near]))
-            _save(state, v)
-            continue
-        p_mu = _objective(prob, lam, s["loss_mu"], Xi)
-        p_true = _objective(prob, lam, s["loss"], Xi)
-        if mode == "polish":  # the polish's own dual point (its multipliers)
-            fixed = _with_fix(prob, Xi, b0, s, fixd, mu)
-            d_mu, d_true = dual_values(prob, lam, fixed, mu)
-        else:
-            d_mu, d_true = dual_values(prob, lam, s, mu)
-        gap_mu, gap = p_mu - d_mu, p_true - d_true
-        rel = gap / max(abs(p_true), 1e-300)
-        v["history"].append([v["n_iter"], p_true, rel, mu])
-        logger.info("λ = %.3g, iteration %d: objective %.10g, relative duality gap %.3g%s",
-                    lam, v["n_iter"], p_true, rel, f", μ = {mu:.3g}" if loss.smoothed else "")
-        if rel <= tol:
-            return _finish(prob, lam, v, tol, state, (p_true, gap, True))
-        if not rel >= v.get("best_rel", math.inf):  # the best certified point so far
-            v.update(best_rel=float(rel), best_p=float(p_true), best_at=float(v["n_iter"]),
-                     best_Xi=Xi.copy(), best_b0=np.array(b0, dtype=np.float64))
-        if v["n_iter"] >= max_iter:
-            return _finish(prob, lam, v, tol, state, None, why=f"max_iter = {max_iter}")
-        if (v["n_iter"] - v.get("best_at", 0.0) > STALL_SWEEPS
-                and v["best_rel"] <= STALL_NEAR * tol):
-            return _finish(prob, lam, v, tol, state, None,
-                           why=f"no better certified point in {STALL_SWEEPS} sweeps")
-        mu_floor = 0.02 * tol * abs(p_true) / lsq if lsq else 0.0
-        if loss.smoothed and gap_mu <= GAP_RATIO * gap and mu > mu_floor:
-            v["mu"], v["level"] = max(mu * MU_FACTOR, mu_floor), 0  # a narrower band
-            if "E_Y" in s:  # radial, d > 1: hold the band's rows on the sphere ‖r‖ = ε
-                if len(s["E_row"]) and float(loss.epsilon) > 0:
-                    v.update(mode="sphere", p_ref=p_true, gap_ref=rel, sqp=0,
-                             fix_C=s["E_C"], fix_col=s["E_row"].astype(np.float64),
-                             fix_y=s["E_Y"], fix_beta=np.minimum(
-                                 np.sqrt(np.einsum("ij,ij->i", s["E_a"], s["E_a"])), 1.0))
-                _save(state, v)
-                continue
-            if "E_row" not in s:
-                pol = None
-            elif win:
-                pol = restricted_polish(prob, lam, s, Xi, b0, mu)
-            else:
-                pol = polish(prob, lam, s)
-            if pol is not None:  # try the active set's KKT point, with the next μ's stats
-                v["dXi"], v["db0"] = pol[0] - Xi, pol[1] - b0
-                v["mode"], v["p_ref"] = "polish", p_true
-                v.update(pol[2])
-            _save(state, v)
-            continue
-        gXi, gb = _gradient(prob, lam, s, Xi)
-        damp = v.get("damp", 0.0) / mu if mu > 0 else 0.0
-        dXi, db0 = newton_direction(prob, lam, s, kind, base + damp, gXi, gb)
-        slope = float(np.sum(gXi * dXi) + np.dot(gb, db0))
-        if not slope < 0:  # no descent direction left (rounding): the limit of float64
-            return _finish(prob, lam, v, tol, state, (p_true, gap, rel <= tol))
-        v.update(dXi=dXi, db0=db0, mode="newton", p_at=p_mu, slope=slope)
-        _save(state, v)
-
-
 #: Most Newton steps of one sphere polish, and the factor by which each must cut the gap.
 SPHERE_STEPS, SPHERE_SHRINK = 8, 0.5
 
+#: What the next sweep evaluates besides the iterate: the losses along a Newton direction
+#: (``"newton"``, its line search), the polished point and steps towards it (``"polish"``), a
+#: step of the sphere polish (``"sphere"``); None: the iterate alone.
+Mode = Literal["newton", "polish", "sphere"]
 
-def _sphere_sweep(prob, lam, s, v, fix, Xi, b0, dXi, db0, mu, kind, tol):
-    """After a sweep of the sphere polish (``v["mode"] == "sphere"``): certify the step's
-    point with the held rows' multipliers as their dual, then take the next step, or give up
+#: NewtonState's fields and their keys in the persisted solver state (STATE_VERSION 3, the
+#: format a store killed by an earlier release holds): in every state ...
+_KEYS = (("Xi", "Xi"), ("b0", "b0"), ("dXi", "dXi"), ("db0", "db0"), ("mode", "mode"),
+         ("n_iter", "n_iter"), ("start_objective", "p_at"), ("slope", "slope"),
+         ("ref_objective", "p_ref"), ("band_entries", "nband"), ("window_entries", "nwin"),
+         ("damping", "damp"), ("history", "history"), ("mu", "mu"))
+#: ... and once set (absent before; None here).
+_KEYS_ONCE_SET = (("level", "level"), ("grams", "Q"), ("grams_mu", "Q_mu"),
+                  ("grams_base", "Q_base"), ("grams_Xi", "Q_Xi"), ("grams_b0", "Q_b0"),
+                  ("best_rel", "best_rel"), ("best_objective", "best_p"), ("best_at", "best_at"),
+                  ("best_Xi", "best_Xi"), ("best_b0", "best_b0"), ("ref_gap", "gap_ref"),
+                  ("sphere_steps", "sqp"))
+
+
+@dataclass
+class NewtonState:
+    """The Newton iterations' state for one λ between two sweeps (persisted after each).
+
+    :meth:`as_dict` and :meth:`from_dict` convert it to and from the solver state's dict (its
+    keys, in parentheses where they differ from the fields' names, are those of
+    ``STATE_VERSION`` 3: a store killed mid-iterations by an earlier release resumes).
+
+    Attributes
+    ----------
+    Xi, b0 : ndarray (r, d), (d,)
+        The iterate.
+    mu : float
+        The loss's smoothing μ (0: none; -1: not known yet: the next sweep is the probe).
+    n_iter : int
+        Sweeps done; ``history``: ``[n_iter, objective, relative gap, μ]`` per certified point.
+    mode : Mode or None
+        What the next sweep evaluates along the direction ``dXi``, ``db0`` (:data:`Mode`).
+    start_objective (p_at), slope : float
+        The smoothed objective at a Newton step's origin and its slope along the step
+        (Armijo's condition of the line search).
+    ref_objective (p_ref) : float
+        The true objective a polish's point must not exceed; ``ref_gap`` (gap_ref): the
+        relative gap a sphere-polish step must cut by SPHERE_SHRINK; ``sphere_steps`` (sqp):
+        the sphere polish's steps so far.
+    band_entries (nband), window_entries (nwin) : float
+        Entries in the last sweep's smoothing band and kink window (-1: not counted): the next
+        sweep gathers them for the polish when few enough.
+    damping (damp) : float
+        Levenberg–Marquardt factor of smoothed losses (DAMP_UP, DAMP_DOWN).
+    level : int or None
+        The curvature level most rows sat at in the last sweep: the next Grams' base.
+    held : dict or None
+        The polish's held entries or rows (``fix_C``, ``fix_col``, ``fix_y``, ``fix_beta``),
+        for the next sweep only.
+    grams (Q), grams_mu, grams_base, grams_Xi, grams_b0 (Q_mu, Q_base, Q_Xi, Q_b0)
+        The last sweep's Grams, kept while small (DELTA_GRAM_BYTES), and the μ, the base
+        and the point they were formed at.
+    best_rel, best_objective (best_p), best_at, best_Xi, best_b0
+        The best certified point so far: relative gap, objective, sweep, iterate.
+    """
+
+    Xi: np.ndarray
+    b0: np.ndarray
+    mu: float
+    n_iter: int = 0
+    history: list = field(default_factory=list)
+    mode: Mode | None = None
+    dXi: np.ndarray | None = None
+    db0: np.ndarray | None = None
+    start_objective: float = 0.0
+    slope: float = 0.0
+    ref_objective: float = 0.0
+    band_entries: float = -1.0
+    window_entries: float = -1.0
+    damping: float = 0.0
+    level: int | None = None
+    held: dict | None = None
+    grams: np.ndarray | None = None
+    grams_mu: float | None = None
+    grams_base: float | None = None
+    grams_Xi: np.ndarray | None = None
+    grams_b0: np.ndarray | None = None
+    best_rel: float | None = None
+    best_objective: float | None = None
+    best_at: float | None = None
+    best_Xi: np.ndarray | None = None
+    best_b0: np.ndarray | None = None
+    ref_gap: float | None = None
+    sphere_steps: int | None = None
+
+    @classmethod
+    def start(cls, Xi0: np.ndarray, b00: np.ndarray, *, smoothed: bool) -> "NewtonState":
+        """The state before the first sweep (μ from the first sweep's residuals when smoothed)."""
+        return cls(np.array(Xi0, dtype=np.float64), np.array(b00, dtype=np.float64),
+                   -1.0 if smoothed else 0.0)
+
+    def as_dict(self) -> dict:
+        """The persisted solver state (see the class)."""
+        out = {key: getattr(self, name) for name, key in _KEYS}
+        out.update((key, getattr(self, name)) for name, key in _KEYS_ONCE_SET
+                   if getattr(self, name) is not None)
+        if self.held is not None:
+            out.update(self.held)
+        return out
+
+    @classmethod
+    def from_dict(cls, st: dict) -> "NewtonState":
+        """The state a persisted solver state holds (its other entries, such as ``slot``,
+        ``checksums`` and ``done``, are the store's)."""
+        kw = {name: st[key] for name, key in _KEYS}
+        kw.update((name, st[key]) for name, key in _KEYS_ONCE_SET if st.get(key) is not None)
+        if st.get("fix_C") is not None:
+            kw["held"] = {key: st[key] for key in _FIX}
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class NewtonSetup:
+    """What stays fixed over one λ's iterations: the stopping rule, the curvature (``exact``:
+    exact Hessian weights, else secant ones outside the smoothing band; ``kind``: their kind,
+    :meth:`~distsketch.losses.Loss.curvature_kind`), the most band entries the band polish
+    gathers (``cap``), the kink window of the restricted polish in units of μ (``window``;
+    0: none), the squared Lipschitz constant of the loss, and whether the last sweep's
+    Grams are small enough to keep (``keep_grams``)."""
+
+    tol: float
+    max_iter: int
+    exact: bool
+    kind: str
+    cap: int
+    window: float
+    lipschitz_sq: float
+    keep_grams: bool
+
+    @classmethod
+    def of(cls, prob: Problem, tol: float, max_iter: int) -> "NewtonSetup":
+        loss, d = prob.loss, prob.d
+        # smoothed losses: secant (IRLS) weights outside the smoothing band, which keep the
+        # steps to the scale of the residuals where a Newton step on a small band would overshoot
+        exact = prob.exact_curvature and not (loss.smoothed and SECANT)
+        # a vertex holds at most r·d + d entries on their kinks: more cannot be a KKT point's
+        # active set (and the polish's system would be over-determined)
+        cap = min(POLISH_ENTRIES, (prob.r + 1) * d)
+        # entry-wise kinks (scalar ε, pinball): the sweeps gather a window of entries around
+        # their kinks, whose restricted problem the driver solves exactly (restricted_polish)
+        window = (WINDOW if loss.smoothed and loss.band(np.zeros((1, d)), 1.0) is not None
+                  and (prob.r + 1) * d <= RESTRICTED_SIZE else 0.0)
+        # the last sweep's Grams kept (and in the solver state) while small: the next Newton
+        # sweep from their point asks for their change only (Iterate.delta)
+        m1 = prob.Gt.shape[0]
+        return cls(tol, max_iter, exact, loss.curvature_kind(d, exact=exact), cap, window,
+                   loss.lipschitz_sq(d), m1 * m1 * 8 <= DELTA_GRAM_BYTES)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One sweep as it was asked for (the state's iterate, direction, mode and μ before it;
+    ``base``: its Grams' base curvature; ``held``: the polish's held entries it evaluated)
+    and what it returned (``sums``)."""
+
+    Xi: np.ndarray
+    b0: np.ndarray
+    dXi: np.ndarray | None
+    db0: np.ndarray | None
+    mode: Mode | None
+    mu: float
+    base: float
+    held: dict | None
+    sums: dict
+
+    @property
+    def probe(self) -> bool:
+        """The first sweep of a smoothed loss, at μ = 0: its residuals give μ."""
+        return self.mu < 0
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """The certified point after a sweep: objectives (smoothed, true), duality gaps
+    (smoothed, true) and the true relative gap."""
+
+    smoothed_objective: float
+    objective: float
+    smoothed_gap: float
+    gap: float
+    rel_gap: float
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The end of one λ: :func:`~distsketch.lipschitz.finish`'s ``result`` (None: the best
+    certified point) and ``why`` (the reason of a stop short of ``tol``)."""
+
+    result: tuple | None
+    why: str | None = None
+
+
+#: What a phase asks for next: save the state and sweep again, or certify the accepted point.
+Next = Literal["sweep", "certify"]
+
+
+def sweep_request(prob: Problem, setup: NewtonSetup, state: NewtonState
+                  ) -> tuple[Iterate, float]:
+    """The next sweep's :class:`~distsketch.sweep.Iterate` from the state, and its Grams'
+    base curvature: the level most rows sat at in the last sweep or, for a Newton sweep
+    from the kept Grams' point at the same μ, theirs (the sweep then forms their change)."""
+    loss = prob.loss
+    Xi, b0, dXi, db0, mode, mu = state.Xi, state.b0, state.dXi, state.db0, state.mode, state.mu
+    probe = mu < 0
+    grid = (GRID if mode == "newton" else POLISH_GRID if mode == "polish"
+            or (mode == "sphere" and dXi is not None) else ())
+    levels = loss.curvature_levels(prob.d, 0.0 if probe else mu, exact=setup.exact)
+    base = float(levels[min(int(state.level or 0), len(levels) - 1)])
+    sphere = mode == "sphere"
+    delta = (setup.kind == "scalar" and setup.keep_grams and mode == "newton"
+             and state.grams is not None and state.grams_mu == mu
+             and np.array_equal(Xi, state.grams_Xi) and np.array_equal(b0, state.grams_b0))
+    if delta:
+        base = float(state.grams_base)
+    win = setup.window
+    it = Iterate(loss, prob.coef(Xi), b0, None if dXi is None else prob.coef(dXi), db0,
+                 0.0 if probe else mu, grid,
+                 grid_mu=0.0 if mode in ("polish", "sphere") else None,
+                 gram=not probe, exact=setup.exact,
+                 collect=(0 <= state.window_entries <= WINDOW_ENTRIES if win else
+                          0 <= state.band_entries <= setup.cap and not sphere), window=win,
+                 base=base, levels=levels if len(levels) > 1 else (),
+                 exclude=state.held["fix_col"].astype(np.int64) if sphere else None,
+                 level_mus=LEVEL_MUS if probe else None, delta=delta)
+    return it, base
+
+
+def record_sweep(prob: Problem, setup: NewtonSetup, state: NewtonState, it: Iterate,
+                 base: float, s: dict) -> Sweep:
+    """Count the sweep ``s`` of ``it`` in the state and keep its by-products (its Grams
+    while small, the band's and the window's sizes, the commonest curvature level); clear
+    the direction, the mode and the held entries it evaluated. Returns the :class:`Sweep`."""
+    sweep = Sweep(state.Xi, state.b0, state.dXi, state.db0, state.mode, state.mu, base,
+                  state.held, s)
+    state.n_iter += 1
+    if it.delta:
+        s["Q"] = state.grams + s["Q"]
+    if (it.gram and setup.keep_grams and setup.kind == "scalar"
+            and sweep.mode in ("newton", None)):
+        # the Grams (at base) of this sweep's point: the iterate, or its full step. Not a
+        # polish's: its point holds entries on their kinks, the band's edge, where the
+        # next sweep's rounding of the same point classes them at random
+        m1 = prob.Gt.shape[0]
+        state.grams = np.broadcast_to(s["Q"], (m1, m1)).copy()
+        state.grams_mu, state.grams_base = sweep.mu, base
+        state.grams_Xi = np.array(sweep.Xi if sweep.dXi is None else sweep.Xi + sweep.dXi,
+                                  dtype=np.float64)
+        state.grams_b0 = np.array(sweep.b0 if sweep.db0 is None else sweep.b0 + sweep.db0,
+                                  dtype=np.float64)
+    else:
+        state.grams = state.grams_Xi = state.grams_b0 = None
+    state.dXi = state.db0 = state.mode = state.held = None
+    if "nband" in s:
+        state.band_entries = float(s["nband"])
+        logger.debug("smoothing band: %d entries", int(state.band_entries))
+    if "nwin" in s:
+        state.window_entries = float(s["nwin"])
+    if "at_level" in s:
+        state.level = int(np.argmax(s["at_level"]))
+    return sweep
+
+
+def after_probe(prob: Problem, state: NewtonState, sweep: Sweep) -> Next:
+    """After the first sweep of a smoothed loss: μ from the residuals' scale, and the
+    commonest curvature level at (about) that μ."""
+    s = sweep.sums
+    state.mu = max(math.sqrt(float(s["rr"]) / prob.n), 1e-300)
+    if "level_counts" in s:
+        near = int(np.argmin(np.abs(np.log(LEVEL_MUS) - math.log(state.mu))))
+        state.level = int(np.argmax(s["level_counts"][near]))
+    return "sweep"
+
+
+def after_newton_step(prob: Problem, lam: float, state: NewtonState, sweep: Sweep
+                      ) -> Next | Stop:
+    """After a sweep along a Newton direction: the full step when it meets Armijo's
+    condition (certify it), else the grid's lowest point (sweep again), else — no decrease —
+    a smaller μ, or the end (the limit of float64). Adapts the damping of smoothed losses."""
+    loss, s = prob.loss, sweep.sums
+    Xi, b0, dXi, db0, mu = sweep.Xi, sweep.b0, sweep.dXi, sweep.db0, sweep.mu
+    vals = np.array([objective(prob, lam, s["grid"][k], Xi + t * dXi)
+                     for k, t in enumerate(GRID)])
+    ok = np.flatnonzero(vals <= state.start_objective + ARMIJO * np.asarray(GRID) * state.slope)
+    logger.debug("line search: step %s, decrease %.3g (slope %.3g)",
+                 GRID[ok[0]] if ok.size else None, state.start_objective - vals.min(), state.slope)
+    if loss.smoothed:  # Levenberg–Marquardt: damp more after a short step
+        state.damping = (state.damping * DAMP_DOWN if ok.size and ok[0] == 0
+                         else max(state.damping, DAMP_MIN) * DAMP_UP)
+    if not (ok.size and ok[0] == 0):  # not the full step: the grid's lowest point
+        k = int(ok[np.argmin(vals[ok])]) if ok.size else int(np.argmin(vals))
+        if ok.size or vals[k] < state.start_objective:
+            state.Xi, state.b0 = Xi + GRID[k] * dXi, b0 + GRID[k] * db0
+        elif loss.smoothed and mu > 0:
+            state.mu, state.level = mu * MU_FACTOR, 0  # no decrease: on to a smaller μ
+        else:  # no decrease along the Newton direction: the limit of float64
+            return Stop(None)
+        return "sweep"
+    state.Xi, state.b0 = Xi + dXi, b0 + db0
+    return "certify"
+
+
+def after_polish(prob: Problem, lam: float, state: NewtonState, sweep: Sweep) -> Next:
+    """After a sweep at a KKT polish's point: the point when its true objective is not
+    worse than where the polish started (certify it), else the best true decrease along
+    the step, if any (sweep again)."""
+    s = sweep.sums
+    Xi, b0, dXi, db0 = sweep.Xi, sweep.b0, sweep.dXi, sweep.db0
+    p_true = objective(prob, lam, s["loss"], Xi + dXi)
+    if p_true > state.ref_objective:  # worse than where it started: the best true decrease
+        vals = np.array([objective(prob, lam, s["grid"][k], Xi + t * dXi)
+                         for k, t in enumerate(POLISH_GRID)])
+        k = int(np.argmin(vals))
+        logger.debug("polish: full step rejected (objective %.10g > %.10g), step %s",
+                     p_true, state.ref_objective,
+                     POLISH_GRID[k] if vals[k] < state.ref_objective else 0)
+        if vals[k] < state.ref_objective:
+            state.Xi, state.b0 = Xi + POLISH_GRID[k] * dXi, b0 + POLISH_GRID[k] * db0
+        return "sweep"
+    state.Xi, state.b0 = Xi + dXi, b0 + db0
+    return "certify"
+
+
+def after_sphere_polish(prob: Problem, lam: float, setup: NewtonSetup, state: NewtonState,
+                        sweep: Sweep) -> Next | Stop:
+    """After a sweep of the sphere polish: certify the step's point with the held rows'
+    multipliers as their dual, then take the next step (:func:`sphere_step`), or give up
     (back to the smoothed continuation at μ) when a step does not cut the gap by
-    ``SPHERE_SHRINK`` or after ``SPHERE_STEPS``. Returns ``(objective, gap, True)`` when the
-    gap is within ``tol``, else None (``v`` updated for the next sweep)."""
+    ``SPHERE_SHRINK`` or after ``SPHERE_STEPS``. Stops when the gap is within ``tol``."""
+    s, fix, mu = sweep.sums, sweep.held, sweep.mu
+    Xi, b0, dXi, db0 = sweep.Xi, sweep.b0, sweep.dXi, sweep.db0
     if dXi is not None:
         Xn, bn = Xi + dXi, b0 + db0
-        p_true = _objective(prob, lam, s["loss"], Xn)
+        p_true = objective(prob, lam, s["loss"], Xn)
         _, d_true = dual_values(prob, lam, sphere_dual_stats(prob, s, fix, Xn, bn), 0.0)
         gap = p_true - d_true
         rel = gap / max(abs(p_true), 1e-300)
-        v["history"].append([v["n_iter"], p_true, rel, mu])
+        state.history.append([state.n_iter, p_true, rel, mu])
         logger.info("λ = %.3g, iteration %d: objective %.10g, relative duality gap %.3g "
-                    "(sphere polish, %d rows held, step %d)", lam, v["n_iter"], p_true, rel,
-                    len(fix["fix_beta"]), v["sqp"])
-        if rel <= tol:
-            v["Xi"], v["b0"] = Xn, bn
-            return p_true, gap, True
-        if not rel < SPHERE_SHRINK * v["gap_ref"] or v["sqp"] >= SPHERE_STEPS:
+                    "(sphere polish, %d rows held, step %d)", lam, state.n_iter, p_true, rel,
+                    len(fix["fix_beta"]), state.sphere_steps)
+        if rel <= setup.tol:
+            state.Xi, state.b0 = Xn, bn
+            return Stop((p_true, gap, True))
+        if not rel < SPHERE_SHRINK * state.ref_gap or state.sphere_steps >= SPHERE_STEPS:
             # wrong active set (or stalled): the best true objective along the step
-            vals = np.array([_objective(prob, lam, s["grid"][k], Xi + t * dXi)
+            vals = np.array([objective(prob, lam, s["grid"][k], Xi + t * dXi)
                              for k, t in enumerate(POLISH_GRID)])
             best = int(np.argmin(vals))
-            if p_true <= v["p_ref"]:
-                v["Xi"], v["b0"] = Xn, bn
-            elif vals[best] < v["p_ref"]:
-                v["Xi"], v["b0"] = Xi + POLISH_GRID[best] * dXi, b0 + POLISH_GRID[best] * db0
-            logger.debug("sphere polish stopped at step %d (gap %.3g, before %.3g)", v["sqp"],
-                         rel, v["gap_ref"])
-            return None
-        v["Xi"], v["b0"], v["p_ref"], v["gap_ref"] = Xn, bn, p_true, rel
-    step = sphere_step(prob, lam, s, fix, v["Xi"], v["b0"], mu, kind)
+            if p_true <= state.ref_objective:
+                state.Xi, state.b0 = Xn, bn
+            elif vals[best] < state.ref_objective:
+                state.Xi, state.b0 = Xi + POLISH_GRID[best] * dXi, b0 + POLISH_GRID[best] * db0
+            logger.debug("sphere polish stopped at step %d (gap %.3g, before %.3g)",
+                         state.sphere_steps, rel, state.ref_gap)
+            return "sweep"
+        state.Xi, state.b0, state.ref_objective, state.ref_gap = Xn, bn, p_true, rel
+    step = sphere_step(prob, lam, s, fix, state.Xi, state.b0, mu, setup.kind)
     if step is not None:
-        v.update(dXi=step[0], db0=step[1], mode="sphere", sqp=v["sqp"] + 1)
-        v.update(step[2])
-    return None
+        state.dXi, state.db0, state.mode = step[0], step[1], "sphere"
+        state.sphere_steps, state.held = state.sphere_steps + 1, step[2]
+    return "sweep"
 
 
-def _save(state, v: dict) -> None:
-    if state is not None:
-        state.save({**v, "done": False})
+def certify(prob: Problem, lam: float, setup: NewtonSetup, state: NewtonState, sweep: Sweep
+            ) -> Certificate | Stop:
+    """The duality gaps at the accepted point (after a polish, with its multipliers as the
+    held entries' dual), recorded in the history; keeps the best certified point. Stops at
+    ``tol``, at ``max_iter``, or after ``STALL_SWEEPS`` without a better point once the best
+    is within ``STALL_NEAR × tol``."""
+    s, mu = sweep.sums, sweep.mu
+    Xi, b0 = state.Xi, state.b0
+    p_mu = objective(prob, lam, s["loss_mu"], Xi)
+    p_true = objective(prob, lam, s["loss"], Xi)
+    if sweep.mode == "polish":  # the polish's own dual point (its multipliers)
+        fixed = _with_fix(prob, Xi, b0, s, sweep.held, mu)
+        d_mu, d_true = dual_values(prob, lam, fixed, mu)
+    else:
+        d_mu, d_true = dual_values(prob, lam, s, mu)
+    gap_mu, gap = p_mu - d_mu, p_true - d_true
+    rel = gap / max(abs(p_true), 1e-300)
+    state.history.append([state.n_iter, p_true, rel, mu])
+    logger.info("λ = %.3g, iteration %d: objective %.10g, relative duality gap %.3g%s",
+                lam, state.n_iter, p_true, rel, f", μ = {mu:.3g}" if prob.loss.smoothed else "")
+    if rel <= setup.tol:
+        return Stop((p_true, gap, True))
+    best_rel = math.inf if state.best_rel is None else state.best_rel
+    if not rel >= best_rel:  # the best certified point so far
+        state.best_rel, state.best_objective = float(rel), float(p_true)
+        state.best_at = float(state.n_iter)
+        state.best_Xi, state.best_b0 = Xi.copy(), np.array(b0, dtype=np.float64)
+    if state.n_iter >= setup.max_iter:
+        return Stop(None, f"max_iter = {setup.max_iter}")
+    if (state.n_iter - (0.0 if state.best_at is None else state.best_at) > STALL_SWEEPS
+            and state.best_rel <= STALL_NEAR * setup.tol):
+        return Stop(None, f"no better certified point in {STALL_SWEEPS} sweeps")
+    return Certificate(p_mu, p_true, gap_mu, gap, rel)
 
 
-def _finish(prob, lam, v: dict, tol: float, state, result, why: str | None = None
-            ) -> Solution:
-    """The solution of this λ (saved as done); ``result``: ``(objective, gap, converged)``,
-    or None when stopped without a fresh gap: then the best certified point of the iterations
-    (``best_*``, the lowest relative gap) is returned, or the last one."""
-    if result is None:
-        if v["history"]:
-            _, p_true, rel, _ = v["history"][-1]
-        else:
-            p_true, rel = float("nan"), float("inf")
-        if v.get("best_Xi") is not None and v["best_rel"] < rel:
-            # the continuation can move past its best point (μ shrunk below what float64
-            # certifies): the best one the iterations certified is the answer
-            v["Xi"], v["b0"] = v["best_Xi"], v["best_b0"]
-            p_true, rel = v["best_p"], v["best_rel"]
-        result = (p_true, rel * abs(p_true), rel <= tol)
-        if rel > tol:
-            reason = (f"stopped at {why}" if why else "no further decrease is possible in "
-                      "float64")
-            warnings.warn(f"{prob.loss.name} loss, λ = {lam:g}: {reason} with relative duality "
-                          f"gap {rel:.3g} > tol = {tol:g}"
-                          + ("; increase max_iter or tol" if why else ""),
-                          convergence_warning(), stacklevel=4)
-    p_true, gap, converged = result
-    sol = Solution(lam, v["Xi"], v["b0"], float(p_true), float(gap), int(v["n_iter"]),
-                   bool(converged), v["history"])
-    if state is not None:
-        state.save({**v, "dXi": None, "db0": None, "mode": None, "done": True,
-                    "objective": float(p_true), "gap": float(gap), "converged": bool(converged)})
-    return sol
+def next_step(prob: Problem, lam: float, setup: NewtonSetup, state: NewtonState,
+              sweep: Sweep, cert: Certificate) -> Next | Stop:
+    """From a certified point that did not reach ``tol``: a smaller μ (with a polish, see
+    :func:`start_polish`) once the smoothed gap is below ``GAP_RATIO`` × the true one, else
+    the next (damped) Newton direction — or the end, when none descends (rounding)."""
+    s, mu = sweep.sums, sweep.mu
+    lsq = setup.lipschitz_sq
+    mu_floor = 0.02 * setup.tol * abs(cert.objective) / lsq if lsq else 0.0
+    if prob.loss.smoothed and cert.smoothed_gap <= GAP_RATIO * cert.gap and mu > mu_floor:
+        state.mu, state.level = max(mu * MU_FACTOR, mu_floor), 0  # a narrower band
+        start_polish(prob, lam, setup, state, sweep, cert)
+        return "sweep"
+    gXi, gb = _gradient(prob, lam, s, state.Xi)
+    damp = state.damping / mu if mu > 0 else 0.0
+    dXi, db0 = newton_direction(prob, lam, s, setup.kind, sweep.base + damp, gXi, gb)
+    slope = float(np.sum(gXi * dXi) + np.dot(gb, db0))
+    if not slope < 0:  # no descent direction left (rounding): the limit of float64
+        return Stop((cert.objective, cert.gap, cert.rel_gap <= setup.tol))
+    state.dXi, state.db0, state.mode = dXi, db0, "newton"
+    state.start_objective, state.slope = cert.smoothed_objective, slope
+    return "sweep"
+
+
+def start_polish(prob: Problem, lam: float, setup: NewtonSetup, state: NewtonState,
+                 sweep: Sweep, cert: Certificate) -> None:
+    """At a change of μ, the KKT polish of the sweep's gathered entries (if any) as the next
+    sweep's mode: for the radial ε with d > 1 the sphere polish (the band's rows held on
+    ``‖r‖ = ε``), else the restricted polish's point (:func:`restricted_polish`, with a
+    window) or the band polish's (:func:`polish`), tried with the next μ's sums."""
+    s, mu = sweep.sums, sweep.mu
+    if "E_Y" in s:  # radial, d > 1: hold the band's rows on the sphere ‖r‖ = ε
+        if len(s["E_row"]) and float(prob.loss.epsilon) > 0:
+            state.mode, state.ref_objective = "sphere", cert.objective
+            state.ref_gap, state.sphere_steps = cert.rel_gap, 0
+            state.held = {"fix_C": s["E_C"], "fix_col": s["E_row"].astype(np.float64),
+                          "fix_y": s["E_Y"], "fix_beta": np.minimum(
+                              np.sqrt(np.einsum("ij,ij->i", s["E_a"], s["E_a"])), 1.0)}
+        return
+    if "E_row" not in s:
+        pol = None
+    elif setup.window:
+        pol = restricted_polish(prob, lam, s, state.Xi, state.b0, mu)
+    else:
+        pol = polish(prob, lam, s)
+    if pol is not None:  # try the active set's KKT point, with the next μ's stats
+        state.dXi, state.db0 = pol[0] - state.Xi, pol[1] - state.b0
+        state.mode, state.ref_objective = "polish", cert.objective
+        state.held = pol[2]
+
+
+def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_iter: int,
+              state: SolverState | None = None) -> Solution:
+    """Newton iterations (with smoothing continuation and KKT polish) for one λ, from
+    ``(Xi0, b00)`` or from the solver state in the store: one sweep per loop, then the
+    phase of what it evaluated, then, at an accepted point, its certificate and the next
+    step (see the module); the state is saved after each."""
+    setup = NewtonSetup.of(prob, tol, max_iter)
+    st = state.load() if state is not None else None
+    if st is not None and st.get("done"):
+        logger.info("λ = %.3g: solution found in the store (%d iterations)", lam, st["n_iter"])
+        return Solution.from_state(lam, st)
+    if st is not None:
+        logger.info("λ = %.3g: resuming the iterations at iteration %d", lam, st["n_iter"])
+        current = NewtonState.from_dict(st)
+    else:
+        current = NewtonState.start(Xi0, b00, smoothed=prob.loss.smoothed)
+    while True:
+        if current.n_iter >= max_iter:  # stopped between evaluations: report the last gap
+            return finish(prob, lam, current.as_dict(), tol, state, None,
+                          why=f"max_iter = {max_iter}")
+        it, base = sweep_request(prob, setup, current)
+        sweep = record_sweep(prob, setup, current, it, base, sweeper(it))
+        if sweep.mode == "sphere":
+            nxt = after_sphere_polish(prob, lam, setup, current, sweep)
+        elif sweep.mode == "newton":
+            nxt = after_newton_step(prob, lam, current, sweep)
+        elif sweep.mode == "polish":
+            nxt = after_polish(prob, lam, current, sweep)
+        else:  # the iterate alone
+            nxt = "certify"
+        if nxt == "certify" and sweep.probe:
+            nxt = after_probe(prob, current, sweep)
+        elif nxt == "certify":
+            nxt = certify(prob, lam, setup, current, sweep)
+            if isinstance(nxt, Certificate):
+                nxt = next_step(prob, lam, setup, current, sweep, nxt)
+        if isinstance(nxt, Stop):
+            return finish(prob, lam, current.as_dict(), tol, state, nxt.result, why=nxt.why)
+        save_state(state, current.as_dict())
 
 
 def solve_path(prob: Problem, lams, sweeper, *, tol: float, max_iter: int,

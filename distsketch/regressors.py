@@ -27,9 +27,10 @@ from .admm import solve_path as admm_path
 from .engine import distributed_client
 from .estimator import FitSpec, SketchedEstimator, checks_feature_names
 from .features import FeatureMap
+from .lipschitz import Problem, SolverState, state_key
 from .losses import Loss, Pinball, Squared, check_loss
 from .models import SketchedKRR, kernel_expansion
-from .newton import Problem, SolverState, solve_path, state_key
+from .newton import solve_path
 from .options import with_blas_limit
 from .solve import whitening
 from .store import _CSUM
