@@ -55,7 +55,7 @@ from ._hashing import checksum
 from .backends import dense
 from .lipschitz import (Problem, Solution, convergence_warning, dual_values, finish, objective,
                         save_state)
-from .losses import Loss, Pinball
+from .losses import Loss
 from .newton import warm_start
 from .sweep import _block_C
 
@@ -89,11 +89,10 @@ RELAX = 1.6
 
 
 def supports(loss: Loss) -> bool:
-    """Whether ``loss`` has what the ADMM route needs: a proximal operator and a known
-    ``dom h*`` (the radial losses and pinball of :mod:`distsketch.losses`)."""
-    from .losses import _Radial
-
-    return isinstance(loss, (_Radial, Pinball)) and type(loss).prox is not Loss.prox
+    """Whether ``loss`` has what the ADMM route needs: a proximal operator
+    (:attr:`~distsketch.losses.Loss.has_prox`) and a projection onto a known ``dom h*``
+    (:attr:`~distsketch.losses.Loss.projects_dual`): the radial losses and pinball."""
+    return bool(loss.projects_dual and loss.has_prox)
 
 
 def choose_route(solver: str, r: int) -> str:
@@ -291,20 +290,10 @@ class AdmmIterate:
 
 
 def project_dual(loss: Loss, alpha: np.ndarray) -> np.ndarray:
-    """``α`` projected onto ``dom h*`` (rows onto the ball of radius κ or 1 for radial
-    losses, entries onto ``[−τ_j, 1 − τ_j]`` for pinball): exact already up to rounding."""
-    if isinstance(loss, Pinball):
-        lo, hi = loss.entry_bounds(alpha.shape[1])
-        return np.clip(alpha, lo, hi)
-    radius = loss._conj()[2]
-    if not np.isfinite(radius):
-        return alpha
-    norms = loss._norms(alpha)
-    over = norms > radius
-    if over.any():
-        alpha = alpha.copy()
-        alpha[over] *= (radius / norms[over])[:, None]
-    return alpha
+    """``α`` projected onto ``dom h*`` (:meth:`~distsketch.losses.Loss.project_dual`: rows onto
+    the ball of radius κ or 1 for radial losses, entries onto ``[−τ_j, 1 − τ_j]`` for
+    pinball): exact already up to rounding."""
+    return loss.project_dual(alpha)
 
 
 def _dual_sums(C: np.ndarray, Y: np.ndarray, alpha: np.ndarray, prefix: str, out: dict) -> None:

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -91,10 +91,31 @@ class Loss(ParamsMixin):
     """Base class of the losses (see the module's notes for the contract)."""
 
     name = "loss"
+    #: Capability: ``project_dual`` projects onto ``dom h*`` (what the ADMM route needs beside
+    #: :attr:`has_prox`).
+    projects_dual: ClassVar[bool] = False
+    #: Capability: the loss is the squared loss, whose minimiser solves the normal equations of
+    #: kernel ridge regression (what the PCG route solves).
+    normal_equations: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         LOSSES.register_class(cls)
+
+    @property
+    def has_prox(self) -> bool:
+        """Whether the loss implements :meth:`prox` (not the base class's)."""
+        return type(self).prox is not Loss.prox
+
+    def default_outputs(self) -> int:
+        """The number of outputs the loss's own parameters imply (pinball: one per level),
+        for checking it before the data are seen; 1 when they imply none."""
+        return 1
+
+    def project_dual(self, alpha: np.ndarray) -> np.ndarray:
+        """``α`` (n, d) projected onto ``dom h*`` (exact already up to rounding); for losses
+        with :attr:`projects_dual`."""
+        raise NotImplementedError(f"{type(self).__name__} has no projection onto dom h*")
     #: Whether the loss is non-differentiable and the solver smooths it (Moreau envelope).
     smoothed = False
 
@@ -214,6 +235,21 @@ class Loss(ParamsMixin):
 class _Radial(Loss):
     """A loss ``p(‖r‖)``; subclasses give the profile ``p`` and its derivatives."""
 
+    projects_dual = True
+
+    def project_dual(self, alpha: np.ndarray) -> np.ndarray:
+        """Rows of ``α`` onto the ball of the conjugate's radius (κ for Huber, 1 for
+        ε-insensitive; none for squared)."""
+        radius = self._conj()[2]
+        if not np.isfinite(radius):
+            return alpha
+        norms = self._norms(alpha)
+        over = norms > radius
+        if over.any():
+            alpha = alpha.copy()
+            alpha[over] *= (radius / norms[over])[:, None]
+        return alpha
+
     #: conjugate ``(q/2)‖β‖² + e‖β‖`` on ``‖β‖ ≤ radius``
     def _conj(self) -> tuple[float, float, float]:
         raise NotImplementedError
@@ -294,6 +330,7 @@ class Squared(_Radial):
     """``h(r) = ½‖r‖²`` (kernel ridge regression: equals :class:`~distsketch.SketchedKRR`)."""
 
     name = "squared"
+    normal_equations = True
     _base = 1.0
 
     def _conj(self):
@@ -453,9 +490,18 @@ class Pinball(Loss):
 
     name = "pinball"
     smoothed = True
+    projects_dual = True
 
     def __init__(self, tau=0.5):
         self.tau = tau
+
+    def default_outputs(self) -> int:
+        return len(np.atleast_1d(self.tau))
+
+    def project_dual(self, alpha: np.ndarray) -> np.ndarray:
+        """Entries of ``α`` onto ``[−τ_j, 1 − τ_j]``."""
+        lo, hi = self.entry_bounds(alpha.shape[1])
+        return np.clip(alpha, lo, hi)
 
     def taus(self, d: int) -> np.ndarray:
         tau = np.atleast_1d(np.asarray(self.tau, dtype=np.float64))

@@ -28,7 +28,7 @@ from .engine import distributed_client
 from .estimator import FitSpec, SketchedEstimator, checks_feature_names
 from .features import FeatureMap
 from .lipschitz import Problem, SolverState, state_key
-from .losses import Loss, Pinball, Squared, check_loss
+from .losses import Loss, Pinball, check_loss
 from .models import SketchedKRR, kernel_expansion
 from .newton import solve_path
 from .options import with_blas_limit
@@ -351,7 +351,7 @@ class SketchedRegressor(SketchedEstimator):
         """What ``solver="pcg"`` needs: the squared loss, M the identity, landmarks."""
         from .pcg import check_pcg_sketch
 
-        if not isinstance(loss, Squared):
+        if not loss.normal_equations:
             raise ValueError(f"solver='pcg' solves the squared loss's normal equations (kernel "
                              f"ridge regression); loss={loss!r} has none: use "
                              f"solver='newton' (or 'admm', 'auto')")
@@ -375,7 +375,7 @@ class SketchedRegressor(SketchedEstimator):
         from .sketches import check_sketch
 
         try:  # bad arguments or data are left to fit's validation, in its order
-            if not isinstance(check_loss(self.loss, 1), Squared) or not _is_identity(
+            if not check_loss(self.loss, 1).normal_equations or not _is_identity(
                     self.output_matrix):
                 return solver
             sketch = check_sketch(self.sketch, argument="sketch")
@@ -437,8 +437,7 @@ class SketchedRegressor(SketchedEstimator):
         if not isinstance(self.loss, (str, dict, Loss)):
             check_loss(self.loss, 1)  # raises, naming loss
         if isinstance(self.loss, Loss):
-            self.loss.check(1 if not isinstance(self.loss, Pinball) else
-                            len(np.atleast_1d(self.loss.tau)))
+            self.loss.check(self.loss.default_outputs())
 
     def _sums(self, spec: FitSpec) -> tuple[str, ...]:
         if spec.exact("sketch"):
