@@ -107,7 +107,7 @@ def main() -> None:
                            "plain")
     distsketch.cv.sisokr_fold_scores = capture
     try:
-        cv_s, cv = timed(lambda r: ds.SISOKRCV(kx, ky, lams=lams, ranks=ranks, cv=5,
+        cv_s, cv = timed(lambda r: ds.SISOKRCV(kx, ky, lams=lams, ranks=ranks, cv=5, scoring="surrogate",
                                               random_state=r, **sketches()), "cv")
     finally:
         distsketch.cv.sisokr_fold_scores = real_scores
@@ -115,7 +115,7 @@ def main() -> None:
     def forced(threads=None, route=None):
         distsketch.cv.FOLD_THREADS, distsketch.cv.FOLD_ROUTE = threads, route
         try:
-            return timed(lambda r: ds.SISOKRCV(kx, ky, lams=lams, ranks=ranks, cv=5,
+            return timed(lambda r: ds.SISOKRCV(kx, ky, lams=lams, ranks=ranks, cv=5, scoring="surrogate",
                                               random_state=r, **sketches()))[0]
         finally:
             distsketch.cv.FOLD_THREADS = distsketch.cv.FOLD_ROUTE = None

@@ -72,7 +72,7 @@ def main() -> None:
         t = time.perf_counter()
         model = ds.SISOKRCV(ds.Gaussian(1.0 / (c * med_x)), ky, input_sketch=ds.SubSampling(n),
                             output_sketch=ds.SubSampling(n), lams=LAMS, ranks=ranks, cv=5,
-                            random_state=0).fit(X, Y)
+                            scoring="surrogate", random_state=0).fit(X, Y)
         res = model.cv_results_
         full = [j for j, p in enumerate(res["param_rank"]) if p == n]
         j_full = full[int(np.argmax(res["mean_test_score"][full]))]

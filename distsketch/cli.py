@@ -290,9 +290,9 @@ def _print_selection(sel) -> None:
             return f"{'-' if k == 'gamma' else 'full':>10}"
         return f"{v:>10g}"
 
-    what = (f"{sel.metric} (mean over folds, greater is better)" if sel.route == "cv" else
-            f"{sel.metric} on the held-out rows ({'greater' if sel.greater_is_better else 'smaller'}"
-            f" is better)")
+    better = "greater" if sel.greater_is_better else "smaller"
+    what = (f"{sel.metric} (mean over folds, {better} is better)" if sel.route == "cv" else
+            f"{sel.metric} on the held-out rows ({better} is better)")
     _out(f"model selection by {sel.route}: {what}")
     _out("  ".join(f"{k:<{kw}}" if k == "kernel" else f"{k:>10}" for k in keys)
          + f"  {'score':>12}" + (f"  {'std':>10}" if sel.route == "cv" else ""))

@@ -126,18 +126,26 @@ Every key, by table (anything else is refused, naming the key and the allowed on
 
 ``[select]`` (model selection over ``model.lam``, ``model.rank``, ``kernels`` and ``gammas``;
 :mod:`distsketch.select`)
-    ``cv``: folds of the one-pass cross-validation (SketchedKRR with a sketch, SISOKR sketched
-    on both sides), or ``validation``: a held-out fraction of the training rows (any model);
-    ``metric``: a metric name (default ``rmse``; SISOKR ``surrogate_mse``; quantiles
-    ``pinball``; with ``cv``: ``rmse`` / ``r2`` for SketchedKRR, ``surrogate_mse`` /
-    ``f1_samples`` / ``kernel_loss`` for SISOKR); ``gammas``: widths of the input kernel to
-    try (one pass each); ``kernels``: input kernels to try in place of ``[model.kernel]`` /
+    ``cv``: K-fold cross-validation, any model (SketchedKRR and SISOKR with a metric their
+    CV estimators score — ``rmse`` / ``r2``, ``surrogate_mse`` / ``f1_samples`` /
+    ``kernel_loss`` — from one pass; SketchedRegressor, the quantile model and other metrics
+    by one fit per fold with the whole λ path, then the refit), or ``validation``: a held-out
+    fraction of the training rows (any model); ``metric``: a metric name (default ``rmse``;
+    quantiles ``pinball``; SISOKR the task's metric where decoding is affordable,
+    ``f1_samples`` for binary outputs, else ``kernel_loss``, and ``surrogate_mse`` with a
+    warning beyond :data:`distsketch.cv.AUTO_DECODE_BUDGET`, see
+    :func:`distsketch.cv.auto_scoring`); ``gammas``: widths of the input kernel to try;
+    ``kernels``: input kernels to try in place of ``[model.kernel]`` /
     ``[model.input_kernel]``, each a name or a kernel table as those take
     (``kernels = ["gaussian", "linear", {name = "polynomial", degree = 2}]``; standardised
     like the model's kernel with ``standardize = true``); ``gammas`` then applies to each
     kernel that has a ``gamma`` (a kernel table naming its own ``gamma`` besides ``gammas`` is
-    refused), the others are tried once; one pass per kernel × γ; ``seed``: the hold-out
-    split's seed (default 0; the ``cv`` folds are contiguous). ``distsketch fit``
+    refused), the others are tried once (``cv`` from one pass: every kernel × γ in that one
+    pass; otherwise one fit per kernel × γ and per fold); ``seed``: the seed of the hold-out
+    split and of the shuffled folds (default 0); ``shuffle``: ``cv`` folds by a seeded hash
+    of the row index (default true: a file sorted by a column still gives representative
+    folds; false: contiguous folds, the behaviour before). A chosen λ, γ or rank at an edge
+    of its grid is named in a warning (extend the grid). ``distsketch fit``
     prints every candidate's score and saves the model refitted at the chosen values.
 """
 
@@ -439,13 +447,17 @@ def _select(value: Any, mtype: str) -> dict | None:
     from .select import check_selection
 
     table = dict(_table(value, "select"))
-    _unknown(table, {"cv", "validation", "metric", "gammas", "kernels", "seed"}, "select")
+    _unknown(table, {"cv", "validation", "metric", "gammas", "kernels", "seed", "shuffle"},
+             "select")
     if "lams" in MODELS[mtype]._param_kinds:
         raise _err("select", f"model.type = {mtype!r} cross-validates by itself; drop [select] "
                              f"or use the plain model type")
     seed = table.pop("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise _err("select.seed", f"expected a non-negative integer, got {seed!r}")
+    shuffle = table.pop("shuffle", True)
+    if not isinstance(shuffle, bool):
+        raise _err("select.shuffle", f"expected true or false, got {shuffle!r}")
     if "kernels" in table and not MODELS[mtype]._standardized:
         raise _err("select.kernels", f"model.type = {mtype!r} has no input kernel to vary; "
                                      f"drop select.kernels")
@@ -453,7 +465,7 @@ def _select(value: Any, mtype: str) -> dict | None:
         check_selection(**table)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return {**table, "random_state": seed}
+    return {**table, "random_state": seed, "shuffle": shuffle}
 
 
 def _data_paths(value: Any, base: Path, key: str, *, must_exist: bool = True) -> Path | list[Path]:

@@ -47,12 +47,21 @@ from .kernels import Linear
 from .models import SISOKR, SketchedKRR, centre_targets
 from .solve import check_rank, input_basis, solve_krr, whitening
 
-__all__ = ["SketchedKRRCV", "SISOKRCV", "UnresolvedScoresError", "fold_error_bound"]
+__all__ = ["SketchedKRRCV", "SISOKRCV", "UnresolvedScoresError", "GridEdgeWarning",
+           "fold_error_bound", "grid_edges"]
 
 logger = logging.getLogger(__name__)
 
 SCORINGS = ("neg_mean_squared_error", "r2")
-DECODED_SCORINGS = ("surrogate", "f1_samples", "kernel_loss", "topk_accuracy")
+DECODED_SCORINGS = ("auto", "surrogate", "f1_samples", "kernel_loss", "topk_accuracy")
+# scoring="auto" of SISOKRCV (auto_scoring): the largest decode cost, in multiply-adds
+# n · |U| · settings · m_Y (every row decoded against every unique training output at every
+# (γ, λ, p), each candidate score an r_Y ≤ m_Y inner product), at which the folds are decoded
+# and scored by the task's metric; above it, the surrogate with a warning. Measured: the
+# decode of n = 6000 rows × |U| = 6000 × 6 λ × m_Y = 150 (3.2e10) added 2.4 s to a 0.2 s
+# SISOKRCV fit (5 folds, m_X = 300) on two shared cores, about 1.3e10 multiply-adds/s, so
+# the budget is some 8 s of decoding there (a few on an idle multi-core machine).
+AUTO_DECODE_BUDGET = 1e11
 # Bandwidth of the per-fold band reduction (sisokr_fold_scores): the reduction's panels are
 # matrix products of this width, each shift's banded Cholesky solve costs O(r · FOLD_BAND)
 # per right-hand side; 96 balances the two at r_X ≈ 2000 (bench_cv.py, 32–128 tried)
@@ -90,6 +99,80 @@ SCORE_RTOL = 0.5
 class UnresolvedScoresError(ValueError):
     """No point of a CV grid has a fold score resolved above its rounding error bound
     (:func:`resolved`)."""
+
+
+class GridEdgeWarning(UserWarning):
+    """A selected value (λ, a kernel width γ, a rank) is the smallest or largest of its grid:
+    the best value may lie beyond the grid (:func:`grid_edges`)."""
+
+
+def _fmt(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def grid_edges(best: dict, grids: dict, *, full_rank: int | None = None,
+               prefix: str = "cv") -> list[str]:
+    """Messages for the selected values that lie at an edge of their grid.
+
+    Parameters
+    ----------
+    best : dict
+        The selected point, ``{"lam": …, "gamma": …, "rank": …}`` (absent or None: not
+        searched).
+    grids : dict
+        ``{key: (argument name, values)}``: each searched parameter's grid (as given: only its
+        distinct values count; a grid of one value is no search and never at an edge).
+    full_rank : int, optional
+        ``r_Y``: a rank at least this is the full model, the largest a rank can be (no edge).
+    prefix : str
+        Start of each message.
+
+    Returns
+    -------
+    list of str
+        One message per parameter at an edge: the parameter, its edge value, the grid's range
+        and the fix (extend the grid beyond the edge, with two suggested values: λ and γ by
+        factors of 10, a rank by halving or doubling).
+
+    Notes
+    -----
+    An edge is the smallest or the largest value of a numeric grid. The kernel itself (a
+    category) has no edge. Where the selected value is at an edge the score was still
+    improving towards it (or flat): a value beyond the grid may be better, and a search that
+    cannot see past its grid cannot say so otherwise.
+    """
+    out = []
+    for key, (name, values) in grids.items():
+        v = best.get(key)
+        vals = sorted({float(x) if key != "rank" else int(x) for x in values
+                       if x is not None}) if values is not None else []
+        if v is None or len(vals) < 2:
+            continue
+        lo, hi = vals[0], vals[-1]
+        if v != lo and v != hi:
+            continue
+        symbol = {"lam": "λ", "gamma": "γ"}.get(key, key)
+        if key == "rank":
+            if v == hi and full_rank is not None and v >= full_rank:
+                continue
+            nxt = [max(1, v // 2), max(1, v // 4)] if v == lo else [v * 2, v * 4]
+            if v == lo and v == 1:
+                continue  # the smallest rank there is
+        else:
+            nxt = [v / 10, v / 100] if v == lo else [v * 10, v * 100]
+        side = "smallest" if v == lo else "largest"
+        where = "below" if v == lo else "above"
+        out.append(f"{prefix}: the selected {symbol} = {_fmt(v)} is the {side} value of {name} "
+                   f"({_fmt(lo)} … {_fmt(hi)}); the best {symbol} may lie {where} the grid: "
+                   f"extend {name} {where} {_fmt(v)} (e.g. add "
+                   f"{', '.join(_fmt(x) for x in nxt)}) and select again")
+    return out
+
+
+def warn_edges(messages, stacklevel: int = 3) -> None:
+    """One :class:`GridEdgeWarning` per message of :func:`grid_edges`."""
+    for msg in messages:
+        warnings.warn(msg, GridEdgeWarning, stacklevel=stacklevel + 1)
 
 
 def fold_error_bound(n_terms, y_size, coef_size, *, cross_scale=1.0, coef_terms=0):
@@ -186,7 +269,19 @@ def fold_spec(cv, *, argument: str = "cv") -> str:
     """The pass's fold spec (``"K"`` or ``"K:seed"``) of ``cv``: an int ``K ≥ 2`` (contiguous
     folds), or an object with ``n_splits``, ``shuffle`` and ``random_state`` (scikit-learn's
     ``KFold``): shuffled folds are a seeded hash of the row index (the same rows for the same
-    seed, whatever the chunking; not the rows ``KFold`` itself would pick)."""
+    seed, whatever the chunking; not the rows ``KFold`` itself would pick), or the spec itself
+    as a string, ``"K"`` or ``"K:seed"`` (what :func:`distsketch.select.select` passes: it
+    is saved with the model as a plain value)."""
+    if isinstance(cv, str):
+        from .accumulate import parse_folds
+
+        try:
+            parse_folds(cv)
+        except ValueError:
+            raise ValueError(f"{argument}: expected a number of folds, a KFold-like splitter or "
+                             f"a fold spec 'K' / 'K:seed' (K >= 2), got {cv!r}") from None
+        k, sep, seed = cv.partition(":")
+        return f"{int(k)}:{int(seed)}" if sep else str(int(k))
     if isinstance(cv, numbers.Integral) and not isinstance(cv, bool):
         if cv < 2:
             raise ValueError(f"{argument}: the number of folds must be at least 2, got {cv!r}")
@@ -204,6 +299,45 @@ def fold_spec(cv, *, argument: str = "cv") -> str:
         return f"{int(k)}:{int(seed)}"
     raise ValueError(f"{argument}: expected a number of folds (int >= 2) or a KFold-like "
                      f"splitter (n_splits, shuffle, random_state), got {cv!r}")
+
+
+def is_binary(rows) -> bool:
+    """Whether every entry of ``rows`` (dense or scipy.sparse) is 0 or 1."""
+    data = rows.data if hasattr(rows, "tocsr") else np.asarray(rows)
+    return bool(np.all((data == 0) | (data == 1)))
+
+
+def auto_scoring(*, binary: bool, n: int, n_unique: int, settings: int, m_y: int,
+                 budget: float | None = None) -> tuple[str, str | None]:
+    """The scoring of ``scoring="auto"`` and, where it is the surrogate, the warning to give.
+
+    Rule: the folds are decoded (every row against the ``n_unique`` unique training outputs,
+    at every one of the ``settings`` grid points, each candidate score an inner product of
+    ``r_Y ≤ m_y``) when that costs at most ``budget`` multiply-adds
+    (:data:`AUTO_DECODE_BUDGET`), ``n · n_unique · settings · m_y ≤ budget``, and scored by
+    the task's metric: ``"f1_samples"`` for binary outputs (multi-label sets), else
+    ``"kernel_loss"`` (the decoded output's distance to the true one in the output kernel's
+    space). Above the budget: ``"surrogate"`` (the sums alone), with a warning that the
+    surrogate error and the decoded metric can choose differently, naming the cost and the
+    scoring to pass. The decode also reads the rows once more after the pass.
+
+    Returns
+    -------
+    scoring : str
+    warning : str or None
+    """
+    budget = AUTO_DECODE_BUDGET if budget is None else float(budget)
+    cost = float(n) * float(n_unique) * float(settings) * float(m_y)
+    task = "f1_samples" if binary else "kernel_loss"
+    if cost <= budget:
+        return task, None
+    return "surrogate", (
+        f"scoring='auto': decoding the folds would cost {cost:.2g} multiply-adds ({n} rows × "
+        f"{n_unique} unique training outputs × {settings} grid points × m_Y = {m_y}), above "
+        f"distsketch.cv.AUTO_DECODE_BUDGET = {budget:.2g}; scored by the surrogate error "
+        f"instead, which can choose another λ (rank, γ) than the task's metric does (on "
+        f"multi-label sets it has chosen λ 10–100× too large); pass scoring={task!r} to decode "
+        f"anyway, or a smaller grid")
 
 
 def _cv_results(params: list[dict], scores: np.ndarray) -> dict:
@@ -258,9 +392,19 @@ def _set_best(est, scores: np.ndarray, params: list[dict], best_index: int | Non
                 f"{', '.join(_describe_point(params[i]) for i in bad)}", UserWarning,
                 stacklevel=4)
         best_index = int(np.nanargmax(mean))
+        fit = True
+    else:
+        fit = False
     est.best_index_ = int(best_index)
     est.best_params_ = dict(params[est.best_index_])
     est.best_score_ = float(mean[est.best_index_])
+    if fit:  # a selection at an edge of its grid says so (GridEdgeWarning)
+        grids = {key: (name, [p.get(key) for p in params])
+                 for key, name in (("lam", "lams"), ("gamma", "gammas"), ("rank", "ranks"))}
+        op = getattr(est, "operator_", None)
+        warn_edges(grid_edges(est.best_params_, grids, prefix=type(est).__name__,
+                              full_rank=None if op is None else int(op.shape[1])),
+                   stacklevel=3)
 
 
 class SketchedKRRCV(SketchedKRR):
@@ -288,6 +432,19 @@ class SketchedKRRCV(SketchedKRR):
         sketch, each with its own per-fold sums (the pass's kernel and sums cost × len(γ),
         the reads of the data × 1). The refit uses the best γ (``kernel_``); the grid's first
         width is the one whose blocks a ``store`` keeps. None: the kernel as given.
+    kernels : sequence, optional
+        Input kernels to try in place of ``kernel`` (scikit-learn's ``GridSearchCV`` with
+        ``{"kernel": [...]}``): names (``"linear"``), config mappings (``{"name":
+        "polynomial", "degree": 2}``) or kernels (:func:`distsketch.kernel_grid.check_kernels`;
+        with a ``store``, names and mappings only). Each is applied inside ``kernel``'s
+        standardisation when ``kernel`` is a :class:`~distsketch.kernels.Standardized`;
+        ``gammas`` applies to each entry that has a ``gamma`` (the others are tried once).
+        Every candidate kernel × width is scored **in the same pass** as a width of
+        ``gammas`` is: the same landmarks and sketch (drawn once, with the first candidate
+        where the sketch depends on the kernel, e.g. ``LeverageScores``), each row block read
+        once and its block ``C_I`` computed per candidate. ``cv_results_`` gains
+        ``param_kernel`` (a description of each candidate), ``kernels_`` lists them and
+        ``kernel_`` is the chosen one.
     cv : int or KFold-like
         Number of contiguous folds, or a splitter with ``n_splits``, ``shuffle``,
         ``random_state`` (:func:`fold_spec`).
@@ -322,18 +479,19 @@ class SketchedKRRCV(SketchedKRR):
     """
 
     _param_kinds = {"kernel": "kernel", "sketch": "sketch", "lams": "json", "gammas": "json",
-                    "cv": "json", "scoring": "json", "fit_intercept": "json",
+                    "kernels": "json", "cv": "json", "scoring": "json", "fit_intercept": "json",
                     "random_state": "random_state", "store": "store", "options": "options"}
     _configurable = True
 
     def __init__(self, kernel="gaussian", *, sketch=None, lams=(1e-8, 1e-7, 1e-6, 1e-5, 1e-4,
-                                                                 1e-3, 1e-2), gammas=None, cv=5,
-                 scoring="neg_mean_squared_error", fit_intercept=True, random_state=None,
-                 store=None, options=None):
+                                                                 1e-3, 1e-2), gammas=None,
+                 kernels=None, cv=5, scoring="neg_mean_squared_error", fit_intercept=True,
+                 random_state=None, store=None, options=None):
         self.kernel = kernel
         self.sketch = sketch
         self.lams = lams
         self.gammas = gammas
+        self.kernels = kernels
         self.cv = cv
         self.scoring = scoring
         self.fit_intercept = fit_intercept
@@ -348,7 +506,9 @@ class SketchedKRRCV(SketchedKRR):
             raise ValueError(f"scoring: expected one of {list(SCORINGS)}, got {self.scoring!r}")
         gammas = check_gammas(self.gammas)
         # the kernel's width is the grid's: a kernel without one is refused before any data
-        widths = None if gammas is None else [with_width(self.kernel, g) for g in gammas]
+        kernels = getattr(self, "kernels", None)
+        _json_kernels(kernels, self.store)
+        widths, prefixes = candidate_kernels(self.kernel, kernels, gammas, kernel_name="kernel")
         spec = super()._validate(X, Y)
         K = int(folds.partition(":")[0])
         if spec.X.n < 2 * K:
@@ -356,6 +516,7 @@ class SketchedKRRCV(SketchedKRR):
         spec = _all_rows_for_exact_sides(spec, K)
         self._folds = folds
         self._widths = widths
+        self._prefixes = prefixes
         kernels = spec.kernels if widths is None else {**spec.kernels, "kernel": widths[0]}
         return FitSpec(spec.X, spec.Y, kernels, spec.sketches, spec.options, spec.rng, lams)
 
@@ -376,8 +537,8 @@ class SketchedKRRCV(SketchedKRR):
         widths = self._widths or [spec.kernels["kernel"]]
         scores = np.concatenate([self._width_scores(spec, res, j) for j in range(len(widths))],
                                 axis=1)
-        gammas = None if self._widths is None else [float(g) for g in self.gammas]
-        _set_best(self, scores, _krr_params(lams, gammas))
+        gammas = None if self.gammas is None else [float(g) for g in self.gammas]
+        _set_best(self, scores, _krr_params(lams, gammas, self._prefixes))
         best_width, best_lam = divmod(self.best_index_, len(lams))
         # the refit on all rows at the best width, from the same sums (the folds summed)
         G, b, y1, s, B = self._width_sums(res.sums, best_width)
@@ -385,6 +546,8 @@ class SketchedKRRCV(SketchedKRR):
         intercept = bool(self.fit_intercept)
         self.kernel_ = widths[best_width]
         self.gammas_ = gammas
+        self.kernels_ = None if getattr(self, "kernels", None) is None else \
+            [p["kernel"] for p in self._prefixes]
         self.sketch_ = res.x_sketch
         self.landmarks_ = res.x_landmarks
         self.input_solution_, rhs = solve_krr({"G": G, "B": B, "b": b}, res.x_sketch,
@@ -464,28 +627,92 @@ class SketchedKRRCV(SketchedKRR):
         r = self.cv_results_
         arrays.update(cv_scores=np.stack([r[f"split{k}_test_score"]
                                           for k in range(self.n_splits_)]))
-        state.update(best_index=self.best_index_, scoring=self.scoring, gammas=self.gammas_)
+        state.update(best_index=self.best_index_, scoring=self.scoring, gammas=self.gammas_,
+                     cv_prefixes=self._prefixes)
         return arrays, state
 
     def _set_state(self, arrays, state):
         super()._set_state(arrays, state)
         self.gammas_ = state.get("gammas")
-        _set_best(self, np.asarray(arrays["cv_scores"]), _krr_params(self.lams_, self.gammas_),
-                  state["best_index"])
+        self._prefixes = state.get("cv_prefixes")
+        self.kernels_ = None if self._prefixes is None or "kernel" not in self._prefixes[0] \
+            else [p["kernel"] for p in self._prefixes]
+        _set_best(self, np.asarray(arrays["cv_scores"]),
+                  _krr_params(self.lams_, self.gammas_, self._prefixes), state["best_index"])
 
 
-def _sisokr_params(lams, ranks, gammas) -> list[dict]:
-    """The candidates of :class:`SISOKRCV`: (λ, p), γ the outer loop when given."""
+def _prefixes_of(prefixes, gammas):
+    """The per-kernel columns: ``prefixes``, else (a model saved with a width grid only) one
+    ``{"gamma": γ}`` per width, else None."""
+    if prefixes is not None:
+        return [dict(p) for p in prefixes]
+    return None if gammas is None else [{"gamma": g} for g in gammas]
+
+
+def _sisokr_params(lams, ranks, gammas, prefixes=None) -> list[dict]:
+    """The candidates of :class:`SISOKRCV`: (λ, p), the input kernel (kernel, γ) the outer
+    loop when given."""
     grid = [{"lam": lam, "rank": None} for lam in lams] if not ranks else \
         [{"lam": lam, "rank": p} for lam in lams for p in ranks]
-    return grid if gammas is None else [{"gamma": g, **p} for g in gammas for p in grid]
+    outer = _prefixes_of(prefixes, gammas)
+    return grid if outer is None else [{**o, **p} for o in outer for p in grid]
 
 
-def _krr_params(lams, gammas) -> list[dict]:
-    """The candidates of :class:`SketchedKRRCV`: λ, or γ (outer) × λ (inner)."""
-    if gammas is None:
+def _krr_params(lams, gammas, prefixes=None) -> list[dict]:
+    """The candidates of :class:`SketchedKRRCV`: λ, or the input kernel (kernel, γ; outer) ×
+    λ (inner)."""
+    outer = _prefixes_of(prefixes, gammas)
+    if outer is None:
         return [{"lam": v} for v in lams]
-    return [{"gamma": g, "lam": v} for g in gammas for v in lams]
+    return [{**o, "lam": v} for o in outer for v in lams]
+
+
+def candidate_kernels(kernel, kernels, gammas, *, kernel_name: str):
+    """The input-kernel candidates of a CV estimator: ``(kernels, prefixes)``, one kernel per
+    candidate (in ``cv_results_`` order) and its ``cv_results_`` columns, or ``(None, None)``
+    for the kernel as given.
+
+    Without ``kernels``: the kernel at each width of ``gammas`` (prefix ``{"gamma": γ}``).
+    With ``kernels`` (:func:`distsketch.kernel_grid.check_kernels`: names, config mappings,
+    kernels; each inside the estimator kernel's standardisation when it has one): each entry,
+    crossed with ``gammas`` when it has a ``gamma`` (prefix ``{"kernel": description,
+    "gamma": γ or None}``, ``gamma`` only with ``gammas``)."""
+    from .kernels import check_kernel
+    from .kernel_grid import check_kernels, describe_kernel, has_gamma, inside_standardization
+
+    if kernels is None:
+        if gammas is None:
+            return None, None
+        return ([with_width(kernel, g, kernel_name=kernel_name) for g in gammas],
+                [{"gamma": float(g)} for g in gammas])
+    base = check_kernel(kernel, name=kernel_name)
+    try:
+        entries = check_kernels(kernels, gammas=gammas, argument="@")
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("@.", "")) from None
+    out, prefixes = [], []
+    for k in entries:
+        k = inside_standardization(base, k)
+        for g in (gammas if gammas is not None and has_gamma(k) else [None]):
+            cand = k if g is None else with_width(k, g, kernel_name="kernels")
+            prefix = {"kernel": describe_kernel(cand, gammas is not None)}
+            if gammas is not None:
+                prefix["gamma"] = None if g is None else float(g)
+            out.append(cand)
+            prefixes.append(prefix)
+    return out, prefixes
+
+
+def _json_kernels(kernels, store) -> None:
+    """With a ``store``, ``kernels`` is saved with the model's parameters: names and config
+    mappings only."""
+    if store is None or kernels is None:
+        return
+    for i, k in enumerate(kernels):
+        if not isinstance(k, (str, dict)):
+            raise ValueError(f"kernels[{i}]: with a store, give each kernel as a name or a "
+                             f"config table ({{'name': 'gaussian', 'gamma': 0.1}}), not "
+                             f"{type(k).__name__} (the parameters are saved as JSON)")
 
 
 def check_gammas(gammas, *, argument: str = "gammas") -> list[float] | None:
@@ -612,15 +839,25 @@ class SISOKRCV(SISOKR):
         pass (one read of the rows; each block's ``C_I`` computed once per width, see
         :class:`SketchedKRRCV`). The driver work (whitening, ``eigh(H)``, fold reductions)
         is once per width; the model is refitted at the best width.
+    kernels : sequence, optional
+        Input kernels to try in place of ``input_kernel``, each (× ``gammas`` where it has a
+        ``gamma``) scored in the same pass, as for :class:`SketchedKRRCV`; the chosen one is
+        ``input_kernel_``.
     cv : int or KFold-like
         See :func:`fold_spec`.
-    scoring : {"surrogate", "f1_samples", "kernel_loss", "topk_accuracy"}
-        ``"surrogate"`` (default): minus the mean surrogate error, from the sums alone.
+    scoring : {"auto", "surrogate", "f1_samples", "kernel_loss", "topk_accuracy"}
+        ``"auto"`` (default): the task's metric where decoding the folds is affordable,
+        ``"f1_samples"`` for binary outputs, else ``"kernel_loss"``, when ``n · |U| ·
+        settings · m_Y ≤`` :data:`AUTO_DECODE_BUDGET` (``|U|`` the unique training outputs,
+        ``settings`` the grid's points); otherwise ``"surrogate"`` with a warning that the
+        two can choose differently (:func:`auto_scoring`). ``scoring_`` records the choice.
+        ``"surrogate"``: minus the mean surrogate error, from the sums alone.
         ``"f1_samples"`` / ``"kernel_loss"`` / ``"topk_accuracy"``: decode each validation
         row over the unique training outputs (``candidates_``, all folds', so every row's
         own output is a candidate) with every fold's models and score the decoded outputs
         (F1, minus the kernel loss, or the fraction of rows whose own output is among the
-        ``top_k`` best-scored candidates, ties to the lower candidate index as ``predict``). This reads the rows once more
+        ``top_k`` best-scored candidates, ties to the lower candidate index as
+        ``predict``). This reads the rows once more
         after the pass (their input features and outputs) and decodes every validation row
         ``len(lams) × len(ranks)`` times.
     top_k : int
@@ -637,13 +874,16 @@ class SISOKRCV(SISOKR):
         score not resolved above its rounding error bound is NaN (:func:`sisokr_fold_scores`);
         its point has a NaN mean, the worst rank (shared) and is never chosen.
     best_index_, best_params_, best_score_, n_splits_
+    scoring_ : str
+        The scoring used (``scoring``, or what ``"auto"`` resolved to).
     Other attributes as :class:`~distsketch.SISOKR`, refitted at the best ``(λ, p)`` from the
     same sums (``set_lam`` and ``set_rank`` switch).
     """
 
     _param_kinds = {"input_kernel": "kernel", "output_kernel": "kernel",
                     "input_sketch": "sketch", "output_sketch": "sketch", "lams": "json",
-                    "ranks": "json", "gammas": "json", "cv": "json", "scoring": "json",
+                    "ranks": "json", "gammas": "json", "kernels": "json", "cv": "json",
+                    "scoring": "json",
                     "top_k": "json", "random_state": "random_state", "store": "store",
                     "options": "options"}
     _configurable = True
@@ -651,8 +891,8 @@ class SISOKRCV(SISOKR):
 
     def __init__(self, input_kernel="gaussian", output_kernel="gaussian", *, input_sketch=None,
                  output_sketch=None, lams=(1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2),
-                 ranks=None, gammas=None, cv=5, scoring="surrogate", top_k=5, random_state=None,
-                 store=None, options=None):
+                 ranks=None, gammas=None, kernels=None, cv=5, scoring="auto", top_k=5,
+                 random_state=None, store=None, options=None):
         self.input_kernel = input_kernel
         self.output_kernel = output_kernel
         self.input_sketch = input_sketch
@@ -660,6 +900,7 @@ class SISOKRCV(SISOKR):
         self.lams = lams
         self.ranks = ranks
         self.gammas = gammas
+        self.kernels = kernels
         self.cv = cv
         self.scoring = scoring
         self.top_k = top_k
@@ -678,8 +919,10 @@ class SISOKRCV(SISOKR):
             raise ValueError(f"scoring: expected one of {list(DECODED_SCORINGS)}, got "
                              f"{self.scoring!r}")
         gammas = check_gammas(getattr(self, "gammas", None))
-        widths = None if gammas is None else [
-            with_width(self.input_kernel, g, kernel_name="input_kernel") for g in gammas]
+        kernels = getattr(self, "kernels", None)
+        _json_kernels(kernels, self.store)
+        widths, prefixes = candidate_kernels(self.input_kernel, kernels, gammas,
+                                             kernel_name="input_kernel")
         spec = SketchedEstimator._validate(self, X, Y)
         self._offset = None  # SISOKR's output centring (fit_intercept): not cross-validated
         if isinstance(spec.kernels["output_kernel"], Linear):
@@ -691,6 +934,7 @@ class SISOKRCV(SISOKR):
         spec = _all_rows_for_exact_sides(spec, K)
         self._folds = folds
         self._widths = widths
+        self._prefixes = prefixes
         kernels = spec.kernels if widths is None else {**spec.kernels,
                                                        "input_kernel": widths[0]}
         return FitSpec(spec.X, spec.Y, kernels, spec.sketches, spec.options, spec.rng, lams)
@@ -721,16 +965,21 @@ class SISOKRCV(SISOKR):
                 raise ValueError(f"cv: fold {k} has {int(cnt[k])} of the {n} rows; use fewer "
                                  f"folds or contiguous folds")
         widths = self._widths or [spec.kernels["input_kernel"]]
+        self.scoring_ = self._resolve_scoring(res, len(lams) * max(len(ranks), 1)
+                                              * len(widths))
         scores = []
         for j in range(len(widths)):  # each width's refit is left fitted by its scores
             scores.append(self._width_scores(self._width_spec(spec, j), res, j))
-        gammas = None if self._widths is None else [float(g) for g in self.gammas]
-        _set_best(self, np.concatenate(scores, axis=1), _sisokr_params(lams, ranks, gammas))
+        gammas = None if getattr(self, "gammas", None) is None else [float(g) for g in self.gammas]
+        _set_best(self, np.concatenate(scores, axis=1),
+                  _sisokr_params(lams, ranks, gammas, self._prefixes))
         best_width = self.best_index_ // (len(lams) * max(len(ranks), 1))
         if best_width != len(widths) - 1:  # the refit at the best width (its driver work again)
             SISOKR._solve(self, self._width_spec(spec, best_width),
                           self._width_result(res, best_width))
         self.gammas_ = gammas
+        self.kernels_ = None if getattr(self, "kernels", None) is None else \
+            [p["kernel"] for p in self._prefixes]
         # the refit at the best (λ, p): best first, as SISOKR(lam=[...], rank=[...]) would
         best_lam, best_rank = self.best_params_["lam"], self.best_params_["rank"]
         self.lams_ = (best_lam, *[v for v in lams if v != best_lam])
@@ -739,6 +988,19 @@ class SISOKRCV(SISOKR):
             (best_rank, *[p for p in ranks if p != best_rank])
         self.rank_ = best_rank
         self._principal = None
+
+    def _resolve_scoring(self, res, settings: int) -> str:
+        """``scoring``, with ``"auto"`` resolved by :func:`auto_scoring` from the unique
+        training outputs of the pass (its warning given here)."""
+        if self.scoring != "auto":
+            return self.scoring
+        rows, _ = res.sums["U"]
+        scoring, message = auto_scoring(binary=is_binary(rows), n=res.n, n_unique=rows.shape[0],
+                                        settings=settings, m_y=int(res.y_sketch.m))
+        if message:
+            warnings.warn(message, UserWarning, stacklevel=5)
+        logger.info("SISOKRCV: scoring='auto' is %r", scoring)
+        return scoring
 
     def _width_spec(self, spec: FitSpec, j: int) -> FitSpec:
         if self._widths is None:
@@ -765,7 +1027,7 @@ class SISOKRCV(SISOKR):
         # T_X, T_Y and eigendecomposition H = V Λ Vᵀ serve every fold
         SISOKR._solve(self, spec, self._width_result(res, j))
         sol = self.input_solution_
-        decoded = self.scoring != "surrogate"
+        decoded = self.scoring_ != "surrogate"
         a_y = output_scale(spec.kernels["output_kernel"], res.y_landmarks, res.y_sketch,
                            self.output_whitening_)
         scores, models = sisokr_fold_scores(input_basis(sol), sol.evals, self.operator_,
@@ -792,7 +1054,7 @@ class SISOKRCV(SISOKR):
                           spec.options.gram_chunk)
         # candidate features in each (fold, λ) principal basis, once (not per block)
         rotated = [[None if Q is None else phi_c @ Q for _, Q in fold] for fold in models]
-        topk = self.scoring == "topk_accuracy"
+        topk = self.scoring_ == "topk_accuracy"
         if topk:  # each row's own output among the candidates (absent: -1, never a hit)
             where = {row.tobytes(): j for j, row in enumerate(np.ascontiguousarray(cand))}
             index = np.arange(len(cand))
@@ -831,7 +1093,7 @@ class SISOKRCV(SISOKR):
                             col += 1
                             continue
                         pred = cand[np.argmin(score, axis=1)]
-                        if self.scoring == "f1_samples":
+                        if self.scoring_ == "f1_samples":
                             T, Pb = _binary(Yv, "Y"), _binary(pred, "candidates")
                             denom = T.sum(axis=1) + Pb.sum(axis=1)
                             val = np.where(denom > 0, 2.0 * (T & Pb).sum(axis=1)
@@ -846,19 +1108,24 @@ class SISOKRCV(SISOKR):
         arrays, state = super()._get_state()
         arrays.update(cv_scores=np.stack([self.cv_results_[f"split{k}_test_score"]
                                           for k in range(self.n_splits_)]))
-        state.update(best_index=self.best_index_,
+        state.update(best_index=self.best_index_, scoring=self.scoring_,
                      cv_params=[[float(p["lam"]), p["rank"]] for p in self.cv_results_["params"]],
-                     gammas=self.gammas_)
+                     gammas=self.gammas_, cv_prefixes=self._prefixes)
         return arrays, state
 
     def _set_state(self, arrays, state):
         super()._set_state(arrays, state)
         self.gammas_ = state.get("gammas")
+        # a model saved before scoring_ existed: its scoring was never "auto"
+        self.scoring_ = state.get("scoring", getattr(self, "scoring", "surrogate"))
         params = [{"lam": float(a), "rank": None if b is None else int(b)}
                   for a, b in state["cv_params"]]
-        if self.gammas_ is not None:  # the pairs repeat per width, γ the outer loop
-            per = len(params) // len(self.gammas_)
-            params = [{"gamma": self.gammas_[i // per], **p} for i, p in enumerate(params)]
+        self._prefixes = _prefixes_of(state.get("cv_prefixes"), self.gammas_)
+        self.kernels_ = None if self._prefixes is None or "kernel" not in self._prefixes[0] \
+            else [p["kernel"] for p in self._prefixes]
+        if self._prefixes is not None:  # the pairs repeat per kernel, the outer loop
+            per = len(params) // len(self._prefixes)
+            params = [{**self._prefixes[i // per], **p} for i, p in enumerate(params)]
         _set_best(self, np.asarray(arrays["cv_scores"]), params, state["best_index"])
 
 

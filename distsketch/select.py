@@ -1,29 +1,40 @@
 """Model selection over λ (and rank, the input kernel, and a small grid of its widths γ) for the
-CLI's ``[select]`` table and for scripts: K-fold cross-validation from one pass, or a hold-out
-split.
+CLI's ``[select]`` table and for scripts: K-fold cross-validation or a hold-out split, every
+chosen value at an edge of its grid named in a :class:`~distsketch.cv.GridEdgeWarning`.
 
-Two routes:
+Three routes:
 
-- ``cv = K`` — :class:`~distsketch.SketchedKRRCV` / :class:`~distsketch.SISOKRCV`: every fold ×
-  every λ (× every rank) scored from per-fold sums of **one pass**, the model refitted on all
-  rows from the same sums (see docs/design.md, "Cross-validation from one pass"). SketchedKRR
-  and SISOKR only.
+- ``cv = K``, SketchedKRR and SISOKR with a metric their CV estimators score —
+  :class:`~distsketch.SketchedKRRCV` / :class:`~distsketch.SISOKRCV`: every fold × every λ
+  (× every rank) × every input-kernel candidate scored from per-fold sums of **one pass**
+  (each candidate kernel × width computed per row block over the same landmarks and sketch:
+  the CV estimators' ``kernels=`` and ``gammas=``), the model refitted on all rows from the
+  same sums (see docs/design.md, "Cross-validation from one pass").
+- ``cv = K``, any other model or metric (SketchedRegressor, SketchedQuantileRegressor;
+  SketchedKRR scored by ``mae``, …): per candidate kernel and per fold, one fit on the
+  fold's training rows with the whole λ path (``set_lam`` / ``set_rank``), each setting scored
+  on the fold's rows; the score is the mean over the folds. The sketch is drawn again for
+  each fold from its training rows (same seed): the models accept no realised sketch from
+  outside, so the fold scores include the sketch's variability, as scikit-learn's
+  ``cross_val_score`` of a Nyström pipeline would. Cost: K fits per candidate, plus the refit.
 - ``validation = f`` — any model: rows split by a seeded hash of their index (a fraction ``f``
-  held out, independent of chunking), the model fitted once on the rest with its whole λ path
-  (every λ, and every rank, from that fit's sums: ``set_lam`` / ``set_rank``), each candidate
-  scored on the held-out rows with a metric of :data:`distsketch.metrics.METRICS`, then
-  refitted on all rows at the chosen values.
+  held out, independent of chunking), the model fitted once on the rest with its whole λ path,
+  each candidate scored on the held-out rows with a metric of
+  :data:`distsketch.metrics.METRICS`, then refitted on all rows at the chosen values.
+
+Folds are shuffled by default: row ``i`` in fold ``splitmix64(seed, i) mod K`` (the fold spec
+``"K:seed"`` of :func:`distsketch.accumulate.fold_ids`; ``seed = random_state``), so a file
+sorted by a column gives folds that each span it; ``shuffle=False`` gives contiguous folds.
 
 The input kernel itself can be a candidate, as ``kernel`` in a scikit-learn ``GridSearchCV``
 param grid: ``kernels = [...]`` lists kernels (a name, a config table, a distsketch kernel),
 each one replacing the model's input kernel (inside its standardisation, when it has one), and
 ``gammas`` crosses every candidate that has a ``gamma`` with the γ grid.
 
-Cost: the cv route costs one pass per kernel entry — the γ grid of an entry is scored in the
-same pass (``gammas=`` of the CV estimators: each row block read once, its kernel block
-computed per γ) — and with more than one entry the chosen candidate is refitted (one more
-pass); the validation route costs one pass per input-kernel candidate (each kernel × each of
-its γ) plus the refit.
+Cost: the one-pass cv route costs one pass for every kernel × γ (one per kernel entry when
+the sketch depends on the kernel, e.g. ``LeverageScores``), plus the refit's pass when the
+model has a store and there were several candidates; the other routes one fit per candidate
+(kernel × γ) per split, plus the refit.
 """
 
 from __future__ import annotations
@@ -31,12 +42,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import numbers
-from collections.abc import Mapping
+import warnings
 from typing import Any
 
 import numpy as np
 
 from ._hashing import row_hash
+from .kernel_grid import (check_kernels, describe_kernel, has_gamma, inside_standardization,
+                          with_gamma)
 from .metrics import METRICS, check_metrics
 
 __all__ = ["Selection", "select", "check_selection", "check_kernels", "METRIC_ORIENTATION"]
@@ -112,120 +125,11 @@ def check_selection(*, cv=None, validation=None, metric=None, gammas=None, kerne
         check_kernels(kernels, gammas=gammas, argument=argument)
 
 
-_KERNELS_FIX = ('a non-empty list of kernels: names ("linear"), tables ({name = "gaussian", '
-                'gamma = 0.1}) or distsketch kernels')
-
-
-def check_kernels(kernels, *, gammas=None, argument: str = "select") -> list:
-    """The candidate input kernels of ``kernels`` (validated, before any work).
-
-    Parameters
-    ----------
-    kernels : sequence
-        Each entry a kernel name, a config mapping ``{"name": ..., **params}`` (TOML: a table or
-        an inline table), a :class:`~distsketch.kernels.Kernel` or a callable (see
-        :func:`~distsketch.kernels.check_kernel`).
-    gammas : sequence of float, optional
-        The γ grid; it applies to the entries with a ``gamma`` parameter.
-    argument : str
-        Prefix of the error messages.
-
-    Returns
-    -------
-    list of Kernel
-        One per entry, in order.
-
-    Raises
-    ------
-    ValueError
-        Naming ``argument.kernels[i]`` and the fix: not a list, an empty list, an unknown name
-        or parameter, a config table that gives ``gamma`` while ``gammas`` is given (two grids
-        for one parameter), ``gammas`` with no entry that has a ``gamma``, or two entries that
-        are the same candidate.
-    """
-    from .kernels import check_kernel
-
-    key = f"{argument}.kernels"
-    if isinstance(kernels, (str, bytes)) or not isinstance(kernels, (list, tuple)) or not kernels:
-        raise ValueError(f"{key}: expected {_KERNELS_FIX}, got {kernels!r}")
-    out = []
-    for i, entry in enumerate(kernels):
-        if isinstance(entry, Mapping) and "name" not in entry:
-            raise ValueError(f"{key}[{i}].name: missing kernel name (e.g. {{name = \"linear\"}}"
-                             f" or the bare name \"linear\")")
-        try:
-            k = check_kernel(entry, name=f"{key}[{i}]")
-        except ValueError as exc:
-            raise ValueError(str(exc).replace("kernel_from_config: ", "")) from None
-        if gammas is not None and isinstance(entry, Mapping) and "gamma" in entry:
-            raise ValueError(f"{key}[{i}].gamma: given here and by {argument}.gammas; drop it "
-                             f"here (the gammas grid applies to this kernel) or drop "
-                             f"{argument}.gammas and list one kernel per width")
-        out.append(k)
-    if gammas is not None and not any(_has_gamma(k) for k in out):
-        raise ValueError(f"{argument}.gammas: none of {key} has a width gamma "
-                         f"({[_describe(k, False) for k in out]}); drop {argument}.gammas or "
-                         f"add a kernel with one (gaussian, laplacian, gaussian_tanimoto, "
-                         f"polynomial)")
-    seen: dict = {}
-    for i, k in enumerate(out):
-        for g in (gammas if gammas is not None and _has_gamma(k) else [None]):
-            cand = with_gamma(k, g) if g is not None else k
-            ident = _identity(cand)
-            if ident in seen:
-                raise ValueError(f"{key}[{i}]: the same candidate as {key}[{seen[ident]}] "
-                                 f"({_describe(cand, False)}); list each kernel once")
-            seen[ident] = i
-    return out
-
-
-def _has_gamma(kernel) -> bool:
-    from .kernels import Standardized
-
-    if isinstance(kernel, Standardized):
-        return _has_gamma(kernel.kernel)
-    params = kernel.get_params(deep=False) if hasattr(kernel, "get_params") else {}
-    return "gamma" in params
-
-
-def _identity(kernel):
-    try:
-        key = kernel._key()
-        hash(key)
-        return key
-    except TypeError:  # an unhashable parameter: by object
-        return id(kernel)
-
-
-def _describe(kernel, gamma_column: bool) -> str:
-    """A short description of a candidate kernel: its name and parameters (``gamma`` left out
-    when it has its own column; a standardisation wrapper left out)."""
-    from .kernels import Standardized, kernel_description
-
-    if isinstance(kernel, Standardized):
-        return _describe(kernel.kernel, gamma_column)
-    cfg = dict(kernel_description(kernel))
-    name = cfg.pop("name", None) or cfg.pop("callable", "?")
-    if gamma_column:
-        cfg.pop("gamma", None)
-    return name + (f"({', '.join(f'{k}={v!r}' for k, v in cfg.items())})" if cfg else "")
-
-
 def _kernel_param(model, key: str) -> str:
     name = getattr(type(model), "_standardized", None)
     if not name:
         raise ValueError(f"select.{key}: {type(model).__name__} has no input kernel to vary")
     return name
-
-
-def _inside(base, kernel):
-    """``kernel`` on the inputs of ``base``: wrapped in ``base``'s standardisation when ``base``
-    has one and ``kernel`` has none."""
-    from .kernels import Standardized
-
-    if isinstance(base, Standardized) and not isinstance(kernel, Standardized):
-        return Standardized(kernel, base.mean, base.scale)
-    return kernel
 
 
 def _candidates(model, *, kernels, gammas) -> list[tuple[dict, Any]]:
@@ -239,26 +143,14 @@ def _candidates(model, *, kernels, gammas) -> list[tuple[dict, Any]]:
         return [({"gamma": float(g)}, with_gamma(base, g)) for g in gammas]
     out = []
     for k in check_kernels(kernels, gammas=gammas):
-        k = _inside(base, k)
-        for g in (gammas if gammas is not None and _has_gamma(k) else [None]):
+        k = inside_standardization(base, k)
+        for g in (gammas if gammas is not None and has_gamma(k) else [None]):
             cand = with_gamma(k, g) if g is not None else k
-            row = {"kernel": _describe(cand, gammas is not None)}
+            row = {"kernel": describe_kernel(cand, gammas is not None)}
             if gammas is not None:
                 row["gamma"] = None if g is None else float(g)
             out.append((row, cand))
     return out
-
-
-def with_gamma(kernel, gamma: float):
-    """A copy of ``kernel`` with width ``gamma`` (through :class:`Standardized`)."""
-    from .kernels import Standardized
-
-    if isinstance(kernel, Standardized):
-        return Standardized(with_gamma(kernel.kernel, gamma), kernel.mean, kernel.scale)
-    params = kernel.get_params(deep=False) if hasattr(kernel, "get_params") else {}
-    if "gamma" not in params:
-        raise ValueError(f"select.gammas: the input kernel {kernel!r} has no width gamma")
-    return type(kernel)(**{**params, "gamma": float(gamma)})
 
 
 def _grid(value) -> list:
@@ -271,7 +163,7 @@ def _default_metric(model) -> str:
     if hasattr(model, "quantiles"):
         return "pinball"
     if "output_kernel" in model.get_params(deep=False):
-        return "surrogate_mse"
+        return "surrogate_mse"  # select() resolves SISOKR's default by _auto_metric first
     return "rmse"
 
 
@@ -293,18 +185,18 @@ def _take(A, idx: np.ndarray):
 
 def select(model, X, Y, *, cv: int | None = None, validation: float | None = None,
            metric: str | None = None, gammas=None, kernels=None,
-           random_state: int = 0) -> Selection:
+           random_state: int = 0, shuffle: bool = True) -> Selection:
     """Choose λ (the model's ``lam`` grid), the rank (SISOKR's ``rank`` grid) and optionally
     the input kernel (``kernels``) and its γ (``gammas``), then fit on all rows at the chosen
     values.
 
-    The candidates are the product kernel × γ × λ (× rank): for every input-kernel candidate
+    The candidates are the product kernel × γ × λ (× rank): every input-kernel candidate
     (every entry of ``kernels``, and with ``gammas`` every γ of an entry that has a ``gamma``)
-    one fit scores the whole λ (rank) path — the cv route from that fit's per-fold sums (**one
-    pass per kernel entry**, its γ grid included: the widths share the pass), the validation
-    route on the held-out rows (one pass per kernel × γ) — and the best candidate is refitted
-    on all rows (one more pass when the cv route had more than one kernel entry and the model
-    has a store; the validation route always refits).
+    scores the whole λ (rank) path of a fit — the one-pass cv route from per-fold sums (**one
+    pass for every kernel × γ**), the refit cv route from one fit per fold, the validation
+    route on the held-out rows (one fit per kernel × γ) — and the best candidate is refitted
+    on all rows (one more pass when the one-pass route had more than one candidate kernel and
+    the model has a store; the other routes always refit).
 
     Parameters
     ----------
@@ -313,12 +205,15 @@ def select(model, X, Y, *, cv: int | None = None, validation: float | None = Non
         ``rank``) hold the grids. Its ``store`` receives the final model.
     X, Y : arrays of shape (n, d) and (n, t)
     cv : int, optional
-        Folds of the one-pass cross-validation (SketchedKRR, SISOKR).
+        Folds of the cross-validation, any model (module notes: from one pass for SketchedKRR
+        and SISOKR with their CV estimators' metrics, else one fit per fold).
     validation : float, optional
         Fraction of rows held out (any model).
     metric : str, optional
         A name of :data:`~distsketch.metrics.METRICS`. Default: ``rmse`` (regression),
-        ``surrogate_mse`` (SISOKR), ``pinball`` (quantiles).
+        ``pinball`` (quantiles); SISOKR: the task's metric where decoding the scored rows is
+        affordable (:func:`distsketch.cv.auto_scoring`: ``f1_samples`` for binary outputs,
+        else ``kernel_loss``), else ``surrogate_mse`` with a warning.
     gammas : sequence of float, optional
         Values of the input kernel's ``gamma`` to try (a width for gaussian / laplacian /
         gaussian_tanimoto, the scale of ``⟨x, x'⟩`` for polynomial). Without ``kernels``, the
@@ -338,31 +233,143 @@ def select(model, X, Y, *, cv: int | None = None, validation: float | None = Non
         with ``fit_intercept=True`` on standardised inputs is ridge regression on the raw
         features.
     random_state : int
-        Seed of the hold-out split (the cv route's folds are contiguous).
+        Seed of the hold-out split and of the shuffled folds.
+    shuffle : bool, default True
+        ``cv``: folds by a seeded hash of the row index (``fold_ids`` with the spec
+        ``"K:random_state"``: the same rows for the same seed, whatever the chunking), so a
+        file sorted by a column gives folds that each span its range. ``False``: contiguous
+        folds (row ``i`` in fold ``⌊iK/n⌋``, the behaviour before shuffling was the default).
 
     Returns
     -------
     Selection
 
+    Warns
+    -----
+    GridEdgeWarning
+        Once per parameter whose chosen value is the smallest or largest of its grid
+        (``model.lam``, ``select.gammas``, ``model.rank`` below the full rank), naming the
+        value and the fix (:func:`distsketch.cv.grid_edges`).
+
     Examples
     --------
-    A Gaussian kernel at three widths against ridge regression on the raw features (four
-    passes, plus the refit's)::
+    A Gaussian kernel at three widths against ridge regression on the raw features (one
+    pass)::
 
         select(SketchedKRR(standardized(Gaussian(), X), sketch=SubSampling(1000),
                            lam=[1e-3, 1e-5, 1e-7]),
                X, y, cv=5, kernels=["gaussian", "linear"], gammas=[0.01, 0.1, 1.0])
     """
+    from .cv import GridEdgeWarning
+
     check_selection(cv=cv, validation=validation, metric=metric, gammas=gammas,
                     kernels=kernels)
+    if not isinstance(shuffle, bool):
+        raise ValueError(f"select.shuffle: expected true or false, got {shuffle!r}")
+    if (isinstance(random_state, bool) or not isinstance(random_state, numbers.Integral)
+            or random_state < 0):
+        raise ValueError(f"select.seed: expected a non-negative integer, got {random_state!r}")
+    candidates = _candidates(model, kernels=kernels, gammas=gammas)
+    kparam = _kernel_param(model, "kernels") if candidates[0][1] is not None else None
+    if metric is None and "output_kernel" in model.get_params(deep=False):
+        # SISOKR: the task's metric where decoding is affordable (distsketch.cv.auto_scoring),
+        # decided once for every candidate
+        p = model.get_params(deep=False)
+        metric = _auto_metric(
+            model, Y, scored=X.shape[0] if cv is not None else X.shape[0] * float(validation),
+            settings=len(candidates) * len(_grid(p.get("lam"))) * len(_grid(p.get("rank"))))
     metric = metric or _default_metric(model)
     check_metrics([metric], model=_Probe(model), argument="select.metric")
-    candidates = _candidates(model, kernels=kernels, gammas=gammas)
-    if cv is not None:
-        return _select_cv(model, X, Y, cv=int(cv), metric=metric, candidates=candidates)
-    kparam = _kernel_param(model, "kernels") if candidates[0][1] is not None else None
-    return _select_validation(model, X, Y, fraction=float(validation), metric=metric,
-                              candidates=candidates, kparam=kparam, random_state=random_state)
+    one_pass = cv is not None and _one_pass_cv(model, metric)
+    # the trials' own edge warnings would name their grids piecemeal (one kernel entry's): the
+    # selection's edges are named once, below, for the chosen point
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GridEdgeWarning)
+        if cv is not None:
+            folds = f"{int(cv)}:{int(random_state)}" if shuffle else str(int(cv))
+            if one_pass:
+                sel = _select_cv(model, X, Y, cv=folds, kernels=kernels, gammas=gammas,
+                                 metric=metric, candidates=candidates)
+            else:
+                sel = _select_splits(model, X, Y, splits=fold_splits(X.shape[0], folds),
+                                     metric=metric, candidates=candidates, kparam=kparam,
+                                     route="cv")
+        else:
+            sel = _select_splits(model, X, Y,
+                                 splits=[split_rows(X.shape[0], float(validation),
+                                                    random_state)],
+                                 metric=metric, candidates=candidates, kparam=kparam,
+                                 route="validation")
+    _warn_edges(model, sel, gammas)
+    return sel
+
+
+def _warn_edges(model, sel: Selection, gammas) -> None:
+    """A :class:`~distsketch.cv.GridEdgeWarning` per chosen value at an edge of its grid
+    (``model.lam``, ``model.rank``, ``select.gammas``; :func:`distsketch.cv.grid_edges`)."""
+    from .cv import grid_edges, warn_edges
+
+    params = model.get_params(deep=False)
+    grids = {"lam": ("model.lam", _grid(params.get("lam"))),
+             "gamma": ("select.gammas", list(gammas) if gammas is not None else None),
+             "rank": ("model.rank", _grid(params.get("rank")) if "rank" in params else None)}
+    op = getattr(sel.model, "operator_", None)
+    warn_edges(grid_edges(sel.best, grids, prefix="select",
+                          full_rank=None if op is None else int(op.shape[1])), stacklevel=3)
+
+
+def _auto_metric(model, Y, *, scored: float, settings: int) -> str:
+    """SISOKR's default metric on the hold-out and refit routes: :func:`distsketch.cv.
+    auto_scoring`'s rule (``f1_samples`` for binary outputs, else ``kernel_loss``, where
+    decoding the ``scored`` rows against the unique training outputs at every grid point is
+    within :data:`distsketch.cv.AUTO_DECODE_BUDGET`; else ``surrogate_mse`` with its
+    warning)."""
+    import dask
+
+    from .cv import auto_scoring, is_binary
+
+    if dask.is_dask_collection(Y):
+        Y = Y.compute()
+    Yd = Y.toarray() if hasattr(Y, "toarray") else np.asarray(Y, dtype=np.float64)
+    Yd = Yd.reshape(len(Yd), -1)
+    sketch = model.get_params(deep=False).get("output_sketch")
+    m_y = int(getattr(sketch, "m", None) or len(Yd))
+    scoring, message = auto_scoring(binary=is_binary(Yd), n=int(scored),
+                                    n_unique=len(np.unique(Yd, axis=0)), settings=settings,
+                                    m_y=m_y)
+    if message:
+        warnings.warn(message.replace("scoring='auto'", "select.metric (default)").replace(
+            "pass scoring=", "give select.metric = "), UserWarning, stacklevel=4)
+    return {"surrogate": "surrogate_mse"}.get(scoring, scoring)
+
+
+def fold_splits(n: int, folds: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``(training rows, validation rows)`` of every fold of the fold spec ``folds`` (``"K"``:
+    contiguous, ``"K:seed"``: a seeded hash of the row index; the folds of the one-pass CV
+    estimators, :func:`distsketch.accumulate.fold_ids`)."""
+    from .accumulate import fold_ids
+
+    f = fold_ids(0, n, n, folds)
+    K = int(folds.partition(":")[0])
+    out = []
+    for k in range(K):
+        train, val = np.flatnonzero(f != k), np.flatnonzero(f == k)
+        if len(val) == 0 or len(train) == 0:
+            raise ValueError(f"select.cv: fold {k} of {K} has {len(val)} of the {n} rows; use "
+                             f"fewer folds")
+        out.append((train, val))
+    return out
+
+
+def _one_pass_cv(model, metric: str) -> bool:
+    """Whether ``model`` × ``metric`` has a one-pass CV estimator (else: refits per fold)."""
+    from .models import SISOKR, SketchedKRR
+
+    if isinstance(model, SketchedKRR):
+        return metric in _KRR_SCORING
+    if isinstance(model, SISOKR):
+        return metric in _SISOKR_SCORING
+    return False
 
 
 class _Probe:
@@ -428,15 +435,68 @@ def _width_groups(candidates) -> list[list[tuple[dict, Any]]]:
     return groups
 
 
-def _select_cv(model, X, Y, *, cv, metric, candidates) -> Selection:
+def _select_cv(model, X, Y, *, cv, metric, candidates, kernels=None, gammas=None
+               ) -> Selection:
     """The cv route. A CV score not resolved above its rounding error bound is NaN in the
-    table and never chosen (:func:`distsketch.cv.resolved`); an entry of ``kernels`` whose
-    every point is unresolved is skipped (its rows NaN), and with every entry unresolved the
-    selection fails (:class:`~distsketch.cv.UnresolvedScoresError`)."""
-    from .cv import UnresolvedScoresError
+    table and never chosen (:func:`distsketch.cv.resolved`); with every point unresolved the
+    selection fails (:class:`~distsketch.cv.UnresolvedScoresError`).
 
+    With ``kernels``, every kernel × width is scored in **one pass** (the CV estimators'
+    ``kernels=``: the same landmarks and sketch), unless the sketch depends on the kernel
+    (``LeverageScores``): then one pass per kernel entry (its widths sharing it), an entry
+    whose every point is unresolved skipped (its rows NaN)."""
     est, kname = _cv_estimator(model, metric, cv)
     store = model.get_params(deep=False).get("store")
+    sketch = model.get_params(deep=False).get("sketch" if kname == "kernel" else "input_sketch")
+    if kernels is not None and not getattr(sketch, "needs_kernel", False):
+        return _select_cv_one_pass(est, kname, X, Y, store=store, kernels=kernels,
+                                   gammas=gammas, candidates=candidates)
+    return _select_cv_groups(est, kname, X, Y, store=store, candidates=candidates)
+
+
+def _select_cv_one_pass(est, kname, X, Y, *, store, kernels, gammas, candidates) -> Selection:
+    """Every input-kernel candidate in one CV estimator (one pass); the chosen kernel refitted
+    into the model's store (one more pass) when it has one."""
+    trial = _clone(est).set_params(store=None, kernels=[k for _, k in _entries(candidates)],
+                                   gammas=gammas).fit(X, Y)
+    res = trial.cv_results_
+    table = []
+    for i, params in enumerate(res["params"]):
+        row = {"kernel": params["kernel"]}
+        if gammas is not None:
+            row["gamma"] = params["gamma"]
+        row["lam"] = float(params["lam"])
+        if params.get("rank") is not None:
+            row["rank"] = params["rank"]
+        row.update(score=float(res["mean_test_score"][i]), std=float(res["std_test_score"][i]))
+        table.append(row)
+    chosen = {k: v for k, v in trial.best_params_.items()
+              if not (k == "rank" and v is None) and not (k == "gamma" and gammas is None)}
+    kernel = trial.kernel_ if kname == "kernel" else trial.input_kernel_
+    if store is not None:
+        fitted = _clone(est).set_params(**{kname: kernel}, store=store).fit(X, Y)
+    else:  # the trial is the final model: its parameters name the chosen kernel, as a refit's
+        fitted = trial.set_params(**{kname: kernel, "kernels": None, "gammas": None})
+    logger.info("select: best CV %s %.6g at %s", trial.scoring, trial.best_score_, chosen)
+    return Selection(fitted, table, chosen, getattr(trial, "scoring_", trial.scoring), True,
+                     "cv")
+
+
+def _entries(candidates):
+    """The kernel entries of the candidates, once each (the first width of an entry crossed
+    with ``gammas`` stands for it: the CV estimator applies the grid again)."""
+    out, seen = [], set()
+    for prefix, kernel in candidates:
+        key = prefix["kernel"]
+        if key not in seen:
+            seen.add(key)
+            out.append((prefix, kernel))
+    return out
+
+
+def _select_cv_groups(est, kname, X, Y, *, store, candidates) -> Selection:
+    """One CV estimator per kernel entry (its widths in one pass)."""
+    from .cv import UnresolvedScoresError
     groups = _width_groups(candidates)
     single = len(groups) == 1
     table: list[dict] = []
@@ -511,39 +571,52 @@ def split_rows(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarr
     return train, val
 
 
-def _select_validation(model, X, Y, *, fraction, metric, candidates, kparam, random_state
-                       ) -> Selection:
-    n = X.shape[0]
-    train, val = split_rows(n, fraction, random_state)
-    Xtr, Ytr, Xva, Yva = _take(X, train), _take(Y, train), _take(X, val), _take(Y, val)
-    if hasattr(Yva, "compute"):
-        Yva = Yva.compute()
-    Yva = np.asarray(Yva.toarray() if hasattr(Yva, "toarray") else Yva, dtype=np.float64)
+def _select_splits(model, X, Y, *, splits, metric, candidates, kparam, route) -> Selection:
+    """The hold-out route (one split) and the refit route of ``cv`` (one split per fold):
+    per candidate kernel and split, one fit on the split's training rows with the whole λ
+    (rank) path, every (λ, rank) scored on its held-out rows; a candidate's score is the mean
+    over the splits (``std`` their standard deviation with several); the best is refitted on
+    all rows."""
     sign = METRIC_ORIENTATION.get(metric, -1)
     m = METRICS[metric]
     params = model.get_params(deep=False)
     lams = _grid(params.get("lam"))
     ranks = _grid(params.get("rank")) if "rank" in params else [None]
+    parts = []
+    for train, val in splits:
+        Yva = _take(Y, val)
+        if hasattr(Yva, "compute"):
+            Yva = Yva.compute()
+        Yva = np.asarray(Yva.toarray() if hasattr(Yva, "toarray") else Yva, dtype=np.float64)
+        parts.append((_take(X, train), _take(Y, train), _take(X, val), Yva))
     table: list[dict] = []
     best = None
     for prefix, kernel in candidates:
-        trial = _clone(model).set_params(store=None, **(
-            {kparam: kernel} if kernel is not None else {}))
-        trial.fit(Xtr, Ytr)
-        for lam in lams:
-            trial.set_lam(lam)
-            for rank in ranks:
-                if rank is not None:
-                    trial.set_rank(rank)
-                pred = np.asarray(trial.predict(Xva)) if m.needs_prediction else None
-                score = float(m.func(trial, Xva, Yva, pred))
-                row = dict(prefix) | {"lam": float(lam)} | (
-                    {"rank": rank} if rank is not None else {})
-                row["score"] = score
-                table.append(row)
-                if best is None or sign * score > sign * best[0]:
-                    best = (score, {k: v for k, v in row.items() if k != "score"}, kernel)
-                logger.info("select: %s → %s %.6g", row, metric, score)
+        scores: dict = {}
+        for Xtr, Ytr, Xva, Yva in parts:
+            trial = _clone(model).set_params(store=None, **(
+                {kparam: kernel} if kernel is not None else {}))
+            trial.fit(Xtr, Ytr)
+            for lam in lams:
+                trial.set_lam(lam)
+                for rank in ranks:
+                    if rank is not None:
+                        trial.set_rank(rank)
+                    pred = np.asarray(trial.predict(Xva)) if m.needs_prediction else None
+                    scores.setdefault((lam, rank), []).append(
+                        float(m.func(trial, Xva, Yva, pred)))
+        for (lam, rank), vals in scores.items():
+            score = float(np.mean(vals))
+            row = dict(prefix) | {"lam": float(lam)} | (
+                {"rank": rank} if rank is not None else {})
+            row["score"] = score
+            if len(splits) > 1:
+                row["std"] = float(np.std(vals))
+            table.append(row)
+            if best is None or sign * score > sign * best[0]:
+                best = (score, {k: v for k, v in row.items() if k not in ("score", "std")},
+                        kernel)
+            logger.info("select: %s → %s %.6g", row, metric, score)
     _, chosen, kernel = best
     final_params: dict[str, Any] = {"lam": [chosen["lam"]] + [l for l in lams
                                                                if l != chosen["lam"]]
@@ -553,4 +626,4 @@ def _select_validation(model, X, Y, *, fraction, metric, candidates, kparam, ran
     if kernel is not None:
         final_params[kparam] = kernel
     final = _clone(model).set_params(**final_params).fit(X, Y)
-    return Selection(final, table, chosen, metric, sign > 0, "validation")
+    return Selection(final, table, chosen, metric, sign > 0, route)

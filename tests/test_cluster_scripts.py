@@ -171,7 +171,6 @@ def test_readme_zarr_conversion_recipe_runs(tmp_path):
     by whole rows."""
     import zarr
 
-    import distsketch as ds
     from distsketch.io import load_dataset
 
     section = readme_section("Training data beyond the client's memory")

@@ -132,6 +132,7 @@ def test_saved_and_loaded(tmp_path):
     assert krr.predict(X).shape == (len(X),)
 
 
+@pytest.mark.filterwarnings("ignore::distsketch.cv.GridEdgeWarning")  # not about the choice
 @pytest.mark.parametrize("intercept", [True, False])
 def test_exact_krr_cv_equals_exact_per_fold_krr(intercept):
     """SketchedKRRCV(sketch=None) cross-validates as SubSampling(n): its scores are exact KRR's
@@ -178,6 +179,7 @@ def test_bad_input_before_anything_is_written(tmp_path, kw, match):
 GAMMAS = [0.3, 0.5, 1.5]
 
 
+@pytest.mark.filterwarnings("ignore::distsketch.cv.GridEdgeWarning")  # not about the choice
 @pytest.mark.parametrize("intercept", [True, False])
 def test_width_grid_in_one_pass_equals_brute_force(intercept):
     """A γ grid: every (γ, λ) scored from one pass equals the per-fold dense refits at that γ
@@ -203,6 +205,7 @@ def test_width_grid_in_one_pass_equals_brute_force(intercept):
     assert norm_rel_err(model.predict(X), krr.predict(X)) <= 1e-8
 
 
+@pytest.mark.filterwarnings("ignore::distsketch.cv.GridEdgeWarning")  # not about the choice
 def test_width_grid_reads_each_block_once(monkeypatch):
     """Every width's block comes from the same rows read once per block: one FeatureMap.block
     call per (block, width), each block's widths on the same array."""
@@ -225,6 +228,7 @@ def test_width_grid_reads_each_block_once(monkeypatch):
     assert sum(len(A) for A, g in seen if g == GAMMAS[1]) == len(X)
 
 
+@pytest.mark.filterwarnings("ignore::distsketch.cv.GridEdgeWarning")  # not about the choice
 def test_width_grid_saved_resumed_and_refused(tmp_path):
     X, y = _data(seed=7)
     store = tmp_path / "w.zarr"
@@ -284,7 +288,8 @@ def test_sisokr_cv_results_equal_brute_force(ranks, route, monkeypatch):
     lams = [1e-4, 1e-2, 1.0]
     model = ds.SISOKRCV(ds.Gaussian(gamma=0.3), ds.Gaussian(gamma=0.5),
                         input_sketch=ds.SubSampling(40), output_sketch=ds.SubSampling(30),
-                        lams=lams, ranks=ranks, cv=4, random_state=0, options=F64).fit(X, Y)
+                        lams=lams, ranks=ranks, cv=4, random_state=0, options=F64,
+                        scoring="surrogate").fit(X, Y)
     want = sisokr_brute_force(model, X, Y, lams, ranks, "4", 0.3, 0.5)
     got = np.stack([model.cv_results_[f"split{k}_test_score"] for k in range(4)])
     assert norm_rel_err(got, want) <= 1e-8
@@ -298,6 +303,7 @@ def test_sisokr_cv_results_equal_brute_force(ranks, route, monkeypatch):
     assert norm_rel_err(model.score_candidates(X[:5], Yc), ref.score_candidates(X[:5], Yc)) <= 1e-9
 
 
+@pytest.mark.filterwarnings("ignore::distsketch.cv.GridEdgeWarning")  # not about the choice
 @pytest.mark.parametrize("scoring", ["surrogate", "f1_samples"])
 def test_sisokr_cv_width_grid_in_one_pass_equals_brute_force(scoring, tmp_path):
     """SISOKRCV(gammas=…): every (γ, λ, p) from one pass equals the dense per-fold refits at
@@ -336,6 +342,7 @@ def test_sisokr_cv_width_grid_in_one_pass_equals_brute_force(scoring, tmp_path):
     assert np.array_equal(loaded.score_candidates(X[:5], Yc), model.score_candidates(X[:5], Yc))
 
 
+@pytest.mark.filterwarnings("ignore::distsketch.cv.GridEdgeWarning")  # not about the choice
 def test_sisokr_cv_bad_input_and_saved(tmp_path):
     X, Y = _data(t=3)
     Y = (Y > 0).astype(float)
@@ -347,16 +354,17 @@ def test_sisokr_cv_bad_input_and_saved(tmp_path):
                     scoring="topk_accuracy", top_k=0, store=tmp_path / "a").fit(X, Y)
     with pytest.raises(ValueError, match=r"^ranks: "):
         ds.SISOKRCV(input_sketch=ds.SubSampling(10), output_sketch=ds.SubSampling(10),
-                    ranks=[0], store=tmp_path / "a").fit(X, Y)
+                    ranks=[0], store=tmp_path / "a", scoring="surrogate").fit(X, Y)
     assert not (tmp_path / "a").exists()
     model = ds.SISOKRCV(input_sketch=ds.SubSampling(20), output_sketch=ds.SubSampling(10),
                         lams=[1e-3, 1e-1], ranks=[2, 4], cv=3, random_state=0,
-                        store=tmp_path / "cv.zarr").fit(X, Y)
+                        store=tmp_path / "cv.zarr", scoring="surrogate").fit(X, Y)
     loaded = ds.load(tmp_path / "cv.zarr")
     assert loaded.best_params_ == model.best_params_ and loaded.rank_ == model.rank_
     assert np.array_equal(loaded.score_candidates(X[:4], Y[:6]), model.score_candidates(X[:4], Y[:6]))
 
 
+@pytest.mark.filterwarnings("ignore::distsketch.cv.GridEdgeWarning")  # not about the choice
 @pytest.mark.parametrize("route", ["band", "woodbury"])
 @pytest.mark.parametrize("scoring", ["f1_samples", "kernel_loss", "topk_accuracy"])
 @pytest.mark.parametrize("ranks", [None, [2, 5, 100]])
@@ -437,6 +445,7 @@ def test_band_reduction(r, band):
         assert fac.solve(fac.qt_dot(X), 0.0) is None
 
 
+@pytest.mark.filterwarnings("ignore::distsketch.cv.GridEdgeWarning")  # not about the choice
 @pytest.mark.parametrize("route", ["band", "woodbury"])
 def test_sisokr_cv_scores_do_not_depend_on_the_fold_threads(route, monkeypatch):
     """Each fold is computed the same way on any thread: bitwise equal scores."""
@@ -454,7 +463,7 @@ def test_sisokr_cv_scores_do_not_depend_on_the_fold_threads(route, monkeypatch):
         model = ds.SISOKRCV(ds.Gaussian(gamma=0.3), ds.Gaussian(gamma=0.5),
                             input_sketch=ds.SubSampling(30), output_sketch=ds.SubSampling(20),
                             lams=[1e-3, 1e-1], ranks=[2, 6], cv=3, random_state=0,
-                            options=F64).fit(X, Y)
+                            options=F64, scoring="surrogate").fit(X, Y)
         got.append(np.stack([model.cv_results_[f"split{k}_test_score"] for k in range(3)]))
     assert np.array_equal(got[0], got[1])
 
@@ -491,6 +500,7 @@ def _exact_fold_errors(X, Y, lams, ranks, folds, gx, gy):
     return out
 
 
+@pytest.mark.filterwarnings("ignore::distsketch.cv.GridEdgeWarning")  # not about the choice
 @pytest.mark.parametrize("sides", ["exact/exact", "exact/sketched", "sketched/exact"])
 @pytest.mark.parametrize("route", ["woodbury", "band"])
 def test_sisokr_cv_exact_sides_equal_exact_per_fold_models(sides, route, tmp_path,
@@ -509,7 +519,7 @@ def test_sisokr_cv_exact_sides_equal_exact_per_fold_models(sides, route, tmp_pat
     lams, ranks = [1e-3, 1e-1], [1, 3, 100]
     model = ds.SISOKRCV(ds.Gaussian(gamma=1.0), ds.Gaussian(gamma=0.5), input_sketch=ins,
                         output_sketch=outs, lams=lams, ranks=ranks, cv=3, random_state=0,
-                        options=F64).fit(X, Y)
+                        options=F64, scoring="surrogate").fit(X, Y)
     got = np.stack([model.cv_results_[f"split{k}_test_score"] for k in range(3)])
     want = _exact_fold_errors(X, Y, lams, ranks, "3", 1.0, 0.5)
     assert norm_rel_err(got, want) <= 1e-8
@@ -529,9 +539,11 @@ def test_sisokr_cv_refuses_fold_sums_beyond_the_driver_budget(tmp_path, monkeypa
     monkeypatch.setattr(distsketch.cv, "MAX_FOLD_BYTES", 8 * 5 * 200 * 400 - 1)
     with pytest.raises(ValueError, match=r"^input_sketch: the per-fold sums .*"
                                          r"MAX_FOLD_BYTES"):
-        ds.SISOKRCV(cv=5, store=tmp_path / "a").fit(X, Y)
+        ds.SISOKRCV(cv=5, store=tmp_path / "a", scoring="surrogate").fit(X, Y)
     with pytest.raises(ValueError, match=r"^output_sketch: the per-fold sums"):
-        ds.SISOKRCV(input_sketch=ds.SubSampling(200), cv=5, store=tmp_path / "a").fit(X, Y)
+        ds.SISOKRCV(input_sketch=ds.SubSampling(200), cv=5, store=tmp_path / "a",
+                    scoring="surrogate").fit(X, Y)
     assert not (tmp_path / "a").exists()
     monkeypatch.setattr(distsketch.cv, "MAX_FOLD_BYTES", 8 * 5 * 200 * 400)
-    ds.SISOKRCV(lams=[1e-2], cv=5, random_state=0).fit(X, Y)  # exactly at the budget: fits
+    # exactly at the budget: fits
+    ds.SISOKRCV(lams=[1e-2], cv=5, random_state=0, scoring="surrogate").fit(X, Y)

@@ -82,7 +82,7 @@ def test_woodbury_tasks_without_barrier_equal_brute_force(threads, monkeypatch):
         return ds.SISOKRCV(ds.Gaussian(gamma=GX), ds.Gaussian(gamma=GY),
                            input_sketch=ds.SubSampling(40), output_sketch=ds.SubSampling(30),
                            lams=lams, ranks=ranks, cv=5, random_state=0,
-                           options=F64).fit(X, Y)
+                           options=F64, scoring="surrogate").fit(X, Y)
 
     model, one = fit(threads), fit(1)
     assert np.array_equal(_scores(model, 5), _scores(one, 5))
@@ -105,4 +105,4 @@ def test_woodbury_factor_failure_propagates(monkeypatch):
     with pytest.raises(RuntimeError, match="factor failed"):
         ds.SISOKRCV(ds.Gaussian(gamma=GX), ds.Gaussian(gamma=GY),
                     input_sketch=ds.SubSampling(40), output_sketch=ds.SubSampling(30),
-                    lams=[1e-3], cv=4, random_state=0, options=F64).fit(X, Y)
+                    lams=[1e-3], cv=4, random_state=0, options=F64, scoring="surrogate").fit(X, Y)

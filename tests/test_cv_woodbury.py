@@ -26,7 +26,8 @@ def _data(n=160, seed=5, duplicates=False):
 def _fit(X, Y, lams, ranks, m_in=40, cv=4):
     return ds.SISOKRCV(ds.Gaussian(gamma=GX), ds.Gaussian(gamma=GY),
                        input_sketch=ds.SubSampling(m_in), output_sketch=ds.SubSampling(30),
-                       lams=lams, ranks=ranks, cv=cv, random_state=0, options=F64).fit(X, Y)
+                       lams=lams, ranks=ranks, cv=cv, random_state=0, options=F64,
+                       scoring="surrogate").fit(X, Y)
 
 
 def _scores(model, K):
@@ -73,6 +74,7 @@ def test_fold_factor_rank_and_product():
     assert distsketch.cv.fold_factor(np.zeros((50, 50)), P).shape == (45, 0)
 
 
+@pytest.mark.filterwarnings("ignore::distsketch.cv.GridEdgeWarning")  # not about the choice
 def test_mixed_routes_and_fallbacks(monkeypatch):
     """Folds split between the routes (by their row counts), and the Woodbury route's two
     fallbacks to the band route — an inner factor not positive definite, a condition estimate

@@ -250,7 +250,7 @@ def test_cv_subclass_stays_direct():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         cv = ds.SketchedKRRCV(ds.Gaussian(gamma=GAMMA), sketch=ds.SubSampling(40),
-                              lams=(1e-3, 1e-2), cv=3, random_state=0).fit(X, y)
+                              lams=(1e-5, 1e-4, 1e-3, 1e-2), cv=3, random_state=0).fit(X, y)
     assert cv.solver_ == "direct"
 
 

@@ -180,7 +180,7 @@ def test_auto_and_the_cv_subclass():
     assert ds.SISOKR(KX, KY, **kw).get_params()["solver"] == "direct"
     assert ds.SISOKR(KX, KY, solver="auto", **kw).fit(X, Y).solver_ == "direct"
     cv = ds.SISOKRCV(KX, KY, input_sketch=ds.SubSampling(20), output_sketch=ds.SubSampling(10),
-                     lams=(1e-3, 1e-2), cv=3, random_state=0)
+                     lams=(1e-3, 1e-2, 1e-1), cv=3, random_state=0)
     assert "solver" not in cv.get_params()
     assert cv.fit(X, Y).solver_ == "direct"
 
