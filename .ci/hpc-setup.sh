@@ -10,7 +10,7 @@
 # Run as root (CI runs it before `make test`). Exits non-zero only when it cannot set up; the
 # HPC tests then skip with the reason. Environment:
 #   DISTSKETCH_SLURM_DIR   state dir (slurm.conf, pid/spool/state/log files); /tmp/distsketch-slurm
-#   DISTSKETCH_SLURM_CPUS  CPUs the node advertises (default: nproc)
+#   DISTSKETCH_SLURM_CPUS  CPUs the node advertises (default: nproc, whatever OMP_NUM_THREADS says)
 #   VENV                   the project's virtualenv (default: .venv; created with `make install`
 #                          when missing)
 set -euo pipefail
@@ -157,7 +157,9 @@ if ! getent hosts "$HOST" >/dev/null; then
 fi
 
 # ----------------------------------------------------------------------------- slurm.conf
-CPUS=${DISTSKETCH_SLURM_CPUS:-$(nproc)}
+# the machine's cores, not OMP_NUM_THREADS (GNU nproc honours it, and a test process may have it
+# set to 1: the node would advertise 1 CPU and the configuration would differ, restarting SLURM)
+CPUS=${DISTSKETCH_SLURM_CPUS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}
 MEM_MB=$(awk '/^MemTotal:/ {printf "%d", $2 / 1024 * 0.8}' /proc/meminfo)
 mkdir -p "$STATE"/{state,slurmd}
 new_conf=$(cat <<EOF

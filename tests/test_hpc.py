@@ -255,7 +255,10 @@ def test_hpc_setup_reuses_a_busy_node(slurm, tmp_path, request):
     # the job outlives the old wait for `idle` (60 s, then 30 s after a RESUME, then exit 1);
     # 150 s leaves a loaded machine room for the setup's own checks (a few seconds idle)
     try:
-        setup = _run(["bash", ROOT / ".ci" / "hpc-setup.sh"], timeout=150, cwd=ROOT)
+        # OMP_NUM_THREADS=1, as a test process may have it: the node still advertises the
+        # machine's cores (nproc honours the variable), so the configuration is the same
+        setup = _run(["bash", ROOT / ".ci" / "hpc-setup.sh"], timeout=150, cwd=ROOT,
+                     env=dict(os.environ, OMP_NUM_THREADS="1"))
     except subprocess.TimeoutExpired:
         pytest.fail(f"hpc-setup.sh did not finish within 150 s while the node is '{busy}'")
     assert setup.returncode == 0, setup.stdout + setup.stderr
