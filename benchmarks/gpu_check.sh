@@ -118,7 +118,10 @@ say "budget ${BUDGET}s, output in $OUT, python: $(command -v "$PY" || echo "$PY 
 # ---- 1. wheels -------------------------------------------------------------------------------
 if ! wanted install; then
     record install skipped "" 0 0 "not in GPU_CHECK_STEPS"
-elif [[ ${GPU_CHECK_FORCE_INSTALL:-0} != 1 ]] && (($(left_s) > 0)) &&
+elif (($(left_s) < 1)); then
+    say "install: not run (no time left in the budget)"
+    record install not_run "" 0 0 "no time left"
+elif [[ ${GPU_CHECK_FORCE_INSTALL:-0} != 1 ]] &&
     timeout -k 2 "$(min 60 "$(left_s)")" "$PY" -c "import dask, distributed, zarr" >/dev/null 2>&1; then
     say "install: skipped (dask, distributed and zarr import already)"
     record install skipped 0 0 0 "dask, distributed and zarr import already"
