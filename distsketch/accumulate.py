@@ -49,10 +49,11 @@ from .kernels import kernel_description
 from .options import EngineOptions, start_idle_window
 from .rows import RowSource, check_finite_block
 from .sketches import RealizedSketch, Sketch
-from .store import (_CSUM, _DSUM, _TOKEN, _XFP, _YFP, RECORD, DataChanged, FitStore,
+from .store import (CSUM, DSUM, RECORD, TOKEN, XFP, YFP, DataChanged, FitStore,
                     StoreDirectory, StoreError, open_fit_store, read_records, write_rows)
 
-__all__ = ["SUM_TERMS", "SumTerm", "PassPlan", "PassResult", "fit_pass", "run_pass"]
+__all__ = ["SUM_TERMS", "SumTerm", "PassPlan", "PassResult", "fit_pass", "run_pass",
+           "choose_block_rows", "jsonable"]
 
 logger = logging.getLogger(__name__)
 
@@ -569,7 +570,7 @@ def _stored_block(plan: PassPlan, i: int, record: tuple, xfp: int, yfp: int):
     try:
         C = plan.C[s:e]
         D = plan.D[s:e] if plan.needs_d else None
-        if checksum(C) == record[_CSUM] and (D is None or checksum(D) == record[_DSUM]):
+        if checksum(C) == record[CSUM] and (D is None or checksum(D) == record[DSUM]):
             return C, D
     except Exception as exc:  # a truncated or unreadable chunk
         logger.debug("store %s: block %d unreadable: %s", plan.location, i, exc)
@@ -744,7 +745,7 @@ def _pass_items(plan: PassPlan, x: RowSource, y: RowSource | None, client) -> li
     retried pass resumes from the blocks stored by the attempt before)."""
     records = (np.zeros((plan.n_blocks, len(RECORD)), dtype=np.uint64) if plan.records is None
                else read_records(plan.records, location=plan.location))
-    done = records[:, _TOKEN] != 0
+    done = records[:, TOKEN] != 0
     x_blocks = row_blocks(x, plan.block_rows, client=client)
     y_blocks = (row_blocks(y, plan.block_rows, client=client) if y is not None
                 else [None] * plan.n_blocks)
@@ -783,7 +784,7 @@ def verify_data(plan: PassPlan, x: RowSource, y: RowSource | None, *,
                     progress=progress, what="verify data")
     missing = []
     for i, (xfp, yfp) in enumerate(found):
-        if records[i, _TOKEN] == 0:
+        if records[i, TOKEN] == 0:
             missing.append(i)
         else:
             _stored_block_identity(plan, i, tuple(int(v) for v in records[i]), xfp, yfp)
@@ -798,9 +799,9 @@ def _fingerprint_block(shared, item, ws) -> tuple[int, int]:
 def _stored_block_identity(plan: PassPlan, i: int, record: tuple, xfp: int, yfp: int) -> None:
     """Refuse (:class:`DataChanged`) block ``i`` of a stored pass (``record``: written) when its
     input rows do not have the recorded fingerprints."""
-    if (xfp, yfp) != (record[_XFP], record[_YFP]):
+    if (xfp, yfp) != (record[XFP], record[YFP]):
         s, e = plan.rows(i)
-        which = "X" if xfp != record[_XFP] else "Y"
+        which = "X" if xfp != record[XFP] else "Y"
         raise DataChanged(
             f"store {plan.location!r}: the training data differ from those the stored pass was "
             f"computed from ({which}, rows {s}–{e - 1}, block {i}); fit on the same data, or "
@@ -810,7 +811,9 @@ def _stored_block_identity(plan: PassPlan, i: int, record: tuple, xfp: int, yfp:
 # --------------------------------------------------------------------------- a whole fit
 
 
-def _jsonable(obj: Any) -> Any:
+def jsonable(obj: Any) -> Any:
+    """``obj`` as plain JSON values (numpy scalars as Python numbers, anything else as its
+    string): the form a store's recorded configuration is compared in."""
     return json.loads(json.dumps(obj, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
 
 
@@ -839,7 +842,7 @@ BLOCK_MULTIPLE = 4
 MIN_BLOCK_ROWS = 256
 
 
-def _choose_block_rows(options: EngineOptions, n: int, width: int, native: int | None,
+def choose_block_rows(options: EngineOptions, n: int, width: int, native: int | None,
                        dtype: np.dtype) -> int:
     """Rows per block: ``options.block_rows``, else the most rows ``options.block_memory``
     allows, split into equal blocks whose count is a multiple of :data:`BLOCK_MULTIPLE`
@@ -910,9 +913,9 @@ def fit_pass(
         raise
 
 
-def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, directory,
-              options, model, reuse_seeds, x_widths=(), seeds=None) -> PassResult:
-    n = X.n
+def _pass_seeds(rng, seeds, *, fs, reuse_seeds) -> list[int]:
+    """The two sketch seeds (input, output) of a pass: ``seeds`` if given, else two drawn from
+    ``rng``; with ``reuse_seeds``, those the store recorded take their place."""
     seeds = ([int(s) for s in rng.integers(0, 2**63 - 1, size=2)] if seeds is None
              else [int(s) for s in seeds])
     if reuse_seeds and fs is not None:
@@ -921,6 +924,43 @@ def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, di
             seeds = [s if f is None else f for f, s in zip(found, seeds)]
             logger.info("store %s: random_state=None, resuming with the sketch seeds it "
                         "recorded", fs.location)
+    return seeds
+
+
+def _pass_config(X, Y, xs, ys, x_land, y_land, *, x_kernel, y_kernel, sums, model, block_rows,
+                 dtype, options, x_widths) -> dict:
+    """The pass's configuration as the store records it (:func:`jsonable`): a stored pass is
+    reused only under the same one."""
+    needs_d = any(sum_term(s).reads_d for s in sums)
+    if Y is None:
+        output = None
+    elif ys is None:
+        output = {"targets": Y.shape}
+    else:
+        output = {"kernel": kernel_description(y_kernel), "sketch": ys.to_config(),
+                  "shape": Y.shape, "landmarks": fingerprint(y_land)}
+    return jsonable({
+        "model": model,
+        "n": X.n,
+        "block_rows": block_rows,
+        "block_dtype": dtype,
+        "gram_chunk": options.gram_chunk,
+        "m_x": xs.m,
+        "m_y": ys.m if needs_d else None,  # D is stored
+        "input": {"kernel": kernel_description(x_kernel), "sketch": xs.to_config(),
+                  "shape": X.shape, "landmarks": fingerprint(x_land)},
+        "output": output,
+        "unique_outputs": "U" in sums,
+        # further input widths only where there are some: earlier stores keep their config
+        **({"input_widths": [kernel_description(k) for k in x_widths]} if x_widths else {}),
+    })
+
+
+def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, directory,
+              options, model, reuse_seeds, x_widths=(), seeds=None) -> PassResult:
+    n = X.n
+    seeds = _pass_seeds(rng, seeds, fs=fs, reuse_seeds=reuse_seeds)
+
     def draw(sketch, seed, data, kernel):
         if getattr(sketch, "needs_kernel", False):  # data-dependent: scores from the rows
             return sketch.realize(n, seed=seed, data=data, kernel=kernel)
@@ -941,30 +981,10 @@ def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, di
     exact = xs.is_identity or (ys is not None and ys.is_identity)
     dtype = "float64" if exact else options.block_dtype
     native = X.native_rows or (Y.native_rows if Y is not None else None)
-    b = _choose_block_rows(options, n, width, native, np.dtype(dtype))
-    needs_d = any(sum_term(s).reads_d for s in sums)
-    if Y is None:
-        output = None
-    elif ys is None:
-        output = {"targets": Y.shape}
-    else:
-        output = {"kernel": kernel_description(y_kernel), "sketch": ys.to_config(),
-                  "shape": Y.shape, "landmarks": fingerprint(y_land)}
-    config = _jsonable({
-        "model": model,
-        "n": n,
-        "block_rows": b,
-        "block_dtype": dtype,
-        "gram_chunk": options.gram_chunk,
-        "m_x": xs.m,
-        "m_y": ys.m if needs_d else None,  # D is stored
-        "input": {"kernel": kernel_description(x_kernel), "sketch": xs.to_config(),
-                  "shape": X.shape, "landmarks": fingerprint(x_land)},
-        "output": output,
-        "unique_outputs": "U" in sums,
-        # further input widths only where there are some: earlier stores keep their config
-        **({"input_widths": [kernel_description(k) for k in x_widths]} if x_widths else {}),
-    })
+    b = choose_block_rows(options, n, width, native, np.dtype(dtype))
+    config = _pass_config(X, Y, xs, ys, x_land, y_land, x_kernel=x_kernel, y_kernel=y_kernel,
+                          sums=sums, model=model, block_rows=b, dtype=dtype, options=options,
+                          x_widths=x_widths)
     if directory is not None:
         fs = directory.open(config)
     fs.prepare_pass(config, overwrite=options.overwrite)

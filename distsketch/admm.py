@@ -18,7 +18,7 @@ of ``Ξ U`` and ``V U``: the x-update costs ``O(r² d)`` on the driver for any �
 ``Z`` and ``U`` live with the row blocks — in the fit store (``z_g``, ``u_g`` next to the
 solver state, chunked like ``C``) or, without a store, in memory beside the held blocks —
 and each iteration is ONE block map-reduce (:class:`~distsketch.sweep.Sweeper` with
-:func:`_admm_block`) that applies the z- and u-updates to a block at the iterate and returns
+:func:`admm_block`) that applies the z- and u-updates to a block at the iterate and returns
 the partial sums the next x-update and the certificate need: ``Cᵀz``, ``Cᵀu``, the loss at
 ``F^k``, the dual points' sums and the residual norms.
 
@@ -57,10 +57,10 @@ from .lipschitz import (Problem, Solution, convergence_warning, dual_values, fin
                         save_state)
 from .losses import Loss
 from .newton import warm_start
-from .sweep import _block_C
+from .sweep import block_C
 
 __all__ = ["AdmmIterate", "RowState", "solve_lam", "solve_path", "choose_route", "supports",
-           "AUTO_RANK"]
+           "AUTO_RANK", "admm_block"]
 
 logger = logging.getLogger(__name__)
 
@@ -304,7 +304,7 @@ def _dual_sums(C: np.ndarray, Y: np.ndarray, alpha: np.ndarray, prefix: str, out
     out[prefix + "ya"] = np.einsum("ij,ij->j", Y, alpha)
 
 
-def _admm_block(shared, item, ws) -> dict:
+def admm_block(shared, item, ws) -> dict:
     """One block's ADMM z- and u-updates at the iterate, and its partial sums (module notes).
 
     Returns float64 sums: ``loss`` (``Σ h(F_i − y_i)``), the dual sums at ``α = ρu`` (``Ca``,
@@ -318,7 +318,7 @@ def _admm_block(shared, item, ws) -> dict:
     """
     data, it = shared
     i, ref, crc, yb = item
-    C = _block_C(data, i, ref, crc, ws)
+    C = block_C(data, i, ref, crc, ws)
     s, e = data.rows(i)
     F = C @ it.A + it.b0
     Y = np.broadcast_to(dense(yb).astype(np.float64, copy=False).reshape(C.shape[0], -1),

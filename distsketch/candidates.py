@@ -59,7 +59,7 @@ from .features import FeatureMap
 from .rows import RowSource
 from .store import StoreError, refuse_links, write_rows
 
-__all__ = ["CandidateStore", "candidate_reader", "concatenate_sets"]
+__all__ = ["CandidateStore", "candidate_reader", "concatenate_sets", "check_query_sets"]
 
 logger = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ class CandidateStore:
         if offsets is not None:
             group.create_array("offsets", data=offsets)
             if query_sets is not None:
-                qs = _check_query_sets(query_sets, n_sets)
+                qs = check_query_sets(query_sets, n_sets)
                 group.create_array("query_sets", data=qs)
         group.attrs[_ATTR] = {"format_version": FORMAT_VERSION,
                               "kind": "fixed" if offsets is None else "ragged",
@@ -577,7 +577,9 @@ def _check_offsets(offsets: np.ndarray, n: int) -> None:
                          f"least one candidate")
 
 
-def _check_query_sets(query_sets, n_sets: int, *, n_queries: int | None = None) -> np.ndarray:
+def check_query_sets(query_sets, n_sets: int, *, n_queries: int | None = None) -> np.ndarray:
+    """``query_sets`` as an integer array, one set number in ``[0, n_sets)`` per query (and
+    ``n_queries`` entries when given); anything else is refused with a ``ValueError``."""
     qs = np.asarray(query_sets)
     if qs.ndim != 1 or not np.issubdtype(qs.dtype, np.integer):
         raise ValueError("query_sets: expected a 1-D array of integer set numbers, one per query")

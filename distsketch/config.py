@@ -339,58 +339,8 @@ def load_config(path, *, require_train: bool = True) -> FitConfig:
     base = path.resolve().parent
     _unknown(raw, {"model", "data", "store", "engine", "evaluate", "select"}, "")
     model = _table(raw.get("model", {}), "model")
-    types = sorted(name for name, cls in MODELS.items() if cls._configurable)
-    default = [name for name, cls in MODELS.items() if cls._configurable == "default"]
-    mtype = model.get("type", default[0] if default else None)
-    aliases = {alias: name for name, cls in MODELS.items() if cls._configurable
-               for alias in cls._aliases}
-    mtype = aliases.get(mtype, mtype)
-    if mtype not in types:
-        raise _err("model.type", f"unknown model type {mtype!r}; use one of "
-                                 f"{types + sorted(aliases)}")
-    kinds = MODELS[mtype]._param_kinds
-    keys = {name for name, kind in kinds.items()
-            if kind in ("kernel", "sketch", "lam", "random_state", "loss", "matrix", "json")}
-    _unknown(model, {"type", *keys}, "model")
-    params: dict[str, Any] = {}
-    for k, kind in kinds.items():
-        if kind == "kernel":
-            if k not in model:
-                raise _err(f"model.{k}", "missing kernel table")
-            params[k] = _kernel(model[k], f"model.{k}")
-    for k, kind in kinds.items():
-        if kind == "sketch":
-            params[k] = _sketch(model[k], f"model.{k}") if k in model else None
-        elif kind == "lam":
-            params[k] = _lam(model.get(k, 1e-6), f"model.{k}")
-        elif kind == "loss" and k in model:
-            from .losses import check_loss
-
-            value = model[k]
-            try:  # a name, or a table {type = "huber", kappa = 1.0}
-                check_loss(dict(value) if isinstance(value, dict) else value, 1)
-            except (ValueError, TypeError) as exc:
-                if "one per output" not in str(exc):
-                    raise _err(f"model.{k}", str(exc).removeprefix("loss: ")) from None
-            params[k] = dict(value) if isinstance(value, dict) else value
-            if isinstance(value, dict):
-                from .losses import loss_from_config
-
-                params[k] = loss_from_config(dict(value))
-        elif kind in ("matrix", "json") and k in model:
-            if k == "rank":
-                from .solve import check_rank
-
-                try:
-                    check_rank(model[k])
-                except ValueError as exc:
-                    raise _err(f"model.{k}", str(exc).removeprefix("rank: ")) from None
-            params[k] = model[k]  # otherwise validated by the estimator when it fits
-        elif kind == "random_state":
-            rs = model.get(k)
-            if rs is not None and (isinstance(rs, bool) or not isinstance(rs, int) or rs < 0):
-                raise _err(f"model.{k}", f"expected a non-negative integer, got {rs!r}")
-            params[k] = rs
+    mtype = _model_type(model)
+    params = _model_params(model, MODELS[mtype]._param_kinds)
 
     data = dict(_table(raw.get("data", {}), "data"))
     _unknown(data, _DATA_KEYS, "data")
@@ -438,6 +388,69 @@ def load_config(path, *, require_train: bool = True) -> FitConfig:
     return FitConfig(path=path, model_type=mtype, model_params=params, data=data, store=store_path,
                      overwrite=overwrite, options=options, metrics=metrics, raw=raw,
                      select=select)
+
+
+def _model_type(model: dict) -> str:
+    """The registered model type ``[model] type`` names (aliases resolved; the default
+    configurable model where it is absent)."""
+    types = sorted(name for name, cls in MODELS.items() if cls._configurable)
+    default = [name for name, cls in MODELS.items() if cls._configurable == "default"]
+    mtype = model.get("type", default[0] if default else None)
+    aliases = {alias: name for name, cls in MODELS.items() if cls._configurable
+               for alias in cls._aliases}
+    mtype = aliases.get(mtype, mtype)
+    if mtype not in types:
+        raise _err("model.type", f"unknown model type {mtype!r}; use one of "
+                                 f"{types + sorted(aliases)}")
+    return mtype
+
+
+def _model_params(model: dict, kinds: dict) -> dict[str, Any]:
+    """The estimator's arguments from the ``[model]`` table, each validated by its kind
+    (``kinds``: the model's declared parameter kinds); unknown keys are refused."""
+    keys = {name for name, kind in kinds.items()
+            if kind in ("kernel", "sketch", "lam", "random_state", "loss", "matrix", "json")}
+    _unknown(model, {"type", *keys}, "model")
+    params: dict[str, Any] = {}
+    for k, kind in kinds.items():
+        if kind == "kernel":
+            if k not in model:
+                raise _err(f"model.{k}", "missing kernel table")
+            params[k] = _kernel(model[k], f"model.{k}")
+    for k, kind in kinds.items():
+        if kind == "sketch":
+            params[k] = _sketch(model[k], f"model.{k}") if k in model else None
+        elif kind == "lam":
+            params[k] = _lam(model.get(k, 1e-6), f"model.{k}")
+        elif kind == "loss" and k in model:
+            from .losses import check_loss
+
+            value = model[k]
+            try:  # a name, or a table {type = "huber", kappa = 1.0}
+                check_loss(dict(value) if isinstance(value, dict) else value, 1)
+            except (ValueError, TypeError) as exc:
+                if "one per output" not in str(exc):
+                    raise _err(f"model.{k}", str(exc).removeprefix("loss: ")) from None
+            params[k] = dict(value) if isinstance(value, dict) else value
+            if isinstance(value, dict):
+                from .losses import loss_from_config
+
+                params[k] = loss_from_config(dict(value))
+        elif kind in ("matrix", "json") and k in model:
+            if k == "rank":
+                from .solve import check_rank
+
+                try:
+                    check_rank(model[k])
+                except ValueError as exc:
+                    raise _err(f"model.{k}", str(exc).removeprefix("rank: ")) from None
+            params[k] = model[k]  # otherwise validated by the estimator when it fits
+        elif kind == "random_state":
+            rs = model.get(k)
+            if rs is not None and (isinstance(rs, bool) or not isinstance(rs, int) or rs < 0):
+                raise _err(f"model.{k}", f"expected a non-negative integer, got {rs!r}")
+            params[k] = rs
+    return params
 
 
 def _select(value: Any, mtype: str) -> dict | None:

@@ -1042,7 +1042,7 @@ class SISOKRCV(SISOKR):
         """Per fold and setting, the mean decoded score of the fold's rows (one more read of
         the rows, block by block: input features ``c``, outputs ``y``)."""
         from .features import FeatureMap
-        from .metrics import _binary, kernel_loss
+        from .metrics import as_binary, kernel_loss
 
         ky = spec.kernels["output_kernel"]
         rows, first = res.sums["U"]
@@ -1094,7 +1094,7 @@ class SISOKRCV(SISOKR):
                             continue
                         pred = cand[np.argmin(score, axis=1)]
                         if self.scoring_ == "f1_samples":
-                            T, Pb = _binary(Yv, "Y"), _binary(pred, "candidates")
+                            T, Pb = as_binary(Yv, "Y"), as_binary(pred, "candidates")
                             denom = T.sum(axis=1) + Pb.sum(axis=1)
                             val = np.where(denom > 0, 2.0 * (T & Pb).sum(axis=1)
                                            / np.maximum(denom, 1), 0.0).sum()

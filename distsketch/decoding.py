@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .backends import dense
-from .candidates import CandidateStore, _check_query_sets, candidate_reader, concatenate_sets
+from .candidates import CandidateStore, candidate_reader, check_query_sets, concatenate_sets
 from .decode import candidate_features, decode_fixed, decode_ragged, fold_candidates, \
     fold_costs, fold_route, local_tile
 from .features import FeatureMap
@@ -49,8 +49,8 @@ class Surrogate:
     the folded matrices ``{(source, route): (Z, kyy)}`` (``(None, "coef"): (M, None)``) and
     must be valid for ``coef``: the model keeps it and empties it whenever ``W`` or the output
     map changes. ``fold``: ``None`` (the cost rule of :func:`distsketch.decode.fold_route`) or
-    a route to force. ``fold_route`` and ``fold_candidates``: the rule and the fold
-    (:mod:`distsketch.decode`'s, or a caller's spy on them).
+    a route to force. The rule and the fold (:func:`~distsketch.decode.fold_candidates`) are
+    looked up in this module when called (where a test spies on them).
     """
 
     input_map: FeatureMap
@@ -58,8 +58,6 @@ class Surrogate:
     cache: dict
     block_memory: int
     fold: str | None = None
-    fold_route: Callable = fold_route
-    fold_candidates: Callable = fold_candidates
 
     def _transform(self, X, *, projected: bool = True, post=None) -> np.ndarray:
         qmap = self.input_map if projected else dataclasses.replace(self.input_map,
@@ -107,11 +105,11 @@ class Surrogate:
             if not foldable and route in ("features", "kernel"):
                 route = "unfolded"
             return route
-        return self.fold_route(n_queries=n_queries, n_candidates=n_candidates,
-                               n_landmarks=self.input_map.landmarks.shape[0],
-                               r_x=self.coef.shape[1], r_y=self.coef.shape[0],
-                               projected=P is not None, memory=None if foldable else 0,
-                               cached=[r for (s, r) in self.cache if s == source or r == "coef"])
+        return fold_route(n_queries=n_queries, n_candidates=n_candidates,
+                          n_landmarks=self.input_map.landmarks.shape[0],
+                          r_x=self.coef.shape[1], r_y=self.coef.shape[0],
+                          projected=P is not None, memory=None if foldable else 0,
+                          cached=[r for (s, r) in self.cache if s == source or r == "coef"])
 
     def folded(self, route: str, source, features):
         """``(Z, kyy)``: ``Z = φ_Y(C) W`` (n_c × r_X, ``"features"``) or ``φ_Y(C) W Pᵀ``
@@ -131,7 +129,7 @@ class Surrogate:
         phi, kyy = features()
         # "kernel": W Pᵀ = Mᵀ of the "coef" fold (computed once for both)
         M = self.coef if route != "kernel" else self.folded("coef", None, None)[0].T
-        Z = self.fold_candidates(phi, M)  # tiles on all local cores
+        Z = fold_candidates(phi, M)  # tiles on all local cores
         out = (Z, np.asarray(kyy[:], dtype=np.float64))
         if source is not None:
             cache[(source, route)] = out
@@ -288,7 +286,7 @@ def _decode_sets(fmap: FeatureMap, surrogate: Surrogate, X, candidate_sets, quer
     if query_sets is None:
         raise ValueError("query_sets: required with candidate_sets (one set number per query)")
     G = surrogate(X, surrogate.ragged_route(_n_queries(X)))
-    qs = _check_query_sets(query_sets, len(offsets) - 1, n_queries=G.shape[0])
+    qs = check_query_sets(query_sets, len(offsets) - 1, n_queries=G.shape[0])
     idx, scores = decode_ragged(fmap, G, read, offsets=offsets, query_sets=qs, k=k,
                                 block_rows=options.candidate_rows,
                                 split_every=options.split_every, progress=options.progress,

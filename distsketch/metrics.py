@@ -21,10 +21,10 @@ from .backends import dense
 
 __all__ = ["f1_samples", "hamming_loss", "topk_accuracy", "mean_reciprocal_rank", "kernel_loss",
            "surrogate_mse", "pinball_loss", "crossing_loss", "arrmse", "rmse", "mae", "r2_score",
-           "Metric", "METRICS", "check_metrics"]
+           "Metric", "METRICS", "check_metrics", "as_binary"]
 
 
-def _binary(Y, argument: str) -> np.ndarray:
+def as_binary(Y, argument: str) -> np.ndarray:
     """A label matrix as booleans; values other than 0 and 1 are refused (real-valued
     predictions of a regression model would otherwise count every non-zero as a label)."""
     Y = dense(Y)
@@ -91,7 +91,7 @@ def f1_samples(Y_true, Y_pred, *, zero_division: float = 0.0) -> float:
     empty (0, as scikit-learn's ``f1_score(average="samples", zero_division=0)`` and the
     SISOKR paper's code).
     """
-    T, P = _binary(Y_true, "Y_true"), _binary(Y_pred, "Y_pred")
+    T, P = as_binary(Y_true, "Y_true"), as_binary(Y_pred, "Y_pred")
     _same_shape(T, P)
     inter = (T & P).sum(axis=1)
     denom = T.sum(axis=1) + P.sum(axis=1)
@@ -101,7 +101,7 @@ def f1_samples(Y_true, Y_pred, *, zero_division: float = 0.0) -> float:
 
 def hamming_loss(Y_true, Y_pred) -> float:
     """Fraction of wrong labels, over all samples and labels."""
-    T, P = _binary(Y_true, "Y_true"), _binary(Y_pred, "Y_pred")
+    T, P = as_binary(Y_true, "Y_true"), as_binary(Y_pred, "Y_pred")
     _same_shape(T, P)
     return float((T != P).mean())
 

@@ -22,7 +22,6 @@ import numbers
 import numpy as np
 
 from .backends import dense
-from .decode import fold_candidates, fold_route
 from .decoding import Surrogate, candidate_scores, centred, check_width, decode, default_features
 from ._base import check_lam
 from .estimator import FitSpec, RidgeEstimator, SketchedEstimator, checks_feature_names
@@ -36,7 +35,7 @@ from .solve import check_rank, factored_directions, krr_coef, krr_sums, predicti
 __all__ = ["SISOKR", "SketchedKRR"]
 
 #: Bytes of one row block of ``K_Y`` when the reduced rank of an exact output side forms
-#: ``R K_Y Rᵀ`` (:meth:`SISOKR._operator_gram`).
+#: ``R K_Y Rᵀ`` (:func:`_operator_gram`).
 OUTPUT_GRAM_BYTES = 64 * 2**20
 
 _RIDGE_PARAMS = {"lam": "lam", "random_state": "random_state", "store": "store",
@@ -234,35 +233,8 @@ class SISOKR(RidgeEstimator):
 
     # -- the solver route (SISOKRCV, without a ``solver`` parameter, stays direct) ----------
     def _route(self, X) -> str:
-        """``"direct"`` or ``"pcg"`` (:func:`_solver_route`); PCG also needs a sketched output
-        side (``"auto"`` stays direct without one)."""
-        solver = getattr(self, "solver", "direct")
-        if _solver_route(self, X) != "pcg":
-            return "direct"
-        from .sketches import Identity, check_sketch
-
-        try:
-            exact_out = isinstance(check_sketch(self.output_sketch, argument="output_sketch"),
-                                   Identity)
-        except Exception:
-            if solver == "auto":  # left to fit's validation, in its order
-                return "direct"
-            raise
-        if exact_out:
-            if solver == "auto":
-                return "direct"
-            raise ValueError(
-                "output_sketch: solver='pcg' solves the input side with one right-hand side per "
-                "output coordinate; an exact output side (output_sketch=None) has n of them "
-                "(and its model needs C itself): give a sketched output side (SubSampling, "
-                "PSparsified, ...), or solver='direct'")
-        if solver == "auto" and self.rank_lam is not None:  # PCG serves fitted λ₁ only
-            try:
-                lams = check_lam(self.lam)
-                _fitted_index(lams, check_lam(self.rank_lam)[0], argument="rank_lam")
-            except ValueError:
-                return "direct"
-        return "pcg"
+        """``"direct"`` or ``"pcg"`` (:func:`_sisokr_route`)."""
+        return _sisokr_route(self, X)
 
     @with_blas_limit
     def fit(self, X, Y=None):
@@ -367,68 +339,12 @@ class SISOKR(RidgeEstimator):
         return (check_rank(self.rank),
                 None if self.rank_lam is None else check_lam(self.rank_lam)[0])
 
-    def _output_metric(self) -> np.ndarray | None:
-        """Gram of the output coordinates' basis in H_Y: None (whitened: orthonormal) or
-        ``K_Y`` over the training outputs (exact output side), computed once."""
-        if self._output_base.projection is not None:
-            return None
-        if getattr(self, "_metric", None) is None:
-            fmap = self._feature_map(self._output_base)
-            L = fmap.landmarks
-            self._metric = np.asarray(fmap.kernel(L, L), dtype=np.float64)
-        return self._metric
-
     def _factored_rank(self) -> bool:
         """Whether the reduced rank takes :func:`~distsketch.solve.factored_directions`:
         a sketched input side (direct solver) with an exact output side, where the metric
         route would form and eigendecompose n × n matrices."""
         return (self._output_base.projection is None and getattr(self, "_pcg", None) is None
                 and not self.input_solution_.exact)
-
-    def _operator_gram(self) -> np.ndarray:
-        """``Q = R K_Y Rᵀ`` (r_X × r_X; ``R`` = ``operator_``, r_X × n) over the training
-        outputs, from row blocks of ``K_Y`` of at most :data:`OUTPUT_GRAM_BYTES` (never the
-        n × n matrix), summed in row order; computed once per operator."""
-        R = self.operator_
-        cached = getattr(self, "_opgram", None)
-        if cached is not None and cached[0] is R:
-            return cached[1]
-        fmap = self._feature_map(self._output_base)
-        L = fmap.landmarks
-        n = L.shape[0]
-        b = max(1, OUTPUT_GRAM_BYTES // (8 * n))
-        RT = np.ascontiguousarray(R.T)
-        Q = np.zeros((R.shape[0], R.shape[0]))
-        for s in range(0, n, b):
-            e = min(s + b, n)
-            K = np.asarray(fmap.kernel(L[s:e], L), dtype=np.float64)  # K_Y rows s..e (b × n)
-            Q += R[:, s:e] @ (K @ RT)
-        Q = 0.5 * (Q + Q.T)
-        self._opgram = (R, Q)
-        return Q
-
-    def _principal_at(self, lam: float) -> tuple[np.ndarray, np.ndarray]:
-        """``(A, μ)`` of :func:`~distsketch.solve.principal_directions` for ``W(lam)``
-        (cached: one eigendecomposition per λ serves every rank); on the factored route
-        (:meth:`_factored_rank`) ``(E, μ)`` of :func:`~distsketch.solve.factored_directions`
-        (``A = Rᵀ E``)."""
-        factored = self._factored_rank()
-        if self._principal is None or self._principal[0] != (lam, factored):
-            if factored:
-                self._principal = ((lam, True), *factored_directions(
-                    self.input_solution_, self._operator_gram(), lam))
-                return self._principal[1], self._principal[2]
-            pcg = getattr(self, "_pcg", None)
-            if pcg is None:
-                W = sisokr_coef(self.input_solution_, self.operator_, lam)
-                S = prediction_covariance(self.input_solution_, W)
-            else:  # Σ_i g(x_i) g(x_i)ᵀ = αᵀ (K_nmᵀ K_nm α), carried by the iterations
-                k = _fitted_index(self.lams_, lam, argument="rank_lam")
-                a, ga = pcg["alphas"][k], pcg["galphas"][k]
-                S = a.T @ ga
-                S = 0.5 * (S + S.T)
-            self._principal = ((lam, False), *principal_directions(S, self._output_metric()))
-        return self._principal[1], self._principal[2]
 
     def _update_coef(self):
         pcg = getattr(self, "_pcg", None)
@@ -445,16 +361,16 @@ class SISOKR(RidgeEstimator):
         self.principal_values_ = None
         p = self.rank_
         if p is not None and p < W.shape[0]:
-            A, mu = self._principal_at(self.rank_lam_ if self.rank_lam_ is not None
-                                       else self.lam_)
+            A, mu = _principal_at(self, self.rank_lam_ if self.rank_lam_ is not None
+                                  else self.lam_)
             if self._factored_rank():  # A_pᵀ K_Y W = E_pᵀ Q N (W = Rᵀ N)
                 Ep = A[:, :p]
-                self.coef_ = Ep.T @ sisokr_coef(self.input_solution_, self._operator_gram(),
+                self.coef_ = Ep.T @ sisokr_coef(self.input_solution_, _operator_gram(self),
                                                 self.lam_)
                 Ap = self.operator_.T @ Ep
             else:
                 Ap = A[:, :p]
-                metric = self._output_metric()
+                metric = _output_metric(self)
                 self.coef_ = Ap.T @ (W if metric is None else metric @ W)
             proj = Ap if base.projection is None else np.asarray(base.projection) @ Ap
             base = dataclasses.replace(base, projection=proj)
@@ -492,62 +408,10 @@ class SISOKR(RidgeEstimator):
 
     # -- saving -----------------------------------------------------------------------
     def _get_state(self):
-        pcg = getattr(self, "_pcg", None)
-        if pcg is not None:  # no InputSolution: the path's coefficients themselves
-            arrays, state = SketchedEstimator._get_state(self)
-            arrays.update(pcg_alphas=pcg["alphas"], pcg_galphas=pcg["galphas"],
-                          pcg_residuals=pcg["residuals"])
-            state.update(solver="pcg", lams=list(self.lams_), lam=self.lam_,
-                         n_iters=[int(v) for v in pcg["n_iters"]], n_passes=int(self.n_passes_))
-        else:
-            arrays, state = super()._get_state()
-            arrays.update(input_metric=self.input_solution_.metric)
-        fi, fo = self.input_feature_map_, self._output_base
-        self._put_side("input", fi.kernel, self.input_sketch_, fi.landmarks, arrays, state)
-        self._put_side("output", fo.kernel, self.output_sketch_, fo.landmarks, arrays, state)
-        arrays.update(input_projection=fi.projection, output_projection=fo.projection,
-                      output_whitening=self.output_whitening_, operator=self.operator_,
-                      candidates=self.candidates_, candidate_index=self.candidate_index_,
-                      output_map=self._output_map_base)
-        arrays.update(intercept=self.intercept_)
-        state.update(n_outputs=self.n_outputs_, ranks=list(self.ranks_), rank=self.rank_,
-                     rank_lam=self.rank_lam_)
-        return arrays, state
+        return _sisokr_state(self)
 
     def _set_state(self, arrays, state):
-        if state.get("solver") == "pcg":
-            SketchedEstimator._set_state(self, arrays, state)
-            self._pcg = {"alphas": arrays["pcg_alphas"], "galphas": arrays["pcg_galphas"],
-                         "n_iters": np.array(state["n_iters"]),
-                         "residuals": arrays["pcg_residuals"]}
-            self.input_solution_ = None
-            self.lams_, self.lam_ = tuple(state["lams"]), float(state["lam"])
-            self.n_passes_ = int(state["n_passes"])
-            self.solver_ = "pcg"
-        else:
-            self._pcg = None
-            self.solver_ = "direct"
-            super()._set_state(arrays, state)
-            self.input_solution_ = with_metric(self.input_solution_, arrays)
-        chunk = self._options().gram_chunk
-        kx, self.input_sketch_, lx = self._get_side("input", arrays, state)
-        ky, self.output_sketch_, ly = self._get_side("output", arrays, state)
-        self.input_feature_map_ = FeatureMap(kx, lx, arrays.get("input_projection"), chunk)
-        self._output_base = FeatureMap(ky, ly, arrays.get("output_projection"), chunk)
-        self.output_feature_map_ = self._output_base
-        self.output_whitening_ = arrays.get("output_whitening")
-        self.operator_ = arrays.get("operator")
-        self.candidates_ = arrays.get("candidates")
-        self.candidate_index_ = arrays.get("candidate_index")
-        self._output_map_base = arrays.get("output_map")
-        self.n_outputs_ = int(state["n_outputs"])
-        self.ranks_ = tuple(int(p) for p in state.get("ranks", ()))
-        self.rank_ = None if state.get("rank") is None else int(state["rank"])
-        self.rank_lam_ = None if state.get("rank_lam") is None else float(state["rank_lam"])
-        intercept = arrays.get("intercept")
-        self.intercept_ = None if intercept is None else np.asarray(intercept, dtype=np.float64)
-        self._principal = self._metric = self._opgram = None
-        self._candidate_features = None
+        _set_sisokr_state(self, arrays, state)
 
     # -- the feature maps' parts ------------------------------------------------------
     input_kernel_ = property(lambda self: self.input_feature_map_.kernel,
@@ -731,19 +595,8 @@ class SISOKR(RidgeEstimator):
 
     def _surrogate(self) -> Surrogate:
         """``g(x) = W φ_X(x)`` and its folds, for :mod:`distsketch.decoding`."""
-        # the rule and the fold looked up here, where tests/test_decode_folded.py spies on them
         return Surrogate(self._input_map(), self.coef_, self._fold_cache(),
-                         self._options().block_memory, self._fold, fold_route, fold_candidates)
-
-    # the routes, as tests see them (distsketch.decoding.Surrogate)
-    def _ragged_route(self, n_queries):
-        return self._surrogate().ragged_route(n_queries)
-
-    def _fold_route(self, n_queries, n_candidates, source, *, foldable=True):
-        return self._surrogate().fixed_route(n_queries, n_candidates, source, foldable=foldable)
-
-    def _folded(self, route, source, features):
-        return self._surrogate().folded(route, source, features)
+                         self._options().block_memory, self._fold)
 
 
 class SketchedKRR(RidgeEstimator):
@@ -973,6 +826,166 @@ class SketchedKRR(RidgeEstimator):
         from .metrics import r2_score
 
         return r2_score(y, np.asarray(self.predict(X)))
+
+
+# --------------------------------------------------------------------------- SISOKR's parts
+# Module-level functions of a SISOKR (the thin-estimator habit): the solver route, the
+# reduced rank (which reads and fills the estimator's caches _principal, _metric and
+# _opgram, so it stays beside the class) and the saved state.
+
+
+def _sisokr_route(est, X) -> str:
+    """``"direct"`` or ``"pcg"`` (:func:`_solver_route`); PCG also needs a sketched output
+    side (``"auto"`` stays direct without one)."""
+    solver = getattr(est, "solver", "direct")
+    if _solver_route(est, X) != "pcg":
+        return "direct"
+    from .sketches import Identity, check_sketch
+
+    try:
+        exact_out = isinstance(check_sketch(est.output_sketch, argument="output_sketch"),
+                               Identity)
+    except Exception:
+        if solver == "auto":  # left to fit's validation, in its order
+            return "direct"
+        raise
+    if exact_out:
+        if solver == "auto":
+            return "direct"
+        raise ValueError(
+            "output_sketch: solver='pcg' solves the input side with one right-hand side per "
+            "output coordinate; an exact output side (output_sketch=None) has n of them "
+            "(and its model needs C itself): give a sketched output side (SubSampling, "
+            "PSparsified, ...), or solver='direct'")
+    if solver == "auto" and est.rank_lam is not None:  # PCG serves fitted λ₁ only
+        try:
+            lams = check_lam(est.lam)
+            _fitted_index(lams, check_lam(est.rank_lam)[0], argument="rank_lam")
+        except ValueError:
+            return "direct"
+    return "pcg"
+
+
+def _output_metric(est) -> np.ndarray | None:
+    """Gram of the output coordinates' basis in H_Y: None (whitened: orthonormal) or
+    ``K_Y`` over the training outputs (exact output side), computed once."""
+    if est._output_base.projection is not None:
+        return None
+    if getattr(est, "_metric", None) is None:
+        fmap = est._feature_map(est._output_base)
+        L = fmap.landmarks
+        est._metric = np.asarray(fmap.kernel(L, L), dtype=np.float64)
+    return est._metric
+
+
+def _operator_gram(est) -> np.ndarray:
+    """``Q = R K_Y Rᵀ`` (r_X × r_X; ``R`` = ``operator_``, r_X × n) over the training
+    outputs, from row blocks of ``K_Y`` of at most :data:`OUTPUT_GRAM_BYTES` (never the
+    n × n matrix), summed in row order; computed once per operator."""
+    R = est.operator_
+    cached = getattr(est, "_opgram", None)
+    if cached is not None and cached[0] is R:
+        return cached[1]
+    fmap = est._feature_map(est._output_base)
+    L = fmap.landmarks
+    n = L.shape[0]
+    b = max(1, OUTPUT_GRAM_BYTES // (8 * n))
+    RT = np.ascontiguousarray(R.T)
+    Q = np.zeros((R.shape[0], R.shape[0]))
+    for s in range(0, n, b):
+        e = min(s + b, n)
+        K = np.asarray(fmap.kernel(L[s:e], L), dtype=np.float64)  # K_Y rows s..e (b × n)
+        Q += R[:, s:e] @ (K @ RT)
+    Q = 0.5 * (Q + Q.T)
+    est._opgram = (R, Q)
+    return Q
+
+
+def _principal_at(est, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(A, μ)`` of :func:`~distsketch.solve.principal_directions` for ``W(lam)``
+    (cached: one eigendecomposition per λ serves every rank); on the factored route
+    (:meth:`SISOKR._factored_rank`) ``(E, μ)`` of :func:`~distsketch.solve.factored_directions`
+    (``A = Rᵀ E``)."""
+    factored = est._factored_rank()
+    if est._principal is None or est._principal[0] != (lam, factored):
+        if factored:
+            est._principal = ((lam, True), *factored_directions(
+                est.input_solution_, _operator_gram(est), lam))
+            return est._principal[1], est._principal[2]
+        pcg = getattr(est, "_pcg", None)
+        if pcg is None:
+            W = sisokr_coef(est.input_solution_, est.operator_, lam)
+            S = prediction_covariance(est.input_solution_, W)
+        else:  # Σ_i g(x_i) g(x_i)ᵀ = αᵀ (K_nmᵀ K_nm α), carried by the iterations
+            k = _fitted_index(est.lams_, lam, argument="rank_lam")
+            a, ga = pcg["alphas"][k], pcg["galphas"][k]
+            S = a.T @ ga
+            S = 0.5 * (S + S.T)
+        est._principal = ((lam, False), *principal_directions(S, _output_metric(est)))
+    return est._principal[1], est._principal[2]
+
+
+def _sisokr_state(est) -> tuple[dict, dict]:
+    """``SISOKR._get_state``: the arrays and JSON state a fitted SISOKR saves (either route)."""
+    pcg = getattr(est, "_pcg", None)
+    if pcg is not None:  # no InputSolution: the path's coefficients themselves
+        arrays, state = SketchedEstimator._get_state(est)
+        arrays.update(pcg_alphas=pcg["alphas"], pcg_galphas=pcg["galphas"],
+                      pcg_residuals=pcg["residuals"])
+        state.update(solver="pcg", lams=list(est.lams_), lam=est.lam_,
+                     n_iters=[int(v) for v in pcg["n_iters"]], n_passes=int(est.n_passes_))
+    else:
+        arrays, state = super(SISOKR, est)._get_state()
+        arrays.update(input_metric=est.input_solution_.metric)
+    fi, fo = est.input_feature_map_, est._output_base
+    est._put_side("input", fi.kernel, est.input_sketch_, fi.landmarks, arrays, state)
+    est._put_side("output", fo.kernel, est.output_sketch_, fo.landmarks, arrays, state)
+    arrays.update(input_projection=fi.projection, output_projection=fo.projection,
+                  output_whitening=est.output_whitening_, operator=est.operator_,
+                  candidates=est.candidates_, candidate_index=est.candidate_index_,
+                  output_map=est._output_map_base)
+    arrays.update(intercept=est.intercept_)
+    state.update(n_outputs=est.n_outputs_, ranks=list(est.ranks_), rank=est.rank_,
+                 rank_lam=est.rank_lam_)
+    return arrays, state
+
+
+def _set_sisokr_state(est, arrays, state) -> None:
+    """``SISOKR._set_state``: a saved SISOKR's fitted attributes from :func:`_sisokr_state`'s
+    arrays and state (caches emptied)."""
+    if state.get("solver") == "pcg":
+        SketchedEstimator._set_state(est, arrays, state)
+        est._pcg = {"alphas": arrays["pcg_alphas"], "galphas": arrays["pcg_galphas"],
+                    "n_iters": np.array(state["n_iters"]),
+                    "residuals": arrays["pcg_residuals"]}
+        est.input_solution_ = None
+        est.lams_, est.lam_ = tuple(state["lams"]), float(state["lam"])
+        est.n_passes_ = int(state["n_passes"])
+        est.solver_ = "pcg"
+    else:
+        est._pcg = None
+        est.solver_ = "direct"
+        super(SISOKR, est)._set_state(arrays, state)
+        est.input_solution_ = with_metric(est.input_solution_, arrays)
+    chunk = est._options().gram_chunk
+    kx, est.input_sketch_, lx = est._get_side("input", arrays, state)
+    ky, est.output_sketch_, ly = est._get_side("output", arrays, state)
+    est.input_feature_map_ = FeatureMap(kx, lx, arrays.get("input_projection"), chunk)
+    est._output_base = FeatureMap(ky, ly, arrays.get("output_projection"), chunk)
+    est.output_feature_map_ = est._output_base
+    est.output_whitening_ = arrays.get("output_whitening")
+    est.operator_ = arrays.get("operator")
+    est.candidates_ = arrays.get("candidates")
+    est.candidate_index_ = arrays.get("candidate_index")
+    est._output_map_base = arrays.get("output_map")
+    est.n_outputs_ = int(state["n_outputs"])
+    est.ranks_ = tuple(int(p) for p in state.get("ranks", ()))
+    est.rank_ = None if state.get("rank") is None else int(state["rank"])
+    est.rank_lam_ = None if state.get("rank_lam") is None else float(state["rank_lam"])
+    intercept = arrays.get("intercept")
+    est.intercept_ = None if intercept is None else np.asarray(intercept, dtype=np.float64)
+    est._principal = est._metric = est._opgram = None
+    est._candidate_features = None
 
 
 def _solver_route(est, X) -> str:

@@ -89,7 +89,7 @@ from .newton import SolverState, convergence_warning, state_key
 from .options import driver_threads
 from .rows import check_finite_block
 from .store import DataChanged
-from .sweep import SweepData, Sweeper, _block_native, gram_product
+from .sweep import SweepData, Sweeper, block_native, gram_product
 
 __all__ = ["landmark_sketches", "Preconditioner", "LandmarkGram", "PCGResult", "pcg_path", "fit_pcg",
            "lam_path", "fit_pcg_sisokr",
@@ -207,7 +207,7 @@ def _pcg_block(shared, item, ws) -> dict:
         out["fp"] = fp
         if step.V is None and not step.first:
             return out
-    K = _block_native(data, i, ref, crc, ws)  # k(X_I, X_J) at the block dtype
+    K = block_native(data, i, ref, crc, ws)  # k(X_I, X_J) at the block dtype
     if step.V is not None:  # float32 blocks converted tile by tile, accumulated in float64
         out["GV"] = gram_product(K, step.V, ws)
     if step.first:
@@ -534,16 +534,7 @@ def _solve_lam(Kmm, T, z, lam, n, sweeper, *, alpha0, galpha0, tol, max_iter, st
         better = active[rr_new < rr_best[active]]
         u_best[:, better], g_best[:, better] = u[:, better], galpha[:, better]
         rr_best[better], it_best[better] = rr[better], iters[better]
-        for j in active:  # the divergence guard (rr_best ≤ rr: the current one included)
-            if rr[j] > DIVERGE_GROWTH ** 2 * rr_best[j] or not np.isfinite(rr[j]):
-                failures[int(j)] = ("grew", n_iter, float(rr_best[j]), float(rr[j]),
-                                    int(it_best[j]), float(norm0[j]))
-            elif iters[j] - it_best[j] >= STALL_WINDOW:
-                failures[int(j)] = ("stalled", n_iter, float(rr_best[j]), float(rr[j]),
-                                    int(it_best[j]), float(norm0[j]))
-            else:
-                continue
-            stopped[j] = 1.0
+        _guard_columns(active, n_iter, rr, rr_best, iters, it_best, norm0, stopped, failures)
         if state is not None:
             save(alpha=None, n_iter=n_iter, done=False)
         logger.debug("pcg λ = %.3g: iteration %d, relative residuals %s", lam, n_iter,
@@ -551,19 +542,8 @@ def _solve_lam(Kmm, T, z, lam, n, sweeper, *, alpha0, galpha0, tol, max_iter, st
     res = _rel(rr, norm0)
     back = np.flatnonzero(stopped > 0)
     if len(back):  # set back to the best iterates, certified by one pass
-        u[:, back] = u_best[:, back]
-        a_b = P.apply(u[:, back])
-        gv = sweeper(PCGStep(a_b))["GV"]
-        galpha[:, back] = gv
-        r[:, back] = rhs[:, back] - P.apply_t(hv(gv, a_b))
-        rr[back] = np.einsum("ij,ij->j", r[:, back], r[:, back])
-        # … or to the start where that is better (its residual from the given K_nmᵀ K_nm α₀)
-        r0 = rhs[:, back] - P.apply_t(hv(galpha0[:, back], alpha0[:, back]))
-        rr0 = np.einsum("ij,ij->j", r0, r0)
-        worse = rr0 < rr[back]
-        start = back[worse]
-        u[:, start], galpha[:, start] = P.inverse(alpha0[:, start]), galpha0[:, start]
-        r[:, start], rr[start] = r0[:, worse], rr0[worse]
+        start = _set_back(back, P, sweeper, hv, rhs, alpha0, galpha0,
+                          u=u, galpha=galpha, r=r, rr=rr, u_best=u_best)
         res = _rel(rr, norm0)
         logger.info("pcg λ = %.3g: %d column(s) set back to their best iterate (%d to the "
                     "start), certified relative residuals %s", lam, len(back), len(start),
@@ -583,6 +563,45 @@ def _solve_lam(Kmm, T, z, lam, n, sweeper, *, alpha0, galpha0, tol, max_iter, st
     if state is not None:
         save(alpha=alpha, n_iter=n_iter, done=True, converged=ok)
     return alpha, galpha, n_iter, res, ok
+
+
+def _guard_columns(active, n_iter, rr, rr_best, iters, it_best, norm0, stopped,
+                   failures) -> None:
+    """The divergence guard of :func:`_solve_lam` after an iteration (``rr_best ≤ rr``: the
+    current one included): an active column whose residual grew :data:`DIVERGE_GROWTH`-fold
+    past its best, or went non-finite, or has not improved for :data:`STALL_WINDOW`
+    iterations, is marked in ``stopped`` and recorded in ``failures`` (both updated in place)."""
+    for j in active:
+        if rr[j] > DIVERGE_GROWTH ** 2 * rr_best[j] or not np.isfinite(rr[j]):
+            failures[int(j)] = ("grew", n_iter, float(rr_best[j]), float(rr[j]),
+                                int(it_best[j]), float(norm0[j]))
+        elif iters[j] - it_best[j] >= STALL_WINDOW:
+            failures[int(j)] = ("stalled", n_iter, float(rr_best[j]), float(rr[j]),
+                                int(it_best[j]), float(norm0[j]))
+        else:
+            continue
+        stopped[j] = 1.0
+
+
+def _set_back(back, P, sweeper, hv, rhs, alpha0, galpha0, *, u, galpha, r, rr,
+              u_best) -> np.ndarray:
+    """Columns ``back`` of :func:`_solve_lam`'s iterate (``u``, ``galpha``, ``r``, ``rr``,
+    updated in place) set back to their best iterates, certified by one pass — or to the
+    start where that is better (its residual from the given ``K_nmᵀ K_nm α₀``). Returns the
+    columns set back to the start."""
+    u[:, back] = u_best[:, back]
+    a_b = P.apply(u[:, back])
+    gv = sweeper(PCGStep(a_b))["GV"]
+    galpha[:, back] = gv
+    r[:, back] = rhs[:, back] - P.apply_t(hv(gv, a_b))
+    rr[back] = np.einsum("ij,ij->j", r[:, back], r[:, back])
+    r0 = rhs[:, back] - P.apply_t(hv(galpha0[:, back], alpha0[:, back]))
+    rr0 = np.einsum("ij,ij->j", r0, r0)
+    worse = rr0 < rr[back]
+    start = back[worse]
+    u[:, start], galpha[:, start] = P.inverse(alpha0[:, start]), galpha0[:, start]
+    r[:, start], rr[start] = r0[:, worse], rr0[worse]
+    return start
 
 
 def _divergence_message(lam: float, tol: float, failures: dict, res: np.ndarray,
@@ -938,7 +957,7 @@ def fit_pcg(spec, *, kernel, sketch, store, reuse_seeds: bool, tol: float, max_i
     ``centre``: the jointly fitted intercept of :class:`~distsketch.SketchedRegressor`
     (:func:`pcg_path`).
     """
-    from .accumulate import _choose_block_rows, _jsonable
+    from .accumulate import choose_block_rows, jsonable
     from .kernels import kernel_description
     from .store import StoreDirectory, open_fit_store
 
@@ -958,9 +977,9 @@ def fit_pcg(spec, *, kernel, sketch, store, reuse_seeds: bool, tol: float, max_i
         land = X.take(xs.support)
         dtype = np.dtype(options.block_dtype)
         m = xs.m
-        b = _choose_block_rows(options, n, m + X.shape[1] + 2 * Y.shape[1], X.native_rows,
+        b = choose_block_rows(options, n, m + X.shape[1] + 2 * Y.shape[1], X.native_rows,
                                dtype)
-        config = _jsonable({
+        config = jsonable({
             "model": model, "solver": "pcg", "version": PCG_STATE_VERSION, "n": n,
             "block_rows": b, "block_dtype": str(dtype), "gram_chunk": options.gram_chunk,
             "m_x": None, "m_y": None,  # no blocks are stored
@@ -1042,7 +1061,7 @@ def fit_pcg_sisokr(spec, *, store, reuse_seeds: bool, tol: float, max_iter: int,
     ``spec``: the validated :class:`~distsketch.estimator.FitSpec` of a SISOKR (kernels and
     sketches under ``input_*`` / ``output_*``).
     """
-    from .accumulate import _choose_block_rows, _jsonable, fit_pass
+    from .accumulate import choose_block_rows, jsonable, fit_pass
     from .kernels import kernel_description
     from .solve import whitening
     from .store import StoreDirectory, open_fit_store
@@ -1070,8 +1089,8 @@ def fit_pcg_sisokr(spec, *, store, reuse_seeds: bool, tol: float, max_iter: int,
         z = np.ascontiguousarray((M.T @ T_Y) / np.asarray(xs.scale, dtype=np.float64)[:, None])
         dtype = np.dtype(options.block_dtype)
         m = xs.m
-        b = _choose_block_rows(options, n, m + X.shape[1] + Y.shape[1], X.native_rows, dtype)
-        config = _jsonable({
+        b = choose_block_rows(options, n, m + X.shape[1] + Y.shape[1], X.native_rows, dtype)
+        config = jsonable({
             "model": model, "solver": "pcg", "version": PCG_STATE_VERSION, "n": n,
             "block_rows": b, "block_dtype": str(dtype), "gram_chunk": options.gram_chunk,
             "m_x": None, "m_y": None,  # no blocks are stored

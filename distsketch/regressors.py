@@ -22,7 +22,7 @@ import numbers
 
 import numpy as np
 
-from .admm import RowState, _admm_block, choose_route, supports
+from .admm import RowState, admm_block, choose_route, supports
 from .admm import solve_path as admm_path
 from .engine import distributed_client
 from .estimator import FitSpec, SketchedEstimator, checks_feature_names
@@ -33,7 +33,7 @@ from .models import SketchedKRR, kernel_expansion
 from .newton import solve_path
 from .options import with_blas_limit
 from .solve import whitening
-from .store import _CSUM
+from .store import CSUM
 from .sweep import SWEEP_SUMS, SweepData, Sweeper, sweep_items
 
 __all__ = ["SketchedRegressor", "SketchedQuantileRegressor"]
@@ -487,7 +487,7 @@ class SketchedRegressor(SketchedEstimator):
         crcs: tuple = ()
         if not fs.temporary:
             C = fs.pass_arrays()[0]
-            crcs = tuple(int(v) for v in fs.records()[:, _CSUM])
+            crcs = tuple(int(v) for v in fs.records()[:, CSUM])
         held = sums.get("held")
         data = SweepData(n=n, block_rows=int(meta["block_rows"]), m=m, d=d, C=C, crcs=crcs,
                          held=held, x=None if C is not None or held is not None else FeatureMap(
@@ -499,7 +499,7 @@ class SketchedRegressor(SketchedEstimator):
             # a loss without a proximal operator
         sweeper = Sweeper(data, spec.X, spec.Y, split_every=spec.options.split_every,
                           progress=spec.options.progress,
-                          **({"block": _admm_block, "name": "admm"} if route == "admm" else {}))
+                          **({"block": admm_block, "name": "admm"} if route == "admm" else {}))
         lams = spec.lams
 
         def states(k: int):

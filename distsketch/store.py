@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from zarr.abc.store import Store
 
 __all__ = ["FORMAT_VERSION", "FitStore", "StoreDirectory", "StoreError", "DataChanged",
-           "StoreLock", "RECORD", "expected_store_bytes", "open_fit_store", "read_records",
+           "StoreLock", "RECORD", "TOKEN", "XFP", "YFP", "CSUM", "DSUM", "expected_store_bytes", "open_fit_store", "read_records",
            "refuse_links", "write_rows"]
 
 logger = logging.getLogger(__name__)
@@ -242,7 +242,8 @@ class DataChanged(StoreError):
 
 #: Columns of ``pass/blocks``, one uint64 row per row block (0 everywhere: not done).
 RECORD = ("token", "x", "y", "c", "d")
-_TOKEN, _XFP, _YFP, _CSUM, _DSUM = range(len(RECORD))
+#: Column indices of :data:`RECORD` (the pass and the Lipschitz routes read the records).
+TOKEN, XFP, YFP, CSUM, DSUM = range(len(RECORD))
 
 
 def read_records(array: zarr.Array, *, location: str) -> np.ndarray:
@@ -535,7 +536,7 @@ class FitStore:
 
     def done_blocks(self) -> np.ndarray:
         """Which row blocks are stored (their record is written)."""
-        return self.records()[:, _TOKEN] != 0
+        return self.records()[:, TOKEN] != 0
 
     def write_sums(self, sums: dict[str, Any]) -> None:
         """Store the reduced sums with their checksums and mark the pass complete.

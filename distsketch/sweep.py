@@ -42,7 +42,7 @@ from .losses import Curvature, Loss
 from .rows import RowSource
 from .store import StoreError
 
-__all__ = ["SweepData", "Iterate", "SweepSums", "sweep"]
+__all__ = ["SweepData", "Iterate", "SweepSums", "sweep", "block_native", "block_C"]
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ SWEEP_SUMS = SweepSums()
 SWEEP_PROGRESS_MINIMUM = 1.0
 
 
-def _block_native(data: SweepData, i: int, ref, crc, ws) -> np.ndarray:
+def block_native(data: SweepData, i: int, ref, crc, ws) -> np.ndarray:
     """``C_I`` in its own dtype (the block dtype, float32 or float64): the stored block (read
     by the engine from its :class:`Stored` reference; ``crc`` its recorded checksum), the held
     block, or recomputed from the input rows into this thread's work array."""
@@ -185,10 +185,10 @@ def _block_native(data: SweepData, i: int, ref, crc, ws) -> np.ndarray:
     return data.x.block(ref, dtype=data.dtype, out=ws.get("C", (e - s, data.m), data.dtype))
 
 
-def _block_C(data: SweepData, i: int, ref, crc, ws) -> np.ndarray:
-    """``C_I`` as float64 (:func:`_block_native`, converted into a work array unless it is
+def block_C(data: SweepData, i: int, ref, crc, ws) -> np.ndarray:
+    """``C_I`` as float64 (:func:`block_native`, converted into a work array unless it is
     float64 already)."""
-    C = _block_native(data, i, ref, crc, ws)
+    C = block_native(data, i, ref, crc, ws)
     if C.dtype == np.float64:
         return C
     out = ws.get("C64", C.shape, np.float64)
@@ -293,7 +293,7 @@ def _at_level(loss: Loss, R: np.ndarray, mu: float, exact: bool, curv, level: fl
 def _sweep_block(shared, item, ws) -> dict:
     data, it = shared
     i, ref, crc, yb = item
-    C = _block_C(data, i, ref, crc, ws)
+    C = block_C(data, i, ref, crc, ws)
     Y = dense(yb).astype(np.float64, copy=False).reshape(C.shape[0], -1)
     loss, mu = it.loss, it.mu
     out: dict[str, Any] = {}

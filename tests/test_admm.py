@@ -181,7 +181,7 @@ _KILL_SCRIPT = textwrap.dedent("""
     import distsketch as ds, distsketch.regressors as rg
     from distsketch.losses import Pinball
     X = np.load({x!r}); y = np.load({y!r})
-    block = rg._admm_block
+    block = rg.admm_block
     count = [0]
     def killing(shared, item, ws):
         out = block(shared, item, ws)
@@ -189,7 +189,7 @@ _KILL_SCRIPT = textwrap.dedent("""
         if count[0] == {kill_at}:  # after this block's rows are written, mid-iteration
             os.kill(os.getpid(), signal.SIGKILL)
         return out
-    rg._admm_block = killing
+    rg.admm_block = killing
     with dask.config.set(scheduler="sync"):
         ds.SketchedRegressor(ds.Gaussian(gamma=0.5), loss=Pinball(0.3), sketch=ds.SubSampling(30),
                              lam=1e-3, tol=1e-5, max_iter=5000, random_state=1, solver="admm",

@@ -60,7 +60,7 @@ def _interrupt(monkeypatch, X, y, store, *, block: int, written: bool, hook=None
     runs before each block."""
     import distsketch.regressors as rg
 
-    original = rg._admm_block
+    original = rg.admm_block
     stop_at = STOP_ITER * N_BLOCKS + block
     count = [0]
 
@@ -76,7 +76,7 @@ def _interrupt(monkeypatch, X, y, store, *, block: int, written: bool, hook=None
         return out
 
     with monkeypatch.context() as mp:
-        mp.setattr(rg, "_admm_block", stopping)
+        mp.setattr(rg, "admm_block", stopping)
         with dask.config.set(scheduler="sync"), pytest.raises(_Stop):
             _fit(X, y, store)
 
@@ -244,7 +244,7 @@ def test_damage_during_the_fit_is_caught_by_the_sweep(whole, tmp_path, monkeypat
 
     import distsketch.regressors as rg
 
-    original = rg._admm_block
+    original = rg.admm_block
     count = [0]
 
     def hooked(shared, item, ws):
@@ -253,7 +253,7 @@ def test_damage_during_the_fit_is_caught_by_the_sweep(whole, tmp_path, monkeypat
         return original(shared, item, ws)
 
     with monkeypatch.context() as mp:
-        mp.setattr(rg, "_admm_block", hooked)
+        mp.setattr(rg, "admm_block", hooked)
         with dask.config.set(scheduler="sync"), \
                 pytest.raises(StoreError, match=r"rows 192–199 of the ADMM variable z"):
             _fit(X, y, store)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-import distsketch.models as dsm
+import distsketch.decoding as decoding
 from distsketch import decode, topk
 from distsketch.decode import decode_fixed, fold_costs, fold_route
 from distsketch.features import FeatureMap
@@ -102,7 +102,7 @@ def test_per_query_sets_with_the_coef_fold(tmp_path, data, name):
     for cands in (sets, store):
         assert_same_topk(routed(model, "coef", Xq, k=4, candidate_sets=cands, query_sets=qs), want)
     assert list(model._fold_cache()) == [(None, "coef")]
-    assert model._ragged_route(len(Xq)) == "coef"  # s·r_Y < s·r_X + r_X·r_Y with M cached
+    assert model._surrogate().ragged_route(len(Xq)) == "coef"  # s·r_Y < s·r_X + r_X·r_Y with M cached
 
 
 def test_iokr_folded_equals_closed_form(data):
@@ -136,8 +136,8 @@ def test_cache_follows_lam_rank_and_store(tmp_path, data, monkeypatch):
     model = fit("SISOKR", X, Y, lam=[1e-3, 1e-1])
     store = ds.CandidateStore.create(tmp_path / "c", C, chunk_rows=256)
     calls = []
-    real = dsm.fold_candidates
-    monkeypatch.setattr(dsm, "fold_candidates", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = decoding.fold_candidates
+    monkeypatch.setattr(decoding, "fold_candidates", lambda *a, **k: calls.append(1) or real(*a, **k))
 
     def check(cands):
         assert_same_topk(routed(model, "features", Xq, cands, k=5),
@@ -176,7 +176,8 @@ def test_dask_candidates_are_not_folded_but_coef_is(data):
     lazy = da.from_array(C, chunks=(300, C.shape[1]))
     for route in ROUTES:
         assert_same_topk(routed(model, route, Xq, lazy, k=4), want)
-    assert model._fold_route(len(Xq), len(C), None, foldable=False) in ("unfolded", "coef")
+    route = model._surrogate().fixed_route(len(Xq), len(C), None, foldable=False)
+    assert route in ("unfolded", "coef")
     assert list(model._fold_cache()) == [(None, "coef")]  # nothing of the candidates kept
 
 
@@ -254,8 +255,8 @@ def test_model_takes_the_rule_route(data, monkeypatch):
     """The route the model takes is the rule's, with its own sizes (and the cache)."""
     X, Y, Xq, C = data
     seen = []
-    real = dsm.fold_route
-    monkeypatch.setattr(dsm, "fold_route", lambda **kw: seen.append(kw) or real(**kw))
+    real = decoding.fold_route
+    monkeypatch.setattr(decoding, "fold_route", lambda **kw: seen.append(kw) or real(**kw))
     model = fit("IOKR", X, Y)
     Xq = np.random.default_rng(1).normal(size=(400, 5))  # enough queries to repay the fold
     model.predict_topk(Xq, k=2)
@@ -278,8 +279,8 @@ def test_independent_of_the_number_of_decoding_tasks(data, monkeypatch):
     monkeypatch.setattr(decode, "QUERY_ROWS", 8)  # 5 query tiles of 8 rows: tasks of 1 … 5
     model = fit("SISOKR", X, Y)
     fmap = model._output_map()
-    Z, kyy = model._folded("kernel", None, lambda: (decode.candidate_features(fmap, C),
-                                                     fmap.diag(C)))
+    Z, kyy = model._surrogate().folded("kernel", None, lambda: (
+        decode.candidate_features(fmap, C), fmap.diag(C)))
     read = lambda a, b: ("cached", Z, kyy, a, b)  # noqa: E731
     qmap = FeatureMap(model.input_kernel_, model.input_landmarks_, None)
     G = qmap.block(Xq)

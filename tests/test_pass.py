@@ -408,7 +408,7 @@ def test_derived_blocks_are_equal_and_a_multiple_of_four(n, width, monkeypatch):
     opts = EngineOptions()
     per_row = 8 * (opts.gram_chunk + width) + 4 * width
     b_mem = max(64, opts.block_memory // per_row)
-    b = accumulate._choose_block_rows(opts, n, width, None, np.dtype("float32"))
+    b = accumulate.choose_block_rows(opts, n, width, None, np.dtype("float32"))
     k = -(-n // b)
     assert b <= b_mem and k >= -(-n // b_mem)
     assert 0 <= b * k - n < k  # equal blocks
@@ -417,9 +417,9 @@ def test_derived_blocks_are_equal_and_a_multiple_of_four(n, width, monkeypatch):
     if n == 4880 and width == 4445:  # Bibtex SISOKR: 4 blocks of 1220 (were 1924, 1924, 1032)
         assert (b, k) == (1220, 4)
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
-    assert accumulate._choose_block_rows(opts, n, width, None, np.dtype("float32")) == b
+    assert accumulate.choose_block_rows(opts, n, width, None, np.dtype("float32")) == b
     # given block_rows is taken as it is
-    assert accumulate._choose_block_rows(EngineOptions(block_rows=100), n, width, None,
+    assert accumulate.choose_block_rows(EngineOptions(block_rows=100), n, width, None,
                                          np.dtype("float32")) == min(100, n)
 
 

@@ -146,3 +146,90 @@ def test_no_test_module_imports_another():
                      [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             for name in names:
                 assert not name.split(".")[0].startswith("test_"), (path.name, name)
+
+
+def _private(name: str) -> bool:
+    """A private name: one leading underscore, not a dunder (``__version__``, ``__all__``)."""
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def cross_module_privates() -> list[str]:
+    """Every use of another package module's private name: ``from .module import _name`` (at
+    any level, inside functions too) and ``module._name`` where ``module`` is a package module
+    bound by an import (``from . import store``, ``import distsketch.store as store``)."""
+    found = []
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        bound: dict[str, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = _resolve(module, node)
+                for a in node.names:
+                    if f"{base}.{a.name}" in MODULES:
+                        bound[a.asname or a.name] = f"{base}.{a.name}"
+                    elif base in MODULES and base != module and _private(a.name):
+                        found.append(f"{module}:{node.lineno} imports {a.name} from {base}")
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name in MODULES and a.asname:
+                        bound[a.asname] = a.name
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and _private(node.attr)
+                    and isinstance(node.value, ast.Name) and node.value.id in bound
+                    and bound[node.value.id] != module):
+                found.append(f"{module}:{node.lineno} uses {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_private_name_crosses_a_module_boundary():
+    """What another module needs has a public name in its owner (STYLE.md, "Private means
+    private"): no module imports or reaches a ``_private`` name of another package module."""
+    assert cross_module_privates() == []
+
+
+def test_the_private_check_sees_both_forms(tmp_path, monkeypatch):
+    """The analysis itself, on a two-module package: a ``from .a import _x`` inside a function
+    and an ``a._y`` after ``from . import a`` are both found; ``__version__`` is not private."""
+    (tmp_path / "a.py").write_text("_x = 1\n_y = 2\n__version__ = '0'\n")
+    (tmp_path / "b.py").write_text("from . import a\nfrom .a import __version__\n\n"
+                                   "def f():\n    from .a import _x\n    return a._y + _x\n")
+    monkeypatch.setattr(__import__(__name__), "MODULES",
+                        {"pkg.a": tmp_path / "a.py", "pkg.b": tmp_path / "b.py"})
+    found = cross_module_privates()
+    assert len(found) == 2 and "_x" in found[0] + found[1] and "a._y" in found[0] + found[1]
+
+
+MAX_FUNCTION_LINES = 100
+MAX_SISOKR_LINES = 600
+
+
+def code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of code of a function: from its first statement after the docstring to its last
+    line (decorators, signature and docstring excluded)."""
+    body = node.body
+    if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)):
+        body = body[1:]
+    if not body:
+        return 0
+    return node.end_lineno - body[0].lineno + 1
+
+
+def test_no_function_is_longer_than_100_lines():
+    """Every function and method of the package fits in 100 lines of code (docstrings
+    excluded): a longer one is a sequence of steps that want names."""
+    long = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if code_lines(node) > MAX_FUNCTION_LINES:
+                    long.append(f"{module}.{node.name}: {code_lines(node)} lines")
+    assert long == []
+
+
+def test_sisokr_is_a_thin_estimator():
+    """``SISOKR`` (models.py) stays under 600 lines, docstring included: its machinery lives in
+    module-level functions (STYLE.md, "Thin estimator over functions")."""
+    tree = ast.parse(MODULES["distsketch.models"].read_text())
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SISOKR"]
+    assert cls.end_lineno - cls.lineno + 1 < MAX_SISOKR_LINES
