@@ -409,7 +409,8 @@ def _model_params(model: dict, kinds: dict) -> dict[str, Any]:
     """The estimator's arguments from the ``[model]`` table, each validated by its kind
     (``kinds``: the model's declared parameter kinds); unknown keys are refused."""
     keys = {name for name, kind in kinds.items()
-            if kind in ("kernel", "sketch", "lam", "random_state", "loss", "matrix", "json")}
+            if kind in ("kernel", "sketch", "lam", "rank", "random_state", "loss", "matrix",
+                        "json")}
     _unknown(model, {"type", *keys}, "model")
     params: dict[str, Any] = {}
     for k, kind in kinds.items():
@@ -436,15 +437,16 @@ def _model_params(model: dict, kinds: dict) -> dict[str, Any]:
                 from .losses import loss_from_config
 
                 params[k] = loss_from_config(dict(value))
-        elif kind in ("matrix", "json") and k in model:
-            if k == "rank":
-                from .solve import check_rank
+        elif kind == "rank" and k in model:
+            from .solve import check_rank
 
-                try:
-                    check_rank(model[k])
-                except ValueError as exc:
-                    raise _err(f"model.{k}", str(exc).removeprefix("rank: ")) from None
-            params[k] = model[k]  # otherwise validated by the estimator when it fits
+            try:
+                check_rank(model[k])
+            except ValueError as exc:
+                raise _err(f"model.{k}", str(exc).removeprefix("rank: ")) from None
+            params[k] = model[k]
+        elif kind in ("matrix", "json") and k in model:
+            params[k] = model[k]  # validated by the estimator when it fits
         elif kind == "random_state":
             rs = model.get(k)
             if rs is not None and (isinstance(rs, bool) or not isinstance(rs, int) or rs < 0):

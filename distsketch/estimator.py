@@ -207,9 +207,10 @@ class SketchedEstimator(ParamsMixin):
     Class attributes a model sets
     -----------------------------
     _param_kinds : dict
-        Constructor parameter → kind: ``"kernel"``, ``"sketch"``, ``"lam"``, ``"random_state"``,
-        ``"store"``, ``"options"`` (or ``"json"`` for plain values). Kernels are validated in
-        order, then sketches; saved models and configs convert each by its kind.
+        Constructor parameter → kind: ``"kernel"``, ``"sketch"``, ``"lam"``, ``"rank"``,
+        ``"loss"``, ``"matrix"``, ``"random_state"``, ``"store"``, ``"options"`` (or ``"json"``
+        for plain values). Kernels are validated in order, then sketches; saved models and
+        configs convert and validate each by its kind, never by its name.
     _input : (kernel param, sketch param)
         The input side of the pass (``C = K_X R_Xᵀ``).
     _output : (kernel param, sketch param) or None

@@ -178,7 +178,7 @@ class SISOKR(RidgeEstimator):
     _estimator_type = None  # structured prediction: neither classifier nor regressor
     _param_kinds = {"input_kernel": "kernel", "output_kernel": "kernel",
                     "input_sketch": "sketch", "output_sketch": "sketch", **_RIDGE_PARAMS,
-                    "rank": "json", "rank_lam": "json", "fit_intercept": "json",
+                    "rank": "rank", "rank_lam": "json", "fit_intercept": "json",
                     "solver": "json", "tol": "json", "max_iter": "json"}
     _input = ("input_kernel", "input_sketch")
     _output = ("output_kernel", "output_sketch")
