@@ -130,3 +130,37 @@ def test_new_kernel_is_registered_matches_its_formula_and_fits(small_problem):
     # the same normal equations solved two ways: rounding times cond(K + nλI) <= 1 + ‖K‖/(nλ)
     # = 1 + 40 / 0.04, relative to the largest prediction
     assert norm_rel_err(krr.predict(Xq), dense) <= 1e-16 * (1 + 40 / 0.04) * 100
+
+
+def test_a_loss_defined_here_registers_itself_and_declares_its_capabilities():
+    """A loss class that sets ``name`` is in ``LOSSES`` by being defined (strings and configs
+    find it; an intermediate class without its own name is not registered); the routes ask
+    its capabilities, not its class: ADMM needs ``has_prox`` and ``projects_dual``, PCG
+    ``normal_equations``."""
+    from distsketch import admm
+    from distsketch.losses import LOSSES, Huber, Loss, Squared, check_loss, loss_from_config
+
+    class _Base(Huber):
+        pass
+
+    class WideHuber(_Base):
+        name = "test_wide_huber"
+
+    class NoProx(Loss):
+        name = "test_no_prox"
+
+    try:
+        assert LOSSES["test_wide_huber"] is WideHuber and "_Base" not in LOSSES
+        assert isinstance(check_loss("test_wide_huber", 1), WideHuber)
+        assert loss_from_config(WideHuber(kappa=2.0).to_config()) == WideHuber(kappa=2.0)
+        assert admm.supports(WideHuber()) and not WideHuber().normal_equations
+        assert not admm.supports(NoProx()) and not NoProx().has_prox
+        assert Squared().normal_equations and admm.supports(Squared())
+        alpha = np.array([[3.0, 4.0], [0.3, 0.4]])
+        np.testing.assert_allclose(WideHuber(kappa=2.0).project_dual(alpha),
+                                   [[1.2, 1.6], [0.3, 0.4]])
+        with pytest.raises(NotImplementedError):
+            NoProx().project_dual(alpha)
+    finally:
+        LOSSES.pop("test_wide_huber", None)
+        LOSSES.pop("test_no_prox", None)
