@@ -246,8 +246,8 @@ def test_hpc_setup_reuses_a_busy_node(slurm, tmp_path, request):
     assert out.returncode == 0, out.stderr
     job = out.stdout.strip().split(";")[0]
     deadline = time.monotonic() + 60
-    while job_state(job)[0] != "RUNNING":
-        assert job_state(job)[0] == "PENDING", job_state(job)
+    while (state := job_state(job))[0] != "RUNNING":
+        assert state[0] == "PENDING", state
         assert time.monotonic() < deadline, f"job {job} did not start within 60 s"
         time.sleep(0.2)
     busy = _run(["sinfo", "-h", "-o", "%t"]).stdout.strip()
