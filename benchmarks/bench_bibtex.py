@@ -38,7 +38,7 @@ Protocol
 Writes the ``bibtex`` section of RESULTS.md and results/bibtex.jsonl (not with ``--quick``).
 
     python benchmarks/bench_bibtex.py [--repeats 3] [--quick] [--dense]
-    python benchmarks/bench_bibtex.py --driver-crossover   # distsketch.solve._EIGEN_CROSSOVER
+    python benchmarks/bench_bibtex.py --driver-crossover   # distsketch.Tuning.eigen_crossover
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def run_distsketch(spec: dict, X, Y, Xte, Yte, *, seed: int) -> dict:
 
 def driver_crossover(sizes=(250, 500, 1000, 2000, 3000), r_y: int = 200) -> None:
     """Measure the path length from which one generalized eigendecomposition beats a Cholesky
-    factorisation per λ (``distsketch.solve._EIGEN_CROSSOVER``; docs/design.md, "Driver
+    factorisation per λ (``distsketch.Tuning.eigen_crossover``; docs/design.md, "Driver
     routes"), one BLAS thread, best of a few runs: the eigen route costs ``eigh(G, B)`` and
     ``VᵀR`` (then O(r·r_Y) per λ); the Cholesky route one safety factorisation of
     ``G + τnλB``, then per λ a factorisation of ``G + nλB`` and its solve with ``r_Y``

@@ -10,12 +10,13 @@ Protocol
   (λ, p). Both timed from the raw rows, median of ``--repeats``; test F1 of both (decoding
   over the training label vectors) is reported, not timed.
 - The driver runs single-threaded BLAS (``distsketch.blas-threads = 1``) in both; SISOKRCV
-  spreads its independent folds over one thread per core (``distsketch.cv.FOLD_THREADS``,
-  default). A third row times SISOKRCV with ``FOLD_THREADS = 1`` (every fold on the driver's
-  one thread) so the gain from the algebra and from the threads can be told apart.
+  spreads its independent folds over one thread per core (``Tuning.fold_threads = None``,
+  the default). A third row times SISOKRCV with
+  ``options=EngineOptions(tuning=Tuning(fold_threads=1))`` (every fold on the driver's one
+  thread) so the gain from the algebra and from the threads can be told apart.
 - Each fold's algebra takes the Woodbury route or the band route by
   ``distsketch.cv.fold_route`` (Bibtex: Woodbury); a fourth row forces the band route
-  (``FOLD_ROUTE = "band"``) for the comparison.
+  (``Tuning(fold_route="band")``) for the comparison.
 - The fold algebra alone (``sisokr_fold_scores`` on the sums of the first CV fit, captured):
   wall and process CPU seconds per route, with the folds on one thread per core and on one
   thread, ``--fold-repeats`` alternated runs (median). The machine is shared: the 1-minute
@@ -113,12 +114,9 @@ def main() -> None:
         distsketch.cv.sisokr_fold_scores = real_scores
 
     def forced(threads=None, route=None):
-        distsketch.cv.FOLD_THREADS, distsketch.cv.FOLD_ROUTE = threads, route
-        try:
-            return timed(lambda r: ds.SISOKRCV(kx, ky, lams=lams, ranks=ranks, cv=5, scoring="surrogate",
-                                              random_state=r, **sketches()))[0]
-        finally:
-            distsketch.cv.FOLD_THREADS = distsketch.cv.FOLD_ROUTE = None
+        options = ds.EngineOptions(tuning=ds.Tuning(fold_threads=threads, fold_route=route))
+        return timed(lambda r: ds.SISOKRCV(kx, ky, lams=lams, ranks=ranks, cv=5, scoring="surrogate",
+                                          random_state=r, options=options, **sketches()))[0]
 
     cv1_s = forced(threads=1)
     cv_band_s = forced(route="band")
@@ -142,15 +140,15 @@ def main() -> None:
           f"runs single-threaded BLAS in every fit; SISOKRCV computes its folds' algebra "
           f"(per fold by the route `fold_route` picks: a pivoted Cholesky factor of G_k and a "
           f"Woodbury solve per λ, or the congruence P^T G_k P, one band reduction and a banded "
-          f"solve per λ) on one thread per core unless `FOLD_THREADS = 1`.\n\n"
+          f"solve per λ) on one thread per core unless `Tuning(fold_threads=1)`.\n\n"
           f"| fit | time (s) | ratio | test F1 |\n|---|---|---|---|\n"
           f"| SISOKR, λ = 1e-5, full rank | {plain_s:.2f} | 1 | {100 * row['plain_f1']:.1f} |\n"
           f"| SISOKRCV: 5 folds × {len(lams)} λ × {len(ranks)} ranks ({row['n_scores']} scores) "
           f"+ refit at λ = {cv.best_params_['lam']:.3g}, p = {cv.best_params_['rank']} | "
           f"{cv_s:.2f} | {row['ratio']:.2f}× | {100 * row['cv_f1']:.1f} |\n"
-          f"| the same, folds on the driver's one thread (`FOLD_THREADS = 1`) | {cv1_s:.2f} | "
+          f"| the same, folds on the driver's one thread (`fold_threads=1`) | {cv1_s:.2f} | "
           f"{row['ratio_one_thread']:.2f}× | same |\n"
-          f"| the same, every fold by the band route (`FOLD_ROUTE = \"band\"`) | "
+          f"| the same, every fold by the band route (`fold_route=\"band\"`) | "
           f"{cv_band_s:.2f} | {row['ratio_band']:.2f}× | same |\n\n"
           f"1-minute load average at the start of each fit: "
           f"{', '.join(f'{v:.1f}' for v in loads)} (2 cores).\n\n"
@@ -238,6 +236,7 @@ def part_medians(parts: dict) -> dict:
 def fold_algebra(captured, repeats: int) -> list[dict]:
     """Wall and process CPU seconds of ``sisokr_fold_scores`` on captured arguments, per
     route and fold threads (one thread per core, one), runs alternated, medians."""
+    import distsketch as ds
     import distsketch.cv
     from threadpoolctl import threadpool_limits
 
@@ -247,14 +246,12 @@ def fold_algebra(captured, repeats: int) -> list[dict]:
         runs = {"woodbury": [], "band": []}
         for _ in range(repeats):
             for route in runs:
-                distsketch.cv.FOLD_THREADS, distsketch.cv.FOLD_ROUTE = threads, route
+                tuning = ds.Tuning(fold_threads=threads, fold_route=route)
                 load = os.getloadavg()[0]
                 t, c = time.perf_counter(), time.process_time()
-                try:
-                    with threadpool_limits(1):  # as in a fit (distsketch.blas-threads = 1)
-                        scores[route] = distsketch.cv.sisokr_fold_scores(*args, **kwargs)[0]
-                finally:
-                    distsketch.cv.FOLD_THREADS = distsketch.cv.FOLD_ROUTE = None
+                with threadpool_limits(1):  # as in a fit (distsketch.blas-threads = 1)
+                    scores[route] = distsketch.cv.sisokr_fold_scores(
+                        *args, **{**kwargs, "tuning": tuning})[0]
                 runs[route].append((time.perf_counter() - t, time.process_time() - c, load))
         for route, v in runs.items():
             v = np.array(v)

@@ -20,7 +20,8 @@ row blocks of ``b`` ∈ {4 096, 16 384} CSR rows, ``d`` ∈ {1 000, 4 000} featu
 CSR landmarks of the same density (as in a pass over sparse data, where the landmarks are
 training rows), the time of one Gaussian ``Kernel.fill`` into a float64 ``(b, 2000)`` device
 array from operands already on the device as CSR, along the two routes of the device's density
-rule: ``sparse`` (threshold 1: kept as cupyx CSR, the product a cuSPARSE sparse × sparse
+rule (its threshold set by ``distsketch.kernels.tuned(Tuning(device_sparse_max_density=…))``):
+``sparse`` (threshold 1: kept as cupyx CSR, the product a cuSPARSE sparse × sparse
 product densified) and ``dense`` (threshold 0: ``toarray`` on the device, then the dense
 route's one GEMM); and, for comparison, ``spmm`` (the CSR rows against dense landmarks:
 cuSPARSE's sparse × dense product, which the host's panel route corresponds to and the device's
@@ -180,29 +181,26 @@ def sparse_crossover(be, shapes, densities, n_landmarks: int, seconds,
     route the host takes with its dense landmark panels) and ``dense`` (threshold 0: both
     densified on the device, then the dense route's GEMM). ``on_row(rows)`` after each row."""
     import distsketch as ds
-    import distsketch.cuda as dcuda
+    from distsketch.kernels import tuned
 
     kernel = ds.Gaussian(gamma=0.5)
-    rows, saved = [], dcuda.DEVICE_SPARSE_MAX_DENSITY
-    try:
-        for b, d in shapes:
-            for rho in densities:
-                A = sparse_rows(b, d, rho, 0)
-                L = sparse_rows(n_landmarks, d, rho, 1)
-                Ad, Ld = be.asarray(A, dtype=np.float64), be.asarray(L, dtype=np.float64)
-                Ldense = be.asarray(L.toarray())
-                out = be.xp.empty((b, n_landmarks))
-                t = {}
-                for route, limit, right in (("sparse", 1.0, Ld), ("spmm", 1.0, Ldense),
-                                            ("dense", 0.0, Ld)):
-                    dcuda.DEVICE_SPARSE_MAX_DENSITY = limit
+    rows = []
+    for b, d in shapes:
+        for rho in densities:
+            A = sparse_rows(b, d, rho, 0)
+            L = sparse_rows(n_landmarks, d, rho, 1)
+            Ad, Ld = be.asarray(A, dtype=np.float64), be.asarray(L, dtype=np.float64)
+            Ldense = be.asarray(L.toarray())
+            out = be.xp.empty((b, n_landmarks))
+            t = {}
+            for route, limit, right in (("sparse", 1.0, Ld), ("spmm", 1.0, Ldense),
+                                        ("dense", 0.0, Ld)):
+                with tuned(ds.Tuning(device_sparse_max_density=limit)):
                     t[route] = seconds(lambda: kernel.fill(Ad, right, out))
-                rows.append({"b": b, "d": d, "density": rho, "nnz": int(A.nnz),
-                             **{f"{k}_s": v for k, v in t.items()}})
-                if on_row is not None:
-                    on_row(rows)
-    finally:
-        dcuda.DEVICE_SPARSE_MAX_DENSITY = saved
+            rows.append({"b": b, "d": d, "density": rho, "nnz": int(A.nnz),
+                         **{f"{k}_s": v for k, v in t.items()}})
+            if on_row is not None:
+                on_row(rows)
     return rows
 
 

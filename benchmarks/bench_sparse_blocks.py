@@ -1,6 +1,6 @@
 """Sparse input blocks: when is a kernel block cheaper from the CSR rows than from dense ones?
 
-Measures the crossover density behind ``distsketch.kernels._SPARSE_MAX_DENSITY`` (issue 18,
+Measures the crossover density behind ``distsketch.Tuning.sparse_max_density`` (issue 18,
 item 4) and the Bibtex kernel blocks of the pass and of prediction.
 
 (a) Synthetic grid, the block shapes of a pass: rows ``b`` ∈ {1 000, 4 000}, features
@@ -12,16 +12,16 @@ item 4) and the Bibtex kernel blocks of the pass and of prediction.
 
     - ``dense``: dense rows and landmarks (the GEMM route of the library's dense blocks);
     - ``sparse×dense``: CSR rows times dense transposed panels of the landmarks, 4 MiB each
-      (the library's sparse route, ``_SPARSE_PANEL_BYTES``);
-    - ``one panel``: the same with all landmarks in one dense panel (``_SPARSE_PANEL_BYTES``
+      (the library's sparse route, ``Tuning.sparse_panel_bytes``);
+    - ``one panel``: the same with all landmarks in one dense panel (``sparse_panel_bytes``
       huge), what panels save;
-    - ``sparse×sparse``: CSR rows and CSR landmarks (``_SPARSE_PANEL_BYTES = 0``).
+    - ``sparse×sparse``: CSR rows and CSR landmarks (``sparse_panel_bytes = 0``).
 
-    The sparse routes run with the density rule off (``_SPARSE_MAX_DENSITY = 1``). Per shape,
-    the crossover density is where the ``sparse×dense`` time meets the ``dense`` time (linear
-    interpolation between the grid densities); the smallest one over the shapes is the
-    threshold to write into ``_SPARSE_MAX_DENSITY`` (below it the sparse route wins on every
-    shape measured). Rates: ``2·b·d·n_b`` flops / time for dense, ``2·nnz·n_b`` for sparse.
+    The sparse routes run with the density rule off (``Tuning(sparse_max_density=1)``, through
+    ``distsketch.kernels.tuned``). Per shape, the crossover density is where the
+    ``sparse×dense`` time meets the ``dense`` time (linear interpolation between the grid
+    densities); the smallest one over the shapes is the default to write into
+    ``Tuning.sparse_max_density`` (below it the sparse route wins on every shape measured). Rates: ``2·b·d·n_b`` flops / time for dense, ``2·nnz·n_b`` for sparse.
 (b) Bibtex (``bibtex/`` of ``$DISTSKETCH_DATA`` or ``../shared/data``; skipped when absent):
     Gaussian γ = 1/(2·10⁴) blocks ``K(X, X_J)`` with ``X_J`` = 2 250 training rows drawn with
     seed 0, ``K(X_test, X_J)`` and ``K(X, X)``, from the sparse rows scaled by 1/std (the
@@ -51,7 +51,7 @@ import _common  # noqa: E402
 SHAPES = [(1000, 1000), (1000, 2000), (4000, 1000), (4000, 2000)]
 DENSITIES = [0.01, 0.02, 0.04, 0.08, 0.12, 0.16, 0.24]
 N_LANDMARKS = 2000
-PANEL_BYTES = 4 << 20  # distsketch.kernels._SPARSE_PANEL_BYTES, the library's default
+PANEL_BYTES = 4 << 20  # distsketch.Tuning.sparse_panel_bytes, the library's default
 GAMMA_BIBTEX = 1.0 / (2.0 * 1e4)
 
 
@@ -126,18 +126,11 @@ def grid(repeats: int, shapes, densities) -> dict:
     return {"rows": rows, "crossovers": crossovers, "threshold": min(found) if found else None}
 
 
-class _knobs:
-    """Set the density rule's module constants for a ``with`` block."""
+def _knobs(kernels, *, max_density: float, panel_bytes: int):
+    """The density rule's knobs for a ``with`` block (``kernels.tuned``)."""
+    from distsketch import Tuning
 
-    def __init__(self, kernels, *, max_density: float, panel_bytes: int):
-        self.k, self.new = kernels, (max_density, panel_bytes)
-
-    def __enter__(self):
-        self.old = (self.k._SPARSE_MAX_DENSITY, self.k._SPARSE_PANEL_BYTES)
-        self.k._SPARSE_MAX_DENSITY, self.k._SPARSE_PANEL_BYTES = self.new
-
-    def __exit__(self, *exc):
-        self.k._SPARSE_MAX_DENSITY, self.k._SPARSE_PANEL_BYTES = self.old
+    return kernels.tuned(Tuning(sparse_max_density=max_density, sparse_panel_bytes=panel_bytes))
 
 
 def bibtex_dir() -> Path:
@@ -238,7 +231,7 @@ def main() -> None:
         f"numpy GEMM (all cores) {gemm:.1f} GFLOP/s in the same run; total {total:.0f} s, 1-minute "
         f"load average {load_start:.1f} → {load_end:.1f}.\n\n" + "\n".join(lines) +
         f"\n\nCrossover density (sparse×dense = dense) per b×d: {cross}. Smallest: "
-        f"{fmt_cross(g['threshold'])} → `distsketch.kernels._SPARSE_MAX_DENSITY`.\n"
+        f"{fmt_cross(g['threshold'])} → `distsketch.Tuning.sparse_max_density`.\n"
     )
     if bib:
         md += (f"\nBibtex ({bib['n_train']} train / {bib['n_test']} test rows, d = {bib['d']}, density "

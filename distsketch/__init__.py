@@ -5,8 +5,8 @@ Estimators: :class:`SISOKR` (IOKR / SIOKR / ISOKR / SISOKR by choice of sketches
 :class:`SketchedKRR`, the Lipschitz-loss machines :class:`SketchedRegressor` and
 :class:`SketchedQuantileRegressor` (losses in :mod:`distsketch.losses`) and the transformer :class:`SketchedFeatures`. Kernels live in
 :mod:`distsketch.kernels`, sketches in :mod:`distsketch.sketches`, engine knobs in
-:class:`EngineOptions`, the block map-reduce in :mod:`distsketch.engine`. The layout and how
-to extend each part: docs/design.md.
+:class:`EngineOptions` (the routes' tuning knobs in its :class:`Tuning`), the block map-reduce
+in :mod:`distsketch.engine`. The layout and how to extend each part: docs/design.md.
 
 The package is imported lazily (PEP 562): ``import distsketch`` loads nothing but this file, and
 each name below loads its module on first use, so that ``import distsketch`` and the command
@@ -26,13 +26,14 @@ _NAMES = {
     "SketchedRegressor": "regressors", "SketchedQuantileRegressor": "regressors",
     "SketchedFeatures": "transformers",
     "CandidateStore": "candidates", "StoreDirectory": "store",
-    "EngineOptions": "options", "load": "persist", "standardized": "rows",
+    "EngineOptions": "options", "Tuning": "options", "load": "persist", "standardized": "rows",
     "Gaussian": "kernels", "GaussianTanimoto": "kernels", "Laplacian": "kernels",
     "Linear": "kernels", "Matern": "kernels", "Polynomial": "kernels",
     "Standardized": "kernels", "Tanimoto": "kernels",
     "Identity": "sketches", "SubSampling": "sketches", "PSparsified": "sketches",
     "Accumulation": "sketches", "GaussianSketch": "sketches", "LeverageScores": "sketches",
     "CountSketch": "sketches",
+    "Route": "routes", "RouteFit": "routes", "CoefTable": "routes",
 }
 #: Submodules reachable as attributes (``distsketch.metrics``) without importing them.
 _SUBMODULES = ("metrics", "losses", "kernels", "sketches", "io", "select", "engine", "cv")

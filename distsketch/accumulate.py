@@ -51,6 +51,7 @@ from .rows import RowSource, check_finite_block
 from .sketches import RealizedSketch, Sketch
 from .store import (CSUM, DSUM, RECORD, TOKEN, XFP, YFP, DataChanged, FitStore,
                     StoreDirectory, StoreError, open_fit_store, read_records, write_rows)
+from .tuning import store_config
 
 __all__ = ["SUM_TERMS", "SumTerm", "PassPlan", "PassResult", "fit_pass", "run_pass",
            "choose_block_rows", "jsonable"]
@@ -953,6 +954,8 @@ def _pass_config(X, Y, xs, ys, x_land, y_land, *, x_kernel, y_kernel, sums, mode
         "unique_outputs": "U" in sums,
         # further input widths only where there are some: earlier stores keep their config
         **({"input_widths": [kernel_description(k) for k in x_widths]} if x_widths else {}),
+        # the density rule's knobs only where they are not the defaults (the same reason)
+        **store_config(options.tuning),
     })
 
 
@@ -993,13 +996,15 @@ def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, di
         C, D, records = fs.pass_arrays()
         return PassPlan(
             n=n, block_rows=b,
-            x=FeatureMap(x_kernel, x_land, xs, options.gram_chunk),
-            y=FeatureMap(y_kernel, y_land, ys, options.gram_chunk) if ys is not None else None,
+            x=FeatureMap(x_kernel, x_land, xs, options.gram_chunk, options.tuning),
+            y=(FeatureMap(y_kernel, y_land, ys, options.gram_chunk, options.tuning)
+               if ys is not None else None),
             sums=tuple(sums), C=C, D=D, records=records, dtype=np.dtype(dtype),
             check_x=X.lazy, check_y=Y is not None and Y.lazy, direct_io=options.direct_io,
             backend=options.backend, token=0 if fs.temporary else fs.token,
             location=fs.location,
-            x_widths=tuple(FeatureMap(k, x_land, xs, options.gram_chunk) for k in x_widths))
+            x_widths=tuple(FeatureMap(k, x_land, xs, options.gram_chunk, options.tuning)
+                           for k in x_widths))
 
     def complete(plan):
         unrecorded = (verify_data(plan, X, Y, progress=options.progress) if fs.pass_complete

@@ -58,21 +58,16 @@ from .lipschitz import (Problem, Solution, convergence_warning, dual_values, fin
 from .losses import Loss
 from .newton import warm_start
 from .sweep import block_C
+from .tuning import check_tuning
 
 __all__ = ["AdmmIterate", "RowState", "solve_lam", "solve_path", "choose_route", "supports",
-           "AUTO_RANK", "admm_block"]
+           "admm_block"]
 
 logger = logging.getLogger(__name__)
 
-#: ``solver="auto"`` takes ADMM from this many whitened features r on: a Newton iteration
-#: forms weighted Grams of ``n_band·(m+1)²`` flops (``d²`` of them for radial multi-output
-#: losses, each ``8(m+1)²`` bytes: 128 MiB at m = 4000) and factorises an ``r³/3`` system,
-#: while an ADMM iteration costs what the Newton gradient alone does (``O(n m d)`` in the
-#: blocks) plus ``O(r² d)`` on the driver. At r = 4000 one Newton iteration with a tenth of
-#: n = 10⁵ rows in its Gram is ~1.6e11 flops against ~8e8 for ADMM's: ADMM's 10–100× more
-#: iterations break even there. The tests' and the regressor benchmarks' sizes (m ≤ 1000) keep
-#: Newton.
-AUTO_RANK = 4000
+#: ``solver="auto"`` takes ADMM from ``EngineOptions.tuning.auto_rank`` whitened features on
+#: (:class:`~distsketch.Tuning`, 4000 by default, where its reasoning is; :func:`choose_route`).
+#: The tests' and the regressor benchmarks' sizes (m ≤ 1000) keep Newton.
 #: Initial penalty ρ (the losses' curvature/Lipschitz scale is 1 in units of the targets).
 RHO0 = 1.0
 #: Residual balancing: change ρ by RHO_FACTOR when one residual exceeds RHO_RATIO times the
@@ -95,10 +90,11 @@ def supports(loss: Loss) -> bool:
     return bool(loss.projects_dual and loss.has_prox)
 
 
-def choose_route(solver: str, r: int) -> str:
-    """``"newton"`` or ``"admm"`` for ``solver`` (``"auto"``: ADMM when ``r ≥ AUTO_RANK``)."""
+def choose_route(solver: str, r: int, *, tuning=None) -> str:
+    """``"newton"`` or ``"admm"`` for ``solver`` (``"auto"``: ADMM when
+    ``r ≥ tuning.auto_rank``; ``tuning``: the fit's ``options.tuning``, None: the defaults)."""
     if solver == "auto":
-        return "admm" if r >= AUTO_RANK else "newton"
+        return "admm" if r >= check_tuning(tuning).auto_rank else "newton"
     return solver
 
 

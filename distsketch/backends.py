@@ -53,8 +53,9 @@ class Backend:
     tile_bytes: ClassVar[int | None] = None
     #: Density (stored entries / (rows × columns)) above which this backend's own sparse blocks
     #: are densified before a built-in kernel's product (``kernels._cheaper_form``); None: kept
-    #: sparse (their rates not measured). Host scipy.sparse blocks follow
-    #: ``kernels._SPARSE_MAX_DENSITY`` whatever the backend.
+    #: sparse (their rates not measured). ``Tuning.device_sparse_max_density``, when set,
+    #: overrides it; host scipy.sparse blocks follow ``Tuning.sparse_max_density`` whatever
+    #: the backend.
     sparse_max_density: ClassVar[float | None] = None
 
     def asarray(self, a, dtype=None):

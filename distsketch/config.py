@@ -118,7 +118,10 @@ Every key, by table (anything else is refused, naming the key and the allowed on
     :class:`distsketch.EngineOptions` fields: ``block_rows``, ``block_memory``,
     ``gram_chunk``, ``block_dtype``, ``rtol``, ``split_every``, ``progress``,
     ``candidate_rows``, ``direct_io``, ``backend``, ``sweep_memory``, ``device``
-    (``"cpu"`` or ``"cuda"``; default: the dask config key ``distsketch.device``).
+    (``"cpu"`` or ``"cuda"``; default: the dask config key ``distsketch.device``), and
+    ``tuning``, written as a table ``[engine.tuning]`` of :class:`distsketch.Tuning` fields
+    (``fold_route``, ``fold_threads``, ``auto_rank``, ``sparse_max_density``, …; errors name
+    ``engine.tuning.<field>``).
 
 ``[evaluate]``
     ``metrics``: the names ``distsketch evaluate`` reports by default (a list of
@@ -133,7 +136,7 @@ Every key, by table (anything else is refused, naming the key and the allowed on
     fraction of the training rows (any model); ``metric``: a metric name (default ``rmse``;
     quantiles ``pinball``; SISOKR the task's metric where decoding is affordable,
     ``f1_samples`` for binary outputs, else ``kernel_loss``, and ``surrogate_mse`` with a
-    warning beyond :data:`distsketch.cv.AUTO_DECODE_BUDGET`, see
+    warning beyond ``[engine.tuning] auto_decode_budget``, see
     :func:`distsketch.cv.auto_scoring`); ``gammas``: widths of the input kernel to try;
     ``kernels``: input kernels to try in place of ``[model.kernel]`` /
     ``[model.input_kernel]``, each a name or a kernel table as those take
@@ -165,7 +168,7 @@ from ._base import check_lam
 from ._registry import load_builtin_models
 from .kernels import Kernel, kernel_from_config
 from .metrics import METRICS
-from .options import EngineOptions, check_options
+from .options import EngineOptions, check_options, options_from_dict
 from .sketches import SKETCHES, sketch_from_config
 
 MODELS = load_builtin_models()  # the registered estimators, by class name
@@ -372,7 +375,7 @@ def load_config(path, *, require_train: bool = True) -> FitConfig:
         overwrite = overwrite or engine.pop("overwrite")
     _unknown(engine, {f.name for f in dataclasses.fields(EngineOptions)} - {"overwrite"}, "engine")
     try:
-        options = check_options(EngineOptions(**engine))
+        options = check_options(options_from_dict(engine))
     except ValueError as exc:
         raise ConfigError(str(exc).replace("options.", "engine.", 1)) from None
 
@@ -410,7 +413,7 @@ def _model_params(model: dict, kinds: dict) -> dict[str, Any]:
     (``kinds``: the model's declared parameter kinds); unknown keys are refused."""
     keys = {name for name, kind in kinds.items()
             if kind in ("kernel", "sketch", "lam", "rank", "random_state", "loss", "matrix",
-                        "json")}
+                        "solver", "json")}
     _unknown(model, {"type", *keys}, "model")
     params: dict[str, Any] = {}
     for k, kind in kinds.items():
@@ -445,8 +448,8 @@ def _model_params(model: dict, kinds: dict) -> dict[str, Any]:
             except ValueError as exc:
                 raise _err(f"model.{k}", str(exc).removeprefix("rank: ")) from None
             params[k] = model[k]
-        elif kind in ("matrix", "json") and k in model:
-            params[k] = model[k]  # validated by the estimator when it fits
+        elif kind in ("matrix", "solver", "json") and k in model:
+            params[k] = model[k]  # validated by the estimator when it fits (a route's name)
         elif kind == "random_state":
             rs = model.get(k)
             if rs is not None and (isinstance(rs, bool) or not isinstance(rs, int) or rs < 0):

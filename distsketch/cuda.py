@@ -69,7 +69,8 @@ DEVICE_TILE_BYTES = 256 << 20
 OPERAND_CACHE_BYTES = 512 << 20
 #: Density (stored entries / (rows × columns)) above which a device CSR operand of a built-in
 #: kernel is densified on the device before its product (:attr:`CupyBackend.sparse_max_density`,
-#: applied where the host rule ``kernels._SPARSE_MAX_DENSITY`` is: ``kernels._cheaper_form``).
+#: applied where the host rule ``Tuning.sparse_max_density`` is: ``kernels._cheaper_form``;
+#: a fit's ``EngineOptions(tuning=Tuning(device_sparse_max_density=…))`` overrides it).
 #: The sparse arrays cross the bus (``12·nnz`` bytes against ``8·n·d``) and ``toarray`` runs on
 #: the device. A PLACEHOLDER, not measured: no CUDA device was available when it was written.
 #: The reasoning behind its size: the dense route is one cuBLAS GEMM of ``2·n·d·n_b`` flops near
@@ -392,8 +393,8 @@ class CupyBackend(Backend):
 
     @property
     def sparse_max_density(self) -> float:
-        """The device density rule's threshold: :data:`DEVICE_SPARSE_MAX_DENSITY` (read at each
-        block, so a measured value set on the module applies to the next block)."""
+        """The device density rule's default threshold, :data:`DEVICE_SPARSE_MAX_DENSITY`; a
+        fit's ``Tuning.device_sparse_max_density`` (``EngineOptions.tuning``) overrides it."""
         return DEVICE_SPARSE_MAX_DENSITY
 
     def __init__(self, modules=None, *, name: str = "cuda"):

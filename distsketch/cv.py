@@ -44,8 +44,9 @@ from ._base import check_lam
 from .accumulate import fold_ids
 from .estimator import FitSpec, SketchedEstimator
 from .kernels import Linear
-from .models import SISOKR, SketchedKRR, centre_targets
+from .models import SISOKR, KRRClosedForm, SketchedKRR, centre_targets
 from .solve import check_rank, input_basis, solve_krr, whitening
+from .tuning import check_tuning
 
 __all__ = ["SketchedKRRCV", "SISOKRCV", "UnresolvedScoresError", "GridEdgeWarning",
            "fold_error_bound", "grid_edges"]
@@ -54,22 +55,12 @@ logger = logging.getLogger(__name__)
 
 SCORINGS = ("neg_mean_squared_error", "r2")
 DECODED_SCORINGS = ("auto", "surrogate", "f1_samples", "kernel_loss", "topk_accuracy")
-# scoring="auto" of SISOKRCV (auto_scoring): the largest decode cost, in multiply-adds
-# n · |U| · settings · m_Y (every row decoded against every unique training output at every
-# (γ, λ, p), each candidate score an r_Y ≤ m_Y inner product), at which the folds are decoded
-# and scored by the task's metric; above it, the surrogate with a warning. Measured: the
-# decode of n = 6000 rows × |U| = 6000 × 6 λ × m_Y = 150 (3.2e10) added 2.4 s to a 0.2 s
-# SISOKRCV fit (5 folds, m_X = 300) on two shared cores, about 1.3e10 multiply-adds/s, so
-# the budget is some 8 s of decoding there (a few on an idle multi-core machine).
-AUTO_DECODE_BUDGET = 1e11
-# Bandwidth of the per-fold band reduction (sisokr_fold_scores): the reduction's panels are
-# matrix products of this width, each shift's banded Cholesky solve costs O(r · FOLD_BAND)
-# per right-hand side; 96 balances the two at r_X ≈ 2000 (bench_cv.py, 32–128 tried)
-FOLD_BAND = 96
-# Route of each fold's algebra in sisokr_fold_scores: None = by fold_route's flop model,
-# "woodbury" or "band" = forced (tests, benchmarks). docs/design.md, "Cross-validation from one
-# pass", has the two routes.
-FOLD_ROUTE = None
+# scoring="auto" of SISOKRCV (auto_scoring): the largest decode cost at which the folds are
+# decoded is EngineOptions.tuning.auto_decode_budget (distsketch.Tuning, with its measurement).
+# The fold route, band and threads and the driver's budget for the per-fold sums are fields of
+# EngineOptions.tuning (distsketch.Tuning: fold_route, fold_band, fold_threads, max_fold_bytes,
+# each with its measured basis); docs/design.md, "Cross-validation from one pass", has the two
+# routes.
 # fold_route's weight on the band route's flops: the Woodbury route's flop rate over the band
 # route's, from the process CPU seconds of the fold algebra on Bibtex's sums (m_X = 2250,
 # r_X = 2247, n_k = 976, r_Y = 200, 10 λ, one BLAS thread; benchmarks/bench_cv.py's "fold
@@ -77,14 +68,6 @@ FOLD_ROUTE = None
 # SYRK, GEMM) against 14.3–15.1 s for the band route's 353 (about 24 GFLOP/s: the
 # reduction's panels, Q's reflectors), a ratio of 1.4–1.5.
 BAND_RATE_WEIGHT = 1.4
-# Threads for the folds' driver work (sisokr_fold_scores): None = one per core, at most K.
-# Each thread runs single-threaded BLAS (distsketch.blas-threads); the folds are independent
-# and each is computed the same way whatever the threads, so the scores do not depend on it.
-FOLD_THREADS = None
-# Largest per-fold sums a CV estimator holds on the driver (K · m_X · (m_X + m_Y) float64,
-# m_Y = 0 for SketchedKRRCV): beyond,
-# a fit is refused before the pass (an exact side has m = n).
-MAX_FOLD_BYTES = 8 * 2**30
 
 
 # Largest ratio of a fold score's rounding error bound to the fold's squared error at which
@@ -313,8 +296,8 @@ def auto_scoring(*, binary: bool, n: int, n_unique: int, settings: int, m_y: int
 
     Rule: the folds are decoded (every row against the ``n_unique`` unique training outputs,
     at every one of the ``settings`` grid points, each candidate score an inner product of
-    ``r_Y ≤ m_y``) when that costs at most ``budget`` multiply-adds
-    (:data:`AUTO_DECODE_BUDGET`), ``n · n_unique · settings · m_y ≤ budget``, and scored by
+    ``r_Y ≤ m_y``) when that costs at most ``budget`` multiply-adds (None: the default
+    ``Tuning.auto_decode_budget``), ``n · n_unique · settings · m_y ≤ budget``, and scored by
     the task's metric: ``"f1_samples"`` for binary outputs (multi-label sets), else
     ``"kernel_loss"`` (the decoded output's distance to the true one in the output kernel's
     space). Above the budget: ``"surrogate"`` (the sums alone), with a warning that the
@@ -326,7 +309,7 @@ def auto_scoring(*, binary: bool, n: int, n_unique: int, settings: int, m_y: int
     scoring : str
     warning : str or None
     """
-    budget = AUTO_DECODE_BUDGET if budget is None else float(budget)
+    budget = check_tuning(None).auto_decode_budget if budget is None else float(budget)
     cost = float(n) * float(n_unique) * float(settings) * float(m_y)
     task = "f1_samples" if binary else "kernel_loss"
     if cost <= budget:
@@ -334,7 +317,7 @@ def auto_scoring(*, binary: bool, n: int, n_unique: int, settings: int, m_y: int
     return "surrogate", (
         f"scoring='auto': decoding the folds would cost {cost:.2g} multiply-adds ({n} rows × "
         f"{n_unique} unique training outputs × {settings} grid points × m_Y = {m_y}), above "
-        f"distsketch.cv.AUTO_DECODE_BUDGET = {budget:.2g}; scored by the surrogate error "
+        f"options.tuning.auto_decode_budget = {budget:.2g}; scored by the surrogate error "
         f"instead, which can choose another λ (rank, γ) than the task's metric does (on "
         f"multi-label sets it has chosen λ 10–100× too large); pass scoring={task!r} to decode "
         f"anyway, or a smaller grid")
@@ -422,7 +405,7 @@ class SketchedKRRCV(SketchedKRR):
     sketch : Sketch
         A sketch, or ``None`` (exact KRR: cross-validated as the all-rows sub-sampling
         ``SubSampling(n)``, whose fold scores are exact KRR's on each fold's rows; the fold
-        sums are n × n, at most :data:`MAX_FOLD_BYTES`).
+        sums are n × n, at most ``options.tuning.max_fold_bytes``).
     lams : sequence of float
         The λ grid.
     gammas : sequence of float, optional
@@ -552,10 +535,11 @@ class SketchedKRRCV(SketchedKRR):
         self.landmarks_ = res.x_landmarks
         self.input_solution_, rhs = solve_krr({"G": G, "B": B, "b": b}, res.x_sketch,
                                               n=n, rtol=spec.options.eig_rtol,
-                                              n_lams=len(lams))
+                                              n_lams=len(lams), tuning=spec.options.tuning)
         self._rhs, self.intercept_ = centre_targets(
             {"b": b, "y1": y1, **({"s": s} if intercept else {})}, rhs, n=n,
             fit_intercept=intercept)
+        self.path_ = KRRClosedForm(self.input_solution_, self._rhs, self.sketch_)
         self._y_1d = spec.Y.input_ndim == 1
         self.lams_ = tuple(lams)
         self.lam_ = lams[best_lam]
@@ -749,7 +733,7 @@ def with_width(kernel, gamma: float, *, argument: str = "gammas", kernel_name: s
 def _all_rows_for_exact_sides(spec: FitSpec, K: int) -> FitSpec:
     """``spec`` with each exact side (``Identity``) as the all-rows sub-sampling ``SubSampling(n)``
     (``R = I_n``: every training row a landmark, in order, scale 1), after checking that the
-    per-fold sums fit :data:`MAX_FOLD_BYTES`.
+    per-fold sums fit ``spec.options.tuning.max_fold_bytes`` (:class:`~distsketch.Tuning`).
 
     The fold scores of an exact side are those of the exact per-fold models: the model trained
     without fold ``k`` minimises its objective over the span of the training rows' features,
@@ -768,16 +752,18 @@ def _all_rows_for_exact_sides(spec: FitSpec, K: int) -> FitSpec:
     m_x = int(getattr(sketches[names[0]], "m", n))
     m_y = int(getattr(sketches[names[1]], "m", n)) if len(names) > 1 else 0
     need = 8 * K * m_x * (m_x + m_y)
-    if need > MAX_FOLD_BYTES:
+    budget = spec.options.tuning.max_fold_bytes
+    if need > budget:
         exact = [name for name, sk in spec.sketches.items() if isinstance(sk, Identity)]
         name = (exact or names)[0]
-        fit = int((MAX_FOLD_BYTES / (8 * K * len(names))) ** 0.5)  # m_X = m_Y = fit
+        fit = int((budget / (8 * K * len(names))) ** 0.5)  # m_X = m_Y = fit
         raise ValueError(f"{name}: the per-fold sums {'G_k' if m_y == 0 else 'G_k, M_k'} "
                          f"({K} folds × {m_x} × {m_x + m_y} float64) take "
                          f"{need / 2**20:,.0f} MiB on the driver, more than "
-                         f"distsketch.cv.MAX_FOLD_BYTES = {MAX_FOLD_BYTES / 2**20:,.0f} MiB; "
-                         f"give a smaller sketch (e.g. SubSampling({max(1, min(n - 1, fit))})) "
-                         f"or fewer folds")
+                         f"options.tuning.max_fold_bytes = {budget / 2**20:,.0f} MiB; "
+                         f"give a smaller sketch (e.g. SubSampling({max(1, min(n - 1, fit))})), "
+                         f"fewer folds, or a larger budget on a driver with the memory "
+                         f"(EngineOptions(tuning=Tuning(max_fold_bytes=…)))")
     return dataclasses.replace(spec, sketches=sketches)
 
 
@@ -806,7 +792,7 @@ class SISOKRCV(SISOKR):
     Either side sketched or exact (``None``: cross-validated as the all-rows sub-sampling
     ``SubSampling(n)``, which gives the exact per-fold models' scores; its fold sums are
     n-sized, so the driver must hold ``K · m_X · (m_X + m_Y)`` floats, at most
-    :data:`MAX_FOLD_BYTES`). The pass computes per fold ``G_k = Σ c_i c_iᵀ``, ``M_k = Σ d_i c_iᵀ``
+    ``options.tuning.max_fold_bytes``). The pass computes per fold ``G_k = Σ c_i c_iᵀ``, ``M_k = Σ d_i c_iᵀ``
     and ``Σ k_Y(y_i, y_i)``; with the feature maps fixed (sketches drawn once from all rows),
     the model without fold ``k`` is, in the eigenbasis ``V_k, Λ_k`` of
     ``H_{−k} = T_Xᵀ (G − G_k) T_X``, ``W = Ã (Λ_k + n_{−k} λ)^{-1}`` with
@@ -848,7 +834,7 @@ class SISOKRCV(SISOKR):
     scoring : {"auto", "surrogate", "f1_samples", "kernel_loss", "topk_accuracy"}
         ``"auto"`` (default): the task's metric where decoding the folds is affordable,
         ``"f1_samples"`` for binary outputs, else ``"kernel_loss"``, when ``n · |U| ·
-        settings · m_Y ≤`` :data:`AUTO_DECODE_BUDGET` (``|U|`` the unique training outputs,
+        settings · m_Y ≤`` ``options.tuning.auto_decode_budget`` (``|U|`` the unique training outputs,
         ``settings`` the grid's points); otherwise ``"surrogate"`` with a warning that the
         two can choose differently (:func:`auto_scoring`). ``scoring_`` records the choice.
         ``"surrogate"``: minus the mean surrogate error, from the sums alone.
@@ -966,7 +952,8 @@ class SISOKRCV(SISOKR):
                                  f"folds or contiguous folds")
         widths = self._widths or [spec.kernels["input_kernel"]]
         self.scoring_ = self._resolve_scoring(res, len(lams) * max(len(ranks), 1)
-                                              * len(widths))
+                                              * len(widths),
+                                              budget=spec.options.tuning.auto_decode_budget)
         scores = []
         for j in range(len(widths)):  # each width's refit is left fitted by its scores
             scores.append(self._width_scores(self._width_spec(spec, j), res, j))
@@ -989,14 +976,16 @@ class SISOKRCV(SISOKR):
         self.rank_ = best_rank
         self._principal = None
 
-    def _resolve_scoring(self, res, settings: int) -> str:
+    def _resolve_scoring(self, res, settings: int, budget: float | None = None) -> str:
         """``scoring``, with ``"auto"`` resolved by :func:`auto_scoring` from the unique
-        training outputs of the pass (its warning given here)."""
+        training outputs of the pass (its warning given here); ``budget``: the fit's
+        ``options.tuning.auto_decode_budget``."""
         if self.scoring != "auto":
             return self.scoring
         rows, _ = res.sums["U"]
         scoring, message = auto_scoring(binary=is_binary(rows), n=res.n, n_unique=rows.shape[0],
-                                        settings=settings, m_y=int(res.y_sketch.m))
+                                        settings=settings, m_y=int(res.y_sketch.m),
+                                        budget=budget)
         if message:
             warnings.warn(message, UserWarning, stacklevel=5)
         logger.info("SISOKRCV: scoring='auto' is %r", scoring)
@@ -1033,7 +1022,7 @@ class SISOKRCV(SISOKR):
         scores, models = sisokr_fold_scores(input_basis(sol), sol.evals, self.operator_,
                                             self.output_whitening_, Gf, Mf, kyy, cnt, n=res.n,
                                             lams=spec.lams, ranks=ranks, keep_models=decoded,
-                                            output_scale=a_y)
+                                            output_scale=a_y, tuning=spec.options.tuning)
         if decoded:
             scores = self._decoded_scores(spec, res, models, ranks, self.output_whitening_, cnt)
         return scores
@@ -1051,7 +1040,7 @@ class SISOKRCV(SISOKR):
         phi_c = FeatureMap(ky, res.y_landmarks, res.y_sketch.transpose_dot(T_Y)).block(cand)
         kcc = np.asarray(ky.diag(cand), dtype=np.float64)
         xmap = FeatureMap(spec.kernels["input_kernel"], res.x_landmarks, res.x_sketch,
-                          spec.options.gram_chunk)
+                          spec.options.gram_chunk, spec.options.tuning)
         # candidate features in each (fold, λ) principal basis, once (not per block)
         rotated = [[None if Q is None else phi_c @ Q for _, Q in fold] for fold in models]
         topk = self.scoring_ == "topk_accuracy"
@@ -1176,7 +1165,7 @@ def _congruence(P: np.ndarray, G: np.ndarray, *, blocks: int = 4) -> np.ndarray:
 
 def sisokr_fold_scores(P, evals, operator, T_Y, Gf, Mf, kyy, cnt, *, n: int, lams, ranks,
                        keep_models: bool = False, band: int | None = None,
-                       output_scale: float = 1.0):
+                       output_scale: float = 1.0, tuning=None):
     """Surrogate validation errors of SISOKR trained without each fold, for every λ and rank.
 
     In the eigenbasis of the full ``H = V Λ Vᵀ`` (input features ``Pᵀ c``, ``P = T_X V``),
@@ -1207,7 +1196,7 @@ def sisokr_fold_scores(P, evals, operator, T_Y, Gf, Mf, kyy, cnt, *, n: int, lam
     reduction. A fold whose inner factor is not numerically positive definite, or is
     conditioned beyond the exact bound ``(max Λ + c)/c``, falls back to the band route. The
     fold Grams, then the folds (the Woodbury route: its factors, then its (fold, λ) pairs),
-    run on :data:`FOLD_THREADS` threads (each computed the same way on any thread).
+    run on ``tuning.fold_threads`` threads (each computed the same way on any thread).
 
     Parameters
     ----------
@@ -1230,10 +1219,14 @@ def sisokr_fold_scores(P, evals, operator, T_Y, Gf, Mf, kyy, cnt, *, n: int, lam
         Also return, per fold and λ, ``(P Z, Q_S or None)`` (``g(x) = cᵀ P Z``, ``c`` the
         sketched input row) for decoded scoring.
     band : int or None
-        Bandwidth of the reduction (None: :data:`FOLD_BAND`).
+        Bandwidth of the reduction (None: ``tuning.fold_band``).
     output_scale : float
         ``a_Y`` of the rounding bound (:func:`output_scale`): ``‖T_Y‖₂ ‖d_i‖ ≤ a_Y
         k_Y(y_i, y_i)^{1/2}`` for every output feature row ``d_i``.
+    tuning : Tuning or None
+        The fit's ``options.tuning`` (:class:`~distsketch.Tuning`; None: the defaults): the
+        fold route (``fold_route``: forced, or None for :func:`fold_route`'s rule), the band
+        (``fold_band``) and the threads (``fold_threads``).
 
     Returns
     -------
@@ -1260,15 +1253,16 @@ def sisokr_fold_scores(P, evals, operator, T_Y, Gf, Mf, kyy, cnt, *, n: int, lam
     in ``|P||Z|`` would count the whitening's cancellations and leave no score resolved at
     moderate λ (tests/test_cv.py's grids), where the scores match dense refits to 1e-8.
     """
+    tuning = check_tuning(tuning)
     K = len(Gf)
     per = max(len(ranks), 1)
     scores = np.full((K, len(lams) * per), np.nan)
-    width = FOLD_BAND if band is None else int(band)
+    width = tuning.fold_band if band is None else int(band)
     m, r = P.shape
-    routes = [fold_route(int(cnt[k]), m=m, r=r, r_y=operator.shape[1], n_lams=len(lams))
-              for k in range(K)]
+    routes = [fold_route(int(cnt[k]), m=m, r=r, r_y=operator.shape[1], n_lams=len(lams),
+                         tuning=tuning) for k in range(K)]
     done = [None] * K
-    with ThreadPoolExecutor(_fold_threads(K)) as pool:
+    with ThreadPoolExecutor(_fold_threads(K, tuning.fold_threads)) as pool:
         wood = [k for k in range(K) if routes[k] == "woodbury"]
         if wood:
             for k, out in _woodbury_folds(pool, wood, Gf, Mf, kyy, cnt, P=P, evals=evals,
@@ -1310,13 +1304,13 @@ def sisokr_fold_scores(P, evals, operator, T_Y, Gf, Mf, kyy, cnt, *, n: int, lam
     return scores, ([m for _, m, _ in done] if keep_models else None)
 
 
-def _fold_threads(K: int) -> int:
-    """Threads for the folds' driver work: :data:`FOLD_THREADS`, else one per core this
-    process may use (at most ``K``)."""
+def _fold_threads(K: int, threads: int | None = None) -> int:
+    """Threads for the folds' driver work: ``threads`` (``Tuning.fold_threads``), else one per
+    core this process may use (at most ``K``)."""
     import os
 
-    if FOLD_THREADS is not None:
-        return max(1, min(K, int(FOLD_THREADS)))
+    if threads is not None:
+        return max(1, min(K, int(threads)))
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
@@ -1382,7 +1376,7 @@ def _with_sums(res, sums: dict):
     return dataclasses.replace(res, sums=sums)
 
 
-def fold_route(n_k: int, *, m: int, r: int, r_y: int, n_lams: int) -> str:
+def fold_route(n_k: int, *, m: int, r: int, r_y: int, n_lams: int, tuning=None) -> str:
     """The cheaper route of one fold's algebra in :func:`sisokr_fold_scores`, by flops.
 
     ``"band"`` (congruence ``Pᵀ G_k P``, band reduction of ``Ĥ_{−k}``, ``Q`` on every λ's
@@ -1398,7 +1392,7 @@ def fold_route(n_k: int, *, m: int, r: int, r_y: int, n_lams: int) -> str:
         m² k − m k² + k³/3 + 2 m r k + 2 m r r_Y
         + len(lams) · (r k² + k³/3 + 4 r k r_Y + 2 k² r_Y + 3 r r_Y²)
 
-    :data:`FOLD_ROUTE` forces one.
+    ``tuning.fold_route`` forces one.
 
     Parameters
     ----------
@@ -1407,12 +1401,14 @@ def fold_route(n_k: int, *, m: int, r: int, r_y: int, n_lams: int) -> str:
     m, r, r_y : int
         ``m_X``, ``r_X``, ``r_Y``.
     n_lams : int
+    tuning : Tuning or None
+        The fit's ``options.tuning`` (None: the defaults); its ``fold_route``, when not None,
+        is the answer (a value other than ``"band"`` or ``"woodbury"`` is refused naming
+        ``options.tuning.fold_route``).
     """
-    if FOLD_ROUTE is not None:
-        if FOLD_ROUTE not in ("band", "woodbury"):
-            raise ValueError(f"distsketch.cv.FOLD_ROUTE: expected None, 'band' or 'woodbury', "
-                             f"got {FOLD_ROUTE!r}")
-        return FOLD_ROUTE
+    forced = check_tuning(tuning).fold_route
+    if forced is not None:
+        return forced
     m, r, r_y, L = float(m), float(r), float(r_y), float(n_lams)
     k = float(min(n_k, m))
     band = 2 * m * m * r + 1.25 * m * r * r + 4 * r ** 3 / 3 + 2 * r * r * r_y * (L + 2)

@@ -208,8 +208,9 @@ class SketchedEstimator(ParamsMixin):
     -----------------------------
     _param_kinds : dict
         Constructor parameter → kind: ``"kernel"``, ``"sketch"``, ``"lam"``, ``"rank"``,
-        ``"loss"``, ``"matrix"``, ``"random_state"``, ``"store"``, ``"options"`` (or ``"json"``
-        for plain values). Kernels are validated in order, then sketches; saved models and
+        ``"loss"``, ``"matrix"``, ``"solver"`` (a route's name or a
+        :class:`~distsketch.routes.Route`), ``"random_state"``, ``"store"``, ``"options"`` (or
+        ``"json"`` for plain values). Kernels are validated in order, then sketches; saved models and
         configs convert and validate each by its kind, never by its name.
     _input : (kernel param, sketch param)
         The input side of the pass (``C = K_X R_Xᵀ``).
@@ -229,6 +230,14 @@ class SketchedEstimator(ParamsMixin):
         The model name recorded in the pass configuration (default: the class name). Models
         whose passes are the same (sketched KRR and the Lipschitz-loss machines) share it, so
         a store written by one is reused by the other.
+    _routes : tuple of str
+        The built-in solver routes (:mod:`distsketch.routes`) its ``solver`` parameter may
+        name, the first the default; a model without a ``solver`` parameter takes
+        ``"direct"``. A model that takes iterative routes implements ``_adopt_path`` (the
+        fitted state from a :class:`~distsketch.routes.CoefTable`) and ``_auto_route``.
+    _pcg_centre : bool
+        Whether the PCG route fits its intercept jointly (``fit_pcg(centre=True)``) rather
+        than by centring the targets.
     """
 
     _param_kinds: ClassVar[dict[str, str]] = {}
@@ -240,6 +249,8 @@ class SketchedEstimator(ParamsMixin):
     _estimator_type: ClassVar[str | None] = None
     _pass_model: ClassVar[str | None] = None
     _aliases: ClassVar[tuple[str, ...]] = ()
+    _routes: ClassVar[tuple[str, ...]] = ("direct",)
+    _pcg_centre: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -251,12 +262,36 @@ class SketchedEstimator(ParamsMixin):
     def fit(self, X, Y=None):
         """Fit on inputs ``X`` (and targets ``Y`` where the model has them); returns self.
 
-        ``X``, ``Y``: numpy, scipy.sparse, dask or zarr arrays with the same rows.
+        ``X``, ``Y``: numpy, scipy.sparse, dask or zarr arrays with the same rows. The
+        ``solver`` route (:mod:`distsketch.routes`; :class:`~distsketch.routes.Direct` for a
+        model without one) makes the passes and solves; the fitted model is saved into a kept
+        ``store``.
         """
+        from .routes import resolve_route
+
+        route = resolve_route(self, X)
         spec = self._validate(X, Y)
+        route.check(self, spec)
+        fitted = route.run(self, spec)
+        # the store's lock is held from the pass to the saved model: one writer at a time
+        with fitted.fs as fs:
+            route.adopt(self, spec, fitted)
+            self.solver_ = fitted.solver
+            self.n_passes_ = int(fitted.n_passes)
+            self.n_features_in_ = spec.X.shape[1]
+            self.store_ = fitted.store
+            self._update_coef()
+            if not fs.temporary:
+                persist.save(self, fs, overwrite=True)
+        return self
+
+    def run_pass(self, spec: FitSpec) -> PassResult:
+        """The model's streaming pass over ``spec``'s rows (:func:`~distsketch.accumulate.fit_pass`:
+        the sums :meth:`_sums` declares, in a kept store or a temporary one); what a solver
+        route (:mod:`distsketch.routes`) starts from. The result's store is open."""
         kx, sx = self._input
         out = self._output
-        res = fit_pass(
+        return fit_pass(
             spec.X, spec.Y,
             x_kernel=spec.kernels[kx], x_sketch=spec.sketches[sx],
             y_kernel=spec.kernels[out[0]] if out else None,
@@ -266,15 +301,6 @@ class SketchedEstimator(ParamsMixin):
             reuse_seeds=self.random_state is None,
             x_widths=self._x_widths(spec),
         )
-        # the store's lock is held from the pass to the saved model: one writer at a time
-        with res.fs as fs:
-            self._solve(spec, res)
-            self.n_features_in_ = spec.X.shape[1]
-            self.store_ = res.store
-            self._update_coef()
-            if not fs.temporary:
-                persist.save(self, fs, overwrite=True)
-        return self
 
     def _validate(self, X, Y) -> FitSpec:
         """Arguments first (in the order lam, kernels, sketches, options, random_state), then
@@ -312,8 +338,23 @@ class SketchedEstimator(ParamsMixin):
         return ()
 
     def _solve(self, spec: FitSpec, res: PassResult) -> None:
-        """Set the fitted state from the pass's result (calling a ``solve.solve_*``)."""
+        """The direct route: set the fitted state from the pass's result (calling a
+        ``solve.solve_*``)."""
         raise NotImplementedError
+
+    def _auto_route(self, X):
+        """The route ``solver="auto"`` takes for the data ``X`` (a
+        :class:`~distsketch.routes.Route`); arguments that fail validation are left to
+        :meth:`_validate`, in its order."""
+        from .routes import Direct
+
+        return Direct()
+
+    def _check_pcg_args(self) -> None:
+        """Checks of the model's own arguments for the PCG route, before the data (none)."""
+
+    def _check_pcg(self, spec: FitSpec) -> None:
+        """What the PCG route needs of this model and data, after validation (nothing)."""
 
     def _update_coef(self) -> None:
         """Recompute the λ-dependent coefficients from the fitted state (none by default)."""
@@ -323,12 +364,16 @@ class SketchedEstimator(ParamsMixin):
         JSON values. Subclasses extend the dicts of ``super()._get_state()``."""
         names = getattr(self, "feature_names_in_", None)
         return {}, {"n_features_in": int(self.n_features_in_), "store": self.store_,
-                    "feature_names_in": None if names is None else [str(n) for n in names]}
+                    "feature_names_in": None if names is None else [str(n) for n in names],
+                    "solver": self.solver_, "n_passes": int(self.n_passes_)}
 
     def _set_state(self, arrays: dict[str, Any], state: dict) -> None:
         """Inverse of :meth:`_get_state` (then :meth:`_update_coef` runs)."""
         self.n_features_in_ = int(state["n_features_in"])
         self.store_ = state["store"]
+        # the route taken (models saved before it was recorded: their default route)
+        self.solver_ = str(state.get("solver", type(self)._routes[0]))
+        self.n_passes_ = int(state.get("n_passes", 1))
         names = state.get("feature_names_in")  # absent in models saved before it existed
         if names is None:
             self.__dict__.pop("feature_names_in_", None)
@@ -357,9 +402,12 @@ class SketchedEstimator(ParamsMixin):
         return check_options(self.options)
 
     def _feature_map(self, fmap: FeatureMap) -> FeatureMap:
-        """``fmap`` with the current options' ``gram_chunk``."""
-        chunk = self._options().gram_chunk
-        return fmap if fmap.chunk == chunk else dataclasses.replace(fmap, chunk=chunk)
+        """``fmap`` with the current options' ``gram_chunk`` and ``tuning``."""
+        options = self._options()
+        chunk, tuning = options.gram_chunk, options.tuning
+        if fmap.chunk == chunk and fmap.tuning == tuning:
+            return fmap
+        return dataclasses.replace(fmap, chunk=chunk, tuning=tuning)
 
     @staticmethod
     def _put_side(side: str, kernel, sketch: RealizedSketch, landmarks, arrays: dict,
@@ -393,19 +441,28 @@ class SketchedEstimator(ParamsMixin):
 
 class RidgeEstimator(SketchedEstimator):
     """Base of the ridge models: ``(1/n) Σ_i ‖h(x_i) − y_i‖² + λ ‖h‖²`` over the sketched
-    space, every λ of a path solved from one pass (:class:`~distsketch.solve.InputSolution`)."""
+    space, every λ of a path solved from one pass (:class:`~distsketch.solve.InputSolution`).
+
+    Its fitted λ path is ``path_``, one object whatever the route: the model's closed form
+    (the direct route: any λ > 0) or a :class:`~distsketch.routes.CoefTable` (an iterative
+    route: its fitted λ), each with ``coef(λ)``, ``fitted_lam(λ)``, ``n_iter(λ)`` and
+    ``iterations(lams)``; ``input_solution_`` is the closed form's, None after an iterative
+    route.
+    """
 
     @with_blas_limit
     def set_lam(self, lam: float):
         """Switch the active λ without touching the data; returns self.
 
-        Any positive λ is allowed, not only those of the fitted ``lam`` sequence: the
-        fit's ``H`` serves every λ (its eigendecomposition, or a Cholesky factorisation of
-        ``K_X + nλI`` with an exact input side).
+        After a direct fit any positive λ is allowed, not only those of the fitted ``lam``
+        sequence: the fit's ``H`` serves every λ (its eigendecomposition, or a Cholesky
+        factorisation of ``K_X + nλI`` with an exact input side). After an iterative route's
+        fit (``solver="pcg"``), one of the fitted ``lams_`` (another λ needs new passes over
+        the data: fit again with ``lam=[...]``).
         """
         self._check_fitted()
         (value,) = check_lam(lam)
-        self.lam_ = value
+        self.lam_ = self.path_.fitted_lam(value, argument="lam")
         self._update_coef()
         return self
 
@@ -413,16 +470,37 @@ class RidgeEstimator(SketchedEstimator):
         self.lams_ = spec.lams
         self.lam_ = spec.lams[0]
 
+    def _table(self, table):
+        """The model's view of an iterative route's :class:`~distsketch.routes.CoefTable`
+        (the table itself by default)."""
+        return table
+
     def _get_state(self):
         arrays, state = super()._get_state()
-        sol = self.input_solution_
-        arrays.update(T=sol.T, H=sol.H, V=sol.V, evals=sol.evals)
-        state.update(n=sol.n, lams=list(self.lams_), lam=self.lam_)
+        path = self.path_
+        if path.any_lam:  # the closed form: H (and its factors) serve every λ
+            sol = self.input_solution_
+            arrays.update(T=sol.T, H=sol.H, V=sol.V, evals=sol.evals)
+            state.update(n=sol.n)
+        else:  # an iterative route's table (array names of the release that added PCG)
+            arrays.update(pcg_alphas=path.coefs, pcg_residuals=path.residuals,
+                          pcg_galphas=path.products)
+            state.update(path="table", n_iters=[int(v) for v in path.n_iters])
+        state.update(lams=list(self.lams_), lam=self.lam_)
         return arrays, state
 
     def _set_state(self, arrays, state):
         super()._set_state(arrays, state)
-        self.input_solution_ = InputSolution(T=arrays.get("T"), H=arrays["H"], n=int(state["n"]),
-                                             V=arrays.get("V"), evals=arrays.get("evals"))
         self.lams_ = tuple(state["lams"])
         self.lam_ = float(state["lam"])
+        if state.get("path") == "table" or state.get("solver") == "pcg":
+            from .routes import CoefTable
+
+            self.input_solution_ = None
+            self.path_ = self._table(CoefTable(
+                self.lams_, arrays["pcg_alphas"], np.array(state["n_iters"]),
+                residuals=arrays.get("pcg_residuals"), products=arrays.get("pcg_galphas")))
+            return
+        self.input_solution_ = InputSolution(T=arrays.get("T"), H=arrays["H"], n=int(state["n"]),
+                                             V=arrays.get("V"), evals=arrays.get("evals"))
+        self.path_ = None  # the model's closed form, made by its _set_state

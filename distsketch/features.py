@@ -25,7 +25,7 @@ import scipy.sparse as sp
 from ._hashing import fingerprint
 from .blocks import aligned_rows, as_float, distinct_rows, gram_dot, pad_rows
 from .engine import map_local, transform_rows
-from .kernels import kernel_description
+from .kernels import kernel_description, tuned
 from .sketches import RealizedSketch
 
 __all__ = ["FeatureMap"]
@@ -51,12 +51,18 @@ class FeatureMap:
     chunk : int
         Landmark columns per kernel block (an engine knob: it changes the summation order of
         mixed columns, so results only to rounding, and is not part of :attr:`key`).
+    tuning : Tuning or None
+        The kernel products' density rule and sparse panels (a fit's ``EngineOptions.tuning``:
+        :func:`distsketch.kernels.tuned`), applied wherever the map's blocks are computed (it
+        travels with the map to every task); None: the defaults. An engine knob like
+        ``chunk`` (results to rounding), not part of :attr:`key`.
     """
 
     kernel: Any
     landmarks: Any
     projection: Any = None
     chunk: int = 2048
+    tuning: Any = None
 
     @property
     def width(self) -> int:
@@ -101,16 +107,18 @@ class FeatureMap:
 
     def block(self, A, *, dtype=np.float64, out=None):
         """Features of one in-memory block of rows, ``k(A, L) P``, shape (len(A), r); a
-        repeated landmark's kernel column is computed once (:attr:`_merged`)."""
+        repeated landmark's kernel column is computed once (:attr:`_merged`); the kernel
+        products under the map's :attr:`tuning`."""
         merged = self._merged
-        if merged is not None:
-            return gram_dot(self.kernel, A, merged[0], right=merged[1], chunk=self.chunk,
-                            dtype=dtype, out=out)
-        if isinstance(self.projection, RealizedSketch):
-            return gram_dot(self.kernel, A, self.landmarks, self.projection, chunk=self.chunk,
-                            dtype=dtype, out=out)
-        return gram_dot(self.kernel, A, self.landmarks, right=self.projection, chunk=self.chunk,
-                        dtype=dtype, out=out)
+        with tuned(self.tuning):
+            if merged is not None:
+                return gram_dot(self.kernel, A, merged[0], right=merged[1], chunk=self.chunk,
+                                dtype=dtype, out=out)
+            if isinstance(self.projection, RealizedSketch):
+                return gram_dot(self.kernel, A, self.landmarks, self.projection,
+                                chunk=self.chunk, dtype=dtype, out=out)
+            return gram_dot(self.kernel, A, self.landmarks, right=self.projection,
+                            chunk=self.chunk, dtype=dtype, out=out)
 
     def block_then(self, A, post=None):
         """``k(A, L) P post`` of one block (``post`` (r × k) applied per block)."""

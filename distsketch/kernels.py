@@ -33,8 +33,9 @@ is a Gaussian kernel on that feature space.
 Numerics
 --------
 Every kernel except Laplacian is computed from one product ``A @ B.T`` plus squared row
-norms. A sparse operand stays sparse while its density is at most ``_SPARSE_MAX_DENSITY``
-(denser blocks are cheaper as dense GEMMs: :func:`_keep_sparse`); a sparse left operand then
+norms. A sparse operand stays sparse while its density is at most
+``Tuning.sparse_max_density`` (denser blocks are cheaper as dense GEMMs: :func:`_keep_sparse`;
+a fit's ``EngineOptions.tuning`` applies through :func:`tuned`); a sparse left operand then
 multiplies dense transposed column panels of the right one (:func:`_sparse_panels`), never
 a dense copy of the whole right operand; squared distances use
 ‖x‖² + ‖x'‖² − 2⟨x, x'⟩, clipped at 0. When ``A is B`` the diagonal of the distance matrix
@@ -70,7 +71,9 @@ from __future__ import annotations
 import math
 import numbers
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, ClassVar, Union
 
 import numpy as np
@@ -79,6 +82,7 @@ import scipy.sparse as sp
 from ._base import ParamsMixin
 from ._registry import Registry
 from .backends import Backend, backend_of, dense
+from .tuning import Tuning
 
 __all__ = [
     "KERNELS",
@@ -95,6 +99,7 @@ __all__ = [
     "check_kernel",
     "kernel_description",
     "kernel_from_config",
+    "tuned",
 ]
 
 Block = Union[np.ndarray, sp.spmatrix, sp.sparray]
@@ -109,18 +114,41 @@ _SCRATCH = threading.local()
 _SCRATCH_BYTES = 4 << 20  # larger work arrays are allocated per call
 _TILE_BYTES = 4 << 20  # float64 values per row tile when a kernel writes into out
 _TILE_MAX_D = 64  # wider inputs: the GEMM dominates, and tiles would repack B per tile
-#: Density (stored entries / (rows × columns)) above which a sparse operand is densified before
-#: its kernel product (:func:`_keep_sparse`). Measured by ``python
-#: benchmarks/bench_sparse_blocks.py`` (benchmarks/RESULTS.md, "sparse_blocks"): Gaussian blocks
-#: of b ∈ {1000, 4000} CSR rows, d ∈ {1000, 2000}, against 2000 landmarks, one BLAS thread;
-#: the CSR route (2·nnz·n_b flops at 0.9–5.5 GFLOP/s) meets the dense GEMM (2·b·d·n_b flops at
-#: 32–38 GFLOP/s) at densities 8.0 % (1000 × 1000), 12.5 % (1000 × 2000), 13.1 % (4000 × 1000)
-#: and 12.8 % (4000 × 2000): the smallest is the threshold.
-_SPARSE_MAX_DENSITY = 0.08
-#: Bytes of one dense panel of right-operand columns that a CSR block multiplies
-#: (:func:`_sparse_panels`): small enough to stay in cache while every stored entry of the
-#: CSR block reads a row of it. 0 turns densification of the right operand off (CSR × CSR).
-_SPARSE_PANEL_BYTES = 4 << 20
+#: The density rule of sparse operands and the panels of the sparse route come from a
+#: :class:`~distsketch.Tuning` (``sparse_max_density``, ``device_sparse_max_density``,
+#: ``sparse_panel_bytes``: their measured basis is documented there), set for the block math
+#: of this thread by :func:`tuned` (a fit's ``EngineOptions.tuning``, carried to every task by
+#: its :class:`~distsketch.features.FeatureMap`); outside it, the defaults.
+_TUNING: ContextVar[Tuning | None] = ContextVar("distsketch_kernels_tuning", default=None)
+_DEFAULT_TUNING = Tuning()
+
+
+@contextmanager
+def tuned(tuning: Tuning | None) -> Iterator[None]:
+    """Context manager: the kernel products computed inside it (in this thread) take the
+    density rule and the sparse route's panels from ``tuning``
+    (:attr:`~distsketch.Tuning.sparse_max_density`,
+    :attr:`~distsketch.Tuning.device_sparse_max_density`,
+    :attr:`~distsketch.Tuning.sparse_panel_bytes`); ``None`` leaves the current ones (the
+    defaults, or an enclosing :func:`tuned`'s). How a fit's ``EngineOptions.tuning`` reaches
+    the block math on any worker: :meth:`FeatureMap.block
+    <distsketch.features.FeatureMap.block>` runs its products inside it, with the value the
+    feature map carries. The values change only which route computes a kernel block (its
+    values agree to rounding)."""
+    if tuning is None:
+        yield
+        return
+    token = _TUNING.set(tuning)
+    try:
+        yield
+    finally:
+        _TUNING.reset(token)
+
+
+def _tuning() -> Tuning:
+    """The :class:`Tuning` of the block math running now (:func:`tuned`; else the defaults)."""
+    current = _TUNING.get()
+    return _DEFAULT_TUNING if current is None else current
 
 
 def _scratch(be: Backend, slot: str, shape: tuple[int, int]):
@@ -162,38 +190,45 @@ def _as_block(X: Any, be: Backend) -> Block:
 def _keep_sparse(A: Block, max_density: float | None = None) -> bool:
     """Whether the kernel product of the sparse block ``A`` (n, d) is cheaper sparse than dense.
 
-    Rule: density ``nnz / (n·d) ≤ max_density`` (default ``_SPARSE_MAX_DENSITY``; stored
-    entries, explicit zeros included). A CSR × dense product costs ``2·nnz·n_b`` flops at
-    scipy's single-threaded rate, the dense GEMM ``2·n·d·n_b`` at BLAS's; the ratio of the two
-    rates is the crossover density (measured: see ``_SPARSE_MAX_DENSITY``). Empty blocks stay
-    sparse.
+    Rule: density ``nnz / (n·d) ≤ max_density`` (default: the current
+    :attr:`Tuning.sparse_max_density <distsketch.Tuning.sparse_max_density>`, :func:`tuned`;
+    stored entries, explicit zeros included). A CSR × dense product costs ``2·nnz·n_b`` flops
+    at scipy's single-threaded rate, the dense GEMM ``2·n·d·n_b`` at BLAS's; the ratio of the
+    two rates is the crossover density (measured: see :class:`~distsketch.Tuning`). Empty
+    blocks stay sparse.
     """
     n, d = A.shape
-    limit = _SPARSE_MAX_DENSITY if max_density is None else max_density
+    limit = _tuning().sparse_max_density if max_density is None else max_density
     return A.nnz <= limit * n * d
 
 
 def _cheaper_form(A: Block, be: Backend) -> Block:
     """The sparse block ``A`` densified where :func:`_keep_sparse` says the dense product is
-    cheaper: a scipy.sparse block by ``_SPARSE_MAX_DENSITY``, a sparse block of backend ``be``
-    (a device CSR, already copied) by ``be.sparse_max_density`` and densified there; dense
+    cheaper: a scipy.sparse block by ``Tuning.sparse_max_density``, a sparse block of backend
+    ``be`` (a device CSR, already copied) by ``Tuning.device_sparse_max_density``, else
+    ``be.sparse_max_density``, and densified there (the current :func:`tuned`'s values); dense
     blocks, cheap sparse ones and sparse blocks of a backend without a threshold are returned
     as they are."""
+    tuning = _tuning()
     if sp.issparse(A):
-        return A if _keep_sparse(A) else dense(A)
-    limit = be.sparse_max_density
+        return A if _keep_sparse(A, tuning.sparse_max_density) else dense(A)
+    limit = tuning.device_sparse_max_density
+    if limit is None:
+        limit = be.sparse_max_density
     if limit is not None and be.issparse(A) and not _keep_sparse(A, limit):
         return dense(A)
     return A
 
 
 def _panels(d: int, n_b: int) -> list[tuple[int, int]]:
-    """Column spans of the right operand for :func:`_sparse_panels`: ``_SPARSE_PANEL_BYTES``
-    of float64 per dense ``(d + 2, width)`` panel, at least 64 columns; one span holding all
-    ``n_b`` columns when ``_SPARSE_PANEL_BYTES`` is 0 (the CSR × CSR route)."""
-    if _SPARSE_PANEL_BYTES <= 0:
+    """Column spans of the right operand for :func:`_sparse_panels`:
+    ``Tuning.sparse_panel_bytes`` (the current :func:`tuned`'s) of float64 per dense
+    ``(d + 2, width)`` panel, at least 64 columns; one span holding all ``n_b`` columns when it
+    is 0 (the CSR × CSR route)."""
+    panel_bytes = _tuning().sparse_panel_bytes
+    if panel_bytes <= 0:
         return [(0, n_b)]
-    width = max(64, _SPARSE_PANEL_BYTES // (8 * (d + 2)))
+    width = max(64, panel_bytes // (8 * (d + 2)))
     return [(c, min(c + width, n_b)) for c in range(0, n_b, width)]
 
 
@@ -217,17 +252,18 @@ def _sparse_panels(S, D, be: Backend, right=None, augment=None):
     Yields ``(c, e, P)`` with ``P = S @ [D[c:e], right[c:e]]ᵀ`` of shape (n_s, e − c), a new
     array: each panel of ``D`` is written dense and transposed (:func:`_dense_t`, ``d + k``
     rows with ``k`` columns of ``right`` (n_d, k) appended after D's), so the product reads rows of
-    a panel that stays in cache (``_SPARSE_PANEL_BYTES``; one panel of the whole ``D`` costs
-    each stored entry of ``S`` a row of ``n_d`` values from memory: measured 1.3–2.4× slower at
-    d = 2 000 from 4 % density on, benchmarks/RESULTS.md "sparse_blocks"). Host (scipy.sparse)
-    blocks only. With ``_SPARSE_PANEL_BYTES = 0`` a
+    a panel that stays in cache (``Tuning.sparse_panel_bytes``; one panel of the whole ``D``
+    costs each stored entry of ``S`` a row of ``n_d`` values from memory: measured 1.3–2.4×
+    slower at d = 2 000 from 4 % density on, benchmarks/RESULTS.md "sparse_blocks"). Host
+    (scipy.sparse) blocks only. With ``sparse_panel_bytes = 0`` a
     sparse ``D`` is never densified: one CSR × CSR product (``augment(D)`` appends the same
     columns sparsely).
     """
     n_d, d = D.shape
     k = 0 if right is None else right.shape[1]
+    csr_only = _tuning().sparse_panel_bytes <= 0
     for c, e in _panels(d, n_d):
-        if be.issparse(D) and _SPARSE_PANEL_BYTES <= 0:
+        if be.issparse(D) and csr_only:
             Dc = D if augment is None else augment(D)
             yield c, e, dense(S @ Dc.T)
             continue

@@ -17,17 +17,17 @@ objects.
 from __future__ import annotations
 
 import dataclasses
-import numbers
 
 import numpy as np
 
 from .backends import dense
 from .decoding import Surrogate, candidate_scores, centred, check_width, decode, default_features
 from ._base import check_lam
-from .estimator import FitSpec, RidgeEstimator, SketchedEstimator, checks_feature_names
+from .estimator import FitSpec, RidgeEstimator, checks_feature_names
 from .features import FeatureMap
 from .kernels import Linear
 from .options import driver_threads, with_blas_limit
+from .routes import CoefTable, Direct, check_iterations, fitted_index, get_route
 from .rows import as_row_source
 from .solve import check_rank, factored_directions, krr_coef, krr_sums, prediction_covariance, \
     principal_directions, sisokr_coef, sisokr_sums, solve_krr, solve_sisokr
@@ -40,6 +40,77 @@ OUTPUT_GRAM_BYTES = 64 * 2**20
 
 _RIDGE_PARAMS = {"lam": "lam", "random_state": "random_state", "store": "store",
                  "options": "options"}
+
+
+# --------------------------------------------------------------------------- fitted λ paths
+# A ridge model's ``path_`` (RidgeEstimator): the direct route's closed form, any λ > 0, or an
+# iterative route's CoefTable (distsketch.routes), its fitted λ; the same methods either way.
+
+
+class _ClosedForm:
+    """What the closed forms share: any λ > 0 is served, one solve per λ."""
+
+    any_lam = True
+    residuals = None
+
+    def fitted_lam(self, lam: float, *, argument: str = "lam") -> float:
+        return lam
+
+    def n_iter(self, lam: float) -> int:
+        return 1
+
+    def iterations(self, lams) -> np.ndarray:
+        return np.ones(len(lams), dtype=np.int64)  # one solve per λ
+
+
+@dataclasses.dataclass
+class KRRClosedForm(_ClosedForm):
+    """SketchedKRR's direct route: ``dual_coef(λ) = R_mixᵀ β(λ)``, ``β(λ)`` of
+    :func:`~distsketch.solve.krr_coef` from the fit's ``H`` and right-hand side ``rhs``."""
+
+    solution: object
+    rhs: np.ndarray
+    sketch: object
+
+    def coef(self, lam: float) -> np.ndarray:
+        with driver_threads(self.solution.H.shape[0]):
+            beta = krr_coef(self.solution, self.rhs, lam)
+        return self.sketch.transpose_dot(beta)
+
+
+@dataclasses.dataclass
+class SisokrClosedForm(_ClosedForm):
+    """SISOKR's direct route: ``W(λ)`` of :func:`~distsketch.solve.sisokr_coef` (r_Y × r_X)
+    and the prediction covariance ``Σ_i g(x_i) g(x_i)ᵀ`` of the reduced rank."""
+
+    solution: object
+    operator: np.ndarray | None
+
+    def coef(self, lam: float) -> np.ndarray:
+        with driver_threads(self.solution.H.shape[0]):
+            return sisokr_coef(self.solution, self.operator, lam)
+
+    def covariance(self, lam: float) -> np.ndarray:
+        W = sisokr_coef(self.solution, self.operator, lam)
+        return prediction_covariance(self.solution, W)
+
+
+@dataclasses.dataclass
+class SisokrTable(CoefTable):
+    """SISOKR's view of an iterative route's table of ``α(λ)`` (s'_X × r_Y on the input
+    landmarks): ``W(λ) = α(λ)ᵀ`` and the covariance ``αᵀ (K_nmᵀ K_nm α)`` from the products
+    the iterations carried."""
+
+    def coef(self, lam: float) -> np.ndarray:
+        return np.ascontiguousarray(super().coef(lam).T)
+
+    def covariance(self, lam: float) -> np.ndarray:
+        if self.products is None:
+            raise ValueError("rank: this solver route gave no products K_nmᵀ K_nm α, which a "
+                             "reduced rank needs; fit with solver='direct' or 'pcg'")
+        k = fitted_index(self.lams, lam, argument="rank_lam")
+        S = self.coefs[k].T @ self.products[k]
+        return 0.5 * (S + S.T)
 
 
 class SISOKR(RidgeEstimator):
@@ -100,7 +171,7 @@ class SISOKR(RidgeEstimator):
         estimators that are cloned and refitted (``GridSearchCV``).
     options : EngineOptions or None
         Engine knobs (block rows, dtype, thresholds); they do not change the model.
-    solver : {"direct", "pcg", "auto"}, default "direct"
+    solver : {"direct", "pcg", "auto"}, a registered route's name or a Route, default "direct"
         How the input side is solved. ``"direct"``: the pass forms ``G = CᵀC`` (``2nm²``
         flops) and the driver solves every λ from it. ``"pcg"``: Falkon's preconditioned
         conjugate gradient (:func:`distsketch.pcg.fit_pcg_sisokr`), the r_Y output
@@ -179,7 +250,7 @@ class SISOKR(RidgeEstimator):
     _param_kinds = {"input_kernel": "kernel", "output_kernel": "kernel",
                     "input_sketch": "sketch", "output_sketch": "sketch", **_RIDGE_PARAMS,
                     "rank": "rank", "rank_lam": "json", "fit_intercept": "json",
-                    "solver": "json", "tol": "json", "max_iter": "json"}
+                    "solver": "solver", "tol": "json", "max_iter": "json"}
     _input = ("input_kernel", "input_sketch")
     _output = ("output_kernel", "output_sketch")
     _targets = "Y"
@@ -232,62 +303,35 @@ class SISOKR(RidgeEstimator):
     _needs_eigenbasis = False
 
     # -- the solver route (SISOKRCV, without a ``solver`` parameter, stays direct) ----------
-    def _route(self, X) -> str:
-        """``"direct"`` or ``"pcg"`` (:func:`_sisokr_route`)."""
-        return _sisokr_route(self, X)
+    _routes = ("direct", "pcg")
 
-    @with_blas_limit
-    def fit(self, X, Y=None):
-        """Fit on inputs ``X`` and outputs ``Y``; returns self. The ``solver`` route: one pass
-        and the direct solve, or a pass for ``M``, ``E`` then PCG on the input side
-        (:func:`distsketch.pcg.fit_pcg_sisokr`)."""
-        for name in ("n_iter_", "n_iters_", "residuals_", "n_passes_"):
-            self.__dict__.pop(name, None)
-        if self._route(X) == "direct":
-            self._pcg = None
-            super().fit(X, Y)
-            self.solver_ = "direct"
-            return self
-        from . import persist
-        from .pcg import fit_pcg_sisokr
+    def _auto_route(self, X):
+        """PCG where :func:`~distsketch.pcg.choose_solver` picks it and the model can take
+        it (a sketched output side; a ``rank_lam`` among the fitted λ), else direct."""
+        return auto_sisokr_route(self, X)
 
-        spec = self._validate(X, Y)
-        if self.rank_lam is not None:  # before anything is written
-            _fitted_index(spec.lams, check_lam(self.rank_lam)[0], argument="rank_lam")
+    def _check_pcg_args(self) -> None:
+        check_sisokr_pcg(self)
+
+    def _check_pcg(self, spec: FitSpec) -> None:
+        if self.rank_lam is not None:  # PCG serves its fitted λ only: before anything is written
+            fitted_index(spec.lams, check_lam(self.rank_lam)[0], argument="rank_lam")
+
+    def _table(self, table):
+        return SisokrTable(**{f.name: getattr(table, f.name)
+                              for f in dataclasses.fields(table)})
+
+    def _adopt_path(self, spec: FitSpec, fitted) -> None:
+        """PCG's fit (:func:`distsketch.pcg.fit_pcg_sisokr`): the input side's λ path (α on
+        the input landmarks, ``W(λ) = α(λ)ᵀ``) and the output side from ``fitted.result``."""
+        res = fitted.result
         linear = isinstance(spec.kernels["output_kernel"], Linear)
-        res = fit_pcg_sisokr(spec, store=self.store, reuse_seeds=self.random_state is None,
-                             tol=float(self.tol), max_iter=int(self.max_iter),
-                             linear_output=linear)
-        with res.fs as fs:
-            r = res.result
-            self._pcg = {"alphas": r.alphas, "galphas": r.galphas, "n_iters": r.n_iters,
-                         "residuals": r.residuals}
-            self.input_solution_ = None
-            out_proj = res.y_sketch.transpose_dot(res.output_whitening)
-            self._set_fitted(spec, res, input_projection=None, output_projection=out_proj,
-                             output_whitening=res.output_whitening, operator=None,
-                             output_map=out_proj.T @ dense(res.y_landmarks) if linear else None)
-            self.n_passes_ = int(r.n_passes)
-            self.n_features_in_ = spec.X.shape[1]
-            self.store_ = res.store
-            self.solver_ = "pcg"
-            self._update_coef()
-            if not fs.temporary:
-                persist.save(self, fs, overwrite=True)
-        return self
-
-    @with_blas_limit
-    def set_lam(self, lam: float):
-        """Switch the active λ; returns self. After a direct fit any λ > 0 (the fit's ``H``
-        serves every λ); after a PCG fit one of the fitted ``lams_`` (another λ needs new
-        passes over the data: fit again with ``lam=[...]``)."""
-        if getattr(self, "_pcg", None) is None:
-            return super().set_lam(lam)
-        self._check_fitted()
-        (value,) = check_lam(lam)
-        self.lam_ = self.lams_[_fitted_index(self.lams_, value, argument="lam")]
-        self._update_coef()
-        return self
+        self.path_ = self._table(fitted.path)
+        self.input_solution_ = None
+        out_proj = res.y_sketch.transpose_dot(res.output_whitening)
+        self._set_fitted(spec, res, input_projection=None, output_projection=out_proj,
+                         output_whitening=res.output_whitening, operator=None,
+                         output_map=out_proj.T @ dense(res.y_landmarks) if linear else None)
 
     def _solve(self, spec: FitSpec, res) -> None:
         ky = spec.kernels["output_kernel"]
@@ -296,8 +340,9 @@ class SISOKR(RidgeEstimator):
             sol = solve_sisokr(res.sums, res.x_sketch, res.y_sketch, res.y_landmarks, n=res.n,
                                rtol=spec.options.eig_rtol, n_lams=len(spec.lams),
                                linear_output=linear, eigen=self._needs_eigenbasis,
-                               threads=driver_threads)
+                               threads=driver_threads, tuning=spec.options.tuning)
         self.input_solution_ = sol.input
+        self.path_ = SisokrClosedForm(sol.input, sol.operator)
         self._set_fitted(spec, res, input_projection=sol.input_projection,
                          output_projection=sol.output_projection,
                          output_whitening=sol.output_whitening, operator=sol.operator,
@@ -310,8 +355,10 @@ class SISOKR(RidgeEstimator):
         kx, ky = spec.kernels["input_kernel"], spec.kernels["output_kernel"]
         chunk = spec.options.gram_chunk
         self.input_sketch_, self.output_sketch_ = res.x_sketch, res.y_sketch
-        self.input_feature_map_ = FeatureMap(kx, res.x_landmarks, input_projection, chunk)
-        self._output_base = FeatureMap(ky, res.y_landmarks, output_projection, chunk)
+        tuning = spec.options.tuning
+        self.input_feature_map_ = FeatureMap(kx, res.x_landmarks, input_projection, chunk,
+                                             tuning)
+        self._output_base = FeatureMap(ky, res.y_landmarks, output_projection, chunk, tuning)
         self.output_feature_map_ = self._output_base
         self.output_whitening_ = output_whitening
         self.operator_ = operator
@@ -324,9 +371,8 @@ class SISOKR(RidgeEstimator):
             order = np.argsort(first, kind="stable")
             self.candidates_, self.candidate_index_ = rows[order], first[order]
         self.ranks_, self.rank_lam_ = self._fit_ranks()
-        if self.rank_lam_ is not None and getattr(self, "_pcg", None) is not None:
-            self.rank_lam_ = spec.lams[_fitted_index(spec.lams, self.rank_lam_,
-                                                     argument="rank_lam")]
+        if self.rank_lam_ is not None:
+            self.rank_lam_ = self.path_.fitted_lam(self.rank_lam_, argument="rank_lam")
         self.rank_ = self.ranks_[0] if self.ranks_ else None
         self._principal = self._metric = self._opgram = None
         self._set_lams(spec)
@@ -343,20 +389,16 @@ class SISOKR(RidgeEstimator):
         """Whether the reduced rank takes :func:`~distsketch.solve.factored_directions`:
         a sketched input side (direct solver) with an exact output side, where the metric
         route would form and eigendecompose n × n matrices."""
-        return (self._output_base.projection is None and getattr(self, "_pcg", None) is None
-                and not self.input_solution_.exact)
+        sol = self.path_.solution
+        return self._output_base.projection is None and sol is not None and not sol.exact
 
     def _update_coef(self):
-        pcg = getattr(self, "_pcg", None)
-        if pcg is not None:  # W(λ) = α(λ)ᵀ in the input features k_X(X_J, x)
-            k = _fitted_index(self.lams_, self.lam_, argument="lam")
-            W = np.ascontiguousarray(pcg["alphas"][k].T)
-            self.n_iters_ = np.asarray(pcg["n_iters"], dtype=np.int64)
-            self.n_iter_ = int(self.n_iters_[k])
-            self.residuals_ = np.asarray(pcg["residuals"], dtype=np.float64)
-        else:
-            with driver_threads(self.input_solution_.H.shape[0]):
-                W = sisokr_coef(self.input_solution_, self.operator_, self.lam_)
+        path = self.path_  # W(λ): the closed form's, or α(λ)ᵀ in the input features k_X(X_J, x)
+        W = path.coef(self.lam_)
+        self.n_iters_ = path.iterations(self.lams_)
+        self.n_iter_ = path.n_iter(self.lam_)
+        self.residuals_ = (None if path.residuals is None
+                           else np.asarray(path.residuals, dtype=np.float64))
         base, out_map = self._output_base, self._output_map_base
         self.principal_values_ = None
         p = self.rank_
@@ -619,7 +661,7 @@ class SketchedKRR(RidgeEstimator):
         features are not centred: ``ȳ`` is the intercept for every λ.
     lam, random_state, store, options
         As for :class:`SISOKR`.
-    solver : {"auto", "direct", "pcg"}, default "auto"
+    solver : {"auto", "direct", "pcg"}, a registered route's name or a Route, default "auto"
         ``"direct"``: one streaming pass forms ``G = CᵀC`` (``2nm²`` flops; a kept store holds
         ``C``, n × m) and the driver solves every λ from it. ``"pcg"``: Falkon's preconditioned
         conjugate gradient (:mod:`distsketch.pcg`) for large m: no ``G``, no ``C`` stored, each
@@ -650,7 +692,11 @@ class SketchedKRR(RidgeEstimator):
         PCG iterations (passes) of the active λ and of each λ; 1 on the direct route (one
         solve from the pass's sums).
     n_passes_ : int
-        PCG only: passes over the rows the fit made (a resumed fit makes fewer).
+        Passes over the rows the fit made (1 on the direct route; a resumed PCG fit makes
+        fewer).
+    path_ : KRRClosedForm or CoefTable
+        The fitted λ path (``coef(λ)`` gives ``dual_coef_``): the direct route's closed form
+        (any λ > 0) or an iterative route's table (:mod:`distsketch.routes`).
         A PCG fit keeps the λ path given at fit:
         :meth:`set_lam` switches among ``lams_`` only (any other λ needs the data again).
     lam_, lams_, n_features_in_, feature_names_in_, store_
@@ -659,7 +705,7 @@ class SketchedKRR(RidgeEstimator):
 
     _estimator_type = "regressor"
     _param_kinds = {"kernel": "kernel", "sketch": "sketch", "fit_intercept": "json",
-                    **_RIDGE_PARAMS, "solver": "json", "tol": "json", "max_iter": "json"}
+                    **_RIDGE_PARAMS, "solver": "solver", "tol": "json", "max_iter": "json"}
     _input = ("kernel", "sketch")
     _targets = "y"
     _standardized = "kernel"
@@ -684,55 +730,15 @@ class SketchedKRR(RidgeEstimator):
         return super()._validate(X, Y)
 
     # -- the solver route (subclasses without a ``solver`` parameter stay direct) ----------
-    def _route(self, X) -> str:
-        """``"direct"`` or ``"pcg"`` (:func:`_solver_route`)."""
-        return _solver_route(self, X)
+    _routes = ("direct", "pcg")
 
-    @with_blas_limit
-    def fit(self, X, y=None):
-        """Fit on inputs ``X`` and targets ``y``; returns self. The ``solver`` route: one pass
-        and the direct solve, or PCG (:mod:`distsketch.pcg`)."""
-        if self._route(X) == "direct":
-            self._pcg = None
-            super().fit(X, y)
-            self.solver_ = "direct"
-            return self
-        from . import persist
-        from .pcg import fit_pcg
+    def _auto_route(self, X):
+        """:func:`~distsketch.pcg.choose_solver`'s route for the rows of ``X`` and the input
+        sketch's m (the sketch is the parameter ``self._input[1]``)."""
+        return auto_ridge_route(self, X)
 
-        spec = self._validate(X, y)
-        res = fit_pcg(spec, kernel=spec.kernels["kernel"], sketch=spec.sketches["sketch"],
-                      store=self.store, reuse_seeds=self.random_state is None,
-                      tol=float(self.tol), max_iter=int(self.max_iter),
-                      fit_intercept=bool(self.fit_intercept))
-        with res.fs as fs:
-            r = res.result
-            self.kernel_ = spec.kernels["kernel"]
-            self.sketch_, self.landmarks_ = res.sketch, res.landmarks
-            self.input_solution_ = self._rhs = None
-            self._pcg = {"alphas": r.alphas, "n_iters": r.n_iters, "residuals": r.residuals}
-            self.intercept_ = r.intercept
-            self.n_passes_ = int(r.n_passes)
-            self._y_1d = spec.Y.input_ndim == 1
-            self._set_lams(spec)
-            self.n_features_in_ = spec.X.shape[1]
-            self.store_ = res.store
-            self.solver_ = "pcg"
-            self._update_coef()
-            if not fs.temporary:
-                persist.save(self, fs, overwrite=True)
-        return self
-
-    def set_lam(self, lam: float):
-        """Switch the active λ; returns self. After a direct fit any λ > 0 (the fit's ``H``
-        serves every λ); after a PCG fit one of the fitted ``lams_`` (another λ needs new
-        passes over the data: fit again with ``lam=[...]``)."""
-        if getattr(self, "_pcg", None) is None:
-            return super().set_lam(lam)
-        self._check_fitted()
-        self.lam_ = self.lams_[_fitted_index(self.lams_, lam, argument="lam")]
-        self._update_coef()
-        return self
+    def _check_pcg_args(self) -> None:
+        check_iterations(self.tol, self.max_iter)
 
     def _sums(self, spec: FitSpec) -> tuple[str, ...]:
         sums = krr_sums(x_exact=spec.exact("sketch"))
@@ -746,38 +752,44 @@ class SketchedKRR(RidgeEstimator):
         with driver_threads(_driver_size(res.sums)):
             self.input_solution_, rhs = solve_krr(res.sums, res.x_sketch, n=res.n,
                                                   rtol=spec.options.eig_rtol,
-                                                  n_lams=len(spec.lams))
+                                                  n_lams=len(spec.lams),
+                                                  tuning=spec.options.tuning)
         self._rhs, self.intercept_ = centre_targets(res.sums, rhs, n=res.n,
                                                     fit_intercept=bool(self.fit_intercept))
+        self.path_ = KRRClosedForm(self.input_solution_, self._rhs, self.sketch_)
+        self._y_1d = spec.Y.input_ndim == 1
+        self._set_lams(spec)
+
+    def _adopt_path(self, spec: FitSpec, fitted) -> None:
+        """An iterative route's λ path (:class:`~distsketch.routes.CoefTable` of ``dual_coef_``
+        on the landmarks) and the intercept it fitted (zeros without ``fit_intercept``)."""
+        self.kernel_ = spec.kernels["kernel"]
+        self.sketch_, self.landmarks_ = fitted.x_sketch, fitted.x_landmarks
+        self.path_ = fitted.path
+        self.input_solution_ = self._rhs = None
+        t = 1 if spec.Y.input_ndim == 1 else spec.Y.shape[1]
+        intercept = fitted.intercept
+        if intercept is None:
+            if self.fit_intercept:
+                raise ValueError(f"solver: the route {fitted.solver!r} fitted no intercept; "
+                                 f"give fit_intercept=False or a route that fits one")
+            intercept = np.zeros(t)
+        self.intercept_ = np.asarray(intercept, dtype=np.float64)
         self._y_1d = spec.Y.input_ndim == 1
         self._set_lams(spec)
 
     def _update_coef(self):
-        pcg = getattr(self, "_pcg", None)
-        if pcg is not None:  # α(λ) of the fitted path (distsketch.pcg: α = R_mixᵀ β)
-            k = self.lams_.index(self.lam_)
-            self.dual_coef_ = pcg["alphas"][k]
-            self.n_iters_ = np.asarray(pcg["n_iters"], dtype=np.int64)
-            self.n_iter_ = int(self.n_iters_[k])
-            return
-        with driver_threads(self.input_solution_.H.shape[0]):
-            beta = krr_coef(self.input_solution_, self._rhs, self.lam_)
-        self.dual_coef_ = self.sketch_.transpose_dot(beta)
-        self.n_iters_ = np.ones(len(self.lams_), dtype=np.int64)  # one solve per λ
-        self.n_iter_ = 1
+        path = self.path_  # α(λ) on the landmarks (PCG: α = R_mixᵀ β; direct: R_mixᵀ β(λ))
+        self.dual_coef_ = path.coef(self.lam_)
+        self.n_iters_ = path.iterations(self.lams_)
+        self.n_iter_ = path.n_iter(self.lam_)
 
     def _default_metrics(self, Y) -> list[str]:
         return ["rmse", "r2"]
 
     def _get_state(self):
-        pcg = getattr(self, "_pcg", None)
-        if pcg is not None:  # no InputSolution: the path's coefficients themselves
-            arrays, state = SketchedEstimator._get_state(self)
-            arrays.update(pcg_alphas=pcg["alphas"], pcg_residuals=pcg["residuals"])
-            state.update(solver="pcg", lams=list(self.lams_), lam=self.lam_,
-                         n_iters=[int(v) for v in pcg["n_iters"]], n_passes=int(self.n_passes_))
-        else:
-            arrays, state = super()._get_state()
+        arrays, state = super()._get_state()
+        if self.path_.any_lam:  # the closed form's right-hand side
             arrays.update(rhs=self._rhs, input_metric=self.input_solution_.metric)
         self._put_side("input", self.kernel_, self.sketch_, self.landmarks_, arrays, state)
         arrays.update(intercept=self.intercept_)
@@ -785,29 +797,20 @@ class SketchedKRR(RidgeEstimator):
         return arrays, state
 
     def _set_state(self, arrays, state):
-        if state.get("solver") == "pcg":
-            SketchedEstimator._set_state(self, arrays, state)
-            self.kernel_, self.sketch_, self.landmarks_ = self._get_side("input", arrays, state)
-            self._pcg = {"alphas": arrays["pcg_alphas"], "n_iters": np.array(state["n_iters"]),
-                         "residuals": arrays["pcg_residuals"]}
-            self.input_solution_ = self._rhs = None
-            self.lams_, self.lam_ = tuple(state["lams"]), float(state["lam"])
-            self.n_passes_ = int(state["n_passes"])
-            self.intercept_ = np.asarray(arrays["intercept"], dtype=np.float64)
-            self._y_1d = bool(state["y_1d"])
-            self.solver_ = "pcg"
-            return
-        self._pcg = None
-        self.solver_ = "direct"
         super()._set_state(arrays, state)
-        self.input_solution_ = with_metric(self.input_solution_, arrays)
         self.kernel_, self.sketch_, self.landmarks_ = self._get_side("input", arrays, state)
+        self._y_1d = bool(state["y_1d"])
+        if self.path_ is not None:  # an iterative route's table
+            self._rhs = None
+            self.intercept_ = np.asarray(arrays["intercept"], dtype=np.float64)
+            return
+        self.input_solution_ = with_metric(self.input_solution_, arrays)
         self._rhs = arrays["rhs"]
+        self.path_ = KRRClosedForm(self.input_solution_, self._rhs, self.sketch_)
         # models saved before fit_intercept existed have no intercept
         intercept = arrays.get("intercept")
         self.intercept_ = (np.zeros(self._rhs.shape[1]) if intercept is None
                            else np.asarray(intercept, dtype=np.float64))
-        self._y_1d = bool(state["y_1d"])
 
     @checks_feature_names
     @with_blas_limit
@@ -834,36 +837,39 @@ class SketchedKRR(RidgeEstimator):
 # _opgram, so it stays beside the class) and the saved state.
 
 
-def _sisokr_route(est, X) -> str:
-    """``"direct"`` or ``"pcg"`` (:func:`_solver_route`); PCG also needs a sketched output
-    side (``"auto"`` stays direct without one)."""
-    solver = getattr(est, "solver", "direct")
-    if _solver_route(est, X) != "pcg":
-        return "direct"
+def check_sisokr_pcg(est) -> None:
+    """What ``solver="pcg"`` needs of a SISOKR's arguments: ``tol``, ``max_iter``, an input
+    sketch that picks landmarks and a sketched output side; each error names its argument."""
+    from .pcg import check_pcg_sketch
     from .sketches import Identity, check_sketch
 
-    try:
-        exact_out = isinstance(check_sketch(est.output_sketch, argument="output_sketch"),
-                               Identity)
-    except Exception:
-        if solver == "auto":  # left to fit's validation, in its order
-            return "direct"
-        raise
-    if exact_out:
-        if solver == "auto":
-            return "direct"
+    check_iterations(est.tol, est.max_iter)
+    check_pcg_sketch(check_sketch(est.input_sketch, argument="input_sketch"), solver="pcg",
+                     argument="input_sketch")
+    if isinstance(check_sketch(est.output_sketch, argument="output_sketch"), Identity):
         raise ValueError(
             "output_sketch: solver='pcg' solves the input side with one right-hand side per "
             "output coordinate; an exact output side (output_sketch=None) has n of them "
             "(and its model needs C itself): give a sketched output side (SubSampling, "
             "PSparsified, ...), or solver='direct'")
-    if solver == "auto" and est.rank_lam is not None:  # PCG serves fitted λ₁ only
-        try:
-            lams = check_lam(est.lam)
-            _fitted_index(lams, check_lam(est.rank_lam)[0], argument="rank_lam")
-        except ValueError:
-            return "direct"
-    return "pcg"
+
+
+def auto_sisokr_route(est, X):
+    """``solver="auto"`` of a SISOKR: :func:`auto_ridge_route`'s choice, PCG only with a
+    sketched output side and a ``rank_lam`` among the fitted λ (else direct)."""
+    route = auto_ridge_route(est, X)
+    if route.name != "pcg":
+        return route
+    from .sketches import Identity, check_sketch
+
+    try:  # bad arguments are left to fit's validation, in its order
+        if isinstance(check_sketch(est.output_sketch, argument="output_sketch"), Identity):
+            return Direct()
+        if est.rank_lam is not None:  # PCG serves fitted λ₁ only
+            fitted_index(check_lam(est.lam), check_lam(est.rank_lam)[0], argument="rank_lam")
+    except Exception:
+        return Direct()
+    return route
 
 
 def _output_metric(est) -> np.ndarray | None:
@@ -912,30 +918,15 @@ def _principal_at(est, lam: float) -> tuple[np.ndarray, np.ndarray]:
             est._principal = ((lam, True), *factored_directions(
                 est.input_solution_, _operator_gram(est), lam))
             return est._principal[1], est._principal[2]
-        pcg = getattr(est, "_pcg", None)
-        if pcg is None:
-            W = sisokr_coef(est.input_solution_, est.operator_, lam)
-            S = prediction_covariance(est.input_solution_, W)
-        else:  # Σ_i g(x_i) g(x_i)ᵀ = αᵀ (K_nmᵀ K_nm α), carried by the iterations
-            k = _fitted_index(est.lams_, lam, argument="rank_lam")
-            a, ga = pcg["alphas"][k], pcg["galphas"][k]
-            S = a.T @ ga
-            S = 0.5 * (S + S.T)
+        S = est.path_.covariance(lam)
         est._principal = ((lam, False), *principal_directions(S, _output_metric(est)))
     return est._principal[1], est._principal[2]
 
 
 def _sisokr_state(est) -> tuple[dict, dict]:
     """``SISOKR._get_state``: the arrays and JSON state a fitted SISOKR saves (either route)."""
-    pcg = getattr(est, "_pcg", None)
-    if pcg is not None:  # no InputSolution: the path's coefficients themselves
-        arrays, state = SketchedEstimator._get_state(est)
-        arrays.update(pcg_alphas=pcg["alphas"], pcg_galphas=pcg["galphas"],
-                      pcg_residuals=pcg["residuals"])
-        state.update(solver="pcg", lams=list(est.lams_), lam=est.lam_,
-                     n_iters=[int(v) for v in pcg["n_iters"]], n_passes=int(est.n_passes_))
-    else:
-        arrays, state = super(SISOKR, est)._get_state()
+    arrays, state = super(SISOKR, est)._get_state()
+    if est.path_.any_lam:
         arrays.update(input_metric=est.input_solution_.metric)
     fi, fo = est.input_feature_map_, est._output_base
     est._put_side("input", fi.kernel, est.input_sketch_, fi.landmarks, arrays, state)
@@ -953,25 +944,16 @@ def _sisokr_state(est) -> tuple[dict, dict]:
 def _set_sisokr_state(est, arrays, state) -> None:
     """``SISOKR._set_state``: a saved SISOKR's fitted attributes from :func:`_sisokr_state`'s
     arrays and state (caches emptied)."""
-    if state.get("solver") == "pcg":
-        SketchedEstimator._set_state(est, arrays, state)
-        est._pcg = {"alphas": arrays["pcg_alphas"], "galphas": arrays["pcg_galphas"],
-                    "n_iters": np.array(state["n_iters"]),
-                    "residuals": arrays["pcg_residuals"]}
-        est.input_solution_ = None
-        est.lams_, est.lam_ = tuple(state["lams"]), float(state["lam"])
-        est.n_passes_ = int(state["n_passes"])
-        est.solver_ = "pcg"
-    else:
-        est._pcg = None
-        est.solver_ = "direct"
-        super(SISOKR, est)._set_state(arrays, state)
+    super(SISOKR, est)._set_state(arrays, state)
+    if est.path_ is None:  # the closed form
         est.input_solution_ = with_metric(est.input_solution_, arrays)
-    chunk = est._options().gram_chunk
+        est.path_ = SisokrClosedForm(est.input_solution_, arrays.get("operator"))
+    options = est._options()
+    chunk, tuning = options.gram_chunk, options.tuning
     kx, est.input_sketch_, lx = est._get_side("input", arrays, state)
     ky, est.output_sketch_, ly = est._get_side("output", arrays, state)
-    est.input_feature_map_ = FeatureMap(kx, lx, arrays.get("input_projection"), chunk)
-    est._output_base = FeatureMap(ky, ly, arrays.get("output_projection"), chunk)
+    est.input_feature_map_ = FeatureMap(kx, lx, arrays.get("input_projection"), chunk, tuning)
+    est._output_base = FeatureMap(ky, ly, arrays.get("output_projection"), chunk, tuning)
     est.output_feature_map_ = est._output_base
     est.output_whitening_ = arrays.get("output_whitening")
     est.operator_ = arrays.get("operator")
@@ -988,50 +970,25 @@ def _set_sisokr_state(est, arrays, state) -> None:
     est._candidate_features = None
 
 
-def _solver_route(est, X) -> str:
-    """``"direct"`` or ``"pcg"`` for an estimator with ``solver``, ``tol``, ``max_iter``
-    (without a ``solver`` attribute: ``"direct"``): validates them and resolves ``"auto"``
-    from the rows of ``X`` and the input sketch's m (:func:`~distsketch.pcg.choose_solver`).
-    The input sketch is the parameter ``est._input[1]``."""
-    solver = getattr(est, "solver", "direct")
-    if solver not in ("auto", "direct", "pcg"):
-        raise ValueError(f"solver: expected 'auto', 'direct' or 'pcg', got {solver!r}")
-    if solver == "direct":
-        return solver
-    tol, max_iter = est.tol, est.max_iter
-    if (isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not np.isfinite(tol)
-            or not 0 < tol < 1):
-        raise ValueError(f"tol: the relative residual PCG stops at must lie in (0, 1), got "
-                         f"{tol!r}")
-    if isinstance(max_iter, bool) or not isinstance(max_iter, numbers.Integral) or max_iter < 1:
-        raise ValueError(f"max_iter: expected a positive integer (PCG iterations per λ), got "
-                         f"{max_iter!r}")
-    from .pcg import check_pcg_sketch, choose_solver
+def auto_ridge_route(est, X):
+    """``solver="auto"`` of a ridge model with ``tol``, ``max_iter`` (validated here): the
+    route :func:`~distsketch.pcg.choose_solver` picks from the rows of ``X`` and the input
+    sketch's m (the parameter ``est._input[1]``); direct where the sketch or data do not
+    validate (left to fit's validation, in its order)."""
+    check_iterations(est.tol, est.max_iter)
+    from .pcg import choose_solver
     from .sketches import check_sketch
 
     param = est._input[1]
-    if solver == "pcg":
-        check_pcg_sketch(check_sketch(getattr(est, param), argument=param), solver=solver,
-                         argument=param)
-        return solver
-    try:  # "auto": bad arguments or data are left to fit's validation, in its order
+    try:
         sketch = check_sketch(getattr(est, param), argument=param)
         n = as_row_source(X, argument="X").n
+        tuning = est._options().tuning
     except Exception:
-        return "direct"
-    return choose_solver(solver, n=n, m=getattr(sketch, "m", None), sketch=sketch,
-                         store=est.store)
-
-
-def _fitted_index(lams, lam, *, argument: str) -> int:
-    """Position of ``lam`` in a PCG fit's λ path (``rtol = 1e-12``); a ValueError naming
-    ``argument`` otherwise (another λ needs new passes over the data)."""
-    for k, v in enumerate(lams):
-        if np.isclose(v, lam, rtol=1e-12, atol=0):
-            return k
-    raise ValueError(f"{argument}: {lam!r} was not fitted; a solver='pcg' fit keeps the λ path "
-                     f"given at fit, {list(lams)}: fit again with lam=[...] including it (or "
-                     f"solver='direct', which serves any λ)")
+        return Direct()
+    route = choose_solver("auto", n=n, m=getattr(sketch, "m", None), sketch=sketch,
+                          store=est.store, tuning=tuning)
+    return get_route(route)()
 
 
 def check_intercept(fit_intercept) -> None:
@@ -1103,5 +1060,6 @@ def kernel_expansion(est, X):
     """``k(x, est.landmarks_) @ est.dual_coef_`` of a fitted estimator (dask in, dask out)."""
     est._check_fitted()
     options = est._options()
-    fmap = FeatureMap(est.kernel_, est.landmarks_, est.dual_coef_, options.gram_chunk)
+    fmap = FeatureMap(est.kernel_, est.landmarks_, est.dual_coef_, options.gram_chunk,
+                      options.tuning)
     return fmap.transform(X, block_memory=options.block_memory, model=type(est).__name__)

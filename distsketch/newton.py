@@ -85,8 +85,6 @@ ARMIJO = 1e-4
 #: Smoothing continuation: μ ← μ·MU_FACTOR once the smoothed gap is below GAP_RATIO × true gap.
 MU_FACTOR = 0.1
 GAP_RATIO = 0.1
-#: Secant weights outside the smoothing band for smoothed losses (see solve_lam).
-SECANT = False
 #: Smoothings at which the first sweep of a smoothed loss counts the rows at each curvature
 #: level (quarter octaves, 2^-100 … 2^100): μ is its residuals' RMS, known only after it, and
 #: the next sweep's Gram skips the rows at the commonest level at the nearest of these μ
@@ -839,9 +837,7 @@ class NewtonSetup:
     @classmethod
     def of(cls, prob: Problem, tol: float, max_iter: int) -> "NewtonSetup":
         loss, d = prob.loss, prob.d
-        # smoothed losses: secant (IRLS) weights outside the smoothing band, which keep the
-        # steps to the scale of the residuals where a Newton step on a small band would overshoot
-        exact = prob.exact_curvature and not (loss.smoothed and SECANT)
+        exact = prob.exact_curvature
         # a vertex holds at most r·d + d entries on their kinks: more cannot be a KKT point's
         # active set (and the polish's system would be over-determined)
         cap = min(POLISH_ENTRIES, (prob.r + 1) * d)

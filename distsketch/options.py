@@ -9,13 +9,15 @@ from __future__ import annotations
 import functools
 import numbers
 from contextlib import nullcontext
-from dataclasses import dataclass, fields, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 
 import dask.config
 
 from .backends import BACKENDS, LAZY_BACKENDS, BackendUnavailable, get_backend, known_backend
+from .tuning import Tuning, check_tuning, tuning_from_dict
 
-__all__ = ["EngineOptions", "check_options", "blas_limit"]
+__all__ = ["EngineOptions", "Tuning", "check_options", "options_from_dict", "blas_limit"]
 
 # Deployment setting, read from dask's configuration (files, DASK_DISTSKETCH__BLAS_THREADS,
 # dask.config.set): BLAS threads while distsketch computes in this process. Parallelism
@@ -121,6 +123,14 @@ class EngineOptions:
         ``device="cuda"`` is refused as contradictory), ``backend="cuda"`` alone implies
         ``device="cuda"``, and ``device="cpu"`` with ``backend="cuda"`` is refused.
         :func:`check_options` returns the options with both fields resolved.
+    tuning : Tuning
+        The routes' tuning knobs (:class:`~distsketch.Tuning`: the CV fold route, threads and
+        band, the driver's fold budget, the ``solver="auto"`` thresholds, the sparse density
+        rule, the eigen crossover), each documented there with its measured basis. Like the
+        other options they change how a fit runs, not its model beyond rounding. A store
+        records only the density rule's knobs, and only when they are not the defaults (they
+        change the pass's blocks to rounding, as ``gram_chunk`` does); any other tuning
+        resumes the same store.
     """
 
     block_rows: int | None = None
@@ -136,6 +146,7 @@ class EngineOptions:
     backend: str = "numpy"
     sweep_memory: int = 2**30
     device: str | None = None
+    tuning: Tuning = field(default_factory=Tuning)
 
     @property
     def eig_rtol(self) -> float:
@@ -173,7 +184,20 @@ def check_options(options: EngineOptions | None) -> EngineOptions:
         raise _bad("block_dtype", f"must be 'float64' or 'float32', got {options.block_dtype!r}")
     if options.rtol is not None and not (0.0 < float(options.rtol) < 1.0):
         raise _bad("rtol", f"must be in (0, 1), got {options.rtol!r}")
+    tuning = check_tuning(options.tuning)
+    if tuning is not options.tuning:
+        options = replace(options, tuning=tuning)
     return _resolve_device(options)
+
+
+def options_from_dict(values: Mapping) -> EngineOptions:
+    """:class:`EngineOptions` from a mapping of its fields (a saved model's JSON,
+    ``dataclasses.asdict`` of options, a TOML ``[engine]`` table): a ``tuning`` mapping
+    becomes a :class:`Tuning` (absent: the defaults, as options saved before it existed)."""
+    values = dict(values)
+    if isinstance(values.get("tuning"), Mapping):
+        values["tuning"] = tuning_from_dict(values["tuning"])
+    return EngineOptions(**values)
 
 
 _DEVICES = ("cpu", "cuda")

@@ -90,11 +90,11 @@ from .options import driver_threads
 from .rows import check_finite_block
 from .store import DataChanged
 from .sweep import SweepData, Sweeper, block_native, gram_product
+from .tuning import check_tuning, store_config
 
 __all__ = ["landmark_sketches", "Preconditioner", "LandmarkGram", "PCGResult", "pcg_path", "fit_pcg",
            "lam_path", "fit_pcg_sisokr",
-           "check_pcg_sketch", "choose_solver", "AUTO_PCG_PASSES", "AUTO_PASS_FLOPS",
-           "AUTO_STORE_BYTES"]
+           "check_pcg_sketch", "choose_solver", "AUTO_STORE_BYTES"]
 
 logger = logging.getLogger(__name__)
 
@@ -108,21 +108,10 @@ def landmark_sketches() -> list[str]:
     return list(dict.fromkeys(cls.__name__ for cls in SKETCHES.values()
                               if cls.selects_landmarks))  # in registration order
 
-#: ``solver="auto"``'s cost model. The direct route's pass forms ``G = CᵀC``: ``2nm²`` flops more
-#: than one pass of kernel blocks; PCG makes about ``AUTO_PCG_PASSES`` passes, each of ``n·m``
-#: kernel values (exponentials, then ``K v`` and ``Kᵀ(Kv)``) costing as much as
-#: ``AUTO_PASS_FLOPS`` flops of the direct route each. Direct while
-#: ``2nm² ≤ AUTO_PCG_PASSES · n·m · AUTO_PASS_FLOPS``, i.e. while ``m ≤ 8 100``, whatever n.
-#: Measured (benchmarks/bench_large_m.py, n = 1e5, λ = 1e-6, tol = 1e-6, RESULTS.md
-#: ``large_m``, a quiet machine): direct faster up to m = 8000 (116 s vs PCG's 154 s: 42 passes
-#: of 3.6 s for 8e8 kernel values each, ≈ 490 direct-route flops per kernel value), PCG faster
-#: at m = 12 000 (277 s, 32 passes, vs 311 s): the crossover lies between, and the rule's
-#: m = 8 100 with it. (An earlier run under load, before float32 blocks were multiplied tile by
-#: tile, gave 360 flops per value and the same threshold; a later quiet run, after the
-#: cache-sized product tiles, found both about equal at m = 8000 — direct 106 s, PCG 103 s —
-#: and PCG faster at m = 10 000, 119 s against 179 s: the threshold stands.) …
-AUTO_PCG_PASSES = 45
-AUTO_PASS_FLOPS = 360
+#: ``solver="auto"``'s cost model (:func:`choose_solver`): direct while forming ``G`` costs no
+#: more than PCG's passes, ``2nm² ≤ auto_pcg_passes · n·m · auto_pass_flops`` (``m ≤ 8 100``
+#: whatever n), fields of ``EngineOptions.tuning`` (:class:`~distsketch.Tuning`, where their
+#: measurements are: benchmarks/bench_large_m.py, RESULTS.md ``large_m``) …
 #: … and while a kept store's ``C`` (``n m`` values, 4 bytes in float32) takes at most this.
 AUTO_STORE_BYTES = 32 * 2**30
 #: Jitter of the preconditioner's Cholesky factor: ``ε = JITTER · m · mean(diag K_mm)``, raised
@@ -158,20 +147,22 @@ def check_pcg_sketch(sketch, *, solver: str, argument: str = "sketch") -> None:
             f"those sketches, or solver='direct'")
 
 
-def choose_solver(solver: str, *, n: int, m: int | None, sketch, store) -> str:
+def choose_solver(solver: str, *, n: int, m: int | None, sketch, store, tuning=None) -> str:
     """``"direct"`` or ``"pcg"`` for a fit of ``n`` rows and ``m`` landmarks.
 
     ``"auto"``: direct while forming ``G`` costs no more than PCG's passes,
-    ``2nm² ≤ AUTO_PCG_PASSES · n·m · AUTO_PASS_FLOPS`` (``m ≤ 8 100``), and (with a kept
-    ``store``) the stored ``C``, ``4nm`` bytes in float32, is at most ``AUTO_STORE_BYTES``;
-    PCG beyond, when the sketch picks landmarks (``Sketch.selects_landmarks``; any other sketch
-    stays direct).
+    ``2nm² ≤ auto_pcg_passes · n·m · auto_pass_flops`` (``tuning``'s fields: ``m ≤ 8 100`` at
+    the defaults), and (with a kept ``store``) the stored ``C``, ``4nm`` bytes in float32, is
+    at most ``AUTO_STORE_BYTES``; PCG beyond, when the sketch picks landmarks
+    (``Sketch.selects_landmarks``; any other sketch stays direct). ``tuning``: the fit's
+    ``options.tuning`` (:class:`~distsketch.Tuning`; None: the defaults).
     """
     if solver != "auto":
         return solver
     if m is None or not getattr(sketch, "selects_landmarks", False):
         return "direct"
-    cheaper = 2.0 * n * m * m <= AUTO_PCG_PASSES * n * m * AUTO_PASS_FLOPS
+    tuning = check_tuning(tuning)
+    cheaper = 2.0 * n * m * m <= tuning.auto_pcg_passes * n * m * tuning.auto_pass_flops
     affordable = store is None or 4.0 * n * m <= AUTO_STORE_BYTES
     return "direct" if cheaper and affordable else "pcg"
 
@@ -777,7 +768,7 @@ def distinct_landmarks(landmarks) -> tuple[np.ndarray, np.ndarray] | None:
     return None if len(first) == landmarks.shape[0] else (first, inverse)
 
 
-def select_landmarks(kernel, landmarks, *, chunk: int = 2048, what: str = "PCG"):
+def select_landmarks(kernel, landmarks, *, chunk: int = 2048, what: str = "PCG", tuning=None):
     """The landmarks PCG solves in, their :class:`LandmarkGram` and its factor ``T``
     (:func:`factor_kmm`): ``(keep, Kmm, T)``, ``keep`` the positions in ``landmarks`` (m × d)
     of those solved in (ascending), or None for all of them.
@@ -805,7 +796,9 @@ def select_landmarks(kernel, landmarks, *, chunk: int = 2048, what: str = "PCG")
        span (RKHS norm), so the function space changes by rounding only.
 
     Landmarks that are distinct and numerically independent are kept in full and factored as
-    before (the same ``T``, the same iterations, bitwise).
+    before (the same ``T``, the same iterations, bitwise). ``tuning``: the fit's
+    ``options.tuning``, carried by the landmarks' feature map (its kernel products' density
+    rule, in every sweep; None: the defaults).
     """
     from .features import FeatureMap
 
@@ -813,7 +806,7 @@ def select_landmarks(kernel, landmarks, *, chunk: int = 2048, what: str = "PCG")
     merged = distinct_landmarks(landmarks)
     keep = None if merged is None else merged[0]
     sub = landmarks if keep is None else landmarks[keep]
-    Kmm = LandmarkGram(FeatureMap(kernel, sub, None, chunk))
+    Kmm = LandmarkGram(FeatureMap(kernel, sub, None, chunk, tuning))
     with driver_threads(Kmm.m):  # the driver's factorisation on idle cores
         T, dependent = _factor_checked(Kmm)
         if dependent:
@@ -825,7 +818,7 @@ def select_landmarks(kernel, landmarks, *, chunk: int = 2048, what: str = "PCG")
             if rank < Kmm.m:
                 kept = np.sort(np.asarray(piv[:rank], dtype=np.int64) - 1)
                 keep = kept if keep is None else keep[kept]
-                Kmm = LandmarkGram(FeatureMap(kernel, landmarks[keep], None, chunk))
+                Kmm = LandmarkGram(FeatureMap(kernel, landmarks[keep], None, chunk, tuning))
             T = factor_kmm(Kmm)
     if keep is not None:
         logger.info("%s: %d landmarks, %d distinct, %d numerically independent: PCG solves in "
@@ -986,10 +979,12 @@ def fit_pcg(spec, *, kernel, sketch, store, reuse_seeds: bool, tol: float, max_i
             "input": {"kernel": kernel_description(kernel), "sketch": xs.to_config(),
                       "shape": X.shape, "landmarks": fingerprint(land)},
             "output": {"targets": Y.shape}, "unique_outputs": False,
+            **store_config(options.tuning),  # none at the defaults: earlier stores resume
         })
         if directory is not None:
             fs = directory.open(config)
-        keep, Kmm, T = select_landmarks(kernel, land, chunk=options.gram_chunk, what=model)
+        keep, Kmm, T = select_landmarks(kernel, land, chunk=options.gram_chunk, what=model,
+                                        tuning=options.tuning)
         data, states = _prepare_pcg(fs, config, options, Kmm=Kmm, n=n, block_rows=b,
                                     dtype=dtype)
         states = _states_for(states, keep)
@@ -1099,11 +1094,12 @@ def fit_pcg_sisokr(spec, *, store, reuse_seeds: bool, tol: float, max_iter: int,
             "output": {"kernel": kernel_description(ky), "sketch": ys.to_config(),
                        "shape": Y.shape, "landmarks": fingerprint(res.y_landmarks)},
             "unique_outputs": not linear_output,
+            **store_config(options.tuning),  # none at the defaults: earlier stores resume
         })
         if directory is not None:
             fs = directory.open(config)
         keep, Kmm, T = select_landmarks(kx, res.x_landmarks, chunk=options.gram_chunk,
-                                        what=model)
+                                        what=model, tuning=options.tuning)
         data, states = _prepare_pcg(fs, config, options, Kmm=Kmm, n=n, block_rows=b,
                                     dtype=dtype)
         states = _states_for(states, keep)

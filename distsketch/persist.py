@@ -42,7 +42,7 @@ import zarr
 from ._registry import get_model
 from ._version import __version__
 from .kernels import CallableKernel, check_kernel, kernel_from_config
-from .options import EngineOptions, blas_limit
+from .options import blas_limit, options_from_dict
 from .sketches import sketch_from_config
 from .store import (FORMAT_VERSION, FitStore, StoreDirectory, StoreError, new_token,
                     open_fit_store, refuse_links)
@@ -157,6 +157,9 @@ def _params_to_json(est) -> dict:
             out[name] = value if isinstance(value, str) else {"loss": value.to_config()}
         elif kind == "matrix":
             out[name] = None if value is None else np.asarray(value, dtype=float).tolist()
+        elif kind == "solver":  # a route's name, or a route object by its registered name
+            out[name] = value if value is None or isinstance(value, str) else \
+                {"route": value.to_config()}
         elif isinstance(value, (np.ndarray, tuple)):
             out[name] = np.asarray(value).tolist()
         elif isinstance(value, (np.bool_, np.integer, np.floating)):
@@ -176,13 +179,18 @@ def _params_from_json(cls, params: dict) -> dict:
         elif kind == "sketch":
             out[name] = None if value["sketch"] is None else sketch_from_config(value["sketch"])
         elif kind == "options":
-            out[name] = None if value["options"] is None else EngineOptions(**value["options"])
+            out[name] = (None if value["options"] is None
+                         else options_from_dict(value["options"]))
         elif kind == "store" and isinstance(value, dict):
             out[name] = StoreDirectory(value["store_directory"])
         elif kind == "loss" and isinstance(value, dict):
             from .losses import loss_from_config
 
             out[name] = loss_from_config(value["loss"])
+        elif kind == "solver" and isinstance(value, dict):
+            from .routes import route_from_config
+
+            out[name] = route_from_config(value["route"])
         else:
             out[name] = value
     return out

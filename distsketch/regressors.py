@@ -22,19 +22,13 @@ import numbers
 
 import numpy as np
 
-from .admm import RowState, admm_block, choose_route, supports
-from .admm import solve_path as admm_path
 from .engine import distributed_client
 from .estimator import FitSpec, SketchedEstimator, checks_feature_names
-from .features import FeatureMap
-from .lipschitz import Problem, SolverState, state_key
+from .lipschitz import Problem
 from .losses import Loss, Pinball, check_loss
 from .models import SketchedKRR, kernel_expansion
-from .newton import solve_path
 from .options import with_blas_limit
 from .solve import whitening
-from .store import CSUM
-from .sweep import SWEEP_SUMS, SweepData, Sweeper, sweep_items
 
 __all__ = ["SketchedRegressor", "SketchedQuantileRegressor"]
 
@@ -70,8 +64,6 @@ def _check_matrix(M, d: int) -> np.ndarray:
     return 0.5 * (A + A.T)
 
 
-#: ``solver=`` values of :class:`SketchedRegressor`.
-SOLVERS = ("newton", "admm", "pcg", "auto")
 
 
 def _is_identity(M) -> bool:
@@ -87,16 +79,6 @@ def _is_identity(M) -> bool:
     return A.ndim == 2 and A.shape[0] == A.shape[1] and np.array_equal(A, np.eye(A.shape[0]))
 
 
-def _local_memory_ok() -> bool:
-    """Whether tasks run in this process (so ADMM's rows can be held in memory)."""
-    import dask
-
-    if distributed_client() is not None:
-        return False
-    sched = dask.config.get("scheduler", None)
-    return sched in (None, "threads", "threading", "sync", "synchronous", "single-threaded")
-
-
 def _check_positive_int(value, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name}: expected a positive integer, got {value!r}")
@@ -109,78 +91,6 @@ def _check_tol(value) -> float:
         raise ValueError(f"tol: the relative duality gap to reach must lie in (0, 1), got "
                          f"{value!r}")
     return float(value)
-
-
-class _HeldSweeps:
-    """Sweeps over the blocks a fit without a store holds in memory, on the local scheduler.
-
-    The :class:`~distsketch.sweep.Sweeper`'s block function over its items, added in the same
-    fixed tree as :func:`distsketch.engine.map_reduce` (``split_every`` consecutive parts
-    at a time, left to right, level by level), so the sums are bitwise the dask sweep's; the
-    blocks run on a thread pool of ``slots`` threads (NumPy releases the GIL in BLAS), in
-    this thread for one slot. What it saves is the dask graph of every sweep (building,
-    optimising and scheduling it: ~5 ms per sweep of 4 blocks measured, against ~2–4 ms of
-    block work at m = 200). ``count`` is the sweeper's (``n_passes_``).
-    """
-
-    def __init__(self, sweeper: Sweeper, slots: int):
-        self.sweeper = sweeper
-        self.slots = int(slots)
-        self._pool = None
-
-    @property
-    def count(self) -> int:
-        return self.sweeper.count
-
-    def __call__(self, it):
-        from .engine import Workspace
-
-        sw = self.sweeper
-        if sw._items is None:
-            sw._items = sweep_items(sw.data, sw.X, sw.Y)
-        shared = (sw.data, it)
-        block = sw.block
-
-        def one(item):
-            return block(shared, item, Workspace())
-
-        items = sw._items
-        if self.slots > 1 and len(items) > 1:
-            if self._pool is None:
-                from concurrent.futures import ThreadPoolExecutor
-
-                self._pool = ThreadPoolExecutor(self.slots, thread_name_prefix="distsketch-sweep")
-            parts = list(self._pool.map(one, items))
-        else:
-            parts = [one(item) for item in items]
-        step = sw.split_every
-        while len(parts) > 1:  # engine.tree_reduce's tree (fused first level: the same sums)
-            parts = [SWEEP_SUMS.node(parts[j:j + step]) for j in range(0, len(parts), step)]
-        sw.count += 1
-        return parts[0]
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-
-
-def _held_sweeps(sweeper: Sweeper, data: SweepData, spec: FitSpec):
-    """A :class:`_HeldSweeps` over ``sweeper`` when its blocks are held in memory, no cluster
-    runs the fit and the targets are in memory; else None. Held sweeps show no progress bar
-    (a dask sweep would show one only past :data:`~distsketch.sweep.SWEEP_PROGRESS_MINIMUM`)."""
-    import dask
-
-    from .engine import parallel_slots
-
-    if data.held is None or distributed_client() is not None:
-        return None
-    items = sweep_items(data, spec.X, spec.Y)
-    if any(dask.is_dask_collection(part) or hasattr(part, "key")
-           for item in items for part in item[1:]):
-        return None  # lazy targets: the dask sweep reads them
-    sweeper._items = items
-    return _HeldSweeps(sweeper, parallel_slots(None))
 
 
 class SketchedRegressor(SketchedEstimator):
@@ -218,7 +128,7 @@ class SketchedRegressor(SketchedEstimator):
         Multi-output radial losses: form the exact d × d Hessian of every row (``True``;
         d² Grams per sweep) or a scalar majorant (``False``: one Gram, more sweeps).
         ``None``: exact for d ≤ 8 while the d² Grams of size (m+1)² take at most 256 MiB.
-    solver : {"newton", "admm", "pcg", "auto"}
+    solver : {"newton", "admm", "pcg", "auto"}, a registered route's name or a Route
         ``"newton"``: (semismooth, smoothed) Newton iterations, weighted Grams per sweep
         (:mod:`distsketch.newton`). ``"admm"``: ADMM reusing the eigendecomposition of the
         feature Gram, no Gram per sweep, ``O(r²d)`` driver work per iteration and more
@@ -237,7 +147,7 @@ class SketchedRegressor(SketchedEstimator):
         ``"auto"``: for the squared loss with M the identity, PCG when
         :func:`distsketch.pcg.choose_solver` picks it (as ``SketchedKRR(solver="auto")``:
         ``m > 8100`` landmarks, or a kept store's ``C`` over 32 GiB); otherwise ADMM from
-        r ≥ 4000 whitened features (:data:`distsketch.admm.AUTO_RANK`), else Newton.
+        r ≥ 4000 whitened features (``EngineOptions(tuning=Tuning(auto_rank=...))``), else Newton.
     random_state, store, options
         As for :class:`~distsketch.SketchedKRR`.
 
@@ -282,7 +192,7 @@ class SketchedRegressor(SketchedEstimator):
 
     _estimator_type = "regressor"
     _param_kinds = {**_PARAMS, "fit_intercept": "json", "tol": "json", "max_iter": "json",
-                    "exact_hessian": "json", "solver": "json"}
+                    "exact_hessian": "json", "solver": "solver"}
     _input = ("kernel", "sketch")
     _targets = "y"
     _standardized = "kernel"
@@ -327,30 +237,18 @@ class SketchedRegressor(SketchedEstimator):
         if self.exact_hessian not in (None, True, False):
             raise ValueError(f"exact_hessian: expected None, True or False, got "
                              f"{self.exact_hessian!r}")
-        if not isinstance(self.solver, str) or self.solver not in SOLVERS:
-            raise ValueError(f"solver: expected one of {list(SOLVERS)}, got {self.solver!r}")
-        if self.solver == "admm" and self.store is None and not _local_memory_ok():
-            raise ValueError("solver: 'admm' without a store keeps its per-row variables in "
-                             "memory, which needs the local threaded or synchronous scheduler; "
-                             "give store=... (a fit store on shared storage) to run it on a "
-                             "cluster or with processes")
         self._check_own()
         spec = super()._validate(X, Y)
         d = self._n_outputs(spec)
-        loss = self._loss(d)
+        self._loss(d)
         self._matrix(d)
-        if getattr(self, "solver", "newton") == "admm" and not supports(loss):
-            raise ValueError(f"solver: 'admm' needs a loss with a proximal operator (squared, "
-                             f"huber, epsilon_insensitive, pinball); got {loss!r}: use "
-                             f"solver='newton'")
-        if getattr(self, "solver", "newton") == "pcg":
-            self._check_pcg(spec, loss)
         return spec
 
-    def _check_pcg(self, spec: FitSpec, loss: Loss) -> None:
+    def _check_pcg(self, spec: FitSpec) -> None:
         """What ``solver="pcg"`` needs: the squared loss, M the identity, landmarks."""
         from .pcg import check_pcg_sketch
 
+        loss = self._loss(self._n_outputs(spec))
         if not loss.normal_equations:
             raise ValueError(f"solver='pcg' solves the squared loss's normal equations (kernel "
                              f"ridge regression); loss={loss!r} has none: use "
@@ -363,74 +261,84 @@ class SketchedRegressor(SketchedEstimator):
                              "rotate y by M's eigenvectors and fit one model per output")
         check_pcg_sketch(spec.sketches["sketch"], solver="pcg")
 
-    def _route(self, X) -> str:
-        """``"pcg"``, or the sweeps' ``solver`` (``"auto"`` resolved later by the rank):
-        ``"auto"`` takes PCG for the squared loss with M the identity when
-        :func:`distsketch.pcg.choose_solver` does (as :class:`~distsketch.SketchedKRR`)."""
-        solver = getattr(self, "solver", "newton")
-        if solver != "auto":
-            return solver
+    # -- the solver routes (distsketch.routes, distsketch.lipschitz_routes) ----------------
+    _routes = ("newton", "admm", "pcg")
+    _pcg_centre = True  # PCG fits the intercept jointly (the features' mean removed)
+
+    def _auto_route(self, X):
+        """PCG for the squared loss with M the identity when
+        :func:`distsketch.pcg.choose_solver` picks it (as :class:`~distsketch.SketchedKRR`);
+        else the sweeps, Newton or ADMM by the features' rank (decided after the pass)."""
+        from .lipschitz_routes import NewtonOrADMM
         from .pcg import choose_solver
         from .rows import as_row_source
+        from .routes import PCG
         from .sketches import check_sketch
 
         try:  # bad arguments or data are left to fit's validation, in its order
             if not check_loss(self.loss, 1).normal_equations or not _is_identity(
                     self.output_matrix):
-                return solver
+                return NewtonOrADMM()
             sketch = check_sketch(self.sketch, argument="sketch")
             n = as_row_source(X, argument="X").n
+            tuning = self._options().tuning
         except Exception:
-            return solver
-        route = choose_solver(solver, n=n, m=getattr(sketch, "m", None), sketch=sketch,
-                              store=self.store)
-        return "pcg" if route == "pcg" else solver
+            return NewtonOrADMM()
+        route = choose_solver("auto", n=n, m=getattr(sketch, "m", None), sketch=sketch,
+                              store=self.store, tuning=tuning)
+        return PCG() if route == "pcg" else NewtonOrADMM()
 
-    def fit(self, X, y=None):
-        """Fit on inputs ``X`` and targets ``y``; returns self. The ``solver`` route: one pass
-        and the sweeps (Newton or ADMM), or PCG (:mod:`distsketch.pcg`)."""
-        if self._route(X) != "pcg":
-            return super().fit(X, y)  # (under its own BLAS limit: entering one costs ~1 ms)
-        return self._fit_pcg(X, y)
+    def _lipschitz_problem(self, spec: FitSpec, res) -> tuple[Problem, np.ndarray]:
+        """The sweeps' problem from the pass ``res`` (:class:`~distsketch.lipschitz.Problem`:
+        the whitening ``T`` of ``B``, ``M^{1/2}``, the bordered Gram ``G̃`` with the intercept's
+        row, ``b``, ``Σy``, the loss) and ``M``."""
+        d = self._n_outputs(spec)
+        loss = self._loss(d)
+        Mx = self._matrix(d)
+        nu, U = np.linalg.eigh(Mx)
+        nu = np.clip(nu, 0.0, None)
+        S = (U * np.sqrt(nu)) @ U.T
+        sums, n = res.sums, res.n
+        if res.x_sketch.is_identity:
+            K = np.asarray(sums["C"], dtype=np.float64)
+            Yv = np.asarray(sums["Y"], dtype=np.float64).reshape(n, -1)
+            G, B, s, b, y1 = K.T @ K, K, K.sum(axis=0), K.T @ Yv, Yv.sum(axis=0)
+        else:
+            G, B, s = sums["G"], sums["B"], sums["s"]
+            b, y1 = sums["b"], sums["y1"]
+        m = G.shape[0]
+        b = np.asarray(b, dtype=np.float64).reshape(m, -1)
+        y1 = np.asarray(y1, dtype=np.float64).reshape(-1)
+        if b.shape[1] != d:  # one target column for d outputs (joint quantiles)
+            b, y1 = np.repeat(b, d, axis=1), np.repeat(y1, d)
+        T = whitening(B, rtol=spec.options.eig_rtol, argument="kernel")
+        Gt = np.empty((m + 1, m + 1))
+        Gt[:m, :m], Gt[:m, m], Gt[m, :m], Gt[m, m] = G, s, s, n
+        # exact d × d Hessians while their d² Grams stay small (d ≤ 8, at most 256 MiB)
+        exact = (self.exact_hessian if self.exact_hessian is not None
+                 else d <= 8 and d * d * (m + 1) ** 2 * 8 <= 2**28)
+        prob = Problem(T=T, S=S, nu=nu, U=U, Gt=Gt, b=b, y1=y1, n=n, loss=loss,
+                       intercept=bool(self.fit_intercept), exact_curvature=bool(exact))
+        return prob, Mx
 
-    @with_blas_limit
-    def _fit_pcg(self, X, y):
-        from . import persist
-        from .pcg import fit_pcg
-
-        spec = self._validate(X, y)  # solver="pcg": _check_pcg; "auto": _route chose PCG
-        d = self._n_outputs(spec)      # only where _check_pcg would pass
-        res = fit_pcg(spec, kernel=spec.kernels["kernel"], sketch=spec.sketches["sketch"],
-                      store=self.store, reuse_seeds=self.random_state is None,
-                      tol=float(self.tol), max_iter=int(self.max_iter),
-                      fit_intercept=bool(self.fit_intercept), model=self._pass_model,
-                      centre=True)
-        with res.fs as fs:
-            r = res.result
-            lams = spec.lams
-            self.solver_ = "pcg"
-            self.kernel_ = spec.kernels["kernel"]
-            self.sketch_, self.landmarks_ = res.sketch, res.landmarks
-            self.whitening_ = None
-            self.output_sqrt_ = np.eye(d)
-            self.coefs_ = r.alphas
-            self.intercepts_ = r.intercepts
-            self.n_iters_ = np.asarray(r.n_iters, dtype=np.int64)
-            # P = (1/n) Σ ½‖r_i‖² + (λ/2) Σ_j α_jᵀ K_mm α_j, from the pass's sums
-            self.objectives_ = (0.5 * r.rss.sum(axis=1) / spec.X.n
-                                + 0.5 * np.asarray(lams) * r.penalties.sum(axis=1))
-            self.duality_gaps_ = np.full(len(lams), np.nan)
-            self.residuals_ = r.residuals
-            self.n_passes_ = int(r.n_passes)
-            self._y_1d = spec.Y.input_ndim == 1 and self._targets_1d_out()
-            self.lams_ = tuple(lams)
-            self.lam_ = lams[0]
-            self.n_features_in_ = spec.X.shape[1]
-            self.store_ = res.store
-            self._update_coef()
-            if not fs.temporary:
-                persist.save(self, fs, overwrite=True)
-        return self
+    def _adopt_path(self, spec: FitSpec, fitted) -> None:
+        """A route's λ path: ``Ξ`` in the whitened features (``basis`` T, the sweeps) or ``α``
+        on the landmarks (PCG), the intercepts, objectives and gaps of every λ."""
+        table = fitted.path
+        d = self._n_outputs(spec)
+        self.kernel_ = spec.kernels["kernel"]
+        self.sketch_, self.landmarks_ = fitted.x_sketch, fitted.x_landmarks
+        self.whitening_ = table.basis
+        self.output_sqrt_ = np.eye(d) if table.output_sqrt is None else table.output_sqrt
+        self.coefs_ = table.coefs
+        self.intercepts_ = table.intercepts
+        self.n_iters_ = table.n_iters
+        self.objectives_ = table.objectives
+        self.duality_gaps_ = table.duality_gaps
+        self.residuals_ = table.residuals
+        self._y_1d = spec.Y.input_ndim == 1 and self._targets_1d_out()
+        self.lams_ = tuple(spec.lams)
+        self.lam_ = spec.lams[0]
 
     def _check_own(self) -> None:
         """Checks of the subclass's own arguments (before the data)."""
@@ -451,102 +359,6 @@ class SketchedRegressor(SketchedEstimator):
                 and distributed_client() is None):
             sums += ("held",)
         return sums
-
-    def _solve(self, spec: FitSpec, res) -> None:
-        d = self._n_outputs(spec)
-        loss = self._loss(d)
-        Mx = self._matrix(d)
-        nu, U = np.linalg.eigh(Mx)
-        nu = np.clip(nu, 0.0, None)
-        S = (U * np.sqrt(nu)) @ U.T
-        sums, n = res.sums, res.n
-        xs = res.x_sketch
-        if xs.is_identity:
-            K = np.asarray(sums["C"], dtype=np.float64)
-            Yv = np.asarray(sums["Y"], dtype=np.float64).reshape(n, -1)
-            G, B, s, b, y1 = K.T @ K, K, K.sum(axis=0), K.T @ Yv, Yv.sum(axis=0)
-        else:
-            G, B, s = sums["G"], sums["B"], sums["s"]
-            b, y1 = sums["b"], sums["y1"]
-        m = G.shape[0]
-        b = np.asarray(b, dtype=np.float64).reshape(m, -1)
-        y1 = np.asarray(y1, dtype=np.float64).reshape(-1)
-        if b.shape[1] != d:  # one target column for d outputs (joint quantiles)
-            b, y1 = np.repeat(b, d, axis=1), np.repeat(y1, d)
-        T = whitening(B, rtol=spec.options.eig_rtol, argument="kernel")
-        Gt = np.empty((m + 1, m + 1))
-        Gt[:m, :m], Gt[:m, m], Gt[m, :m], Gt[m, m] = G, s, s, n
-        # exact d × d Hessians while their d² Grams stay small (d ≤ 8, at most 256 MiB)
-        exact = (self.exact_hessian if self.exact_hessian is not None
-                 else d <= 8 and d * d * (m + 1) ** 2 * 8 <= 2**28)
-        prob = Problem(T=T, S=S, nu=nu, U=U, Gt=Gt, b=b, y1=y1, n=n, loss=loss,
-                       intercept=bool(self.fit_intercept), exact_curvature=bool(exact))
-        fs = res.fs
-        meta = fs.meta["pass"]
-        C = None
-        crcs: tuple = ()
-        if not fs.temporary:
-            C = fs.pass_arrays()[0]
-            crcs = tuple(int(v) for v in fs.records()[:, CSUM])
-        held = sums.get("held")
-        data = SweepData(n=n, block_rows=int(meta["block_rows"]), m=m, d=d, C=C, crcs=crcs,
-                         held=held, x=None if C is not None or held is not None else FeatureMap(
-                             spec.kernels["kernel"], res.x_landmarks, xs, spec.options.gram_chunk),
-                         dtype=np.dtype(meta["block_dtype"]), location=fs.location)
-        route = choose_route(getattr(self, "solver", "newton"), prob.r)
-        if route == "admm" and ((fs.temporary and not _local_memory_ok()) or not supports(loss)):
-            route = "newton"  # "auto" on a cluster without a store (nowhere to keep Z, U), or
-            # a loss without a proximal operator
-        sweeper = Sweeper(data, spec.X, spec.Y, split_every=spec.options.split_every,
-                          progress=spec.options.progress,
-                          **({"block": admm_block, "name": "admm"} if route == "admm" else {}))
-        lams = spec.lams
-
-        def states(k: int):
-            if fs.temporary:
-                return None
-            config = {"pass": meta, "loss": loss.to_config(), "lam": lams[k],
-                      "tol": float(self.tol), "M": Mx.tolist(), "intercept": prob.intercept,
-                      "exact": prob.exact_curvature,
-                      "warm": sorted(v for v in lams if v > lams[k])}
-            if route == "admm":  # its own state (and row arrays) beside Newton's
-                config = {**config, "solver": "admm", "exact": None}
-            return SolverState(fs.group.require_group("solver").require_group(state_key(config)))
-
-        if route == "admm":
-            def rows(k: int, state):
-                if state is None:
-                    return RowState.in_memory(n, d)
-                return RowState.in_group(state.group, n, d, int(meta["block_rows"]),
-                                         fresh=False)
-
-            sols = admm_path(prob, lams, sweeper, tol=float(self.tol),
-                             max_iter=int(self.max_iter), rows=rows, states=states)
-        else:
-            held_sweeps = _held_sweeps(sweeper, data, spec)
-            try:
-                sols = solve_path(prob, lams, sweeper if held_sweeps is None else held_sweeps,
-                                  tol=float(self.tol), max_iter=int(self.max_iter),
-                                  states=states)
-            finally:
-                if held_sweeps is not None:
-                    held_sweeps.close()
-        self.solver_ = route
-        self.residuals_ = None
-        self.kernel_ = spec.kernels["kernel"]
-        self.sketch_ = xs
-        self.landmarks_ = res.x_landmarks
-        self.whitening_ = T
-        self.output_sqrt_ = S
-        self.coefs_ = np.stack([sol.Xi for sol in sols])
-        self.intercepts_ = np.stack([sol.b0 for sol in sols])
-        self.n_iters_ = np.array([sol.n_iter for sol in sols])
-        self.objectives_ = np.array([sol.objective for sol in sols])
-        self.duality_gaps_ = np.array([sol.gap for sol in sols])
-        self.n_passes_ = 1 + sweeper.count
-        self._y_1d = spec.Y.input_ndim == 1 and self._targets_1d_out()
-        self.lams_ = tuple(lams)
-        self.lam_ = lams[0]
 
     def _targets_1d_out(self) -> bool:
         """Whether 1-D targets give 1-D predictions (not for joint quantiles)."""
@@ -710,8 +522,8 @@ class SketchedQuantileRegressor(SketchedRegressor):
     def _targets_1d_out(self) -> bool:
         return False
 
-    def _solve(self, spec, res) -> None:
-        super()._solve(spec, res)
+    def _adopt_path(self, spec, fitted) -> None:
+        super()._adopt_path(spec, fitted)
         self.quantiles_ = _check_quantiles(self.quantiles)
 
     def _set_state(self, arrays, state):

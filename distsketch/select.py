@@ -322,21 +322,24 @@ def _auto_metric(model, Y, *, scored: float, settings: int) -> str:
     """SISOKR's default metric on the hold-out and refit routes: :func:`distsketch.cv.
     auto_scoring`'s rule (``f1_samples`` for binary outputs, else ``kernel_loss``, where
     decoding the ``scored`` rows against the unique training outputs at every grid point is
-    within :data:`distsketch.cv.AUTO_DECODE_BUDGET`; else ``surrogate_mse`` with its
+    within the model's ``options.tuning.auto_decode_budget``; else ``surrogate_mse`` with its
     warning)."""
     import dask
 
     from .cv import auto_scoring, is_binary
+    from .tuning import check_tuning
 
     if dask.is_dask_collection(Y):
         Y = Y.compute()
     Yd = Y.toarray() if hasattr(Y, "toarray") else np.asarray(Y, dtype=np.float64)
     Yd = Yd.reshape(len(Yd), -1)
-    sketch = model.get_params(deep=False).get("output_sketch")
+    params = model.get_params(deep=False)
+    sketch = params.get("output_sketch")
     m_y = int(getattr(sketch, "m", None) or len(Yd))
+    budget = check_tuning(getattr(params.get("options"), "tuning", None)).auto_decode_budget
     scoring, message = auto_scoring(binary=is_binary(Yd), n=int(scored),
                                     n_unique=len(np.unique(Yd, axis=0)), settings=settings,
-                                    m_y=m_y)
+                                    m_y=m_y, budget=budget)
     if message:
         warnings.warn(message.replace("scoring='auto'", "select.metric (default)").replace(
             "pass scoring=", "give select.metric = "), UserWarning, stacklevel=4)

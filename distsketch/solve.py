@@ -54,6 +54,7 @@ from scipy.linalg.lapack import dpocon, dpotri, dpstrf, dtrtri
 
 from .backends import dense
 from .blocks import distinct_rows
+from .tuning import check_tuning
 
 __all__ = [
     "whitening", "InputSolution", "solve_input", "solve_input_exact", "solve_input_side",
@@ -335,24 +336,21 @@ EIGEN_PATH_LENGTH = 8
 _NOISE_SHIFT = 1e-2
 
 # Path length from which one eigendecomposition beats a Cholesky factorisation per λ on a
-# sketched input side, by the r of H, measured on this machine (2-core AMD EPYC shared with
-# other work, one BLAS thread) by `python benchmarks/bench_bibtex.py --driver-crossover`
-# (docs/design.md, "Driver routes"): the eigen route costs a generalized symmetric
+# sketched input side, by the r of H: EngineOptions.tuning.eigen_crossover (distsketch.Tuning,
+# where its measurements are: `python benchmarks/bench_bibtex.py --driver-crossover`,
+# docs/design.md, "Driver routes"). The eigen route costs a generalized symmetric
 # eigendecomposition (scipy eigh(H, metric)) and one product Vᵀ R, then O(r·r_Y) per λ; the
 # Cholesky route one safety factorisation, then per λ a factorisation and its solve with r_Y
-# right-hand sides. k* = (t_eig − t_safety) / t_per-λ with r_Y = 200 (one right-hand side,
-# KRR, moves it up 1.2–3.5×), at load average 5: r = 250: 5.2, 500: 7.1, 1000: 7.2, 2000:
-# 19.6, 3000: 18.2 (at load 9: 11.5, 5.5, 8.9, 16.2, 22.0); the eigendecomposition's
-# memory-bound tridiagonal reduction slows relative to the Cholesky factorisation as r grows.
-# Interpolated between the sizes, the end values beyond them.
-_EIGEN_CROSSOVER = ((250, 5.2), (500, 7.1), (1000, 7.2), (2000, 19.6), (3000, 18.2))
+# right-hand sides (one right-hand side, KRR, moves the crossover up 1.2–3.5×). Interpolated
+# between the sizes, the end values beyond them.
 
 
-def eigen_pays(n_lams: int, r: int) -> bool:
+def eigen_pays(n_lams: int, r: int, *, tuning=None) -> bool:
     """Whether a sketched input side of ``r`` features solves ``n_lams`` values of λ faster
-    from one eigendecomposition than by a Cholesky factorisation per λ (measured crossover,
-    :data:`_EIGEN_CROSSOVER`)."""
-    sizes, lengths = zip(*_EIGEN_CROSSOVER)
+    from one eigendecomposition than by a Cholesky factorisation per λ (the measured crossover
+    ``tuning.eigen_crossover``; ``tuning``: the fit's ``options.tuning``, None: the
+    defaults)."""
+    sizes, lengths = zip(*check_tuning(tuning).eigen_crossover)
     return n_lams > float(np.interp(r, sizes, lengths))
 
 
@@ -699,7 +697,8 @@ def feature_sums(*, x_exact: bool) -> tuple[str, ...]:
 
 
 def solve_input_side(sums: dict, *, exact: bool, n: int, rtol: float, n_lams: int,
-                     argument: str = "input_kernel", eigen: bool = False) -> InputSolution:
+                     argument: str = "input_kernel", eigen: bool = False,
+                     tuning=None) -> InputSolution:
     """The λ-independent input solution from the pass's sums.
 
     Exact: ``H + nλI`` factored per λ unless the λ path is longer than
@@ -707,13 +706,15 @@ def solve_input_side(sums: dict, *, exact: bool, n: int, rtol: float, n_lams: in
     the whitened ``H``), factored per λ behind the safety test, unless the path is long
     enough that one eigendecomposition pays off (:func:`eigen_pays`); this module's notes
     explain both. ``eigen``: the eigen route whatever the path (callers that need the
-    eigenbasis).
+    eigenbasis). ``tuning``: the fit's ``options.tuning`` (its ``eigen_crossover``; None: the
+    defaults).
     """
     if exact:  # H = K_X = C itself
         sol = solve_input_exact(sums["C"], n=n, argument=argument)
         return sol.with_eigen() if eigen or n_lams > EIGEN_PATH_LENGTH else sol
     sol = solve_input(sums["G"], sums["B"], n=n, rtol=rtol, argument=argument)
-    return sol.with_eigen() if eigen or eigen_pays(n_lams, sol.H.shape[0]) else sol
+    pays = eigen_pays(n_lams, sol.H.shape[0], tuning=tuning)
+    return sol.with_eigen() if eigen or pays else sol
 
 
 @dataclass(frozen=True)
@@ -746,7 +747,7 @@ class SisokrSolution:
 
 def solve_sisokr(sums: dict, x_sketch, y_sketch, y_landmarks, *, n: int, rtol: float,
                  n_lams: int, linear_output: bool, eigen: bool = False,
-                 threads=None) -> SisokrSolution:
+                 threads=None, tuning=None) -> SisokrSolution:
     """Assemble a SISOKR-family model (docs/design.md, "Driver solve") from the pass's sums.
 
     ``x_sketch``, ``y_sketch``: the realised sketches (``transpose_dot`` maps sketch
@@ -755,13 +756,14 @@ def solve_sisokr(sums: dict, x_sketch, y_sketch, y_landmarks, *, n: int, rtol: f
     route whatever the λ path (:func:`solve_input_side`). ``threads``: a function of a
     factorisation's order giving the BLAS-thread context it runs in (the estimators pass
     :func:`distsketch.options.driver_threads`); the output side's whitening, of order
-    ``m_Y``, takes its own instead of the input side's.
+    ``m_Y``, takes its own instead of the input side's. ``tuning``: the fit's
+    ``options.tuning`` (:func:`solve_input_side`; None: the defaults).
     """
     if threads is None:
         def threads(size: int):
             return contextlib.nullcontext()
     sol = solve_input_side(sums, exact=x_sketch.is_identity, n=n, rtol=rtol, n_lams=n_lams,
-                           eigen=eigen)
+                           eigen=eigen, tuning=tuning)
     # input features: (T_X V)ᵀ R_X k_X(X, x) in the eigenbasis of H, T_Xᵀ R_X k_X(X, x) on
     # the Cholesky route ((R_X k_X(X, x))_keep in the generalized form), or k_X(X, x) itself
     # (exact input side, Cholesky route)
@@ -782,12 +784,13 @@ def solve_sisokr(sums: dict, x_sketch, y_sketch, y_landmarks, *, n: int, rtol: f
     return SisokrSolution(sol, input_projection, T_Y, output_projection, operator, output_map)
 
 
-def solve_krr(sums: dict, x_sketch, *, n: int, rtol: float, n_lams: int
+def solve_krr(sums: dict, x_sketch, *, n: int, rtol: float, n_lams: int, tuning=None
               ) -> tuple[InputSolution, np.ndarray]:
     """Sketched KRR's input solution and right-hand side: ``b = R_X K_X Y`` (sketched) or
-    ``Y`` itself (exact), for :func:`krr_coef`."""
+    ``Y`` itself (exact), for :func:`krr_coef`; ``tuning``: the fit's ``options.tuning``
+    (:func:`solve_input_side`; None: the defaults)."""
     sol = solve_input_side(sums, exact=x_sketch.is_identity, n=n, rtol=rtol, n_lams=n_lams,
-                           argument="kernel")
+                           argument="kernel", tuning=tuning)
     return sol, (sums["Y"] if "Y" in sums else sums["b"])
 
 

@@ -103,7 +103,8 @@ class SketchedFeatures(SketchedEstimator):
         self.sketch_ = res.x_sketch
         self.landmarks_ = res.x_landmarks
         self.whitening_ = T
-        self.feature_map_ = FeatureMap(self.kernel_, res.x_landmarks, P, spec.options.gram_chunk)
+        self.feature_map_ = FeatureMap(self.kernel_, res.x_landmarks, P, spec.options.gram_chunk,
+                                       spec.options.tuning)
         self.n_components_ = int(T.shape[1])
 
     @checks_feature_names
@@ -181,8 +182,9 @@ class SketchedFeatures(SketchedEstimator):
         super()._set_state(arrays, state)
         self.kernel_, self.sketch_, self.landmarks_ = self._get_side("input", arrays, state)
         self.whitening_ = arrays["whitening"]
+        options = self._options()
         self.feature_map_ = FeatureMap(self.kernel_, self.landmarks_, arrays["projection"],
-                                       self._options().gram_chunk)
+                                       options.gram_chunk, options.tuning)
         self.n_components_ = int(self.whitening_.shape[1])
 
     def __sklearn_tags__(self):

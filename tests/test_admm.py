@@ -19,7 +19,7 @@ import pytest
 from scipy.optimize import minimize, minimize_scalar
 
 import distsketch as ds
-from distsketch.admm import AUTO_RANK, choose_route, project_dual
+from distsketch.admm import choose_route, project_dual
 from distsketch.losses import EpsilonInsensitive, Huber, Pinball, Squared
 from lipschitzref import data, reference
 
@@ -178,7 +178,7 @@ _KILL_SCRIPT = textwrap.dedent("""
     import os, signal
     import numpy as np
     import dask
-    import distsketch as ds, distsketch.regressors as rg
+    import distsketch as ds, distsketch.lipschitz_routes as rg
     from distsketch.losses import Pinball
     X = np.load({x!r}); y = np.load({y!r})
     block = rg.admm_block
@@ -255,8 +255,9 @@ def test_auto_keeps_newton_below_the_threshold():
                                sketch=ds.SubSampling(20), solver="auto", random_state=0,
                                options=F64).fit(X, y)
     assert est.solver_ == "newton"
-    assert choose_route("auto", AUTO_RANK - 1) == "newton"
-    assert choose_route("auto", AUTO_RANK) == "admm"
+    auto_rank = ds.Tuning().auto_rank
+    assert choose_route("auto", auto_rank - 1) == "newton"
+    assert choose_route("auto", auto_rank) == "admm"
     assert choose_route("newton", 10**6) == "newton"
     assert ds.SketchedRegressor().get_params()["solver"] == "newton"
 

@@ -58,7 +58,7 @@ def _interrupt(monkeypatch, X, y, store, *, block: int, written: bool, hook=None
     """Fit into ``store`` and stop at block ``block`` (1-based) of iteration
     ``STOP_ITER + 1``, after that block wrote its rows (``written``) or before; ``hook(count)``
     runs before each block."""
-    import distsketch.regressors as rg
+    import distsketch.lipschitz_routes as rg
 
     original = rg.admm_block
     stop_at = STOP_ITER * N_BLOCKS + block
@@ -242,7 +242,7 @@ def test_damage_during_the_fit_is_caught_by_the_sweep(whole, tmp_path, monkeypat
         if count == STOP_ITER * N_BLOCKS + 1:  # iteration 26 about to read generation 0 or 1
             _flip_bit(store, f"z_{read_gen}", 3)
 
-    import distsketch.regressors as rg
+    import distsketch.lipschitz_routes as rg
 
     original = rg.admm_block
     count = [0]

@@ -1,5 +1,7 @@
 """Cross-validation from one pass (issue 15): SketchedKRRCV against brute force."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -270,17 +272,13 @@ def test_sisokr_cv_results_equal_brute_force(ranks, route, monkeypatch):
     r_X: the fold matrix is its own band), a band reduction of bandwidth 3 (12 panels at
     r_X = 40), the eigendecomposition fallback (as if every banded factor were indefinite)
     and the Woodbury route (n_k = 40 = r_X)."""
-    import distsketch.cv
     from distsketch.solve import BandReduction
 
-    if route in ("band 3", "eigen"):
-        monkeypatch.setattr(distsketch.cv, "FOLD_ROUTE", "band")
-    if route == "band 3":
-        monkeypatch.setattr(distsketch.cv, "FOLD_BAND", 3)
-    elif route == "eigen":
+    tuning = {"default": ds.Tuning(), "band 3": ds.Tuning(fold_route="band", fold_band=3),
+              "eigen": ds.Tuning(fold_route="band"),
+              "woodbury": ds.Tuning(fold_route="woodbury")}[route]
+    if route == "eigen":
         monkeypatch.setattr(BandReduction, "solve", lambda self, X, shift: None)
-    elif route == "woodbury":
-        monkeypatch.setattr(distsketch.cv, "FOLD_ROUTE", "woodbury")
     rng = np.random.default_rng(5)
     X = rng.normal(size=(160, 4))
     Y = (X[:, :3] @ rng.normal(size=(3, 6)) + 0.3 * rng.normal(size=(160, 6)) > 0.5)
@@ -288,7 +286,8 @@ def test_sisokr_cv_results_equal_brute_force(ranks, route, monkeypatch):
     lams = [1e-4, 1e-2, 1.0]
     model = ds.SISOKRCV(ds.Gaussian(gamma=0.3), ds.Gaussian(gamma=0.5),
                         input_sketch=ds.SubSampling(40), output_sketch=ds.SubSampling(30),
-                        lams=lams, ranks=ranks, cv=4, random_state=0, options=F64,
+                        lams=lams, ranks=ranks, cv=4, random_state=0,
+                        options=dataclasses.replace(F64, tuning=tuning),
                         scoring="surrogate").fit(X, Y)
     want = sisokr_brute_force(model, X, Y, lams, ranks, "4", 0.3, 0.5)
     got = np.stack([model.cv_results_[f"split{k}_test_score"] for k in range(4)])
@@ -368,15 +367,13 @@ def test_sisokr_cv_bad_input_and_saved(tmp_path):
 @pytest.mark.parametrize("route", ["band", "woodbury"])
 @pytest.mark.parametrize("scoring", ["f1_samples", "kernel_loss", "topk_accuracy"])
 @pytest.mark.parametrize("ranks", [None, [2, 5, 100]])
-def test_sisokr_cv_decoded_scores_equal_brute_force(scoring, ranks, route, monkeypatch):
+def test_sisokr_cv_decoded_scores_equal_brute_force(scoring, ranks, route):
     """Decoded scoring: each fold's rows decoded over the unique training outputs by SISOKR
     refitted densely without the fold (fixed feature maps), F1 or minus the kernel loss
     (the fold models from band reductions of bandwidth 5, or by the Woodbury route)."""
-    import distsketch.cv
     from distsketch.metrics import f1_samples, kernel_loss
 
-    monkeypatch.setattr(distsketch.cv, "FOLD_BAND", 5)
-    monkeypatch.setattr(distsketch.cv, "FOLD_ROUTE", route)
+    options = dataclasses.replace(F64, tuning=ds.Tuning(fold_band=5, fold_route=route))
 
     rng = np.random.default_rng(7)
     n = 160
@@ -388,7 +385,7 @@ def test_sisokr_cv_decoded_scores_equal_brute_force(scoring, ranks, route, monke
     model = ds.SISOKRCV(ds.Gaussian(gamma=gx), ds.Gaussian(gamma=gy),
                         input_sketch=ds.SubSampling(40), output_sketch=ds.SubSampling(30),
                         lams=lams, ranks=ranks, cv=4, scoring=scoring, top_k=3, random_state=0,
-                        options=F64).fit(X, Y)
+                        options=options).fit(X, Y)
 
     Kx, Ky = gauss(X, gx), gauss(Y, gy)
     Rx, Ry = (np.asarray(r.toarray() if hasattr(r, "toarray") else r)
@@ -447,23 +444,19 @@ def test_band_reduction(r, band):
 
 @pytest.mark.filterwarnings("ignore::distsketch.cv.GridEdgeWarning")  # not about the choice
 @pytest.mark.parametrize("route", ["band", "woodbury"])
-def test_sisokr_cv_scores_do_not_depend_on_the_fold_threads(route, monkeypatch):
+def test_sisokr_cv_scores_do_not_depend_on_the_fold_threads(route):
     """Each fold is computed the same way on any thread: bitwise equal scores."""
-    import distsketch.cv
-
-    monkeypatch.setattr(distsketch.cv, "FOLD_ROUTE", route)
-
     rng = np.random.default_rng(11)
     X = rng.normal(size=(120, 3))
     Y = (X @ rng.normal(size=(3, 5)) > 0.3).astype(np.float64)
     got = []
     for threads in (1, 3):
-        monkeypatch.setattr(distsketch.cv, "FOLD_THREADS", threads)
-        monkeypatch.setattr(distsketch.cv, "FOLD_BAND", 4)
+        options = dataclasses.replace(F64, tuning=ds.Tuning(fold_route=route,
+                                                            fold_threads=threads, fold_band=4))
         model = ds.SISOKRCV(ds.Gaussian(gamma=0.3), ds.Gaussian(gamma=0.5),
                             input_sketch=ds.SubSampling(30), output_sketch=ds.SubSampling(20),
                             lams=[1e-3, 1e-1], ranks=[2, 6], cv=3, random_state=0,
-                            options=F64, scoring="surrogate").fit(X, Y)
+                            options=options, scoring="surrogate").fit(X, Y)
         got.append(np.stack([model.cv_results_[f"split{k}_test_score"] for k in range(3)]))
     assert np.array_equal(got[0], got[1])
 
@@ -503,15 +496,11 @@ def _exact_fold_errors(X, Y, lams, ranks, folds, gx, gy):
 @pytest.mark.filterwarnings("ignore::distsketch.cv.GridEdgeWarning")  # not about the choice
 @pytest.mark.parametrize("sides", ["exact/exact", "exact/sketched", "sketched/exact"])
 @pytest.mark.parametrize("route", ["woodbury", "band"])
-def test_sisokr_cv_exact_sides_equal_exact_per_fold_models(sides, route, tmp_path,
-                                                           monkeypatch):
+def test_sisokr_cv_exact_sides_equal_exact_per_fold_models(sides, route, tmp_path):
     """An exact side (None) is cross-validated as SubSampling(n): its fold scores are those of
     the exact models trained on each fold's rows alone (representer theorem), for every λ and
     rank, by either fold route (n_k = 16 of 48 features); the refit equals SISOKR with the
     exact side at the best (λ, p)."""
-    import distsketch.cv
-
-    monkeypatch.setattr(distsketch.cv, "FOLD_ROUTE", route)
     rng = np.random.default_rng(11)
     X = rng.normal(size=(48, 3))
     Y = X[:, :2] @ rng.normal(size=(2, 4)) + 0.3 * rng.normal(size=(48, 4))
@@ -519,7 +508,8 @@ def test_sisokr_cv_exact_sides_equal_exact_per_fold_models(sides, route, tmp_pat
     lams, ranks = [1e-3, 1e-1], [1, 3, 100]
     model = ds.SISOKRCV(ds.Gaussian(gamma=1.0), ds.Gaussian(gamma=0.5), input_sketch=ins,
                         output_sketch=outs, lams=lams, ranks=ranks, cv=3, random_state=0,
-                        options=F64, scoring="surrogate").fit(X, Y)
+                        options=dataclasses.replace(F64, tuning=ds.Tuning(fold_route=route)),
+                        scoring="surrogate").fit(X, Y)
     got = np.stack([model.cv_results_[f"split{k}_test_score"] for k in range(3)])
     want = _exact_fold_errors(X, Y, lams, ranks, "3", 1.0, 0.5)
     assert norm_rel_err(got, want) <= 1e-8
@@ -532,18 +522,16 @@ def test_sisokr_cv_exact_sides_equal_exact_per_fold_models(sides, route, tmp_pat
                         ref.score_candidates(X[:5], Y[:7])) <= 1e-8
 
 
-def test_sisokr_cv_refuses_fold_sums_beyond_the_driver_budget(tmp_path, monkeypatch):
-    import distsketch.cv
-
+def test_sisokr_cv_refuses_fold_sums_beyond_the_driver_budget(tmp_path):
     X, Y = _data(n=200, t=3)
-    monkeypatch.setattr(distsketch.cv, "MAX_FOLD_BYTES", 8 * 5 * 200 * 400 - 1)
+    below = ds.EngineOptions(tuning=ds.Tuning(max_fold_bytes=8 * 5 * 200 * 400 - 1))
     with pytest.raises(ValueError, match=r"^input_sketch: the per-fold sums .*"
-                                         r"MAX_FOLD_BYTES"):
-        ds.SISOKRCV(cv=5, store=tmp_path / "a", scoring="surrogate").fit(X, Y)
+                                         r"max_fold_bytes"):
+        ds.SISOKRCV(cv=5, store=tmp_path / "a", scoring="surrogate", options=below).fit(X, Y)
     with pytest.raises(ValueError, match=r"^output_sketch: the per-fold sums"):
         ds.SISOKRCV(input_sketch=ds.SubSampling(200), cv=5, store=tmp_path / "a",
-                    scoring="surrogate").fit(X, Y)
+                    scoring="surrogate", options=below).fit(X, Y)
     assert not (tmp_path / "a").exists()
-    monkeypatch.setattr(distsketch.cv, "MAX_FOLD_BYTES", 8 * 5 * 200 * 400)
+    at = ds.EngineOptions(tuning=ds.Tuning(max_fold_bytes=8 * 5 * 200 * 400))
     # exactly at the budget: fits
-    ds.SISOKRCV(lams=[1e-2], cv=5, random_state=0, scoring="surrogate").fit(X, Y)
+    ds.SISOKRCV(lams=[1e-2], cv=5, random_state=0, scoring="surrogate", options=at).fit(X, Y)

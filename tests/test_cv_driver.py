@@ -2,6 +2,8 @@
 without a product, the fold factor's triangular product, and the fold tasks scheduled without
 a barrier — each against a dense formula or brute force."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -69,20 +71,20 @@ def test_fold_factor_triangular_product_equals_dense(rows):
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_woodbury_tasks_without_barrier_equal_brute_force(threads, monkeypatch):
+def test_woodbury_tasks_without_barrier_equal_brute_force(threads):
     """The Woodbury route's (fold, λ) tasks each wait for their fold's factor (no barrier
     after the factors): on 1, 2 or 3 threads the scores are bitwise those of one thread and
     within 1e-8 of the dense per-fold refits; the same best (λ, p)."""
-    monkeypatch.setattr(distsketch.cv, "FOLD_ROUTE", "woodbury")
     X, Y = _data()
     lams, ranks = [1e-4, 1e-2, 1.0], [1, 3, 8, 100]
 
     def fit(t):
-        monkeypatch.setattr(distsketch.cv, "FOLD_THREADS", t)
+        options = dataclasses.replace(F64, tuning=ds.Tuning(fold_route="woodbury",
+                                                            fold_threads=t))
         return ds.SISOKRCV(ds.Gaussian(gamma=GX), ds.Gaussian(gamma=GY),
                            input_sketch=ds.SubSampling(40), output_sketch=ds.SubSampling(30),
                            lams=lams, ranks=ranks, cv=5, random_state=0,
-                           options=F64, scoring="surrogate").fit(X, Y)
+                           options=options, scoring="surrogate").fit(X, Y)
 
     model, one = fit(threads), fit(1)
     assert np.array_equal(_scores(model, 5), _scores(one, 5))
@@ -94,8 +96,7 @@ def test_woodbury_tasks_without_barrier_equal_brute_force(threads, monkeypatch):
 def test_woodbury_factor_failure_propagates(monkeypatch):
     """A fold factor that raises stops the fit with its error (a task waiting on it re-raises
     it instead of hanging)."""
-    monkeypatch.setattr(distsketch.cv, "FOLD_ROUTE", "woodbury")
-    monkeypatch.setattr(distsketch.cv, "FOLD_THREADS", 2)
+    options = dataclasses.replace(F64, tuning=ds.Tuning(fold_route="woodbury", fold_threads=2))
 
     def broken(*args, **kw):
         raise RuntimeError("factor failed")
@@ -105,4 +106,5 @@ def test_woodbury_factor_failure_propagates(monkeypatch):
     with pytest.raises(RuntimeError, match="factor failed"):
         ds.SISOKRCV(ds.Gaussian(gamma=GX), ds.Gaussian(gamma=GY),
                     input_sketch=ds.SubSampling(40), output_sketch=ds.SubSampling(30),
-                    lams=[1e-3], cv=4, random_state=0, options=F64, scoring="surrogate").fit(X, Y)
+                    lams=[1e-3], cv=4, random_state=0, options=options,
+                    scoring="surrogate").fit(X, Y)

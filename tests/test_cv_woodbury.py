@@ -1,6 +1,8 @@
 """SISOKRCV's folds by the Woodbury route (issue 15): the fold Gram ``G_k = L Lᵀ`` (rank ≤ n_k),
 ``(Λ + c − U Uᵀ)^{-1}`` by the Woodbury identity, against brute force and the band route."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,7 @@ from cvhelpers import sisokr_brute_force
 from naive import norm_rel_err
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=64)
+WOODBURY = dataclasses.replace(F64, tuning=ds.Tuning(fold_route="woodbury"))
 GX, GY = 0.3, 0.5
 
 
@@ -23,10 +26,10 @@ def _data(n=160, seed=5, duplicates=False):
     return X, Y.astype(np.float64)
 
 
-def _fit(X, Y, lams, ranks, m_in=40, cv=4):
+def _fit(X, Y, lams, ranks, m_in=40, cv=4, options=F64):
     return ds.SISOKRCV(ds.Gaussian(gamma=GX), ds.Gaussian(gamma=GY),
                        input_sketch=ds.SubSampling(m_in), output_sketch=ds.SubSampling(30),
-                       lams=lams, ranks=ranks, cv=cv, random_state=0, options=F64,
+                       lams=lams, ranks=ranks, cv=cv, random_state=0, options=options,
                        scoring="surrogate").fit(X, Y)
 
 
@@ -40,7 +43,6 @@ def test_woodbury_route_equals_brute_force(case, ranks, monkeypatch):
     """Every fold by the Woodbury route: a fold whose rows have rank below n_k (25 equal
     rows: G_k of rank ≤ 16), folds of n_k = 40 rows against r_X ≤ 15 features (U wider than
     tall), and the plain case; 1e-8 relative to the dense per-fold refits."""
-    monkeypatch.setattr(distsketch.cv, "FOLD_ROUTE", "woodbury")
     calls = []
     real = distsketch.cv._woodbury_lam
 
@@ -52,7 +54,7 @@ def test_woodbury_route_equals_brute_force(case, ranks, monkeypatch):
     monkeypatch.setattr(distsketch.cv, "_woodbury_lam", counted)
     X, Y = _data(duplicates=case == "duplicates")
     lams = [1e-4, 1e-2, 1.0]
-    model = _fit(X, Y, lams, ranks, m_in=15 if case == "n_k > r_X" else 40)
+    model = _fit(X, Y, lams, ranks, m_in=15 if case == "n_k > r_X" else 40, options=WOODBURY)
     assert calls == [True] * 12  # 4 folds × 3 λ: no fold fell back to the band route
     want = sisokr_brute_force(model, X, Y, lams, ranks, "4", GX, GY)
     assert norm_rel_err(_scores(model, 4), want) <= 1e-8
@@ -116,7 +118,7 @@ def test_mixed_routes_and_fallbacks(monkeypatch):
         assert norm_rel_err(got, want) <= 1e-8, name
 
 
-def test_woodbury_and_band_routes_agree_on_the_same_sums(monkeypatch):
+def test_woodbury_and_band_routes_agree_on_the_same_sums():
     """The two routes on the same fold sums (:func:`sisokr_fold_scores` called directly),
     with the decoding models: scores to 1e-10, models ``P Z`` to 1e-8 relative
     (cond(Ĥ_{−k} + c) ≤ 1e4 here)."""
@@ -135,10 +137,9 @@ def test_woodbury_and_band_routes_agree_on_the_same_sums(monkeypatch):
     cnt = np.full(K, float(n_k))
     out = {}
     for route in ("band", "woodbury"):
-        monkeypatch.setattr(distsketch.cv, "FOLD_ROUTE", route)
         out[route] = distsketch.cv.sisokr_fold_scores(
             P, evals, operator, T_Y, Gf, Mf, kyy, cnt, n=K * n_k, lams=[1e-2, 1.0],
-            ranks=(2, 4, 7), keep_models=True, band=4)
+            ranks=(2, 4, 7), keep_models=True, band=4, tuning=ds.Tuning(fold_route=route))
     assert norm_rel_err(out["woodbury"][0], out["band"][0]) <= 1e-10
     for fb, fw in zip(out["band"][1], out["woodbury"][1]):
         for (Zb, Qb), (Zw, Qw) in zip(fb, fw):
@@ -154,9 +155,5 @@ def test_route_rule():
     assert rule(976, m=2250, r=2247, r_y=200, n_lams=10) == "woodbury"
     assert rule(3000, m=2250, r=2247, r_y=200, n_lams=10) == "band"
     assert rule(40, m=40, r=40, r_y=30, n_lams=3) == "band"
-    distsketch.cv.FOLD_ROUTE = "eigen"
-    try:
-        with pytest.raises(ValueError, match="FOLD_ROUTE"):
-            rule(976, m=2250, r=2247, r_y=200, n_lams=10)
-    finally:
-        distsketch.cv.FOLD_ROUTE = None
+    with pytest.raises(ValueError, match="options.tuning.fold_route"):
+        rule(976, m=2250, r=2247, r_y=200, n_lams=10, tuning=ds.Tuning(fold_route="eigen"))

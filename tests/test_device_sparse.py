@@ -2,8 +2,9 @@
 
 scipy.sparse rows cross to the device as CSR (the smaller form to copy); a built-in kernel then
 densifies a device CSR operand on the device when its density exceeds the device's threshold,
-``distsketch.cuda.DEVICE_SPARSE_MAX_DENSITY`` (``Backend.sparse_max_density``), at the place
-the host's rule (``kernels._SPARSE_MAX_DENSITY``) applies: ``kernels._cheaper_form``. Run
+``distsketch.cuda.DEVICE_SPARSE_MAX_DENSITY`` (``Backend.sparse_max_density``; a fit's
+``Tuning.device_sparse_max_density`` overrides it), at the place the host's rule
+(``Tuning.sparse_max_density``) applies: ``kernels._cheaper_form``. Run
 through the emulated device (:class:`~distsketch.cuda.HostModules`), whose CSR matrices, like
 cupyx's, are not scipy.sparse matrices, so the kernels take their device routes. The value and
 fit tests also run on real CuPy (marked ``gpu``; skipped with the reason where CuPy or a CUDA
@@ -170,14 +171,14 @@ def test_device_csr_is_not_a_scipy_sparse_matrix(be):
 
 @pytest.mark.parametrize("kernel", KERNELS, ids=repr)
 @pytest.mark.parametrize("keep", [True, False], ids=["kept-sparse", "densified"])
-def test_each_branch_of_the_device_rule(be, routes, monkeypatch, kernel, keep):
+def test_each_branch_of_the_device_rule(be, routes, kernel, keep):
     """Every operand reaches the rule as a device CSR (the sparse arrays were copied); it stays
     one below the device threshold and becomes a device array above it, densified on the
     device; the host threshold, set to the opposite answer, plays no part."""
-    monkeypatch.setattr(dcuda, "DEVICE_SPARSE_MAX_DENSITY", 1.0 if keep else 0.0)
-    monkeypatch.setattr(dk, "_SPARSE_MAX_DENSITY", 0.0 if keep else 1.0)
     A, B = _rows(19, 30, 0.1, 1), _rows(8, 30, 0.1, 2)
-    out = kernel.fill(A, B, be.xp.empty((19, 8)))
+    with dk.tuned(ds.Tuning(device_sparse_max_density=1.0 if keep else 0.0,
+                            sparse_max_density=0.0 if keep else 1.0)):
+        out = kernel.fill(A, B, be.xp.empty((19, 8)))
     assert isinstance(out, EmulatedDeviceArray)
     assert len(routes) >= 2
     for given, used in routes:
@@ -186,21 +187,24 @@ def test_each_branch_of_the_device_rule(be, routes, monkeypatch, kernel, keep):
     assert be.modules.counts["staged"] == 0  # no dense host copy of the rows crossed
 
 
-def test_the_rule_is_density_at_most_the_threshold(be, routes, monkeypatch):
+def test_the_rule_is_density_at_most_the_threshold(be, routes):
     """The boundary: ``nnz ≤ threshold · n · d`` stays sparse, one entry more is densified."""
-    monkeypatch.setattr(dcuda, "DEVICE_SPARSE_MAX_DENSITY", 0.05)
     n, d = 10, 10
     for nnz, sparse in ((0, True), (5, True), (6, False)):
         A = sp.csr_matrix((np.ones(nnz), (np.arange(nnz), np.arange(nnz))), shape=(n, d))
         routes.clear()
-        ds.Linear().fill(A, A, be.xp.empty((n, n)))
+        with dk.tuned(ds.Tuning(device_sparse_max_density=0.05)):
+            ds.Linear().fill(A, A, be.xp.empty((n, n)))
         assert [isinstance(used, EmulatedCSR) for _, used in routes] == [sparse]
 
 
 def test_the_default_device_threshold_applies(be, routes):
-    """With the module's constants as shipped, a block between the device and host thresholds
-    is densified on the device and kept sparse on the host."""
-    lo, hi = sorted((dcuda.DEVICE_SPARSE_MAX_DENSITY, dk._SPARSE_MAX_DENSITY))
+    """With the defaults as shipped (the device backend's threshold, the default Tuning's host
+    threshold), a block between the device and host thresholds is densified on the device and
+    kept sparse on the host."""
+    host = ds.Tuning().sparse_max_density
+    assert ds.Tuning().device_sparse_max_density is None  # the backend's own threshold
+    lo, hi = sorted((dcuda.DEVICE_SPARSE_MAX_DENSITY, host))
     A = _rows(200, 50, (lo + hi) / 2, 3)
     assert lo * 200 * 50 < A.nnz <= hi * 200 * 50
     ds.Gaussian(0.1).fill(A, A, be.xp.empty((200, 200)))
@@ -209,7 +213,7 @@ def test_the_default_device_threshold_applies(be, routes):
     ds.Gaussian(0.1).fill(A, A, np.empty((200, 200)))
     host_kept = sp.issparse(routes[-1][1])
     assert device_kept == (A.nnz <= dcuda.DEVICE_SPARSE_MAX_DENSITY * 200 * 50)
-    assert host_kept == (A.nnz <= dk._SPARSE_MAX_DENSITY * 200 * 50)
+    assert host_kept == (A.nnz <= host * 200 * 50)
     assert device_kept != host_kept
 
 
@@ -218,14 +222,13 @@ def test_the_default_device_threshold_applies(be, routes):
 
 @pytest.mark.parametrize("kernel", BOUNDED, ids=repr)
 @pytest.mark.parametrize("keep", [True, False], ids=["kept-sparse", "densified"])
-def test_device_sparse_blocks_equal_the_cpu(device, monkeypatch, kernel, keep):
+def test_device_sparse_blocks_equal_the_cpu(device, kernel, keep):
     """Kernel blocks (``__call__``, ``fill`` with column scales, ``A is B``) from device CSR
     rows, kept sparse or densified on the device, against the CPU's blocks from the same host
     CSR rows: within :func:`route_bound` on the emulated device (the same numpy arithmetic in
     another summation order); on a GPU within the issue's float64 block tolerance, 1e-10
     relative (CUDA's ``exp`` and BLAS round differently from the host's)."""
     be, emulated = device
-    monkeypatch.setattr(dcuda, "DEVICE_SPARSE_MAX_DENSITY", 1.0 if keep else 0.0)
     # an empty row in each (Tanimoto's both-zero convention: T = 1)
     A, B = _emptied(_rows(23, 40, 0.15, 4), 5), _emptied(_rows(17, 40, 0.15, 5), 6)
     scale = np.random.default_rng(6).uniform(0.5, 2.0, 17)
@@ -238,20 +241,22 @@ def test_device_sparse_blocks_equal_the_cpu(device, monkeypatch, kernel, keep):
 
     want = kernel(A, B)
     bound = route_bound(kernel, A, B)
-    check(be.to_numpy(kernel(be.asarray(A), be.asarray(B))), want, bound)
-    got = be.to_numpy(kernel.fill(A, B, be.xp.empty((23, 17)), be.asarray(scale)))
-    check(got, want * scale, bound * scale * (1 + 4 * U) + 2 * U * np.abs(got))
-    same = be.to_numpy(kernel.fill(A, A, be.xp.empty((23, 23))))
+    with dk.tuned(ds.Tuning(device_sparse_max_density=1.0 if keep else 0.0)):
+        check(be.to_numpy(kernel(be.asarray(A), be.asarray(B))), want, bound)
+        got = be.to_numpy(kernel.fill(A, B, be.xp.empty((23, 17)), be.asarray(scale)))
+        check(got, want * scale, bound * scale * (1 + 4 * U) + 2 * U * np.abs(got))
+        same = be.to_numpy(kernel.fill(A, A, be.xp.empty((23, 23))))
     check(same, kernel(A, A), route_bound(kernel, A, A))
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("keep", [True, False], ids=["kept-sparse", "densified"])
-def test_sparse_fit_on_the_device_equals_the_cpu(device, monkeypatch, keep, dtype):
+def test_sparse_fit_on_the_device_equals_the_cpu(device, keep, dtype):
     """A SketchedKRR fit from CSR rows through the device (landmarks and row blocks copied as
-    CSR, then kept sparse or densified there) against the CPU fit on the same rows."""
+    CSR, then kept sparse or densified there: ``Tuning.device_sparse_max_density``) against
+    the CPU fit on the same rows."""
     be, emulated = device
-    monkeypatch.setattr(dcuda, "DEVICE_SPARSE_MAX_DENSITY", 1.0 if keep else 0.0)
+    tuning = ds.Tuning(device_sparse_max_density=1.0 if keep else 0.0)
     X = _rows(120, 30, 0.1, 7)
     y = np.sin(np.asarray(X.sum(axis=1)).ravel())
 
@@ -259,7 +264,7 @@ def test_sparse_fit_on_the_device_equals_the_cpu(device, monkeypatch, keep, dtyp
         return ds.SketchedKRR(ds.Gaussian(0.2), sketch=ds.SubSampling(30), lam=1e-3,
                               random_state=0, options=ds.EngineOptions(
                                   block_rows=25, gram_chunk=11, block_dtype=dtype,
-                                  backend=backend)).fit(X, y)
+                                  backend=backend, tuning=tuning)).fit(X, y)
 
     ref = fit("numpy")
     if emulated:

@@ -11,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 from numpy.testing import assert_allclose
 
-from distsketch import kernels
+from distsketch import Tuning, kernels
 from distsketch.testing import FLOAT32_EXP_ULPS, KernelContract
 from distsketch.kernels import (
     KERNELS,
@@ -237,17 +237,17 @@ PRODUCT_KERNELS = [k for k in REGISTERED if not isinstance(k, Laplacian)]
 
 
 @pytest.mark.parametrize("kernel", PRODUCT_KERNELS, ids=repr)
-def test_sparse_operands_are_never_densified(kernel, A, B, monkeypatch):
+def test_sparse_operands_are_never_densified(kernel, A, B):
     """With the cost rule's knobs at "always sparse" (these dense fixtures are above any
     density threshold), no product kernel densifies a sparse operand."""
-    monkeypatch.setattr(kernels, "_SPARSE_MAX_DENSITY", 1.0)
-    monkeypatch.setattr(kernels, "_SPARSE_PANEL_BYTES", 0)
-    expected = kernel(A, B)
-    assert_allclose(kernel(_no_densify(A), _no_densify(B)), expected, rtol=1e-13, atol=1e-15)
-    assert_allclose(kernel(A, _no_densify(B)), expected, rtol=1e-13, atol=1e-15)
-    assert_allclose(kernel.diag(_no_densify(A)), kernel.diag(A), rtol=1e-13)
-    with pytest.raises(AssertionError, match="densified"):  # the guard works: Laplacian trips it
-        Laplacian()(_no_densify(A), B)
+    with kernels.tuned(Tuning(sparse_max_density=1.0, sparse_panel_bytes=0)):
+        expected = kernel(A, B)
+        assert_allclose(kernel(_no_densify(A), _no_densify(B)), expected, rtol=1e-13,
+                        atol=1e-15)
+        assert_allclose(kernel(A, _no_densify(B)), expected, rtol=1e-13, atol=1e-15)
+        assert_allclose(kernel.diag(_no_densify(A)), kernel.diag(A), rtol=1e-13)
+        with pytest.raises(AssertionError, match="densified"):  # the guard works: Laplacian
+            Laplacian()(_no_densify(A), B)
 
 
 @pytest.mark.parametrize("inner", [Gaussian(gamma=0.3), Matern(nu=2.5, length_scale=2.0)], ids=repr)
@@ -256,8 +256,6 @@ def test_standardized_translation_invariant_never_densifies(inner, A, B, monkeyp
     densifying and centring them (the mean cancels): neither the guarded operands nor the
     scaled rows derived from them reach ``dense``; a non-translation-invariant kernel
     (Linear) still centres, so it densifies (the guard trips)."""
-    monkeypatch.setattr(kernels, "_SPARSE_MAX_DENSITY", 1.0)
-    monkeypatch.setattr(kernels, "_SPARSE_PANEL_BYTES", 0)
     mean, scale = A.mean(axis=0), A.std(axis=0) + 0.5
     st = kernels.Standardized(inner, mean, scale)
     expected = inner((A - mean) / scale, (B - mean) / scale)
@@ -269,12 +267,13 @@ def test_standardized_translation_invariant_never_densifies(inner, A, B, monkeyp
         return real_dense(a)  # the CSR × CSR product's result may be densified
 
     monkeypatch.setattr(kernels, "dense", dense_of_dense_only)
-    assert_allclose(st(_no_densify(A), _no_densify(B)), expected, rtol=1e-12, atol=1e-15)
-    out = np.empty(expected.shape, dtype=np.float32)
-    st.fill(_no_densify(A), _no_densify(B), out)
-    assert_allclose(out, expected, rtol=1e-6)
-    with pytest.raises(AssertionError, match="densified"):
-        kernels.Standardized(Linear(), mean, scale)(_no_densify(A), B)
+    with kernels.tuned(Tuning(sparse_max_density=1.0, sparse_panel_bytes=0)):
+        assert_allclose(st(_no_densify(A), _no_densify(B)), expected, rtol=1e-12, atol=1e-15)
+        out = np.empty(expected.shape, dtype=np.float32)
+        st.fill(_no_densify(A), _no_densify(B), out)
+        assert_allclose(out, expected, rtol=1e-6)
+        with pytest.raises(AssertionError, match="densified"):
+            kernels.Standardized(Linear(), mean, scale)(_no_densify(A), B)
 
 
 def test_every_exponential_goes_through_the_hook(monkeypatch, A, B):

@@ -574,16 +574,16 @@ def test_held_blocks_give_the_stored_and_the_recomputed_model(tmp_path, monkeypa
     """Without a store, the sweeps read the blocks the pass kept in memory (within
     ``sweep_memory``, as float64 copies of the block-dtype values): the model is bitwise the
     one that recomputes every block, and the one that reads them back from a store."""
-    import distsketch.regressors as regressors
+    import distsketch.lipschitz_routes as lipschitz_routes
 
     used = []
 
-    class Recording(regressors.Sweeper):
+    class Recording(lipschitz_routes.Sweeper):
         def __init__(self, data, *args, **kwargs):
             used.append(data.held is not None)
             super().__init__(data, *args, **kwargs)
 
-    monkeypatch.setattr(regressors, "Sweeper", Recording)
+    monkeypatch.setattr(lipschitz_routes, "Sweeper", Recording)
     X, y = _data(n=300)
     kw = dict(loss=EpsilonInsensitive(0.2), sketch=ds.SubSampling(30), lam=1e-3, tol=1e-8,
               max_iter=300, random_state=4)

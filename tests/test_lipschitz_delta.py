@@ -102,16 +102,16 @@ def test_level_counts_are_the_curvatures(loss):
 
 
 def _record_sweeps(monkeypatch):
-    from distsketch import regressors
+    from distsketch import lipschitz_routes
 
     seen = []
-    real = regressors._HeldSweeps.__call__
+    real = lipschitz_routes.HeldSweeps.__call__
 
     def call(self, it):
         seen.append(it)
         return real(self, it)
 
-    monkeypatch.setattr(regressors._HeldSweeps, "__call__", call)
+    monkeypatch.setattr(lipschitz_routes.HeldSweeps, "__call__", call)
     return seen
 
 
@@ -151,11 +151,11 @@ def test_kept_grams_plus_their_change_are_the_full_grams(monkeypatch):
     sweep counts of the two fits may differ: rounding moves the continuation's decisions.)"""
     import dataclasses
 
-    from distsketch import regressors
+    from distsketch import lipschitz_routes
     from lipschitzref import data
 
     X, y = data(600, 1, 2, 20)
-    real = regressors._HeldSweeps.__call__
+    real = lipschitz_routes.HeldSweeps.__call__
     whole = {}
 
     def call(self, it):
@@ -176,7 +176,7 @@ def test_kept_grams_plus_their_change_are_the_full_grams(monkeypatch):
             checked.append(True)
         return direction(prob, lam, stats, kind, base, gXi, gb)
 
-    monkeypatch.setattr(regressors._HeldSweeps, "__call__", call)
+    monkeypatch.setattr(lipschitz_routes.HeldSweeps, "__call__", call)
     monkeypatch.setattr(newton, "newton_direction", recording)
     est = ds.SketchedRegressor(ds.Gaussian(gamma=0.5), loss=EpsilonInsensitive(0.1),
                                sketch=ds.SubSampling(30), lam=1e-4, tol=1e-10, max_iter=300,
@@ -189,19 +189,19 @@ def test_kept_grams_plus_their_change_are_the_full_grams(monkeypatch):
 def test_first_level_is_the_commonest_at_the_first_mu(monkeypatch):
     """The level the first Gram sweep subtracts (from the probe's counts) is the one most of
     its rows sit at, as that sweep's own ``at_level`` counts confirm."""
-    from distsketch import regressors
+    from distsketch import lipschitz_routes
     from lipschitzref import data
 
     X, y = data(600, 1, 2, 20)
     outs = []
-    real = regressors._HeldSweeps.__call__
+    real = lipschitz_routes.HeldSweeps.__call__
 
     def call(self, it):
         out = real(self, it)
         outs.append((it, out))
         return out
 
-    monkeypatch.setattr(regressors._HeldSweeps, "__call__", call)
+    monkeypatch.setattr(lipschitz_routes.HeldSweeps, "__call__", call)
     ds.SketchedRegressor(ds.Gaussian(gamma=0.5), loss=EpsilonInsensitive(0.05),
                          sketch=ds.SubSampling(30), lam=1e-4, tol=1e-8, max_iter=300,
                          random_state=3).fit(X, y)

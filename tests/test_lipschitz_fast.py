@@ -120,13 +120,13 @@ def _sweep_setup(n=230, m=9, rows=50, seed=5):
 
 
 def test_held_sweeps_are_bitwise_the_dask_sweep():
-    """A sweep over held blocks without a dask graph (regressors._HeldSweeps: the same block
+    """A sweep over held blocks without a dask graph (lipschitz_routes.HeldSweeps: the same block
     function, the same fixed tree of sums, on a thread pool or in this thread) returns bitwise
     the dask sweep's sums — with a direction and its line-search grid, Grams, the window
     gathered — and counts as one pass."""
     import dask
 
-    from distsketch.regressors import _HeldSweeps
+    from distsketch.lipschitz_routes import HeldSweeps
     from distsketch.sweep import Iterate
 
     Sweeper, data, X, Y, C, y, rng = _sweep_setup()
@@ -136,7 +136,7 @@ def test_held_sweeps_are_bitwise_the_dask_sweep():
     ref = Sweeper(data, X, Y, split_every=2)(it)
     for slots in (1, 2, 3):
         sweeper = Sweeper(data, X, Y, split_every=2)
-        held = _HeldSweeps(sweeper, slots)
+        held = HeldSweeps(sweeper, slots)
         try:
             with dask.config.set(scheduler="sync"):  # its own threads, whatever the scheduler
                 out = held(it)
@@ -162,7 +162,7 @@ def test_fit_with_held_sweeps_equals_the_dask_sweeps(monkeypatch):
     """A whole ε-SVR fit: held blocks swept without a graph (the default without a store) and
     with the dask sweeper (_held_sweeps disabled) give the bitwise same model, sweeps and
     passes; the fit is certified and its objective is CVXPY's on the same features."""
-    from distsketch import regressors
+    from distsketch import lipschitz_routes
     from lipschitzref import data, reference
 
     X, y = data(600, 1, 2, 20)
@@ -170,16 +170,16 @@ def test_fit_with_held_sweeps_equals_the_dask_sweeps(monkeypatch):
               max_iter=200, fit_intercept=False, random_state=3,
               options=ds.EngineOptions(block_dtype="float64", block_rows=128))
     used = []
-    real = regressors._held_sweeps
+    real = lipschitz_routes.held_sweeps
 
     def recording(*args):
         out = real(*args)
         used.append(out is not None)
         return out
 
-    monkeypatch.setattr(regressors, "_held_sweeps", recording)
+    monkeypatch.setattr(lipschitz_routes, "held_sweeps", recording)
     fast = ds.SketchedRegressor(ds.Gaussian(gamma=0.5), **kw).fit(X, y)
-    monkeypatch.setattr(regressors, "_held_sweeps", lambda *args: None)
+    monkeypatch.setattr(lipschitz_routes, "held_sweeps", lambda *args: None)
     slow = ds.SketchedRegressor(ds.Gaussian(gamma=0.5), **kw).fit(X, y)
     assert used == [True]
     assert np.array_equal(fast.dual_coef_, slow.dual_coef_)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from distsketch.pcg import AUTO_PASS_FLOPS, AUTO_PCG_PASSES, choose_solver
+from distsketch.pcg import choose_solver
 from killhelpers import run_killed
 from pcghelpers import data as _data, rel as _rel
 
@@ -224,9 +224,9 @@ def test_auto_is_direct_at_small_sizes_and_pcg_beyond():
                          random_state=0).fit(X, y)
     assert est.get_params()["solver"] == "auto" and est.solver_ == "direct"
     sub = ds.SubSampling(20_000)
-    # direct while 2nm² ≤ AUTO_PCG_PASSES·n·m·AUTO_PASS_FLOPS: m ≤ 8100 whatever n (the
+    # direct while 2nm² ≤ auto_pcg_passes·n·m·auto_pass_flops: m ≤ 8100 whatever n (the
     # crossover measured at n = 1e5 was m = 8000)
-    m_star = AUTO_PCG_PASSES * AUTO_PASS_FLOPS // 2
+    m_star = ds.Tuning().auto_pcg_passes * ds.Tuning().auto_pass_flops // 2
     for n in (10**4, 10**6):
         assert choose_solver("auto", n=n, m=m_star, sketch=ds.SubSampling(m_star),
                              store=None) == "direct"

@@ -14,6 +14,7 @@ margin of 10² (the issue's bar).
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 
 import dask
@@ -185,15 +186,13 @@ def test_auto_and_the_cv_subclass():
     assert cv.fit(X, Y).solver_ == "direct"
 
 
-def test_auto_takes_pcg_beyond_the_crossover(monkeypatch):
-    """With the crossover moved below m (monkeypatched cost model), "auto" takes PCG for a
-    sketched output side and stays direct for an exact one."""
-    import distsketch.pcg as pcg
-
-    monkeypatch.setattr(pcg, "AUTO_PCG_PASSES", 0)
+def test_auto_takes_pcg_beyond_the_crossover():
+    """With the crossover moved below m (``Tuning(auto_pcg_passes=0)``: PCG's passes cost
+    nothing), "auto" takes PCG for a sketched output side and stays direct for an exact one."""
     X, Y = _data(n=120)
+    options = dataclasses.replace(F64, tuning=ds.Tuning(auto_pcg_passes=0))
     kw = dict(input_sketch=ds.SubSampling(20), lam=1e-3, random_state=0, solver="auto",
-              tol=1e-10, options=F64)
+              tol=1e-10, options=options)
     assert ds.SISOKR(KX, KY, output_sketch=ds.SubSampling(10), **kw).fit(X, Y).solver_ == "pcg"
     assert ds.SISOKR(KX, KY, output_sketch=None, **kw).fit(X, Y).solver_ == "direct"
 

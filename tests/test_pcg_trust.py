@@ -119,7 +119,7 @@ def test_sisokr_repeated_inputs(noise):
     cand = direct.candidates_
     assert _rel(pcg.score_candidates(Xt, cand), direct.score_candidates(Xt, cand)) < 1e-6
     L = pcg.input_landmarks_
-    alpha = pcg._pcg["alphas"][0]
+    alpha = pcg.path_.coefs[0]
     assert np.count_nonzero(np.any(alpha != 0, axis=1)) == len(distinct(np.round(L, 6)))
     Psi = np.asarray(pcg.output_features(Y))
     Lu = L[np.any(alpha != 0, axis=1)]
@@ -127,7 +127,7 @@ def test_sisokr_repeated_inputs(noise):
     au = np.linalg.solve(Knu.T @ Knu + len(X) * 1e-6 * np.asarray(kx(Lu, Lu)), Knu.T @ Psi)
     assert _rel(np.asarray(pcg.surrogate(Xt)), np.asarray(kx(Xt, Lu)) @ au) < 1e-6
     Knm = np.asarray(kx(X, L))
-    assert _rel(pcg._pcg["galphas"][0], Knm.T @ (Knm @ alpha)) < 1e-8
+    assert _rel(pcg.path_.products[0], Knm.T @ (Knm @ alpha)) < 1e-8
 
 
 @pytest.mark.parametrize("lam", [1e-9, 1e-6])

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from distsketch import cv as dcv
 from distsketch import metrics
 from distsketch.accumulate import fold_ids
 from distsketch.cv import GridEdgeWarning, auto_scoring, grid_edges
@@ -180,7 +179,7 @@ def test_auto_scoring_rule_and_cost():
     assert "4.2e+09 multiply-adds" in msg and "pass scoring='f1_samples'" in msg
 
 
-def test_sisokrcv_default_scoring_is_the_task_metric(monkeypatch):
+def test_sisokrcv_default_scoring_is_the_task_metric():
     X, Y = _labels()
     kw = dict(input_sketch=ds.SubSampling(40), output_sketch=ds.SubSampling(20),
               lams=SISO_LAMS, cv=3, random_state=0)
@@ -189,9 +188,9 @@ def test_sisokrcv_default_scoring_is_the_task_metric(monkeypatch):
     assert auto.scoring_ == "f1_samples"
     assert np.array_equal(auto.cv_results_["mean_test_score"], f1.cv_results_["mean_test_score"])
     # above the budget: the surrogate, with a warning saying they can disagree
-    monkeypatch.setattr(dcv, "AUTO_DECODE_BUDGET", 10.0)
+    small = ds.EngineOptions(tuning=ds.Tuning(auto_decode_budget=10.0))
     with pytest.warns(UserWarning, match="surrogate error instead, which can choose another"):
-        est = ds.SISOKRCV(ds.Gaussian(0.3), ds.Gaussian(0.5), **kw)
+        est = ds.SISOKRCV(ds.Gaussian(0.3), ds.Gaussian(0.5), options=small, **kw)
         try:
             est.fit(X, Y)
         except Exception:  # pragma: no cover

@@ -16,6 +16,8 @@ accumulated products.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -26,6 +28,14 @@ from distsketch import kernels
 from distsketch.kernels import Gaussian, Laplacian, Linear, Matern, Standardized, Tanimoto
 
 EPS = np.finfo(np.float64).eps
+
+
+@pytest.fixture
+def tuning():
+    """``tuning(**fields)``: the kernel products of the rest of the test (in this thread) under
+    ``Tuning(**fields)`` (:func:`distsketch.kernels.tuned`; a later call wins)."""
+    with contextlib.ExitStack() as stack:
+        yield lambda **fields: stack.enter_context(kernels.tuned(ds.Tuning(**fields)))
 
 
 def binary_sparse(n: int, d: int, density: float, seed: int) -> sp.csr_array:
@@ -53,21 +63,21 @@ def exponent_bound(gamma: float, *blocks) -> float:
 # ---------------------------------------------------------------------------- the density rule
 
 
-def test_keep_sparse_threshold(monkeypatch):
+def test_keep_sparse_threshold(tuning):
     X = binary_sparse(100, 50, 0.1, seed=0)  # exactly 500 stored entries: density 0.1
     assert X.nnz == 500
-    monkeypatch.setattr(kernels, "_SPARSE_MAX_DENSITY", 0.1)
+    tuning(sparse_max_density=0.1)
     assert kernels._keep_sparse(X)  # at the threshold: sparse
-    monkeypatch.setattr(kernels, "_SPARSE_MAX_DENSITY", 0.099)
+    tuning(sparse_max_density=0.099)
     assert not kernels._keep_sparse(X)
     assert kernels._keep_sparse(sp.csr_array((0, 5)))  # empty blocks stay sparse
 
 
 @pytest.mark.parametrize("kernel", [Gaussian(0.05), Matern(1.5, 3.0), Linear(), Tanimoto()], ids=repr)
-def test_density_rule_picks_each_branch_with_equal_values(kernel, monkeypatch):
+def test_density_rule_picks_each_branch_with_equal_values(kernel, monkeypatch, tuning):
     """Threshold 0: every sparse operand is densified (the dense route runs: the Gaussian's
     tiled GEMM); threshold 1: none is (CSR × dense column panels: 64-column panels with
-    ``_SPARSE_PANEL_BYTES = 1``, one panel with a huge one; CSR × CSR with 0). Every route
+    ``sparse_panel_bytes = 1``, one panel with a huge one; CSR × CSR with 0). Every route
     gives the dense values, for ``kernel(A, B)``, ``kernel(B, A)`` and ``kernel(A, A)``."""
     A, B = binary_sparse(130, 20, 0.15, seed=1), binary_sparse(150, 20, 0.15, seed=2)
     expected = kernel(A.toarray(), B.toarray())
@@ -79,8 +89,7 @@ def test_density_rule_picks_each_branch_with_equal_values(kernel, monkeypatch):
     bound = exponent_bound(getattr(kernel, "gamma", 1.0), A, B) + 1e-15
     for threshold, panel_bytes, densified in [(0.0, 4 << 20, True), (1.0, 1, False),
                                               (1.0, 1 << 40, False), (1.0, 0, False)]:
-        monkeypatch.setattr(kernels, "_SPARSE_MAX_DENSITY", threshold)
-        monkeypatch.setattr(kernels, "_SPARSE_PANEL_BYTES", panel_bytes)
+        tuning(sparse_max_density=threshold, sparse_panel_bytes=panel_bytes)
         seen.clear()
         got = kernel(A, B)
         # sparse operands densified by dense() at threshold 0, never otherwise (a CSR × CSR
@@ -101,9 +110,9 @@ def test_density_rule_picks_each_branch_with_equal_values(kernel, monkeypatch):
         assert_allclose(out64[:, ::2], 0.5 * expected, rtol=bound, atol=1e-15)
 
 
-def test_density_rule_uses_the_block_density(monkeypatch):
+def test_density_rule_uses_the_block_density(tuning):
     """A block above the threshold is densified, one below it is not (the same kernel call)."""
-    monkeypatch.setattr(kernels, "_SPARSE_MAX_DENSITY", 0.1)
+    tuning(sparse_max_density=0.1)
     sparse_block, dense_block = binary_sparse(40, 30, 0.05, seed=3), binary_sparse(40, 30, 0.3, seed=4)
     be = kernels.backend_of(sparse_block)
     assert sp.issparse(kernels._cheaper_form(sparse_block, be))
@@ -141,9 +150,8 @@ def odd_csr() -> sp.csr_array:
 @pytest.mark.parametrize("kernel", [Gaussian(0.2), Matern(0.5, 2.0), Matern(2.5, 2.0), Laplacian(0.3),
                                     Linear(), Tanimoto()], ids=repr)
 @pytest.mark.parametrize("panel_bytes", [4 << 20, 0], ids=["csr-dense", "csr-csr"])
-def test_unsorted_indices_explicit_zeros_and_duplicates(kernel, panel_bytes, monkeypatch):
-    monkeypatch.setattr(kernels, "_SPARSE_MAX_DENSITY", 1.0)
-    monkeypatch.setattr(kernels, "_SPARSE_PANEL_BYTES", panel_bytes)
+def test_unsorted_indices_explicit_zeros_and_duplicates(kernel, panel_bytes, tuning):
+    tuning(sparse_max_density=1.0, sparse_panel_bytes=panel_bytes)
     X = odd_csr()
     D = X.toarray()
     B = np.random.default_rng(0).random((3, 6))
@@ -156,10 +164,10 @@ def test_unsorted_indices_explicit_zeros_and_duplicates(kernel, panel_bytes, mon
     assert_allclose(np.diag(kernel(X, X)), kernel.diag(D), rtol=1e-14)
 
 
-def test_float32_sparse_blocks(monkeypatch):
+def test_float32_sparse_blocks(tuning):
     """float32 CSR rows are upcast (the values are exact in float64) and a float32 ``out`` is
     within the float32 rounding of the exponent and of exp (``distsketch.kernels``, "Backends")."""
-    monkeypatch.setattr(kernels, "_SPARSE_MAX_DENSITY", 1.0)
+    tuning(sparse_max_density=1.0)
     A = (binary_sparse(50, 40, 0.1, seed=5) * 0.3).astype(np.float32)
     B = (binary_sparse(30, 40, 0.1, seed=6) * 0.7).astype(np.float32)
     kernel = Gaussian(0.4)
@@ -179,10 +187,10 @@ def test_float32_sparse_blocks(monkeypatch):
 
 @pytest.mark.parametrize("kernel", [Gaussian(0.05), Laplacian(0.05), Matern(1.5, 4.0), Matern(2.5, 4.0)],
                          ids=repr)
-def test_standardized_translation_invariant_stays_sparse(kernel, monkeypatch):
+def test_standardized_translation_invariant_stays_sparse(kernel, tuning):
     """``k((x − μ)/s, (x' − μ)/s) = k(x/s, x'/s)``: sparse rows are scaled, not densified,
     and give the dense standardised values to the rounding of the distance expansion."""
-    monkeypatch.setattr(kernels, "_SPARSE_MAX_DENSITY", 1.0)  # density 0.1: kept sparse
+    tuning(sparse_max_density=1.0)  # density 0.1: kept sparse
     X = binary_sparse(60, 30, 0.1, seed=7)
     Z, S, mean, std = standardise(X)
     st = Standardized(kernel, mean, std)
@@ -233,15 +241,15 @@ def _model_tolerance(gamma: float, lam: float, Z, S) -> float:
 
 
 @pytest.mark.parametrize("sparse_rule", [True, False], ids=["sparse-kept", "densified"])
-def test_sketched_krr_sparse_equals_dense_standardised(data, sparse_rule, monkeypatch):
-    monkeypatch.setattr(kernels, "_SPARSE_MAX_DENSITY", 1.0 if sparse_rule else 0.0)
+def test_sketched_krr_sparse_equals_dense_standardised(data, sparse_rule):
+    options = ds.EngineOptions(tuning=ds.Tuning(sparse_max_density=1.0 if sparse_rule else 0.0))
     X, y, _ = data
     Z, S, _, _ = standardise(X)
     gamma, lam = 0.01, 1e-3
 
     def fit(rows):
         return ds.SketchedKRR(Gaussian(gamma), sketch=ds.SubSampling(80), lam=lam,
-                              random_state=0).fit(rows[:200], y[:200])
+                              random_state=0, options=options).fit(rows[:200], y[:200])
 
     dense_model, sparse_model = fit(Z), fit(S)
     p_dense, p_sparse = dense_model.predict(Z[200:]), sparse_model.predict(S[200:])
@@ -251,7 +259,7 @@ def test_sketched_krr_sparse_equals_dense_standardised(data, sparse_rule, monkey
     # and through Standardized on the raw sparse rows (what a saved model does)
     Xtr = X[:200]
     std_model = ds.SketchedKRR(Standardized.from_data(Gaussian(gamma), Xtr), sketch=ds.SubSampling(80),
-                               lam=lam, random_state=0).fit(Xtr, y[:200])
+                               lam=lam, random_state=0, options=options).fit(Xtr, y[:200])
     Ztr, _, _, _ = standardise(Xtr)
     ref = ds.SketchedKRR(Gaussian(gamma), sketch=ds.SubSampling(80), lam=lam, random_state=0).fit(Ztr, y[:200])
     _, _, mean, std = standardise(Xtr)
@@ -260,15 +268,15 @@ def test_sketched_krr_sparse_equals_dense_standardised(data, sparse_rule, monkey
 
 
 @pytest.mark.parametrize("sparse_rule", [True, False], ids=["sparse-kept", "densified"])
-def test_sisokr_sparse_equals_dense_standardised(data, sparse_rule, monkeypatch):
-    monkeypatch.setattr(kernels, "_SPARSE_MAX_DENSITY", 1.0 if sparse_rule else 0.0)
+def test_sisokr_sparse_equals_dense_standardised(data, sparse_rule):
+    options = ds.EngineOptions(tuning=ds.Tuning(sparse_max_density=1.0 if sparse_rule else 0.0))
     X, _, Y = data
     Z, S, _, _ = standardise(X)
     gamma, lam = 0.01, 1e-3
 
     def fit(rows):
         return ds.SISOKR(Gaussian(gamma), Gaussian(0.5), input_sketch=ds.SubSampling(80), lam=lam,
-                         random_state=0).fit(rows[:200], Y[:200])
+                         random_state=0, options=options).fit(rows[:200], Y[:200])
 
     dense_model, sparse_model = fit(Z), fit(S)
     cands = Y[:200]

@@ -729,14 +729,14 @@ def test_progress_keeps_the_in_memory_sweeps(capsys, monkeypatch):
     """``store=None``: the sweeps read the pass's blocks held in memory whether or not a
     progress bar is asked for (a bar used to send every sweep through dask), bitwise the same
     model."""
-    from distsketch import regressors
+    from distsketch import lipschitz_routes
 
     rng = np.random.default_rng(1)
     X = rng.normal(size=(300, 3))
     y = np.abs(X[:, 1]) + 0.1 * rng.standard_t(2, size=300)
     held = []
-    real = regressors._held_sweeps
-    monkeypatch.setattr(regressors, "_held_sweeps",
+    real = lipschitz_routes.held_sweeps
+    monkeypatch.setattr(lipschitz_routes, "held_sweeps",
                         lambda *a: held.append(real(*a)) or held[-1])
 
     def fit(progress):
