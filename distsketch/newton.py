@@ -49,6 +49,8 @@ from typing import Literal
 import numpy as np
 from scipy.linalg import LinAlgError, LinAlgWarning, cho_factor, cho_solve, lu_factor, lu_solve
 from scipy.linalg.lapack import dgecon as _dgecon
+from scipy.linalg.lapack import dpotrf as _dpotrf
+from scipy.linalg.lapack import dpotrs as _dpotrs
 
 from .lipschitz import (STATE_VERSION, Problem, Solution, SolverState, convergence_warning,
                         dual_values, finish, objective, save_state, state_key)
@@ -134,7 +136,20 @@ def _feature_grams(prob: Problem, Q: np.ndarray, kind: str, base: float) -> np.n
 def _solve_spd(K: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     """``K⁻¹ rhs`` for a symmetric PSD ``K``: Cholesky, or the eigendecomposition with the
     numerically null directions dropped."""
-    K = 0.5 * (K + K.T)
+    K = np.asarray(K, dtype=np.float64)
+    S = np.add(K, K.T)
+    S *= 0.5  # = 0.5 (K + Kᵀ), exactly symmetric: Sᵀ (Fortran order, no copy) is S itself
+    if S.size and np.ndim(rhs) == 2:  # cho_factor / cho_solve's LAPACK calls (lower),
+        c, info = _dpotrf(S.T, lower=1, clean=0, overwrite_a=1)  # without checks and copies
+        if info == 0:
+            x, info = _dpotrs(c, rhs, lower=1)
+            if info == 0:
+                return x
+        K = 0.5 * (K + K.T)
+        if info < 0:
+            raise ValueError(f"LAPACK reported an illegal value in argument {-info}")
+    else:
+        K = S
     try:
         return cho_solve(cho_factor(K, lower=True, check_finite=False), rhs, check_finite=False)
     except LinAlgError:
@@ -405,11 +420,31 @@ def _exact_step(u: np.ndarray, du: np.ndarray, lo: np.ndarray, hi: np.ndarray, m
     by safeguarded Newton on the monotone, piecewise-linear ``φ'``; None when the full step
     already ends on the minimum."""
 
+    flat = None  # (φ', φ''): the slope once it no longer depends on h (below)
+    wbuf, vbuf, cbuf = np.empty_like(u), np.empty_like(u), np.empty_like(u)
+    ibuf, jbuf = np.empty(u.shape, dtype=bool), np.empty(u.shape, dtype=bool)
+
     def slope(h):  # the smoothed restricted objective along dz: φ'(h), φ''(h)
-        v = (u + h * du) / mu
-        ins = (v > lo) & (v < hi)
-        return (c0 + h * c1 + float(np.clip(v, lo, hi) @ du) / n,
-                c1 + float(du[ins] @ du[ins]) / (n * mu))
+        nonlocal flat
+        if flat is not None:
+            return flat
+        w = np.multiply(h, du, out=wbuf)
+        w += u  # u + h·du
+        v = np.divide(w, mu, out=vbuf)
+        ins = np.greater(v, lo, out=ibuf)
+        ins &= np.less(v, hi, out=jbuf)
+        np.maximum(v, lo, out=cbuf)  # clip(v, lo, hi) (the same values)
+        np.minimum(cbuf, hi, out=cbuf)
+        dui = du[ins]
+        out = (c0 + h * c1 + float(cbuf @ du) / n,
+               c1 + float(dui @ dui) / (n * mu))
+        # a step too short to move any u_e (or the quadratic part) in floating point: every
+        # shorter one gives these same values (rounding is monotone), so the bisection
+        # towards 0 that follows (rounding noise in φ' near a converged point) needs no
+        # more passes over the entries: the same iterations, bitwise the same h
+        if c0 + h * c1 == c0 and np.array_equal(w, u):
+            flat = out
+        return out
 
     s1, curv = slope(1.0)
     if abs(s1) <= 1e-9 * abs(s0):
@@ -484,13 +519,15 @@ def restricted_polish(prob: Problem, lam: float, s: dict, Xi: np.ndarray, b0: np
         pen = np.concatenate([pen, np.zeros(d)])
     size = At.shape[1]
     mu = mu * RESTRICTED_START
+    Hbuf = np.empty((size, size))
     for _ in range(RESTRICTED_STAGES):
         last = None
         prev, G = np.zeros(k, dtype=bool), np.zeros((size, size))
         u = At @ z - t  # (then moved with z: u + h·du)
         clipped = None
+        mlo, mhi = mu * lo, mu * hi
         for _ in range(RESTRICTED_STEPS):
-            inb = (u > mu * lo) & (u < mu * hi)
+            inb = (u > mlo) & (u < mhi)
             if last is not None and np.array_equal(inb, last):
                 break  # the same band after a full Newton step: the smoothed minimiser
             cl = np.clip(u / mu, lo, hi)
@@ -505,12 +542,12 @@ def restricted_polish(prob: Problem, lam: float, s: dict, Xi: np.ndarray, b0: np
             if len(add) + len(rem) < int(inb.sum()):  # Σ_band ã ãᵀ updated by the changes
                 ch = np.concatenate([add, rem])
                 Ac = At[ch]
-                G = G + Ac.T @ (np.where(np.arange(len(ch)) < len(add), 1.0, -1.0)[:, None] * Ac)
+                G += Ac.T @ (np.where(np.arange(len(ch)) < len(add), 1.0, -1.0)[:, None] * Ac)
             else:
                 Ab = At[inb]
                 G = Ab.T @ Ab
             prev = inb
-            H = G / (n * mu)
+            H = np.divide(G, n * mu, out=Hbuf)
             H.flat[:: size + 1] += lam  # (the intercept damped by λ, as newton_direction)
             dz = _solve_spd(H, -grad[:, None])[:, 0]
             du = At @ dz
@@ -525,11 +562,16 @@ def restricted_polish(prob: Problem, lam: float, s: dict, Xi: np.ndarray, b0: np
                 last = inb
                 continue
             last = None
-            z = z + h * dz
-            u = u + h * du
+            z_next, u_next = z + h * dz, u + h * du
+            if inb.any() and np.array_equal(z_next, z) and np.array_equal(u_next, u):
+                # a step that moves nothing in floating point: the next steps would repeat
+                # this one from the same state (the same band, gradient, Gram — updated by
+                # nothing — and step); an empty band would recompute its Gram from scratch
+                break
+            z, u = z_next, u_next
         u = At @ z - t
-        held = (u > mu * lo) & (u < mu * hi)
-        beta = np.where(u <= mu * lo, lo, hi)
+        held = (u > mlo) & (u < mhi)
+        beta = np.where(u <= mlo, lo, hi)
         mu *= 0.1
         found = _active_set(A, Eb if ib else None, t, lo, hi, gz, cols, lam, n, held, beta)
         if found is not None:

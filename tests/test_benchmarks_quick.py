@@ -118,3 +118,9 @@ def test_driver_threads_quick():
 def test_sparse_blocks_quick():
     out = run("bench_sparse_blocks.py")
     assert "crossover densities" in out and "sparse×dense" in out
+
+
+def test_small_fits_quick():
+    pytest.importorskip("sklearn")
+    out = run("bench_small_fits.py")
+    assert "eps" in out and "quantile" in out and "CPU" in out
