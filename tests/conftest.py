@@ -74,3 +74,23 @@ def block_dtype(request):
 
 def dtype_options(block_dtype: str, **kw) -> "ds.EngineOptions":
     return ds.EngineOptions(block_dtype=block_dtype, **kw)
+
+
+@pytest.fixture
+def feature_rows(monkeypatch):
+    """``start()``: from then on, the row count of every block whose features
+    ``FeatureMap.tiles`` computes (candidate and output features), in a list it returns."""
+    from distsketch.features import FeatureMap
+
+    def start() -> list[int]:
+        seen: list[int] = []
+        original = FeatureMap.tiles
+
+        def spy(self, Y, **kw):
+            seen.append(len(Y))
+            return original(self, Y, **kw)
+
+        monkeypatch.setattr(FeatureMap, "tiles", spy)
+        return seen
+
+    return start

@@ -56,21 +56,8 @@ def cached_store(tmp_path, model, Xq, C):
     return path
 
 
-def count_feature_rows(monkeypatch):
-    """Rows whose features are computed from now on."""
-    seen = []
-    original = FeatureMap.tiles
-
-    def spy(self, Y, **kw):
-        seen.append(len(Y))
-        return original(self, Y, **kw)
-
-    monkeypatch.setattr(FeatureMap, "tiles", spy)
-    return seen
-
-
 def test_flipped_bits_in_cached_features_are_detected_and_recomputed(tmp_path, fitted,
-                                                                     monkeypatch):
+                                                                     monkeypatch, feature_rows):
     model, Xq, C = fitted
     path = cached_store(tmp_path, model, Xq, C)
     name = chunk_file(path, model, "phi", 2)
@@ -80,7 +67,7 @@ def test_flipped_bits_in_cached_features_are_detected_and_recomputed(tmp_path, f
     raw.tofile(name)
     store = ds.CandidateStore.open(path)
     assert store.cached_features(model.output_key_) is None  # damaged: not served
-    seen = count_feature_rows(monkeypatch)
+    seen = feature_rows()
     with pytest.warns(RuntimeWarning, match=r"fail their checksums.*features/"
                       + model.output_key_ + r"/phi/c/2/0 \(chunk 2, candidate rows 1000–1499\)"):
         got = model.predict_topk(Xq, store, k=5)
@@ -92,7 +79,8 @@ def test_flipped_bits_in_cached_features_are_detected_and_recomputed(tmp_path, f
         assert_bitwise(model.predict_topk(Xq, ds.CandidateStore.open(path), k=5), got)
 
 
-def test_candidates_edited_after_caching_get_fresh_features(tmp_path, fitted, monkeypatch):
+def test_candidates_edited_after_caching_get_fresh_features(tmp_path, fitted, monkeypatch,
+                                                             feature_rows):
     model, Xq, C = fitted
     path = cached_store(tmp_path, model, Xq, C)
     best = int(model.predict_topk(Xq[:1], C, k=1)[0][0, 0])
@@ -101,7 +89,7 @@ def test_candidates_edited_after_caching_get_fresh_features(tmp_path, fitted, mo
     edited[1234] = C[best]  # one row of chunk 2, changed in place: now a best candidate
     store = ds.CandidateStore.open(path)
     store.candidates[1234] = edited[1234]
-    seen = count_feature_rows(monkeypatch)
+    seen = feature_rows()
     with pytest.warns(RuntimeWarning, match=r"candidate rows that changed.*candidates/c/2/0 "
                                             r"\(chunk 2, candidate rows 1000–1499\)"):
         got = model.predict_topk(Xq, ds.CandidateStore.open(path), k=5)
@@ -234,7 +222,7 @@ def test_unreadable_candidates_are_named_with_the_fix(tmp_path, fitted):
         model.predict_topk(Xq, ds.CandidateStore.open(path), k=5)
 
 
-def test_features_without_records_are_recomputed(tmp_path, fitted, monkeypatch):
+def test_features_without_records_are_recomputed(tmp_path, fitted, monkeypatch, feature_rows):
     model, Xq, C = fitted
     path = cached_store(tmp_path, model, Xq, C)
     blocks = os.path.join(path, "features", model.output_key_, "blocks")
@@ -242,7 +230,7 @@ def test_features_without_records_are_recomputed(tmp_path, fitted, monkeypatch):
         for f in files:
             os.remove(os.path.join(root, f))
         os.rmdir(root)
-    seen = count_feature_rows(monkeypatch)
+    seen = feature_rows()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         got = model.predict_topk(Xq, ds.CandidateStore.open(path), k=5)

@@ -87,6 +87,19 @@ def _krr_brute_force(C, R, Y, lams, folds, intercept):
     return out
 
 
+def _assert_against_brute_force(est, rec, S, bf):
+    """Every resolved score ``S`` within ρ of the brute force's ``bf`` (folds × grid), the
+    unresolved ranked last and named in the one warning ``rec``, and the choice within
+    ``CHOICE`` of the brute force's best."""
+    ok = ~np.isnan(S)
+    assert np.all(np.abs(S[ok] - bf[ok]) <= RHO * np.abs(S[ok])), \
+        np.max(np.abs(S[ok] - bf[ok]) / np.abs(S[ok]))
+    _assert_ranked_nan_last(est)
+    _assert_warned_exactly_the_unresolved(rec, est)
+    want = -bf.mean(axis=0)
+    assert want[est.best_index_] <= CHOICE * want.min(), (est.best_params_, want)
+
+
 def _assert_warned_exactly_the_unresolved(rec, model):
     """One warning naming every point whose mean score is NaN, and nothing else."""
     mean = model.cv_results_["mean_test_score"]
@@ -188,12 +201,7 @@ def test_krr_cv_scores_at_ill_conditioned_points_against_brute_force(sketch, dty
                                           intercept) for g in GAMMAS], axis=1)
     ok = ~np.isnan(S)
     assert ok.sum() >= S.size // 3  # the moderate λ stay resolved
-    assert np.all(np.abs(S[ok] - bf[ok]) <= RHO * np.abs(S[ok])), \
-        np.max(np.abs(S[ok] - bf[ok]) / np.abs(S[ok]))
-    _assert_ranked_nan_last(est)
-    _assert_warned_exactly_the_unresolved(rec, est)
-    want = -bf.mean(axis=0)
-    assert want[est.best_index_] <= CHOICE * want.min(), (est.best_params_, want)
+    _assert_against_brute_force(est, rec, S, bf)
 
 
 def test_krr_cv_with_every_point_unresolved_refuses_to_choose():
@@ -234,12 +242,7 @@ def test_sisokr_cv_surrogate_scores_at_ill_conditioned_points_against_brute_forc
     bf = np.concatenate(bf, axis=1)
     ok = ~np.isnan(S)
     assert ok.any()
-    assert np.all(np.abs(S[ok] - bf[ok]) <= RHO * np.abs(S[ok])), \
-        np.max(np.abs(S[ok] - bf[ok]) / np.abs(S[ok]))
-    _assert_ranked_nan_last(est)
-    _assert_warned_exactly_the_unresolved(rec, est)
-    want = -bf.mean(axis=0)
-    assert want[est.best_index_] <= CHOICE * want.min(), (est.best_params_, want)
+    _assert_against_brute_force(est, rec, S, bf)
 
 
 # --------------------------------------------------------------------------- select

@@ -203,18 +203,11 @@ def test_per_query_sets_of_very_different_lengths_match_each_query_alone(tmp_pat
     model.set_params(options=None)
 
 
-def test_sets_no_query_uses_are_not_read(fitted, monkeypatch):
+def test_sets_no_query_uses_are_not_read(fitted, feature_rows):
     """Queries use sets 0 and 2; the 1990-row set 1 between them is never featurised."""
     model, Xq, C = fitted
     sets = [C[:10], C[10:2000], C[2000:2010]]
-    seen = []
-    original = FeatureMap.tiles
-
-    def spy(self, Y, **kw):
-        seen.append(len(Y))
-        return original(self, Y, **kw)
-
-    monkeypatch.setattr(FeatureMap, "tiles", spy)
+    seen = feature_rows()
     model.set_params(options=ds.EngineOptions(candidate_rows=100))
     got = model.predict_topk(Xq[:4], candidate_sets=sets, query_sets=np.array([0, 0, 2, 2]), k=2)
     model.set_params(options=None)
