@@ -738,7 +738,14 @@ class SketchedKRR(RidgeEstimator):
         return auto_ridge_route(self, X)
 
     def _check_pcg_args(self) -> None:
+        """``tol``, ``max_iter`` and a sketch that picks landmarks, before the data."""
+        from .pcg import check_pcg_sketch
+        from .sketches import check_sketch
+
         check_iterations(self.tol, self.max_iter)
+        param = self._input[1]
+        check_pcg_sketch(check_sketch(getattr(self, param), argument=param), solver="pcg",
+                         argument=param)
 
     def _sums(self, spec: FitSpec) -> tuple[str, ...]:
         sums = krr_sums(x_exact=spec.exact("sketch"))

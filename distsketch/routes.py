@@ -338,13 +338,6 @@ class PCG(Route):
     name = "pcg"
 
     def prepare(self, est, X) -> None:
-        from .pcg import check_pcg_sketch
-        from .sketches import check_sketch
-
-        check_iterations(est.tol, est.max_iter)
-        param = est._input[1]
-        check_pcg_sketch(check_sketch(getattr(est, param), argument=param), solver="pcg",
-                         argument=param)
         est._check_pcg_args()
 
     def check(self, est, spec) -> None:
