@@ -378,7 +378,7 @@ class SISOKR(RidgeEstimator):
         self._set_lams(spec)
         self.n_outputs_ = spec.Y.shape[1]
         self.intercept_ = getattr(self, "_offset", None)  # set by _validate (not SISOKRCV)
-        self._candidate_features = None
+        self._caches = {}
 
     def _fit_ranks(self) -> tuple[tuple[int, ...], float | None]:
         """The fitted ranks (the first active) and the projection's λ₁ (None: λ)."""
@@ -421,7 +421,7 @@ class SISOKR(RidgeEstimator):
         else:
             self.coef_ = W
         if base is not self.output_feature_map_:
-            self._candidate_features = None
+            self._caches.pop("candidate_features", None)
         self.output_feature_map_ = base
         if out_map is not None:
             self.output_map_ = out_map
@@ -513,7 +513,7 @@ class SISOKR(RidgeEstimator):
             X, post=self.coef_.T, block_memory=self._options().block_memory, model="SISOKR"))
 
     @checks_feature_names
-    def score(self, X, Y) -> float:
+    def score(self, X, y) -> float:
         """Negative mean surrogate error ``−(1/n) Σ_i ‖ĥ(x_i) − ψ(y_i)‖²`` in H_Y (greater is
         better; :func:`distsketch.metrics.surrogate_mse`).
 
@@ -525,12 +525,13 @@ class SISOKR(RidgeEstimator):
         Parameters
         ----------
         X : array of shape (n, d_X)
-        Y : array of shape (n, d_Y)
-            True output rows.
+        y : array of shape (n, d_Y)
+            True output rows (named ``y`` as in every scikit-learn ``score``, which passes it by
+            keyword).
         """
         from .metrics import surrogate_mse
 
-        return -surrogate_mse(self, X, Y)
+        return -surrogate_mse(self, X, y)
 
     # -- decoding (distsketch.decoding) --------------------------------------------
     @checks_feature_names
@@ -619,9 +620,11 @@ class SISOKR(RidgeEstimator):
         if self.candidates_ is None:
             raise ValueError("candidates: a model with a linear output kernel has no default "
                              "candidates; pass candidates=")
-        if self._candidate_features is None:
-            self._candidate_features = default_features(fmap, self.candidates_)
-        return (self.candidates_, *self._candidate_features)
+        features = self._caches.get("candidate_features")
+        if features is None:
+            features = self._caches["candidate_features"] = default_features(
+                fmap, self.candidates_)
+        return (self.candidates_, *features)
 
     #: Folded decoding: ``None`` (the cost rule of :func:`distsketch.decode.fold_route`), or
     #: force ``"unfolded"``, ``"coef"``, ``"features"`` or ``"kernel"`` (tests, benchmarks).
@@ -630,9 +633,9 @@ class SISOKR(RidgeEstimator):
     def _fold_cache(self) -> dict:
         """Folded matrices of :class:`~distsketch.decoding.Surrogate`, valid for the active
         coefficients: emptied whenever ``coef_`` (λ, rank, refit) or the output map changes."""
-        cache = getattr(self, "_folded_cache", None)
+        cache = self._caches.get("folded")
         if cache is None or cache[0] is not self.coef_ or cache[1] != self.output_key_:
-            cache = self._folded_cache = (self.coef_, self.output_key_, {})
+            cache = self._caches["folded"] = (self.coef_, self.output_key_, {})
         return cache[2]
 
     def _surrogate(self) -> Surrogate:
@@ -974,7 +977,7 @@ def _set_sisokr_state(est, arrays, state) -> None:
     intercept = arrays.get("intercept")
     est.intercept_ = None if intercept is None else np.asarray(intercept, dtype=np.float64)
     est._principal = est._metric = est._opgram = None
-    est._candidate_features = None
+    est._caches = {}
 
 
 def auto_ridge_route(est, X):

@@ -522,6 +522,12 @@ class SketchedQuantileRegressor(SketchedRegressor):
     def _targets_1d_out(self) -> bool:
         return False
 
+    def __sklearn_tags__(self):
+        """One target (its quantiles are the outputs): not a multi-output regressor."""
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = False
+        return tags
+
     def _adopt_path(self, spec, fitted) -> None:
         super()._adopt_path(spec, fitted)
         self.quantiles_ = _check_quantiles(self.quantiles)
