@@ -23,7 +23,7 @@ demo: $(STAMP)
 
 ## Full test suite (real-data tests skip cleanly when ../shared/data is absent).
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=25
 
 ## Skip the slow real-data tests.
 test-fast: $(STAMP)
