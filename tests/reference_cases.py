@@ -2,13 +2,13 @@
 (commit 8498ec0), so that ``tests/test_reference.py`` can check that the restructured engine
 computes bitwise the same models on the threaded scheduler.
 
-Re-recorded once since (issue 18's driver routes and folded decoding): the generalized
+Re-recorded once since (the driver routes and folded decoding): the generalized
 driver solve (``G + nλB`` factored instead of whitening and ``eigh(H)``) and the folded score
 products change the rounding; against the 8498ec0 record every array agreed to 2.2e-11
 relative (float64 and float32 cases; no top-k index changed), inside the comparison's
 tolerance, so the models are the same and only bitwise equality moved.
 
-Re-recorded a second time (issue 18, the plain SISOKR fit): feature maps compute a repeated
+Re-recorded a second time (the plain SISOKR fit): feature maps compute a repeated
 landmark's kernel column once and sum its projection rows (``FeatureMap._merged``; these
 problems' 6-label outputs repeat), which reorders those sums; against the previous record every
 array agreed to 5.5e-13 relative to its largest value (float64 blocks; float32 1.0e-14), and no

@@ -1,4 +1,4 @@
-"""The ADMM route of the Lipschitz-loss machines (``SketchedRegressor(solver="admm")``, issue 14).
+"""The ADMM route of the Lipschitz-loss machines (``SketchedRegressor(solver="admm")``).
 
 Checked against the Newton route and against CVXPY on the realised sketch (the feature-space
 problem of Prop. 1 of El Ahmad et al., TMLR 2023, written in CVXPY's atoms), the proximal

@@ -1,4 +1,4 @@
-"""Checksums of the ADMM route's stored rows ``Z, U`` (issue 14): a damaged, truncated or
+"""Checksums of the ADMM route's stored rows ``Z, U``: a damaged, truncated or
 foreign generation is never used.
 
 Each generation of the stored rows carries a record (the iteration it holds, the CRC-32 of

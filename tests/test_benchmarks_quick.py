@@ -95,13 +95,13 @@ def test_cli_regression_quick():
 
 
 def test_large_m_quick():
-    """PCG against the direct solve on a tiny synthetic problem (issue 18)."""
+    """PCG against the direct solve on a tiny synthetic problem."""
     out = run("bench_large_m.py")
     assert "PCG" in out or "pcg" in out
 
 
 def test_lipschitz_admm_quick():
-    """The ADMM route against Newton on a tiny synthetic Huber problem (issue 14)."""
+    """The ADMM route against Newton on a tiny synthetic Huber problem."""
     out = run("bench_lipschitz_admm.py")
     assert "admm" in out.lower() and "newton" in out.lower()
 

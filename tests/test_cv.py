@@ -1,4 +1,4 @@
-"""Cross-validation from one pass (issue 15): SketchedKRRCV against brute force."""
+"""Cross-validation from one pass: SketchedKRRCV against brute force."""
 
 import dataclasses
 

@@ -1,4 +1,4 @@
-"""SISOKRCV's driver work after the pass (issue 15, CV cost): the eigenbasis ``P = T_X V`` placed
+"""SISOKRCV's driver work after the pass (CV cost): the eigenbasis ``P = T_X V`` placed
 without a product, the fold factor's triangular product, and the fold tasks scheduled without
 a barrier — each against a dense formula or brute force."""
 

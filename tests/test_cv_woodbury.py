@@ -1,4 +1,4 @@
-"""SISOKRCV's folds by the Woodbury route (issue 15): the fold Gram ``G_k = L Lᵀ`` (rank ≤ n_k),
+"""SISOKRCV's folds by the Woodbury route: the fold Gram ``G_k = L Lᵀ`` (rank ≤ n_k),
 ``(Λ + c − U Uᵀ)^{-1}`` by the Woodbury identity, against brute force and the band route."""
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""The device's density rule for sparse row blocks (issue 17; distsketch.cuda).
+"""The device's density rule for sparse row blocks (distsketch.cuda).
 
 scipy.sparse rows cross to the device as CSR (the smaller form to copy); a built-in kernel then
 densifies a device CSR operand on the device when its density exceeds the device's threshold,

@@ -1,4 +1,4 @@
-"""Driver routes chosen by cost, same model (issue 18, item 1; docs/design.md, "Driver routes").
+"""Driver routes chosen by cost, same model (docs/design.md, "Driver routes").
 
 Every route — the generalized form ``(G_kk + nλB_kk)`` on the certified columns of ``B``, the
 whitened ``H + nλI`` by Cholesky, and the eigendecomposition — equals the papers' dense closed

@@ -1,4 +1,4 @@
-"""Leverage-score sub-sampling (issue 15): scores, the draw, the model, saving."""
+"""Leverage-score sub-sampling: scores, the draw, the model, saving."""
 
 import functools
 

@@ -1,5 +1,5 @@
 """Lipschitz-loss machines: optimality against an independent solver, equivalences, invariance,
-resume and bad input (issue 14).
+resume and bad input.
 
 The reference solves the paper's feature-space problem (Prop. 1 of El Ahmad et al., TMLR 2023)
 with CVXPY on the realised sketch ``R = sketch_.matrix()``: its own whitening of

@@ -1,4 +1,4 @@
-"""The sweeps' lighter Grams (issue 14, ε-SVR against the Nystroem pipelines): a Newton sweep
+"""The sweeps' lighter Grams (ε-SVR against the Nystroem pipelines): a Newton sweep
 from the last Grams' point forms only their change over the rows whose curvature moved
 (``Iterate.delta``, the driver adds the Grams it kept), the first sweep counts the rows at each
 curvature level for the μ it does not know yet (``Loss.level_counts``), and the window's

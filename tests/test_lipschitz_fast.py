@@ -1,4 +1,4 @@
-"""The fast paths of the Lipschitz solver (issue 14, ε-SVR against the Nystroem pipelines):
+"""The fast paths of the Lipschitz solver (ε-SVR against the Nystroem pipelines):
 the restricted polish's primal–dual active-set steps (checked against CVXPY on the same
 features), the sweeps over held blocks without a dask graph (bitwise the dask sweep's sums),
 the line-search grid's lean loss values (bitwise the profile's) and the predictions and

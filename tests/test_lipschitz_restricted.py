@@ -1,4 +1,4 @@
-"""The restricted polish of the Lipschitz solver (issue 14, scalar ε-insensitive and pinball):
+"""The restricted polish of the Lipschitz solver (scalar ε-insensitive and pinball):
 the driver's exact solution of the problem restricted to the entries near their kinks, checked
 against CVXPY on the same features, and the sign-sided subdifferential of ε at its kinks."""
 
@@ -82,7 +82,7 @@ def test_svr_certified_to_rounding_in_few_sweeps(intercept):
 
 def test_radial_epsilon_zero_multi_output_reaches_the_bar():
     """ε = 0 with d = 3 outputs and an output matrix: the loss ‖r‖₂ is a cone at r = 0, not a
-    sphere, so neither polish applies; the smoothing continuation alone certifies issue 14's
+    sphere, so neither polish applies; the smoothing continuation alone certifies the
     bar (relative gap ≤ 1e-8 at tol = 1e-10; measured 77–269 sweeps, 4e-11 to 2.3e-10 over
     3 sketches × 2 seeds) and the objective is CVXPY's."""
     X, Y = data(120, 3, 3, 12)

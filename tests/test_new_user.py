@@ -1,4 +1,4 @@
-"""What a new user hit (issue 16), model side: intercepts, honest metrics, SISOKR.score,
+"""What a new user hit, model side: intercepts, honest metrics, SISOKR.score,
 a light ``import distsketch``. Each test failed before its fix."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``SketchedKRR(solver="pcg")``: Falkon's preconditioned conjugate gradient (issue 18, item 2).
+"""``SketchedKRR(solver="pcg")``: Falkon's preconditioned conjugate gradient.
 
 PCG solves ``(K_nmᵀ K_nm + nλ K_mm) α = K_nmᵀ (Y − 1ȳᵀ)`` from recomputed kernel blocks; the
 direct route solves the same system through the eigendecomposition of ``H``. Checked here:

@@ -1,5 +1,4 @@
-"""``SketchedRegressor(loss="squared", solver="pcg")``: Falkon's PCG for the squared loss
-(issue 18, item 2).
+"""``SketchedRegressor(loss="squared", solver="pcg")``: Falkon's PCG for the squared loss.
 
 With the squared loss and ``output_matrix=None`` the regressor is kernel ridge regression with
 an unpenalised intercept fitted jointly: ``b₀ = ȳ − αᵀ s/n`` (``s = K_nmᵀ 1``) and

@@ -1,4 +1,4 @@
-"""``SISOKR(solver="pcg")``: the input side by PCG, r_Y right-hand sides (issue 18, item 2).
+"""``SISOKR(solver="pcg")``: the input side by PCG, r_Y right-hand sides.
 
 The input side of SISOKR is multi-output KRR of the whitened output features ``Ψ = D T_Y``:
 ``(K_nmᵀ K_nm + nλ K_mm) α = K_nmᵀ D T_Y``, ``W(λ) = α(λ)ᵀ`` in the input features

@@ -1,4 +1,4 @@
-"""Reduced-rank IOKR (issue 15): the pipeline's scores against the paper's dense algorithms."""
+"""Reduced-rank IOKR: the pipeline's scores against the paper's dense algorithms."""
 
 import numpy as np
 import pytest

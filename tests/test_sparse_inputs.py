@@ -1,4 +1,4 @@
-"""Sparse inputs (issue 18, item 4): CSR rows kept sparse where that is cheaper, with the same
+"""Sparse inputs: CSR rows kept sparse where that is cheaper, with the same
 kernel values and the same fitted models as dense (standardised) rows.
 
 Tolerances. Every product kernel computes squared distances from the expansion

@@ -1,4 +1,4 @@
-"""What a new user meets first (issue 16): quiet and scriptable commands, start-up time, data
+"""What a new user meets first: quiet and scriptable commands, start-up time, data
 input (missing values, lists of files, dropped columns, mulan's labels), clear messages, the
 store's expected size and the config schema. Each test failed on the code before its fix."""
 
