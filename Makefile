@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-fast demo bench clean gpu-wheels
+.PHONY: install test test-fast lint demo bench clean gpu-wheels
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ demo: $(STAMP)
 ## Full test suite (real-data tests skip cleanly when ../shared/data is absent).
 test: $(STAMP)
 	$(BIN)/python -m pytest --durations=25
+
+## Lint (ruff: pyflakes and pycodestyle, configured in pyproject.toml); CI runs it first.
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 ## Skip the slow real-data tests.
 test-fast: $(STAMP)

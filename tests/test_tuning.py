@@ -15,6 +15,7 @@ import pickle
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from naive import norm_rel_err
 
 import distsketch as ds
 import distsketch.cv
@@ -24,7 +25,6 @@ from distsketch.features import FeatureMap
 from distsketch.options import check_options, options_from_dict
 from distsketch.pcg import choose_solver
 from distsketch.tuning import store_config
-from naive import norm_rel_err
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=64)
 
@@ -75,9 +75,7 @@ def test_defaults_are_the_values_the_module_constants_had():
     assert check_options(None).tuning == ds.Tuning()
     options = ds.EngineOptions()
     assert check_options(options).tuning is options.tuning  # valid: kept as given
-    import distsketch.cuda
-
-    assert distsketch.cuda.DEVICE_SPARSE_MAX_DENSITY == 0.02
+    assert importlib.import_module("distsketch.cuda").DEVICE_SPARSE_MAX_DENSITY == 0.02
 
 
 @pytest.mark.parametrize("module, name", [
@@ -364,6 +362,7 @@ def test_a_config_file_sets_tuning_as_an_engine_table(tmp_path):
     """``[engine.tuning]`` in a TOML config: a :class:`Tuning` (lists as pairs), its errors
     naming ``engine.tuning.<field>``."""
     from clihelpers import CONFIG, toy_data
+
     from distsketch.config import ConfigError, load_config
 
     toy_data(tmp_path)
