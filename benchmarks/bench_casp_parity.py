@@ -1,0 +1,223 @@
+"""CASP test-RMSE parity, distsketch vs Nystroem + Ridge at equal landmarks, as m grows.
+
+Per m: λ selected as bench_casp.py does (one default distsketch fit, 80/20 validation split of
+the training rows); then, at the same landmarks (Nystroem fitted on distsketch's ``landmarks_``,
+which keeps all m of them), one distsketch fit per variant (block dtype × rtol) on the λ path
+[λ/10, λ, 10λ], ``fit_intercept=False``, against ``Ridge(alpha=nλ, fit_intercept=False)`` on
+the Nyström features and the SVD-stable ridge of the same features (``w = V Σ (Σ² + nλ)⁻¹ Uᵀy``).
+Then the user-facing defaults: distsketch ``fit_intercept=True`` (centres y) vs ``Ridge()``
+with its intercept, for the current and the proposed options.
+
+    python benchmarks/bench_casp_parity.py --m 1000 2000 4000 --seeds 0 [--out results.jsonl]
+    CASP_SEEDS=0,1 python benchmarks/bench_casp_parity.py --prototype 1000 2000 4000   # whiten-first prototype
+
+(DISTSKETCH_DATA=/work/shared/data when run from a worktree outside /work.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_casp as bc  # noqa: E402
+
+import distsketch as ds  # noqa: E402
+
+EPS32, EPS64 = float(np.finfo(np.float32).eps), float(np.finfo(np.float64).eps)
+
+
+def variants(m: int) -> list[tuple[str, str, float | None]]:
+    return [("f32 rtol 1e-10 (default)", "float32", None),
+            ("f32 rtol 1e-12", "float32", 1e-12),
+            ("f32 rtol 1e-14", "float32", 1e-14),
+            (f"f32 rtol m·eps32 = {m * EPS32:.1e}", "float32", m * EPS32),
+            ("f32 rtol eps32 = 1.2e-07", "float32", EPS32),
+            ("f64 rtol 1e-10", "float64", 1e-10),
+            ("f64 rtol 1e-12", "float64", 1e-12),
+            ("f64 rtol 1e-14", "float64", 1e-14),
+            (f"f64 rtol m·eps64 = {m * EPS64:.1e}", "float64", m * EPS64)]
+
+
+def kept(model) -> tuple[int, str]:
+    sol = model.input_solution_
+    return int(sol.T.shape[1]), str(sol.whitening_route)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--m", type=int, nargs="+", default=[1000, 2000, 4000])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--only", nargs="*", default=None, help="substrings of variant names to run")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    out = open(args.out, "a") if args.out else None
+
+    def emit(rec):
+        print(json.dumps(rec), flush=True)
+        if out:
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+
+    from sklearn.kernel_approximation import Nystroem
+    from sklearn.linear_model import Ridge
+
+    X, y, Xt, yt = bc.load(bc.data_path(), 0, None)
+    n = len(X)
+    gamma, _ = bc.median_gamma(X, 0)
+    rmse = bc.rmse
+    for m in args.m:
+        for seed in args.seeds:
+            t0 = time.perf_counter()
+            lam, val = bc.select_lam(X, y, gamma=gamma, m=m, seed=seed)
+            lams = [10 * lam, lam, lam / 10]
+            emit({"m": m, "seed": seed, "lam": lam, "select_s": time.perf_counter() - t0,
+                  "val": {str(k): v for k, v in val.items()}})
+
+            def fit(dtype, rtol, icpt=False, target=y, lam_=lams):
+                opts = ds.EngineOptions(block_dtype=dtype, rtol=rtol)
+                t = time.perf_counter()
+                mdl = ds.SketchedKRR(ds.Gaussian(gamma), fit_intercept=icpt, sketch=ds.SubSampling(m),
+                                     lam=lam_, random_state=seed, options=opts).fit(X, target)
+                return mdl, time.perf_counter() - t
+
+            base, base_s = fit("float32", None)
+            L = base.landmarks_
+            t = time.perf_counter()
+            nys = Nystroem(n_components=m, gamma=gamma).fit(L)
+            Z, Zt = nys.transform(X), nys.transform(Xt)
+            nys_s = time.perf_counter() - t
+            ridge = {}
+            t = time.perf_counter()
+            for v in lams:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    reg = Ridge(alpha=n * v, fit_intercept=False).fit(Z, y)
+                ridge[v] = reg.predict(Zt)
+            ridge_s = time.perf_counter() - t
+            t = time.perf_counter()
+            U, sv, Vt = np.linalg.svd(Z, full_matrices=False)
+            Uty = U.T @ y
+            del U
+            svd = {v: Zt @ (Vt.T @ (sv / (sv**2 + n * v) * Uty)) for v in lams}
+            svd_s = time.perf_counter() - t
+            k_eig = np.linalg.eigvalsh(bc._rbf(L, gamma))
+            emit({"m": m, "seed": seed, "kind": "setup", "nystroem_s": nys_s, "ridge_s": ridge_s,
+                  "svd_s": svd_s, "kjj_eig": [float(k_eig[0]), float(k_eig[-1])],
+                  "kjj_below": {f"{r:g}": int((k_eig <= r * k_eig[-1]).sum())
+                                for r in (1e-14, 1e-12, 1e-10, 1e-8, EPS32, m * EPS32, 1e-5)},
+                  "Z_sv": [float(sv[-1]), float(sv[0])],
+                  "rmse_ridge": {str(v): rmse(yt, ridge[v]) for v in lams},
+                  "rmse_svd": {str(v): rmse(yt, svd[v]) for v in lams},
+                  "ridge_vs_svd": {str(v): float(np.linalg.norm(ridge[v] - svd[v]) / np.linalg.norm(svd[v]))
+                                   for v in lams}})
+
+            def report(name, mdl, fit_s):
+                rec = {"m": m, "seed": seed, "kind": "variant", "name": name, "fit_s": fit_s,
+                       "kept": kept(mdl)[0], "route": kept(mdl)[1]}
+                for v in lams:
+                    p = mdl.set_lam(v).predict(Xt)
+                    r, rr, rs = rmse(yt, p), rmse(yt, ridge[v]), rmse(yt, svd[v])
+                    rec[str(v)] = {"rmse": r, "vs_ridge_pct": 100 * (r - rr) / rr,
+                                   "vs_svd_pct": 100 * (r - rs) / rs,
+                                   "gap_svd": float(np.linalg.norm(p - svd[v]) / np.linalg.norm(svd[v]))}
+                emit(rec)
+
+            for name, dtype, rtol in variants(m):
+                if args.only is not None and not any(s in name for s in args.only):
+                    continue
+                if dtype == "float32" and rtol is None:
+                    mdl, s = base, base_s
+                else:
+                    mdl, s = fit(dtype, rtol)
+                    assert np.array_equal(mdl.landmarks_, L)
+                report(name, mdl, s)
+            Z = Zt = svd = ridge = None  # free the features before the next m
+
+
+
+# --------------------------------------------------------------------------- prototype
+# The fix tested outside distsketch: whiten K_JJ (computed from the landmarks alone, float64)
+# *before* forming the Gram, i.e. accumulate (C T)ᵀ(C T) and (C T)ᵀ y, as Nystroem + Ridge do,
+# instead of G = CᵀC followed by Tᵀ G T (the pass's sums today). C rounded to float32 or not.
+
+
+def prototype(m_list, seeds, lam_of, out=None):
+    X, y, Xt, yt = bc.load(bc.data_path(), 0, None)
+    n = len(X)
+    gamma, _ = bc.median_gamma(X, 0)
+    from scipy.spatial.distance import cdist
+
+    def rbf(A, B):
+        return np.exp(-gamma * cdist(A, B, "sqeuclidean"))
+
+    for m in m_list:
+        for seed in seeds:
+            lam = lam_of[m]
+            lams = [10 * lam, lam, lam / 10]
+            L = ds.SketchedKRR(ds.Gaussian(gamma), fit_intercept=False, sketch=ds.SubSampling(m), lam=lam,
+                               random_state=seed).fit(X, y).landmarks_
+            K = rbf(L, L)
+            s, U = np.linalg.eigh(K)
+            C64, Ct = rbf(X, L), rbf(Xt, L)
+            C32 = C64.astype(np.float32).astype(np.float64)
+
+            def solve(Z, Zt, tag, extra=None):
+                H = Z.T @ Z
+                b = Z.T @ y
+                e, V = np.linalg.eigh(H)
+                Zv, c = Zt @ V, V.T @ b
+                return {str(v): Zv @ (c / (e + n * v)) for v in lams}
+
+            # reference: sklearn's normalisation (singular values clipped at 1e-12, all m kept)
+            Tn = U / np.sqrt(np.maximum(s, 1e-12))
+            ref = solve(C64 @ Tn, Ct @ Tn, "ref")
+            rows = {}
+            for dt, C in (("f32", C32), ("f64", C64)):
+                for rtol in (1e-10, 1e-12, 1e-14):
+                    keep = s > rtol * s[-1]
+                    T = U[:, keep] / np.sqrt(s[keep])
+                    rows[f"whiten-first {dt} rtol {rtol:.1e} (kept {keep.sum()})"] = solve(C @ T, Ct @ T, "")
+                # today's order (Gram of C, then whitened), rtol 1e-10 on the exact K_JJ
+                if m >= 4000:
+                    continue
+                keep = s > 1e-10 * s[-1]
+                T = U[:, keep] / np.sqrt(s[keep])
+                G = C.T @ C
+                H = T.T @ G @ T
+                e, V = np.linalg.eigh(H)
+                c = V.T @ (T.T @ (C.T @ y))
+                Zv = Ct @ (T @ V)
+                rows[f"gram-first {dt} rtol 1e-10 (kept {keep.sum()})"] = {
+                    str(v): Zv @ (c / (e + n * v)) for v in lams}
+            for name, p in rows.items():
+                rec = {"m": m, "seed": seed, "kind": "prototype", "name": name}
+                for v in lams:
+                    r, rr = rmse(yt, p[str(v)]), rmse(yt, ref[str(v)])
+                    rec[str(v)] = {"rmse": r, "vs_ref_pct": 100 * (r - rr) / rr, "ref_rmse": rr,
+                                   "gap": float(np.linalg.norm(p[str(v)] - ref[str(v)]) / np.linalg.norm(ref[str(v)]))}
+                print(json.dumps(rec), flush=True)
+                if out:
+                    with open(out, "a") as f:
+                        f.write(json.dumps(rec) + "\n")
+
+
+rmse = bc.rmse
+
+if __name__ == "__main__" and "--prototype" in sys.argv:
+    import os
+
+    prototype([int(a) for a in sys.argv[sys.argv.index("--prototype") + 1:]],
+              [int(v) for v in os.environ.get("CASP_SEEDS", "0").split(",")],
+              {1000: 1e-8, 2000: 1e-8, 4000: 1e-8}, out="/tmp/casp_proto.jsonl")
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
