@@ -93,7 +93,7 @@ def record(name: str, markdown: str, data: dict) -> None:
 
 
 class PassTimes(logging.Handler):
-    """Collects the pass wall time that ``distsketch.accumulate`` logs after each pass."""
+    """Collects the pass wall time that ``distsketch.engine.accumulate`` logs after each pass."""
 
     def __init__(self):
         super().__init__(level=logging.INFO)
@@ -107,7 +107,7 @@ class PassTimes(logging.Handler):
 def watch_pass() -> PassTimes:
     """A :class:`PassTimes` attached to distsketch's pass logger (INFO)."""
     times = PassTimes()
-    logger = logging.getLogger("distsketch.accumulate")
+    logger = logging.getLogger("distsketch.engine.accumulate")
     logger.addHandler(times)
     logger.setLevel(logging.INFO)
     return times

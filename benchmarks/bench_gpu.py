@@ -15,7 +15,7 @@ flops). Targets (issue 17): pass ≥ 60 % of the roofline, ≥ 20× the CPU path
 machine, decoding ≥ 50 % of the float32 GEMM rate; printed with PASS/FAIL.
 
 Sparse rows on the device (section ``gpu_sparse``): the crossover density behind
-``distsketch.cuda.DEVICE_SPARSE_MAX_DENSITY`` (a placeholder until this runs on a GPU). For
+``distsketch.backends.cuda.DEVICE_SPARSE_MAX_DENSITY`` (a placeholder until this runs on a GPU). For
 row blocks of ``b`` ∈ {4 096, 16 384} CSR rows, ``d`` ∈ {1 000, 4 000} features, against 2 000
 CSR landmarks of the same density (as in a pass over sparse data, where the landmarks are
 training rows), the time of one Gaussian ``Kernel.fill`` into a float64 ``(b, 2000)`` device
@@ -35,7 +35,7 @@ densities); the smallest ``sparse`` crossover over the shapes is the value to wr
 
 Without CuPy and a CUDA device the full run stops at once (nothing is measured or written).
 ``--quick`` runs tiny sizes once and writes nothing: on a machine without a GPU it runs the
-CPU path and the CUDA backend's code on numpy (:class:`distsketch.cuda.HostModules`), to
+CPU path and the CUDA backend's code on numpy (:class:`distsketch.backends.cuda.HostModules`), to
 check the script end to end — those "device" times are host times and are labelled so.
 
 ``--json PATH`` also writes the figures as JSON to PATH (rewritten after each sparse-rows
@@ -181,7 +181,7 @@ def sparse_crossover(be, shapes, densities, n_landmarks: int, seconds,
     route the host takes with its dense landmark panels) and ``dense`` (threshold 0: both
     densified on the device, then the dense route's GEMM). ``on_row(rows)`` after each row."""
     import distsketch as ds
-    from distsketch.kernels import tuned
+    from distsketch.kernels.base import tuned
 
     kernel = ds.Gaussian(gamma=0.5)
     rows = []
@@ -248,8 +248,8 @@ def fit_seconds(X, y, m: int, *, device: str, backend: str = "numpy",
 
 def decode_seconds(q: int, c: int, r: int, k: int, backend: str, candidate_rows: int) -> float:
     """Wall time of ``decode_fixed`` over precomputed candidate features (scores + top-k)."""
-    from distsketch.decode import decode_fixed
-    from distsketch.features import FeatureMap
+    from distsketch.decoding.preimage import decode_fixed
+    from distsketch.engine.features import FeatureMap
 
     rng = np.random.default_rng(3)
     phi = rng.standard_normal((c, r))
@@ -293,7 +293,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     import dask
 
-    from distsketch.backends import register_backend
+    from distsketch.backends.base import register_backend
 
     why = gpu_status()
     if args.quick:
@@ -308,14 +308,14 @@ def main() -> None:
               f"script on the CPU.")
         raise SystemExit(2)
     if why is None:
-        from distsketch.backends import get_backend
+        from distsketch.backends.base import get_backend
 
         gpu = {"device": "cuda", "backend": "numpy"}
         label, machine = "GPU", gpu_description()
         device_be, seconds = get_backend("cuda"), _device_seconds
         roof = None if args.sparse_only else gpu_roofline()
     else:
-        from distsketch.cuda import CupyBackend, HostModules
+        from distsketch.backends.cuda import CupyBackend, HostModules
 
         device_be = register_backend(CupyBackend(HostModules(), name="cuda-emulated"))
         gpu = {"device": "cpu", "backend": "cuda-emulated"}
@@ -337,12 +337,12 @@ def main() -> None:
     sparse_md, sparse_cross = sparse_report(sparse_rows_s, label)
     out.update(sparse_rows=sparse_rows_s, sparse_crossover=sparse_cross)
     if args.sparse_only:
-        import distsketch.cuda as dcuda
+        import distsketch.backends.cuda as dcuda
 
         out["device_sparse_max_density"] = dcuda.DEVICE_SPARSE_MAX_DENSITY
     write_json(args.json, out)
     if not args.quick and why is None and not args.no_record:
-        import distsketch.cuda as dcuda
+        import distsketch.backends.cuda as dcuda
 
         _common.record("gpu_sparse", f"""GPU: {machine}. Gaussian `Kernel.fill` into a float64
 (b, {n_land}) device array from device CSR rows and {n_land} CSR landmarks of the same
@@ -354,7 +354,7 @@ device's kernels do not take it today). Crossover density per shape (b × d), sp
 SpMM against dense: """
                        + ", ".join(f"{k}: {v['sparse']} / {v['spmm']}"
                                    for k, v in sparse_cross.items())
-                       + f""". `distsketch.cuda.DEVICE_SPARSE_MAX_DENSITY` was
+                       + f""". `distsketch.backends.cuda.DEVICE_SPARSE_MAX_DENSITY` was
 {dcuda.DEVICE_SPARSE_MAX_DENSITY} during this run (set it to the smallest sparse×sparse
 crossover; if SpMM wins by far, densify the landmarks' operand on the device instead).
 

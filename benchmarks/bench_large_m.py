@@ -126,7 +126,7 @@ def probe(args) -> dict:
     """One PCG fit of ``--probe-iterations`` iterations at n = ``--n``, m = ``--probe-m``,
     ``--probe-reps`` times per tile setting (alternated): the passes' wall times, from the
     sweeper's calls."""
-    import distsketch.sweep as sw
+    import distsketch.engine.sweep as sw
 
     X, y = data(args.n, 0)
     times: list[float] = []

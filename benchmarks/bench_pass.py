@@ -91,7 +91,7 @@ def write_costs(folder: Path, *, blocks: int = 24, rows: int = 4096) -> dict:
     (``store.write_rows``: O_DIRECT) as float64 and float32, the disk idle otherwise."""
     import zarr
 
-    from distsketch.store import write_rows
+    from distsketch.engine.store import write_rows
 
     block = np.random.default_rng(0).standard_normal((rows, M))
 
@@ -185,7 +185,7 @@ def kernel_variants(repeats: int) -> dict:
     from threadpoolctl import threadpool_limits
 
     import distsketch as ds
-    from distsketch.blocks import gram_dot
+    from distsketch.linalg.blocks import gram_dot
 
     rng = np.random.default_rng(0)
     A, B = rng.standard_normal((4096, D)), rng.standard_normal((M, D))
@@ -241,7 +241,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.n, args.repeats = 20_000, 1
-    logger = logging.getLogger("distsketch.accumulate")
+    logger = logging.getLogger("distsketch.engine.accumulate")
     logger.setLevel(logging.INFO)
     logger.addHandler(PASS_TIMES)
 

@@ -16,7 +16,7 @@ Protocol
   sketch=SubSampling(100))`` at n = 300 (one joint fit of the 4-λ path), against one
   ``SVR`` fit per (level, λ) (12 fits, ``C = 1/(λ n)`` clipped to [1e-2, 1e3]; a stand-in
   for "one kernel machine per setting": libsvm has no pinball loss).
-- ``select``: :func:`distsketch.select.select` over 4 γ × 6 λ on 300 rows with ``cv=5``
+- ``select``: :func:`distsketch.model_selection.select.select` over 4 γ × 6 λ on 300 rows with ``cv=5``
   (the CLI's ``[select]`` default) and ``validation=0.2``, for the ε-insensitive regressor
   and the joint quantile model; against one SVR fit per (γ, λ, fold) (the same work in
   scikit-learn's ``GridSearchCV`` without its overhead).
@@ -123,7 +123,7 @@ def case_quantile(n, m, d, seed=0):
 def case_select(model, route, n, m, d, seed=0):
     import distsketch as ds
     from distsketch.losses import EpsilonInsensitive
-    from distsketch.select import select
+    from distsketch.model_selection.select import select
 
     X, y = data(n, d, seed)
     gammas = [0.05, 0.1, 0.2, 0.5]

@@ -89,7 +89,7 @@ def dense_time(kernel, A, L, out, repeats: int) -> float:
 
 
 def grid(repeats: int, shapes, densities) -> dict:
-    from distsketch import kernels
+    from distsketch.kernels import base as kernels
 
     kernel = kernels.Gaussian(gamma=1e-3)
     rng = np.random.default_rng(0)
@@ -141,8 +141,8 @@ def bibtex_dir() -> Path:
 
 def bibtex(repeats: int, with_full: bool) -> dict | None:
     import distsketch as ds
-    from distsketch import kernels
-    from distsketch.io import load_arff
+    from distsketch.kernels import base as kernels
+    from distsketch.io.loaders import load_arff
 
     folder = bibtex_dir()
     if not (folder / "bibtex-train.arff").exists():

@@ -17,26 +17,31 @@ from __future__ import annotations
 
 import importlib
 
+from . import _moved
 from ._version import __version__
+
+_moved.install()
 
 #: Public names and the submodule each lives in.
 _NAMES = {
-    "SISOKR": "models", "SketchedKRR": "models",
-    "SISOKRCV": "cv", "SketchedKRRCV": "cv",
-    "SketchedRegressor": "regressors", "SketchedQuantileRegressor": "regressors",
-    "SketchedFeatures": "transformers",
-    "CandidateStore": "candidates", "StoreDirectory": "store",
-    "EngineOptions": "options", "Tuning": "options", "load": "persist", "standardized": "rows",
+    "SISOKR": "models.ridge", "SketchedKRR": "models.ridge",
+    "SISOKRCV": "model_selection.cv", "SketchedKRRCV": "model_selection.cv",
+    "SketchedRegressor": "models.regressors", "SketchedQuantileRegressor": "models.regressors",
+    "SketchedFeatures": "models.transformers",
+    "CandidateStore": "decoding.candidates", "StoreDirectory": "engine.store",
+    "EngineOptions": "options", "Tuning": "options", "load": "io.persist",
+    "standardized": "engine.rows",
     "Gaussian": "kernels", "GaussianTanimoto": "kernels", "Laplacian": "kernels",
     "Linear": "kernels", "Matern": "kernels", "Polynomial": "kernels",
     "Standardized": "kernels", "Tanimoto": "kernels",
     "Identity": "sketches", "SubSampling": "sketches", "PSparsified": "sketches",
     "Accumulation": "sketches", "GaussianSketch": "sketches", "LeverageScores": "sketches",
     "CountSketch": "sketches",
-    "Route": "routes", "RouteFit": "routes", "CoefTable": "routes",
+    "Route": "solvers.routes", "RouteFit": "solvers.routes", "CoefTable": "solvers.routes",
 }
 #: Submodules reachable as attributes (``distsketch.metrics``) without importing them.
-_SUBMODULES = ("metrics", "losses", "kernels", "sketches", "io", "select", "engine", "cv")
+_SUBMODULES = ("metrics", "losses", "kernels", "sketches", "io", "engine", "models",
+               "model_selection", "backends", "testing")
 
 __all__ = ["__version__", *_NAMES, "NotFittedError", "metrics", "losses", "kernels",
            "sketches"]
@@ -46,9 +51,11 @@ def __getattr__(name: str):
     if name in _NAMES:
         value = getattr(importlib.import_module(f".{_NAMES[name]}", __name__), name)
     elif name == "NotFittedError":  # built on first use: see estimator.not_fitted_error
-        value = importlib.import_module(".estimator", __name__).not_fitted_error()
+        value = importlib.import_module(".models.base", __name__).not_fitted_error()
     elif name in _SUBMODULES:
         value = importlib.import_module(f".{name}", __name__)
+    elif name in _moved.MOVED:  # the flat layout's module paths, for one release
+        value = _moved.moved_module(name)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value  # later lookups skip this function

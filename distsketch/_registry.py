@@ -39,7 +39,7 @@ class Registry(dict):
         return f"Registry({self.kind!r}: {sorted(self)})"
 
 #: Modules whose estimator classes register themselves when imported.
-BUILTIN = ("models", "cv", "regressors", "transformers")
+BUILTIN = ("models.ridge", "model_selection.cv", "models.regressors", "models.transformers")
 
 #: Estimator classes by class name.
 MODELS: Registry = Registry("model")

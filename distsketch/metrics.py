@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .backends import dense
+from .backends.base import dense
 
 __all__ = ["f1_samples", "hamming_loss", "topk_accuracy", "mean_reciprocal_rank", "kernel_loss",
            "surrogate_mse", "pinball_loss", "crossing_loss", "arrmse", "rmse", "mae", "r2_score",
@@ -168,7 +168,7 @@ def surrogate_mse(model, X, Y) -> float:
         Y = Y - model.intercept_
     inner = np.einsum("ij,ij->i", phi, g)
     if model.output_projection_ is None:  # exact output side: ‖ĥ‖² = gᵀ K_Y g
-        from .blocks import gram_dot
+        from .linalg.blocks import gram_dot
 
         L = model.output_landmarks_
         Kg = gram_dot(model.output_kernel_, L, L, right=g.T, chunk=model._options().gram_chunk)

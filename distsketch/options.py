@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 
 import dask.config
 
-from .backends import BACKENDS, LAZY_BACKENDS, BackendUnavailable, get_backend, known_backend
+from .backends.base import BACKENDS, LAZY_BACKENDS, BackendUnavailable, get_backend, known_backend
 from .tuning import Tuning, check_tuning, tuning_from_dict
 
 __all__ = ["EngineOptions", "Tuning", "check_options", "options_from_dict", "blas_limit"]

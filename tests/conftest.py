@@ -80,7 +80,7 @@ def dtype_options(block_dtype: str, **kw) -> "ds.EngineOptions":
 def feature_rows(monkeypatch):
     """``start()``: from then on, the row count of every block whose features
     ``FeatureMap.tiles`` computes (candidate and output features), in a list it returns."""
-    from distsketch.features import FeatureMap
+    from distsketch.engine.features import FeatureMap
 
     def start() -> list[int]:
         seen: list[int] = []

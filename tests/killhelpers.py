@@ -22,7 +22,7 @@ _PATCH = textwrap.dedent("""
 
 def run_killed(code: str, *, kill_at: int, timeout: int = 300) -> subprocess.CompletedProcess:
     """Run the script ``code`` (it builds its data and fits into a store) in a child process
-    whose ``kill_at``-th sweep (a ``distsketch.sweep.Sweeper`` call) SIGKILLs it; asserts the
+    whose ``kill_at``-th sweep (a ``distsketch.engine.sweep.Sweeper`` call) SIGKILLs it; asserts the
     child died by that signal and returns the finished process."""
     script = _PATCH.format(kill_at=int(kill_at)) + textwrap.dedent(code)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

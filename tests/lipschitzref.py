@@ -89,8 +89,8 @@ def cvx_scalar(Phi, y, lam, loss, intercept):
 def held_sweep_data(n=230, m=9, rows=50, seed=5):
     """A sweep's data held in memory (blocks of ``rows`` rows of a random ``C`` (n, m)) and
     scalar targets: ``(data, X, Y, C, y, rng)``."""
-    from distsketch.rows import as_row_source
-    from distsketch.sweep import SweepData
+    from distsketch.engine.rows import as_row_source
+    from distsketch.engine.sweep import SweepData
 
     rng = np.random.default_rng(seed)
     C = rng.normal(size=(n, m))
@@ -104,10 +104,10 @@ def held_sweep_data(n=230, m=9, rows=50, seed=5):
 
 
 def whole_window(Phi, y, loss, intercept):
-    """``(problem, sums)`` for :func:`distsketch.newton.restricted_polish` with every entry of
+    """``(problem, sums)`` for :func:`distsketch.solvers.lipschitz.newton.restricted_polish` with every entry of
     the scalar problem on features ``Phi`` (n, r) in its window (nothing kept linear;
     ``T = I``): the polish then solves the whole problem, :func:`cvx_scalar`'s."""
-    from distsketch import newton
+    from distsketch.solvers.lipschitz import newton
 
     n, r = Phi.shape
     prob = newton.Problem(T=np.eye(r), S=np.eye(1), nu=np.ones(1), U=np.eye(1),

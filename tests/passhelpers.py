@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 import distsketch as ds
-from distsketch.store import open_fit_store
+from distsketch.engine.store import open_fit_store
 
 N, D, L = 120, 4, 6
 

@@ -19,7 +19,7 @@ import pytest
 from scipy.optimize import minimize, minimize_scalar
 
 import distsketch as ds
-from distsketch.admm import choose_route, project_dual
+from distsketch.solvers.lipschitz.admm import choose_route, project_dual
 from distsketch.losses import EpsilonInsensitive, Huber, Pinball, Squared
 from lipschitzref import data, reference
 

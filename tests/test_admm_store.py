@@ -25,7 +25,7 @@ import zarr
 
 import distsketch as ds
 from distsketch.losses import Pinball
-from distsketch.store import StoreError
+from distsketch.engine.store import StoreError
 from lipschitzref import data
 
 BLOCK = 64
@@ -58,7 +58,7 @@ def _interrupt(monkeypatch, X, y, store, *, block: int, written: bool, hook=None
     """Fit into ``store`` and stop at block ``block`` (1-based) of iteration
     ``STOP_ITER + 1``, after that block wrote its rows (``written``) or before; ``hook(count)``
     runs before each block."""
-    import distsketch.lipschitz_routes as rg
+    import distsketch.solvers.lipschitz.routes as rg
 
     original = rg.admm_block
     stop_at = STOP_ITER * N_BLOCKS + block
@@ -98,7 +98,7 @@ def _flip_bit(store, name: str, block: int) -> None:
 
 def _admm_warnings(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records
-            if r.name == "distsketch.admm" and r.levelno >= logging.WARNING]
+            if r.name == "distsketch.solvers.lipschitz.admm" and r.levelno >= logging.WARNING]
 
 
 def _same_model(a, b) -> None:
@@ -118,7 +118,7 @@ def test_honest_resume_verifies_without_warnings(whole, tmp_path, monkeypatch, c
     group = _group(store, "r")
     assert group.attrs["state"]["n_iter"] == STOP_ITER
     assert group.attrs[f"rows_{(STOP_ITER - 1) % 2}"]["iteration"] == STOP_ITER - 1
-    with caplog.at_level(logging.INFO, logger="distsketch.admm"):
+    with caplog.at_level(logging.INFO, logger="distsketch.solvers.lipschitz.admm"):
         est = _fit(X, y, store)
     assert _admm_warnings(caplog) == []
     assert any(f"resuming the ADMM iterations at iteration {STOP_ITER}" in r.getMessage()
@@ -138,7 +138,7 @@ def test_flipped_bit_falls_back_to_the_other_generation(whole, tmp_path, monkeyp
     _interrupt(monkeypatch, X, y, store, block=1, written=False)
     newer = (STOP_ITER - 1) % 2
     _flip_bit(store, f"{name}_{newer}", 1)
-    with caplog.at_level(logging.WARNING, logger="distsketch.admm"):
+    with caplog.at_level(logging.WARNING, logger="distsketch.solvers.lipschitz.admm"):
         est = _fit(X, y, store)
     warned = " | ".join(_admm_warnings(caplog))
     assert f"generation {newer} (iteration {STOP_ITER}): block 1 (rows 64–127) of {name} " \
@@ -157,7 +157,7 @@ def test_both_generations_damaged_restarts_from_the_warm_start(whole, tmp_path, 
     store = tmp_path / "s.zarr"
     _interrupt(monkeypatch, X, y, store, block=2, written=True)
     _flip_bit(store, f"u_{(STOP_ITER - 1) % 2}", 2)
-    with caplog.at_level(logging.WARNING, logger="distsketch.admm"):
+    with caplog.at_level(logging.WARNING, logger="distsketch.solvers.lipschitz.admm"):
         est = _fit(X, y, store)
     warned = " | ".join(_admm_warnings(caplog))
     assert "block 2 (rows 128–191) of u fails its checksum" in warned
@@ -200,7 +200,7 @@ def test_incomplete_record_is_not_used(whole, tmp_path, monkeypatch, caplog, dam
     else:
         damage(rec)
     group.attrs[f"rows_{newer}"] = rec
-    with caplog.at_level(logging.WARNING, logger="distsketch.admm"):
+    with caplog.at_level(logging.WARNING, logger="distsketch.solvers.lipschitz.admm"):
         est = _fit(X, y, store)
     warned = " | ".join(_admm_warnings(caplog))
     assert f"generation {newer}: " in warned
@@ -222,7 +222,7 @@ def test_truncated_chunk_file_is_not_used(whole, tmp_path, monkeypatch, caplog):
     assert chunk.is_file()
     raw = chunk.read_bytes()
     chunk.write_bytes(raw[: len(raw) // 2])
-    with caplog.at_level(logging.WARNING, logger="distsketch.admm"):
+    with caplog.at_level(logging.WARNING, logger="distsketch.solvers.lipschitz.admm"):
         est = _fit(X, y, store)
     warned = " | ".join(_admm_warnings(caplog))
     assert f"generation {newer} (iteration {STOP_ITER}): " in warned
@@ -242,7 +242,7 @@ def test_damage_during_the_fit_is_caught_by_the_sweep(whole, tmp_path, monkeypat
         if count == STOP_ITER * N_BLOCKS + 1:  # iteration 26 about to read generation 0 or 1
             _flip_bit(store, f"z_{read_gen}", 3)
 
-    import distsketch.lipschitz_routes as rg
+    import distsketch.solvers.lipschitz.routes as rg
 
     original = rg.admm_block
     count = [0]
@@ -257,7 +257,7 @@ def test_damage_during_the_fit_is_caught_by_the_sweep(whole, tmp_path, monkeypat
         with dask.config.set(scheduler="sync"), \
                 pytest.raises(StoreError, match=r"rows 192–199 of the ADMM variable z"):
             _fit(X, y, store)
-    with caplog.at_level(logging.WARNING, logger="distsketch.admm"):
+    with caplog.at_level(logging.WARNING, logger="distsketch.solvers.lipschitz.admm"):
         est = _fit(X, y, store)
     assert "block 3 (rows 192–199) of z fails its checksum" in " | ".join(_admm_warnings(caplog))
     _same_model(est, ref)
@@ -267,7 +267,7 @@ def test_killed_between_record_and_solver_state(whole, tmp_path, monkeypatch, ca
     """Stopped after iteration 26's record but before its solver state: the record newer than
     the state is passed over (no warning), the fit resumes at iteration 25 and ends bitwise
     equal."""
-    import distsketch.admm as admm
+    import distsketch.solvers.lipschitz.admm as admm
 
     X, y, ref = whole
     store = tmp_path / "s.zarr"
@@ -285,7 +285,7 @@ def test_killed_between_record_and_solver_state(whole, tmp_path, monkeypatch, ca
     group = _group(store, "r")
     assert group.attrs["state"]["n_iter"] == STOP_ITER
     assert group.attrs[f"rows_{STOP_ITER % 2}"]["iteration"] == STOP_ITER
-    with caplog.at_level(logging.INFO, logger="distsketch.admm"):
+    with caplog.at_level(logging.INFO, logger="distsketch.solvers.lipschitz.admm"):
         est = _fit(X, y, store)
     assert _admm_warnings(caplog) == []
     assert any("newer than the solver state" in r.getMessage() for r in caplog.records)

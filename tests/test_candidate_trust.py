@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-import distsketch.candidates as candidates_module
-from distsketch.features import FeatureMap
+import distsketch.decoding.candidates as candidates_module
+from distsketch.engine.features import FeatureMap
 
 KX, KY = ds.Gaussian(gamma=0.5), ds.Gaussian(gamma=0.3)
 ROWS = 500  # candidate rows per stored chunk: 3000 candidates are 6 chunks

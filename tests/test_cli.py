@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from distsketch.cli import main
+from distsketch.cli.main import main
 from clihelpers import CONFIG, toy_data
 from clusterhelpers import dask_processes
-from distsketch.config import ConfigError, load_config
+from distsketch.cli.config import ConfigError, load_config
 
 
 
@@ -74,7 +74,7 @@ def test_verbose_shows_traceback(workdir):
 def test_exit_codes_user_errors_2_failures_1(monkeypatch, capsys, error, code):
     """Exit 2 for what a user can fix (a bad value, a missing file or extra); anything else is a
     failure of distsketch or the machine: exit 1, one line, and a hint to rerun with -v."""
-    import distsketch.cli as cli
+    import distsketch.cli.main as cli
 
     def command(args):
         raise error
@@ -232,7 +232,7 @@ path = "cv.zarr"
 """
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
 def test_cross_validated_model_from_the_config(workdir, capsys):
     (workdir / "cv.toml").write_text(CV_CONFIG)
     assert main(["fit", str(workdir / "cv.toml")]) == 0

@@ -171,7 +171,7 @@ def test_readme_zarr_conversion_recipe_runs(tmp_path):
     by whole rows."""
     import zarr
 
-    from distsketch.io import load_dataset
+    from distsketch.io.loaders import load_dataset
 
     section = readme_section("Training data beyond the client's memory")
     blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)

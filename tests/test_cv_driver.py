@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-import distsketch.cv
-from distsketch.solve import InputSolution, input_basis
+import distsketch.model_selection.cv
+from distsketch.linalg.solve import InputSolution, input_basis
 from cvhelpers import sisokr_brute_force
 from naive import norm_rel_err
 
@@ -63,10 +63,10 @@ def test_fold_factor_triangular_product_equals_dense(rows):
     assert info >= 0 and k == min(rows, m)
     piv = np.asarray(piv, dtype=np.intp) - 1
     dense = P[piv].T @ np.tril(c[:, :k])
-    U = distsketch.cv._pivoted_product(P, piv, c.copy(order="F"), k)
+    U = distsketch.model_selection.cv._pivoted_product(P, piv, c.copy(order="F"), k)
     assert U.shape == (r, k)
     assert norm_rel_err(U, dense) <= 1e-13
-    assert norm_rel_err(distsketch.cv.fold_factor(G, P) @ distsketch.cv.fold_factor(G, P).T,
+    assert norm_rel_err(distsketch.model_selection.cv.fold_factor(G, P) @ distsketch.model_selection.cv.fold_factor(G, P).T,
                         P.T @ G @ P) <= 1e-12
 
 
@@ -101,7 +101,7 @@ def test_woodbury_factor_failure_propagates(monkeypatch):
     def broken(*args, **kw):
         raise RuntimeError("factor failed")
 
-    monkeypatch.setattr(distsketch.cv, "_woodbury_prepare", broken)
+    monkeypatch.setattr(distsketch.model_selection.cv, "_woodbury_prepare", broken)
     X, Y = _data()
     with pytest.raises(RuntimeError, match="factor failed"):
         ds.SISOKRCV(ds.Gaussian(gamma=GX), ds.Gaussian(gamma=GY),

@@ -4,7 +4,7 @@ arithmetic and against brute-force refits of every fold at ill-conditioned point
 Gaussian kernels, λ down to 1e-12, float32 and float64 blocks).
 
 Tolerances. A resolved score's squared error is within ``SCORE_RTOL`` (ρ) of the exact
-validation error of the fold's model (:func:`distsketch.cv.resolved`: its bound is at most ρ
+validation error of the fold's model (:func:`distsketch.model_selection.cv.resolved`: its bound is at most ρ
 times it), which the exact-arithmetic test checks against its bound directly. Against the brute
 force (the same ridge problem on each fold solved densely as augmented least squares, scored
 by residuals) the tolerance is the same ρ; that the two computed fold models agree to well
@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from distsketch import cv as dcv
-from distsketch.accumulate import fold_ids
+from distsketch.model_selection import cv as dcv
+from distsketch.engine.accumulate import fold_ids
 from cvhelpers import sisokr_brute_force, white
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +60,7 @@ def _fit_recording(est, X, Y):
 def _features(model, X, gamma, dtype):
     """The pass's features ``C = k(X, X_J) R_mixᵀ`` at width ``gamma`` in the block dtype,
     as float64 (float32 values are exact in float64)."""
-    from distsketch.features import FeatureMap
+    from distsketch.engine.features import FeatureMap
 
     fmap = FeatureMap(ds.Gaussian(gamma), model.landmarks_, model.sketch_)
     return np.asarray(fmap.block(X, dtype=np.dtype(dtype)), dtype=np.float64)
@@ -251,7 +251,7 @@ def test_sisokr_cv_surrogate_scores_at_ill_conditioned_points_against_brute_forc
 def test_select_cv_skips_a_kernel_entry_with_no_resolved_score():
     """``[select]``'s cv route: an entry whose every CV score is unresolved has NaN rows and
     is not chosen; the others choose as usual."""
-    from distsketch.select import select
+    from distsketch.model_selection.select import select
 
     X, Y = _data()
     y = Y[:, 0] - 3.0
@@ -279,7 +279,7 @@ def _rf1():
     if not (base / "rf1-train.arff").exists():
         pytest.skip(f"real data set not available: {base / 'rf1-train.arff'} "
                     f"(set DISTSKETCH_DATA)")
-    from distsketch.io import load_arff
+    from distsketch.io.loaders import load_arff
 
     X, Y = load_arff(base / "rf1-train.arff", n_targets=8)
     Xt, Yt = load_arff(base / "rf1-test.arff", n_targets=8)

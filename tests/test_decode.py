@@ -7,9 +7,9 @@ import pytest
 import zarr
 
 import distsketch as ds
-from distsketch import topk
-from distsketch.features import FeatureMap
-from distsketch.topk import merge_topk, smallest_k
+from distsketch.linalg import topk
+from distsketch.engine.features import FeatureMap
+from distsketch.linalg.topk import merge_topk, smallest_k
 
 KX, KY = ds.Gaussian(gamma=0.5), ds.Gaussian(gamma=0.3)
 
@@ -118,8 +118,8 @@ def test_equal_rows_anywhere_in_a_tile_give_bitwise_equal_results(q):
     (:func:`topk.score_topk`, padded tiles and whole sets) are bitwise equal at every position,
     so the top-k is the first ``k`` copies. With OpenBLAS's SkylakeX kernels the last
     ``c mod 16`` rows of a product came out an ulp apart before tiles were aligned
-    (:data:`distsketch.blocks.TILE_ALIGN`)."""
-    from distsketch.decode import fold_candidates
+    (:data:`distsketch.linalg.blocks.TILE_ALIGN`)."""
+    from distsketch.decoding.preimage import fold_candidates
 
     rng = np.random.default_rng(q)
     fmap = FeatureMap(KY, rng.random((30, 10)), rng.normal(size=(30, 12)))

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-import distsketch.decoding as decoding
-from distsketch import decode, topk
-from distsketch.decode import decode_fixed, fold_costs, fold_route
-from distsketch.features import FeatureMap
+import distsketch.decoding.routes as decoding
+from distsketch.decoding import preimage as decode
+from distsketch.linalg import topk
+from distsketch.decoding.preimage import decode_fixed, fold_costs, fold_route
+from distsketch.engine.features import FeatureMap
 
 KX, KY = ds.Gaussian(gamma=0.5), ds.Gaussian(gamma=0.3)
 SIDES = {"IOKR": (None, None),
@@ -295,7 +296,7 @@ def test_independent_of_the_number_of_decoding_tasks(data, monkeypatch):
 
 
 def test_tiles_sized_to_the_candidates():
-    from distsketch.blocks import TILE_ALIGN
+    from distsketch.linalg.blocks import TILE_ALIGN
 
     assert topk.tile_rows(2058) == 2112  # one tile, not padded to SCORE_ROWS
     for n in (1, 7, 64, 2058, 4096, 4097, 5000, 9000, 100_000):

@@ -11,7 +11,7 @@ pytest.importorskip("sklearn")
 pytest.importorskip("matplotlib")
 
 import distsketch as ds  # noqa: E402
-from distsketch.demo import N_TRAIN, run_demo  # noqa: E402
+from distsketch.cli.demo import N_TRAIN, run_demo  # noqa: E402
 from distsketch.metrics import kernel_loss  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -1,11 +1,11 @@
-"""The device's density rule for sparse row blocks (distsketch.cuda).
+"""The device's density rule for sparse row blocks (distsketch.backends.cuda).
 
 scipy.sparse rows cross to the device as CSR (the smaller form to copy); a built-in kernel then
 densifies a device CSR operand on the device when its density exceeds the device's threshold,
-``distsketch.cuda.DEVICE_SPARSE_MAX_DENSITY`` (``Backend.sparse_max_density``; a fit's
+``distsketch.backends.cuda.DEVICE_SPARSE_MAX_DENSITY`` (``Backend.sparse_max_density``; a fit's
 ``Tuning.device_sparse_max_density`` overrides it), at the place the host's rule
 (``Tuning.sparse_max_density``) applies: ``kernels._cheaper_form``. Run
-through the emulated device (:class:`~distsketch.cuda.HostModules`), whose CSR matrices, like
+through the emulated device (:class:`~distsketch.backends.cuda.HostModules`), whose CSR matrices, like
 cupyx's, are not scipy.sparse matrices, so the kernels take their device routes. The value and
 fit tests also run on real CuPy (marked ``gpu``; skipped with the reason where CuPy or a CUDA
 device is missing), within the issue's tolerances.
@@ -24,11 +24,11 @@ import pytest
 import scipy.sparse as sp
 
 import distsketch as ds
-import distsketch.cuda as dcuda
-import distsketch.kernels as dk
+import distsketch.backends.cuda as dcuda
+import distsketch.kernels.base as dk
 from conftest import CLOSED_FORM_RTOL
-from distsketch.backends import backend_of, register_backend
-from distsketch.cuda import CupyBackend, EmulatedCSR, EmulatedDeviceArray, HostModules
+from distsketch.backends.base import backend_of, register_backend
+from distsketch.backends.cuda import CupyBackend, EmulatedCSR, EmulatedDeviceArray, HostModules
 from naive import norm_rel_err
 from gpuhelpers import cupy_skip_reason
 
@@ -59,7 +59,7 @@ def device(request, be):
     reason = cupy_skip_reason()
     if reason:
         pytest.skip(reason)
-    from distsketch.backends import get_backend
+    from distsketch.backends.base import get_backend
 
     return get_backend("cuda"), False
 

@@ -14,7 +14,7 @@ from naive import pass_sums, rel_err, sisokr_linear_predict, sisokr_scores, \
     sketched_krr_predict
 
 import distsketch as ds
-import distsketch.solve as solve
+import distsketch.linalg.solve as solve
 from distsketch.options import driver_blas_threads
 
 KX = ds.Gaussian(gamma=1.0)
@@ -391,7 +391,7 @@ def test_output_whitening_takes_its_own_orders_blas_threads(small_problem, monke
     (one BLAS thread below 1000 by the rule), not in the input side's."""
     import contextlib
 
-    import distsketch.models as models
+    import distsketch.models.ridge as models
 
     X, Y, _, _ = small_problem
     active, seen = [], []

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import zarr
 
-from distsketch.engine import Reducer, Stored, map_blocks, map_reduce, tree_reduce
+from distsketch.engine.mapreduce import Reducer, Stored, map_blocks, map_reduce, tree_reduce
 
 
 class Shape(Reducer):

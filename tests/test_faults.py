@@ -17,7 +17,7 @@ import pytest
 import zarr
 
 import distsketch as ds
-from distsketch.store import open_fit_store
+from distsketch.engine.store import open_fit_store
 from clusterhelpers import dask_processes, reap
 from passhelpers import N, model, problem, slow_gaussian, sums_of
 
@@ -185,8 +185,8 @@ def test_workers_lost_again_while_resending_blocks_is_retried(monkeypatch):
     and sending the blocks again fails because the second worker is dead too. That failure is
     the same loss and is retried within the ``distsketch.pass-retries`` budget; past it, the
     error names the loss (not the send)."""
-    from distsketch import accumulate
-    from distsketch.engine import WorkersLost
+    from distsketch.engine import accumulate
+    from distsketch.engine.mapreduce import WorkersLost
 
     calls = {"items": 0, "reduce": 0}
     real_items, real_reduce = accumulate._pass_items, accumulate.map_reduce

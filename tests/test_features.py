@@ -10,8 +10,8 @@ import pytest
 import zarr
 
 import distsketch as ds
-from distsketch.blocks import gram_dot
-from distsketch.features import FeatureMap
+from distsketch.linalg.blocks import gram_dot
+from distsketch.engine.features import FeatureMap
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def test_key_is_stable_across_processes_and_names_what_changes_features(fmap, tm
     process, independent of the engine's chunk, different for another kernel, landmarks or
     projection."""
     np.savez(tmp_path / "m.npz", L=fmap.landmarks, P=fmap.projection)
-    code = ("import numpy as np, distsketch as ds; from distsketch.features import FeatureMap; "
+    code = ("import numpy as np, distsketch as ds; from distsketch.engine.features import FeatureMap; "
             f"z = np.load({str(tmp_path / 'm.npz')!r}); "
             "print(FeatureMap(ds.Gaussian(0.3), z['L'], z['P'], chunk=2048).key)")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -90,7 +90,7 @@ def _repeated_rows(n=60, d=3, seed=3):
 
 
 def test_distinct_rows_equal_a_brute_force():
-    from distsketch.blocks import distinct_rows
+    from distsketch.linalg.blocks import distinct_rows
 
     X = _repeated_rows()
     first, inverse = distinct_rows(X)

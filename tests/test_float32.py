@@ -15,7 +15,7 @@ import pytest
 import zarr
 
 import distsketch as ds
-from distsketch.store import open_fit_store
+from distsketch.engine.store import open_fit_store
 from naive import norm_rel_err
 from passhelpers import CountingGaussian, N, model, problem, sums_of
 

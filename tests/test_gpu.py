@@ -1,7 +1,7 @@
-"""The CUDA backend (distsketch.cuda).
+"""The CUDA backend (distsketch.backends.cuda).
 
-Two ways through the same code: :class:`~distsketch.cuda.CupyBackend` built on
-:class:`~distsketch.cuda.HostModules` (numpy dressed as a device: its arrays refuse host ndarrays
+Two ways through the same code: :class:`~distsketch.backends.cuda.CupyBackend` built on
+:class:`~distsketch.backends.cuda.HostModules` (numpy dressed as a device: its arrays refuse host ndarrays
 in ufuncs and products as CuPy's do, "pinned" staging buffers and streams are host stand-ins)
 runs everywhere and must give bitwise the numpy backend's results, since it performs the same
 numpy operations; the same tests with real CuPy are marked ``gpu`` and skip with the reason
@@ -24,13 +24,13 @@ import pytest
 import scipy.sparse as sp
 
 import distsketch as ds
-import distsketch.cuda as dcuda
+import distsketch.backends.cuda as dcuda
 from conftest import CLOSED_FORM_RTOL
-from distsketch import topk
-from distsketch.backends import BACKENDS, get_backend, register_backend
-from distsketch.cuda import CupyBackend, EmulatedDeviceArray, HostModules
-from distsketch.decode import decode_fixed, decode_ragged
-from distsketch.features import FeatureMap
+from distsketch.linalg import topk
+from distsketch.backends.base import BACKENDS, get_backend, register_backend
+from distsketch.backends.cuda import CupyBackend, EmulatedDeviceArray, HostModules
+from distsketch.decoding.preimage import decode_fixed, decode_ragged
+from distsketch.engine.features import FeatureMap
 from distsketch.options import check_options
 from naive import norm_rel_err
 from gpuhelpers import cupy_skip_reason
@@ -93,7 +93,7 @@ KERNELS = [ds.Gaussian(0.4), ds.Laplacian(0.3), ds.Matern(0.5), ds.Matern(1.5), 
 
 
 def test_importing_distsketch_never_imports_cupy():
-    code = ("import sys, distsketch as ds, distsketch.backends, distsketch.cuda, distsketch.topk;"
+    code = ("import sys, distsketch as ds, distsketch.backends, distsketch.backends.cuda, distsketch.linalg.topk;"
             "ds.EngineOptions(); assert 'cupy' not in sys.modules and 'cupyx' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -130,7 +130,7 @@ def test_large_host_arrays_are_staged_through_reused_pinned_buffers():
 
 
 class _FakeCupy(types.ModuleType):
-    """CuPy's API as :class:`~distsketch.cuda.CupyModules` calls it, over the emulated
+    """CuPy's API as :class:`~distsketch.backends.cuda.CupyModules` calls it, over the emulated
     namespace, logging the staging protocol (pinned allocations, event records, syncs, waits)."""
 
     def __init__(self, log: list):
@@ -287,7 +287,7 @@ def test_sisokr_fit_pass_sums_and_topk_equal_cpu(device, dtype, tmp_path):
     got = fit(be.name, tmp_path / "gpu")
     if exact:  # per block: C and D to the host for the store, and the partial sums
         assert counts["to_host"] >= 3 * -(-90 // 13)
-    from distsketch.store import open_fit_store
+    from distsketch.engine.store import open_fit_store
 
     want, have = open_fit_store(str(tmp_path / "cpu")).read_sums(), \
         open_fit_store(str(tmp_path / "gpu")).read_sums()
@@ -353,8 +353,8 @@ def test_mixing_and_projections_cross_to_the_device_once(monkeypatch):
     model is bitwise the host's (emulated device)."""
     import gc
 
-    import distsketch.cuda
-    from distsketch.sketches import SparseSketch, TiledSketch
+    import distsketch.backends.cuda
+    from distsketch.sketches.base import SparseSketch, TiledSketch
 
     X, _, y = _problem()
     calls = collections.Counter()
@@ -391,7 +391,7 @@ def test_mixing_and_projections_cross_to_the_device_once(monkeypatch):
         if id(Q) == key:  # the address reused: the dead owner's entry must not be served
             assert be.to_numpy(be.cached_operand(Q, ("rows", 0, 6), lambda: Q)).sum() == 12
         # over the budget: made each time, nothing kept
-        monkeypatch.setattr(distsketch.cuda, "OPERAND_CACHE_BYTES", 64)
+        monkeypatch.setattr(distsketch.backends.cuda, "OPERAND_CACHE_BYTES", 64)
         big = np.ones((10, 10))
         made = []
         for _ in range(2):

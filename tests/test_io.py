@@ -10,15 +10,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from distsketch.io import (
-    _arff_header,
-    load_arff,
-    load_csv,
-    load_dataset,
-    load_hdf5,
-    load_npz_or_npy,
-    load_zarr,
-)
+from distsketch.io.loaders import (_arff_header, load_arff, load_csv, load_dataset, load_hdf5,
+    load_npz_or_npy, load_zarr)
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 nan = np.nan

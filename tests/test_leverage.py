@@ -7,7 +7,7 @@ import pytest
 from naive import norm_rel_err, sketched_krr_predict
 
 import distsketch as ds
-from distsketch.rows import as_row_source
+from distsketch.engine.rows import as_row_source
 
 #: The papers' estimator (no intercept): what the dense formulas here write.
 _KRR = functools.partial(ds.SketchedKRR, fit_intercept=False)

@@ -311,7 +311,7 @@ def test_store_shared_with_krr_and_saved_model(tmp_path):
                                sketch=ds.SubSampling(25), lam=1e-3, random_state=12,
                                store=store).fit(X, y)
     assert np.array_equal(reg.sketch_.support, krr.sketch_.support)
-    from distsketch.store import open_fit_store
+    from distsketch.engine.store import open_fit_store
 
     # the regressor's extra sums were added from the stored blocks, SketchedKRR's kept
     assert {"G", "B", "b", "s", "y1"} <= set(open_fit_store(store).read_sums())
@@ -421,7 +421,7 @@ def test_stalled_continuation_returns_its_best_certified_point(monkeypatch):
     5.9e-11 in 208 sweeps on an Intel Xeon, same numpy 2.4.6): either way it ends near the optimum, in fewer than 1000 sweeps, and a warning
     comes with a best certified gap ≤ 1e-8. With the restricted polish (the default) the
     same fit reaches tol itself, in fewer sweeps."""
-    from distsketch import newton
+    from distsketch.solvers.lipschitz import newton
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(200, 3))
@@ -497,7 +497,7 @@ metrics = {metrics}
      '["pinball", "crossing"]'),
 ])
 def test_cli_fits_regressors_from_toml(tmp_path, type_, extra, metrics):
-    from distsketch.cli import main
+    from distsketch.cli.main import main
 
     X, y = _data(n=160)
     np.savez(tmp_path / "train.npz", X=X[:120], Y=y[:120])
@@ -518,7 +518,7 @@ def test_cli_fits_regressors_from_toml(tmp_path, type_, extra, metrics):
 
 
 def test_cli_bad_loss_names_the_key(tmp_path):
-    from distsketch.config import ConfigError, load_config
+    from distsketch.cli.config import ConfigError, load_config
 
     (tmp_path / "train.npz").write_bytes(b"")
     (tmp_path / "fit.toml").write_text(REGRESSOR_TOML.format(
@@ -531,7 +531,7 @@ def test_no_gram_when_every_row_is_at_the_base_curvature():
     """Squared loss (or Huber without outliers): the d × d Grams of a block are not formed
     (a 0-d zero), so a multi-output fit never holds d²(m+1)² numbers for nothing."""
     from distsketch.losses import Curvature
-    from distsketch.sweep import _grams
+    from distsketch.engine.sweep import _grams
 
     C = np.ones((5, 4))
     empty = Curvature(1.0, "full", np.array([], dtype=np.int64), np.zeros((0, 3, 3)))
@@ -546,7 +546,7 @@ def test_grams_at_every_curvature_level_give_the_same_hessian(loss):
     """A sweep subtracts the curvature level most rows sit at (``at_level``): the Grams of the
     rows off each level plus level·C̃ᵀC̃ are one Hessian, whatever the level (mixed-sign
     weights through the symmetric rank-k updates)."""
-    from distsketch.sweep import _grams
+    from distsketch.engine.sweep import _grams
 
     rng = np.random.default_rng(3)
     C = rng.normal(size=(400, 7))
@@ -574,7 +574,7 @@ def test_held_blocks_give_the_stored_and_the_recomputed_model(tmp_path, monkeypa
     """Without a store, the sweeps read the blocks the pass kept in memory (within
     ``sweep_memory``, as float64 copies of the block-dtype values): the model is bitwise the
     one that recomputes every block, and the one that reads them back from a store."""
-    import distsketch.lipschitz_routes as lipschitz_routes
+    import distsketch.solvers.lipschitz.routes as lipschitz_routes
 
     used = []
 
@@ -608,7 +608,7 @@ def test_sweep_leaves_the_held_rows_out():
     """``Iterate.exclude`` (the sphere polish): the sweep's gradient and conjugate sums and
     Grams without the held rows, plus those rows' own terms formed densely, are the full
     sweep's; the losses still cover every row. Held rows straddle the block boundaries."""
-    from distsketch.sweep import SWEEP_SUMS, Iterate, SweepData, _sweep_block
+    from distsketch.engine.sweep import SWEEP_SUMS, Iterate, SweepData, _sweep_block
 
     rng = np.random.default_rng(5)
     n, m, d, rows = 50, 6, 3, 16

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from distsketch import newton
+from distsketch.solvers.lipschitz import newton
 from distsketch.losses import EpsilonInsensitive, Huber, Pinball
 from lipschitzref import held_sweep_data
 
@@ -37,7 +37,7 @@ def test_delta_grams_are_the_change_from_the_iterate(loss, mu, base):
     """A sweep with ``delta`` returns ``Q(F + ΔF) − Q(F)`` (the dense Grams at the full step
     less those at the iterate, whatever the base), over fewer rows than the full Grams; the
     other sums are the full sweep's, bitwise."""
-    from distsketch.sweep import Iterate, Sweeper
+    from distsketch.engine.sweep import Iterate, Sweeper
 
     data, X, Y, C, y, rng = _setup()
     A, dA = rng.normal(size=(9, 1)) * 0.3, rng.normal(size=(9, 1)) * 0.05
@@ -63,7 +63,7 @@ def test_delta_grams_are_the_change_from_the_iterate(loss, mu, base):
 def test_window_sums_are_the_dense_ones():
     """``Ca_out`` and ``sa_out`` (the gradient sums without the gathered window, taken from
     the gathered rows) are ``Cᵀα`` and ``Σα`` with the window's entries zeroed."""
-    from distsketch.sweep import Iterate, Sweeper
+    from distsketch.engine.sweep import Iterate, Sweeper
 
     data, X, Y, C, y, rng = _setup()
     loss, mu = EpsilonInsensitive(0.3), 0.4
@@ -102,7 +102,7 @@ def test_level_counts_are_the_curvatures(loss):
 
 
 def _record_sweeps(monkeypatch):
-    from distsketch import lipschitz_routes
+    from distsketch.solvers.lipschitz import routes as lipschitz_routes
 
     seen = []
     real = lipschitz_routes.HeldSweeps.__call__
@@ -151,7 +151,7 @@ def test_kept_grams_plus_their_change_are_the_full_grams(monkeypatch):
     sweep counts of the two fits may differ: rounding moves the continuation's decisions.)"""
     import dataclasses
 
-    from distsketch import lipschitz_routes
+    from distsketch.solvers.lipschitz import routes as lipschitz_routes
     from lipschitzref import data
 
     X, y = data(600, 1, 2, 20)
@@ -189,7 +189,7 @@ def test_kept_grams_plus_their_change_are_the_full_grams(monkeypatch):
 def test_first_level_is_the_commonest_at_the_first_mu(monkeypatch):
     """The level the first Gram sweep subtracts (from the probe's counts) is the one most of
     its rows sit at, as that sweep's own ``at_level`` counts confirm."""
-    from distsketch import lipschitz_routes
+    from distsketch.solvers.lipschitz import routes as lipschitz_routes
     from lipschitzref import data
 
     X, y = data(600, 1, 2, 20)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from distsketch import newton
+from distsketch.solvers.lipschitz import newton
 from distsketch.losses import EpsilonInsensitive, Huber, Pinball, _Radial
 
 from lipschitzref import cvx_scalar, held_sweep_data, whole_window
@@ -114,7 +114,7 @@ def test_lean_values_are_the_profiles(loss, d):
 
 
 def _sweep_setup(n=230, m=9, rows=50, seed=5):
-    from distsketch.sweep import Sweeper
+    from distsketch.engine.sweep import Sweeper
 
     return (Sweeper, *held_sweep_data(n=n, m=m, rows=rows, seed=seed))
 
@@ -126,8 +126,8 @@ def test_held_sweeps_are_bitwise_the_dask_sweep():
     gathered — and counts as one pass."""
     import dask
 
-    from distsketch.lipschitz_routes import HeldSweeps
-    from distsketch.sweep import Iterate
+    from distsketch.solvers.lipschitz.routes import HeldSweeps
+    from distsketch.engine.sweep import Iterate
 
     Sweeper, data, X, Y, C, y, rng = _sweep_setup()
     it = Iterate(EpsilonInsensitive(0.3), rng.normal(size=(9, 1)), np.array([0.1]),
@@ -162,7 +162,7 @@ def test_fit_with_held_sweeps_equals_the_dask_sweeps(monkeypatch):
     """A whole ε-SVR fit: held blocks swept without a graph (the default without a store) and
     with the dask sweeper (_held_sweeps disabled) give the bitwise same model, sweeps and
     passes; the fit is certified and its objective is CVXPY's on the same features."""
-    from distsketch import lipschitz_routes
+    from distsketch.solvers.lipschitz import routes as lipschitz_routes
     from lipschitzref import data, reference
 
     X, y = data(600, 1, 2, 20)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from distsketch import newton
+from distsketch.solvers.lipschitz import newton
 from distsketch.losses import EpsilonInsensitive, Pinball
 from lipschitzref import cvx_scalar, data, reference, whole_window
 

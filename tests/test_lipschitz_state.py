@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from distsketch import lipschitz
+from distsketch.solvers.lipschitz import problem as lipschitz
 from distsketch.losses import EpsilonInsensitive, Huber, Pinball
-from distsketch.newton import NewtonState
+from distsketch.solvers.lipschitz.newton import NewtonState
 
 
 def _same(a, b) -> bool:

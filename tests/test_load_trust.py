@@ -21,8 +21,8 @@ import pytest
 import zarr
 
 import distsketch as ds
-from distsketch import persist
-from distsketch.store import StoreError
+from distsketch.io import persist
+from distsketch.engine.store import StoreError
 
 SRC = str(Path(ds.__file__).resolve().parents[1])
 

@@ -5,14 +5,8 @@ import pytest
 import scipy.sparse as sp
 
 import distsketch as ds
-from distsketch.metrics import (
-    f1_samples,
-    hamming_loss,
-    kernel_loss,
-    mean_reciprocal_rank,
-    surrogate_mse,
-    topk_accuracy,
-)
+from distsketch.metrics import (f1_samples, hamming_loss, kernel_loss, mean_reciprocal_rank,
+    surrogate_mse, topk_accuracy)
 from conftest import CLOSED_FORM_RTOL
 from naive import rel_err, sisokr_inner
 

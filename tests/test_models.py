@@ -201,7 +201,7 @@ def test_in_memory_features_run_on_all_cores_with_the_same_result():
 
     import dask
 
-    from distsketch.engine import map_local
+    from distsketch.engine.mapreduce import map_local
 
     seen = set()
 
@@ -251,7 +251,7 @@ def test_surrogate_of_dask_and_zarr_queries_equals_numpy(tmp_path, sx):
 def test_fit_logs_the_pass_wall_time(caplog):
     rng = np.random.default_rng(6)
     X, y = rng.normal(size=(90, 3)), rng.normal(size=90)
-    with caplog.at_level("INFO", logger="distsketch.accumulate"):
+    with caplog.at_level("INFO", logger="distsketch.engine.accumulate"):
         _KRR(ds.Gaussian(0.5), sketch=ds.SubSampling(20), random_state=0).fit(X, y)
     records = [r for r in caplog.records if hasattr(r, "pass_seconds")]
     assert len(records) == 1

@@ -17,7 +17,7 @@ from passhelpers import CountingGaussian, N, model, problem, sums_of
 from zarr.storage import LocalStore, WrapperStore
 
 import distsketch as ds
-from distsketch.store import open_fit_store
+from distsketch.engine.store import open_fit_store
 
 #: The papers' estimator (no intercept): what the dense formulas here write.
 _KRR = functools.partial(ds.SketchedKRR, fit_intercept=False)
@@ -68,7 +68,7 @@ def test_sums_equal_dense_formulas(tmp_path, x_name, y_name, block_dtype):
     want["C"], want["D"] = C, D
     got = sums_of(tmp_path / "s")
     # an exact side needs C instead of its sums, and an exact input side takes D itself
-    # instead of M = Dᵀ K_X (docs/design.md; distsketch.solve.sisokr_sums)
+    # instead of M = Dᵀ K_X (docs/design.md; distsketch.linalg.solve.sisokr_sums)
     expected = set()
     expected |= {"C"} if x_name == "identity" else {"G", "B"}
     if y_name == "identity":
@@ -286,7 +286,7 @@ def test_small_support_sketch_holds_no_n_sized_state(spec, n, max_support):
 
 def test_temporary_fit_writes_no_blocks_and_equals_a_stored_fit(tmp_path, monkeypatch):
     """``store=None``: the blocks could never be read back, so none is written."""
-    import distsketch.accumulate as acc
+    import distsketch.engine.accumulate as acc
 
     X, Y = problem()
     stored = model(store=tmp_path / "kept").fit(X, Y)
@@ -329,7 +329,7 @@ def test_leaf_task_sums_blocks_as_the_tree_node_would(tmp_path, kind):
     resume), so the nodes mix computed and stored blocks. The layout follows the scheduler's
     parallel slots (dask's ``num_workers``): one thread fuses every node but the last (12
     blocks >= engine.GROUPS_PER_SLOT · 3 · 1), eight threads run one task per block."""
-    from distsketch import engine
+    from distsketch.engine import mapreduce as engine
 
     assert engine.GROUPS_PER_SLOT * SPLIT == N // 10
     X, Y = problem()
@@ -361,7 +361,7 @@ def test_leaf_task_sums_blocks_as_the_tree_node_would(tmp_path, kind):
 
 def test_pass_tasks_keep_every_core_busy():
     """Few blocks per core: one task per block (fused leaves would idle cores)."""
-    from distsketch.engine import parallel_slots
+    from distsketch.engine.mapreduce import parallel_slots
 
     assert parallel_slots() == (os.cpu_count() or 1)
     with dask.config.set(scheduler="synchronous"):
@@ -379,7 +379,7 @@ def test_pass_tasks_keep_every_core_busy():
 def test_unique_rows_are_numpys_in_order_of_first_occurrence(dtype):
     """The byte-keyed unique rows equal ``np.unique(axis=0)``'s set, each at its first
     occurrence; ``-0.0`` and ``0.0`` are one row; the block merge keeps the earliest index."""
-    from distsketch.accumulate import _merge_unique, _unique_rows
+    from distsketch.engine.accumulate import _merge_unique, _unique_rows
 
     rng = np.random.default_rng(0)
     Y = rng.integers(-1, 2, size=(300, 4)).astype(dtype)
@@ -402,7 +402,7 @@ def test_derived_blocks_are_equal_and_a_multiple_of_four(n, width, monkeypatch):
     to a multiple of ``BLOCK_MULTIPLE`` (halved while blocks would fall below
     ``MIN_BLOCK_ROWS``), in equal blocks (the last short by less than one row per block), and
     the same on any machine (no core count involved)."""
-    from distsketch import accumulate
+    from distsketch.engine import accumulate
     from distsketch.options import EngineOptions
 
     opts = EngineOptions()
@@ -427,7 +427,7 @@ def test_row_sparse_sums_equal_the_dense_sums():
     """``RowSparse``: disjoint parts kept and placed, equal rows added in place, overlapping
     ones merged — always the dense sum (bitwise: adding exact zeros changes no float sum), and
     the parts ``+=`` took from another sum are never written to."""
-    from distsketch.accumulate import RowSparse
+    from distsketch.engine.accumulate import RowSparse
 
     rng = np.random.default_rng(0)
     m, k = 30, 3

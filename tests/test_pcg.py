@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from distsketch.pcg import choose_solver
+from distsketch.solvers.pcg import choose_solver
 from killhelpers import run_killed
 from pcghelpers import data as _data, rel as _rel
 
@@ -276,8 +276,8 @@ def test_landmark_gram_recomputed_equals_held(monkeypatch):
     instead of holding ``K_mm``: the same model up to rounding (the CG trajectory moves at
     ~1e-16 per product; bound 1e-10 relative at tol = 1e-12), and the held matrix equals the
     kernel of the landmarks (numpy reference)."""
-    import distsketch.pcg as pcg
-    from distsketch.features import FeatureMap
+    import distsketch.solvers.pcg as pcg
+    from distsketch.engine.features import FeatureMap
 
     X, y = _data(t=2)
     kw = dict(sketch=ds.SubSampling(40), lam=1e-3, solver="pcg", tol=1e-12, max_iter=500,
@@ -300,7 +300,7 @@ def test_landmark_gram_recomputed_equals_held(monkeypatch):
 
 def test_toml_config_selects_the_solver(tmp_path):
     """``[model] solver = "pcg"`` (with ``tol``, ``max_iter``) reaches the estimator."""
-    from distsketch.config import load_config
+    from distsketch.cli.config import load_config
 
     X, y = _data(n=120)
     np.savez(tmp_path / "train.npz", X=X, Y=y)
@@ -334,8 +334,8 @@ def test_gram_product_converts_float32_blocks_tile_by_tile(b, monkeypatch):
     """``Cᵀ(C V)`` of a float32 block in float64 tiles equals the float64 product of the same
     (float32-rounded) values to the rounding of float64 sums (m · ε relative); a float64 block
     is multiplied as it is (bitwise the plain product)."""
-    from distsketch.engine import Workspace
-    from distsketch.sweep import gram_product
+    from distsketch.engine.mapreduce import Workspace
+    from distsketch.engine.sweep import gram_product
 
     rng = np.random.default_rng(b)
     C32 = rng.random((b, 37)).astype(np.float32)
@@ -355,7 +355,7 @@ def test_upper_gram_blockwise_equals_the_product(m, block, monkeypatch):
     the plain product there (same sums, other order: a few ulps of the row norms' product),
     for sizes that are and are not multiples of the block; and the preconditioner built on it
     satisfies ``AᵀA = T Tᵀ/m + λI`` (Falkon's definition) to the same rounding."""
-    import distsketch.pcg as pcg
+    import distsketch.solvers.pcg as pcg
     from scipy.linalg import cholesky
 
     monkeypatch.setattr(pcg, "GRAM_BLOCK", block)
@@ -377,8 +377,8 @@ def test_product_tiles_stay_in_cache_and_any_tiling_gives_the_sum(monkeypatch):
     """The tile rows shrink with m so that a float64 tile stays about PRODUCT_TILE_BYTES (within
     [8, 512] rows), and ``gram_product`` over a block with several tiles equals the float64
     product of the same values whatever the tile size (the sums of float64 tiles in order)."""
-    import distsketch.sweep as sw
-    from distsketch.engine import Workspace
+    import distsketch.engine.sweep as sw
+    from distsketch.engine.mapreduce import Workspace
 
     assert sw.product_tile_rows(1000) == 262 and sw.product_tile_rows(20_000) == 13
     assert sw.product_tile_rows(10) == 512 and sw.product_tile_rows(10**6) == 8
@@ -397,7 +397,7 @@ def test_a_user_sketch_declaring_landmarks_takes_the_pcg_route(tmp_path):
     """PCG asks a sketch whether it selects landmarks (``Sketch.selects_landmarks``), not for
     its class name: a user's sub-sampling sketch defined here fits by PCG as SubSampling does,
     and a user's mixing sketch is refused naming the sketches that select landmarks."""
-    from distsketch.sketches import SKETCHES, GaussianSketch, SubSampling
+    from distsketch.sketches.base import SKETCHES, GaussianSketch, SubSampling
 
     class MySubSampling(SubSampling):
         name = "test_my_subsampling"

@@ -254,7 +254,7 @@ def test_identity_output_matrix_is_accepted():
 
 
 def test_auto_picks_pcg_by_the_cost_model():
-    """"auto": the squared loss follows distsketch.pcg.choose_solver (direct = the sweeps'
+    """"auto": the squared loss follows distsketch.solvers.pcg.choose_solver (direct = the sweeps'
     own choice, Newton at this size); other losses and M ≠ I never take PCG."""
     X, y = _data(n=200)
     kw = dict(sketch=ds.SubSampling(30), lam=1e-3, solver="auto", tol=1e-10, max_iter=300,

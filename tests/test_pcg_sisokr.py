@@ -324,7 +324,7 @@ def test_dask_input_and_float32_blocks():
 
 def test_toml_config_selects_the_solver(tmp_path):
     """``[model] solver = "pcg"`` (with ``tol``, ``max_iter``) reaches a SISOKR."""
-    from distsketch.config import load_config
+    from distsketch.cli.config import load_config
 
     X, Y = _data(n=120)
     np.savez(tmp_path / "train.npz", X=X, Y=Y)

@@ -3,7 +3,7 @@
 With repeated training rows, sub-sampled landmarks repeat: ``K_mm`` is singular, the
 coefficients α are not unique (the function ``k(·, X_J) α`` is), and a preconditioner built
 from ``K_mm`` amplifies the rounding of its null directions until CG diverges. PCG solves in
-the distinct, numerically independent landmarks (:func:`distsketch.pcg.select_landmarks`) and
+the distinct, numerically independent landmarks (:func:`distsketch.solvers.pcg.select_landmarks`) and
 maps α back (zeros elsewhere). Checked here, on every PCG route (SketchedKRR, the regressor's
 centred system, SISOKR's input side): predictions equal the direct route's and a dense numpy
 solve in the distinct landmarks; the divergence guard of the iterations (a deliberately bad
@@ -28,9 +28,9 @@ import scipy.sparse as sp
 from scipy.linalg import cholesky
 
 import distsketch as ds
-from distsketch.blocks import distinct_rows
-from distsketch import pcg as solver
-from distsketch.pcg import Preconditioner, _solve_lam, factor_kmm
+from distsketch.linalg.blocks import distinct_rows
+from distsketch.solvers import pcg as solver
+from distsketch.solvers.pcg import Preconditioner, _solve_lam, factor_kmm
 from killhelpers import run_killed
 from pcghelpers import dense_distinct, distinct, rel as _rel, repeated
 
@@ -152,7 +152,7 @@ def test_near_duplicate_landmarks_match_direct(lam):
 
 def test_distinct_landmarks_dense_and_sparse():
     """Exact repeats found alike in dense and CSR landmarks (explicit zeros, unsorted
-    indices, -0.0), as :func:`distsketch.blocks.distinct_rows` finds them; None when no row
+    indices, -0.0), as :func:`distsketch.linalg.blocks.distinct_rows` finds them; None when no row
     repeats."""
     rng = np.random.default_rng(0)
     A = np.round(rng.normal(size=(6, 5)), 1) * (rng.random((6, 5)) < 0.5)

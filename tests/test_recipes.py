@@ -12,9 +12,9 @@ import pytest
 from naive import norm_rel_err, sisokr_scores
 
 import distsketch as ds
-from distsketch.kernels import KERNELS, Kernel, kernel_from_config
-from distsketch.sketches import SKETCHES, TILE, Sketch, SparseSketch, sketch_from_config
-from distsketch.testing import KernelContract, SketchContract
+from distsketch.kernels.base import KERNELS, Kernel, kernel_from_config
+from distsketch.sketches.base import SKETCHES, TILE, Sketch, SparseSketch, sketch_from_config
+from distsketch.testing.contracts import KernelContract, SketchContract
 
 #: The papers' estimator (no intercept): what the dense formulas here write.
 _KRR = functools.partial(ds.SketchedKRR, fit_intercept=False)
@@ -137,7 +137,7 @@ def test_a_loss_defined_here_registers_itself_and_declares_its_capabilities():
     find it; an intermediate class without its own name is not registered); the routes ask
     its capabilities, not its class: ADMM needs ``has_prox`` and ``projects_dual``, PCG
     ``normal_equations``."""
-    from distsketch import admm
+    from distsketch.solvers.lipschitz import admm
     from distsketch.losses import LOSSES, Huber, Loss, Squared, check_loss, loss_from_config
 
     class _Base(Huber):
@@ -174,8 +174,8 @@ def test_a_loss_defined_here_registers_itself_and_declares_its_capabilities():
 import numbers  # noqa: E402
 import textwrap  # noqa: E402
 
-from distsketch import admm  # noqa: E402
-from distsketch.config import ConfigError, load_config  # noqa: E402
+from distsketch.solvers.lipschitz import admm  # noqa: E402
+from distsketch.cli.config import ConfigError, load_config  # noqa: E402
 from distsketch.losses import LOSSES, Curvature, Loss, check_loss, loss_from_config  # noqa: E402
 
 

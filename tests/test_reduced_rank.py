@@ -101,7 +101,7 @@ def test_switching_rank_at_one_lambda_factors_once(side, monkeypatch):
     """A hand sweep of ranks at one λ reuses the active λ's Cholesky factor of
     ``H + nλI`` (an exact side's is n × n, O(n³)): one factorisation per λ, not per call;
     the scores are those of a fresh model at each rank."""
-    from distsketch import solve
+    from distsketch.linalg import solve
 
     X, Y, Xq, Yc = _problem(seed=2)
     ranks, lams = (2, 3, 4, 5, 6, None), (0.1, LAM)

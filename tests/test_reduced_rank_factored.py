@@ -1,12 +1,12 @@
 """Reduced rank with a sketched input and an exact output side: the factored route
-(``distsketch.solve.factored_directions``) never forms ``K_Y`` or the predictions' covariance
+(``distsketch.linalg.solve.factored_directions``) never forms ``K_Y`` or the predictions' covariance
 as n × n matrices, and gives the metric route's model."""
 
 import numpy as np
 import pytest
 
 import distsketch as ds
-import distsketch.models as models
+import distsketch.models.ridge as models
 from naive import norm_rel_err, reduced_rank_scores
 
 KX = ds.Gaussian(gamma=1.0)

@@ -1,4 +1,4 @@
-"""Solver routes as objects (distsketch.routes): docs/design.md's "How to add a solver route"
+"""Solver routes as objects (distsketch.solvers.routes): docs/design.md's "How to add a solver route"
 followed in this file, editing no package file — plain gradient descent on the ridge objective
 over the pass's sums fits SketchedKRR to the closed form — and the one resolver of ``solver=``."""
 
@@ -13,8 +13,8 @@ import pytest
 from naive import sketched_krr_predict
 
 import distsketch as ds
-from distsketch.routes import ROUTES, CoefTable, Route, RouteFit, resolve_route
-from distsketch.solve import whitening
+from distsketch.solvers.routes import ROUTES, CoefTable, Route, RouteFit, resolve_route
+from distsketch.linalg.solve import whitening
 
 
 class GradientDescent(Route):

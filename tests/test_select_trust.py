@@ -14,9 +14,9 @@ import pytest
 
 import distsketch as ds
 from distsketch import metrics
-from distsketch.accumulate import fold_ids
-from distsketch.cv import GridEdgeWarning, auto_scoring, grid_edges
-from distsketch.select import fold_splits, select
+from distsketch.engine.accumulate import fold_ids
+from distsketch.model_selection.cv import GridEdgeWarning, auto_scoring, grid_edges
+from distsketch.model_selection.select import fold_splits, select
 
 LAMS = [1.0, 1e-1, 1e-2, 1e-3, 1e-4]  # an interior optimum on _data() (noise 1.0)
 GAMMAS = [0.01, 0.1, 1.0]
@@ -211,7 +211,7 @@ def test_select_sisokr_default_metric_is_the_task_metric():
 
 
 def test_cv_estimators_score_several_kernels_in_one_pass(monkeypatch, tmp_path):
-    from distsketch.features import FeatureMap
+    from distsketch.engine.features import FeatureMap
 
     X, y = _data()
     seen = []
@@ -274,7 +274,7 @@ def test_sisokrcv_kernel_choice_finds_the_linear_kernel():
     ("cv = 4\nshuffle = 1", "select.shuffle: expected true or false"),
 ])
 def test_cli_select_shuffle_is_validated(tmp_path, table, match):
-    from distsketch.config import ConfigError, load_config
+    from distsketch.cli.config import ConfigError, load_config
 
     X, y = _data()
     np.savez(tmp_path / "train.npz", X=X, Y=y)
@@ -296,7 +296,7 @@ def test_cli_select_shuffle_is_validated(tmp_path, table, match):
 def test_cli_select_by_folds_says_which_way_is_better(tmp_path, capsys):
     """The table header of a K-fold selection by an error (rmse: smaller is better) says so; a
     one-pass selection's scores (greater is better) say that."""
-    from distsketch.cli import main
+    from distsketch.cli.main import main
 
     X, y = _data()
     np.savez(tmp_path / "train.npz", X=X, Y=y)

@@ -19,23 +19,14 @@ import scipy.sparse as sp
 from numpy.testing import assert_allclose, assert_array_equal
 from scipy import stats
 
-from distsketch import kernels
-from distsketch.kernels import Gaussian
-from distsketch.sketches import (
-    TILE,
-    Accumulation,
-    CountSketch,
-    GaussianSketch,
-    Identity,
-    PSparsified,
-    RealizedSketch,
-    SubSampling,
-    check_sketch,
-    sketch_from_config,
-)
+from distsketch.kernels import base as kernels
+from distsketch.kernels.base import Gaussian
+from distsketch.sketches.base import (TILE, Accumulation, CountSketch, GaussianSketch, Identity,
+    PSparsified, RealizedSketch, SubSampling, check_sketch, sketch_from_config)
 from conftest import SKETCH_TYPES, all_sketches, random_sketches
-from distsketch.blocks import gram_dot
-from distsketch.testing import SketchContract, assert_rel_close, assert_same, dense, gram_inputs
+from distsketch.linalg.blocks import gram_dot
+from distsketch.testing.contracts import (SketchContract, assert_rel_close, assert_same, dense,
+    gram_inputs)
 
 #: Spans more than one generation tile, so tile boundaries are exercised.
 BIG = TILE + 123

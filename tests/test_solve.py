@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-import distsketch.solve as solve
+import distsketch.linalg.solve as solve
 from naive import rel_err, sisokr_scores
 
 

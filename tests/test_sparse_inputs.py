@@ -24,8 +24,8 @@ import scipy.sparse as sp
 from numpy.testing import assert_allclose
 
 import distsketch as ds
-from distsketch import kernels
-from distsketch.kernels import Gaussian, Laplacian, Linear, Matern, Standardized, Tanimoto
+from distsketch.kernels import base as kernels
+from distsketch.kernels.base import Gaussian, Laplacian, Linear, Matern, Standardized, Tanimoto
 
 EPS = np.finfo(np.float64).eps
 

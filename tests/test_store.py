@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import zarr
 
-from distsketch import store as store_mod
-from distsketch.store import write_rows
+from distsketch.engine import store as store_mod
+from distsketch.engine.store import write_rows
 
 
 @pytest.mark.parametrize("direct", [True, False])

@@ -18,7 +18,7 @@ import pytest
 import zarr
 
 import distsketch as ds
-from distsketch.store import StoreError, open_fit_store
+from distsketch.engine.store import StoreError, open_fit_store
 from passhelpers import N, CountingGaussian, model, problem
 
 

@@ -19,8 +19,8 @@ import pytest
 import zarr
 
 import distsketch as ds
-from distsketch import persist
-from distsketch.store import StoreError, open_fit_store
+from distsketch.io import persist
+from distsketch.engine.store import StoreError, open_fit_store
 from passhelpers import N, CountingGaussian, model, problem, sums_of
 
 HERE = Path(__file__).resolve().parent
@@ -399,7 +399,7 @@ def test_grid_search_with_a_store_directory(tmp_path):
 
 
 def test_a_full_disk_names_the_store(tmp_path, monkeypatch):
-    import distsketch.accumulate as acc
+    import distsketch.engine.accumulate as acc
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")

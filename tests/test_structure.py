@@ -11,13 +11,49 @@ import pytest
 import distsketch
 
 PACKAGE = Path(distsketch.__file__).resolve().parent
-MODULES = {f"distsketch.{p.stem}" if p.stem != "__init__" else "distsketch": p
-           for p in sorted(PACKAGE.glob("*.py"))}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+#: The package's units (a top-level module or a top-level folder) in layers: a unit imports
+#: only units of earlier layers (and itself). docs/design.md, "Layout", says why each sits
+#: where it does.
+LAYERS = [
+    ["_version", "_registry", "_hashing", "_base", "_moved", "tuning"],
+    ["backends"],
+    ["kernels", "sketches", "options", "losses"],
+    ["linalg"],
+    ["metrics"],
+    ["engine"],
+    ["solvers"],
+    ["io"],
+    ["decoding"],
+    ["models"],
+    ["model_selection"],
+    ["cli", "testing"],
+    ["", "__main__"],
+]
+LAYER = {unit: i for i, units in enumerate(LAYERS) for unit in units}
 
 #: Block math: numpy/scipy only, testable against dense formulas (docs/design.md, "Layout").
-BLOCK_MATH = ["distsketch.kernels", "distsketch.sketches", "distsketch.blocks",
-              "distsketch.backends", "distsketch.solve", "distsketch.topk", "distsketch._hashing",
-              "distsketch._base"]
+BLOCK_MATH_UNITS = ["kernels", "sketches", "linalg", "backends", "_hashing", "_base"]
+BLOCK_MATH = sorted(m for m in MODULES if m.split(".")[1:2] and m.split(".")[1] in
+                    BLOCK_MATH_UNITS)
+
+#: The longest a module may be (lines).
+MAX_LINES = 700
+
+
+def unit(module: str) -> str:
+    """The unit of ``module``: its top-level folder or module under distsketch (``""`` for
+    the package itself)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
 
 
 def _resolve(module: str, node: ast.ImportFrom) -> str:
@@ -56,9 +92,9 @@ def test_the_graph_sees_function_level_imports():
     """The analysis itself: ``cli`` imports ``config``, and ``rows`` imports ``kernels``, only
     inside functions; ``from . import topk`` (decode) is an import of the module."""
     graph = package_graph()
-    assert "distsketch.config" in graph["distsketch.cli"]
-    assert "distsketch.kernels" in graph["distsketch.rows"]
-    assert "distsketch.topk" in graph["distsketch.decode"]
+    assert "distsketch.cli.config" in graph["distsketch.cli.main"]
+    assert "distsketch.kernels.base" in graph["distsketch.engine.rows"]
+    assert "distsketch.linalg.topk" in graph["distsketch.decoding.preimage"]
 
 
 def test_import_graph_of_the_package_is_acyclic():
@@ -110,22 +146,23 @@ def test_task_graphs_are_built_in_the_engine_only():
     """``dask.delayed`` graphs — maps and the one tree reduction — are built in
     distsketch.engine; the pass, decoding and candidate features go through it."""
     builders = {m for m in MODULES if "dask.delayed" in imports(m)}
-    assert builders == {"distsketch.engine"}
-    for m in ("distsketch.accumulate", "distsketch.decode", "distsketch.candidates"):
-        assert "distsketch.engine" in package_graph()[m], m
+    assert builders == {"distsketch.engine.mapreduce"}
+    for m in ("distsketch.engine.accumulate", "distsketch.decoding.preimage",
+              "distsketch.decoding.candidates"):
+        assert "distsketch.engine.mapreduce" in package_graph()[m], m
 
 
 MODEL_NAMES = {"SISOKR", "SketchedKRR", "SketchedFeatures", "RidgeEstimator"}
 
 
-@pytest.mark.parametrize("module", ["distsketch.persist", "distsketch.config", "distsketch.cli",
-                                    "distsketch.store", "distsketch.accumulate"])
+@pytest.mark.parametrize("module", ["distsketch.io.persist", "distsketch.cli.config",
+                                    "distsketch.cli.main", "distsketch.engine.store",
+                                    "distsketch.engine.accumulate"])
 def test_infrastructure_names_no_model(module):
     """persist, config, cli, the store and the pass find models through the registry (and
     each model's declarations): no model class, module or name appears in their code."""
     tree = ast.parse(MODULES[module].read_text())
-    assert not imports(module) & {"distsketch.models", "distsketch.transformers",
-                                  "distsketch.estimator"}
+    assert not {m for m in imports(module) if unit(m) == "models"}
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             assert node.id not in MODEL_NAMES, (module, node.id)
@@ -134,6 +171,43 @@ def test_infrastructure_names_no_model(module):
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             if node.value in MODEL_NAMES:
                 pytest.fail(f"{module}: the string {node.value!r} names a model")
+
+
+def test_every_module_belongs_to_a_layer():
+    """A new top-level module or folder is placed in :data:`LAYERS` (and so in the layout
+    docs/design.md describes) before it can be imported."""
+    assert sorted({unit(m) for m in MODULES} - set(LAYER)) == []
+
+
+def test_each_unit_imports_only_earlier_layers():
+    """The folder rules: a unit imports itself and units of earlier layers only — at any level
+    of its source — so block math never reaches the engine, the engine never reaches a
+    solver, solvers never reach a model, and nothing below the command line reaches it."""
+    wrong = [f"{m} ({unit(m)}, layer {LAYER[unit(m)]}) imports {i} ({unit(i)}, layer "
+             f"{LAYER[unit(i)]})"
+             for m, deps in package_graph().items() for i in sorted(deps)
+             if unit(i) != unit(m) and LAYER[unit(i)] >= LAYER[unit(m)]]
+    assert wrong == []
+
+
+def test_folders_are_packages_with_a_docstring():
+    """Every folder is a package whose ``__init__`` says what it holds."""
+    for folder in sorted(p for p in PACKAGE.rglob("*") if p.is_dir() and p.name != "__pycache__"):
+        init = folder / "__init__.py"
+        assert init.exists(), folder
+        assert ast.get_docstring(ast.parse(init.read_text())), init
+
+
+#: Modules still over :data:`MAX_LINES`, to be cut by concept (the set only shrinks).
+TOO_LONG = {"distsketch.engine.accumulate", "distsketch.solvers.lipschitz.newton",
+            "distsketch.io.persist", "distsketch.io.loaders", "distsketch.engine.store",
+            "distsketch.sketches.base", "distsketch.linalg.solve", "distsketch.models.ridge",
+            "distsketch.kernels.base", "distsketch.solvers.pcg", "distsketch.model_selection.cv"}
+
+
+def test_no_module_is_longer_than_the_limit():
+    long = {m for m, p in MODULES.items() if len(p.read_text().splitlines()) > MAX_LINES}
+    assert long <= TOO_LONG, sorted(long - TOO_LONG)
 
 
 def test_no_test_module_imports_another():
@@ -156,7 +230,7 @@ def _private(name: str) -> bool:
 def cross_module_privates() -> list[str]:
     """Every use of another package module's private name: ``from .module import _name`` (at
     any level, inside functions too) and ``module._name`` where ``module`` is a package module
-    bound by an import (``from . import store``, ``import distsketch.store as store``)."""
+    bound by an import (``from . import store``, ``import distsketch.engine.store as store``)."""
     found = []
     for module, path in MODULES.items():
         tree = ast.parse(path.read_text(), filename=str(path))
@@ -228,8 +302,8 @@ def test_no_function_is_longer_than_100_lines():
 
 
 def test_sisokr_is_a_thin_estimator():
-    """``SISOKR`` (models.py) stays under 600 lines, docstring included: its machinery lives in
+    """``SISOKR`` (models/ridge.py) stays under 600 lines, docstring included: its machinery lives in
     module-level functions (STYLE.md, "Thin estimator over functions")."""
-    tree = ast.parse(MODULES["distsketch.models"].read_text())
+    tree = ast.parse(MODULES["distsketch.models.ridge"].read_text())
     (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SISOKR"]
     assert cls.end_lineno - cls.lineno + 1 < MAX_SISOKR_LINES

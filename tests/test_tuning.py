@@ -18,12 +18,12 @@ import scipy.sparse as sp
 from naive import norm_rel_err
 
 import distsketch as ds
-import distsketch.cv
-from distsketch import kernels
-from distsketch.admm import choose_route
-from distsketch.features import FeatureMap
+import distsketch.model_selection.cv
+from distsketch.kernels import base as kernels
+from distsketch.solvers.lipschitz.admm import choose_route
+from distsketch.engine.features import FeatureMap
 from distsketch.options import check_options, options_from_dict
-from distsketch.pcg import choose_solver
+from distsketch.solvers.pcg import choose_solver
 from distsketch.tuning import store_config
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=64)
@@ -75,7 +75,7 @@ def test_defaults_are_the_values_the_module_constants_had():
     assert check_options(None).tuning == ds.Tuning()
     options = ds.EngineOptions()
     assert check_options(options).tuning is options.tuning  # valid: kept as given
-    assert importlib.import_module("distsketch.cuda").DEVICE_SPARSE_MAX_DENSITY == 0.02
+    assert importlib.import_module("distsketch.backends.cuda").DEVICE_SPARSE_MAX_DENSITY == 0.02
 
 
 @pytest.mark.parametrize("module, name", [
@@ -124,14 +124,14 @@ def test_a_crossover_list_is_normalised_to_pairs():
 # --------------------------------------------------------------------------- each knob
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
 def test_fold_route_forces_the_route_with_the_same_scores(caplog):
     """``fold_route``: every fold by the named route (the fit's log says which), the scores
     the same to rounding (the routes agree to 1e-10 on these sums, test_cv_woodbury.py)."""
     scores = {}
     for route in ("band", "woodbury", None):
         caplog.clear()
-        with caplog.at_level(logging.DEBUG, logger="distsketch.cv"):
+        with caplog.at_level(logging.DEBUG, logger="distsketch.model_selection.cv"):
             scores[route] = _sisokrcv(_with(fold_route=route))
         message = [r.getMessage() for r in caplog.records if "cv folds:" in r.getMessage()]
         assert len(message) == 1
@@ -141,19 +141,19 @@ def test_fold_route_forces_the_route_with_the_same_scores(caplog):
             assert message[0] == "cv folds: [0, 1, 2] by the Woodbury route, [] by the band route"
     assert norm_rel_err(scores["woodbury"], scores["band"]) <= 1e-8
     assert norm_rel_err(scores[None], scores["band"]) <= 1e-8
-    assert distsketch.cv.fold_route(976, m=2250, r=2247, r_y=200, n_lams=10,
+    assert distsketch.model_selection.cv.fold_route(976, m=2250, r=2247, r_y=200, n_lams=10,
                                     tuning=ds.Tuning(fold_route="band")) == "band"
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.cv.GridEdgeWarning")
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")
 def test_fold_threads_and_band_reach_the_fold_algebra(monkeypatch):
     """``fold_threads``: the folds' thread pool has that many threads (bitwise the same
     scores); ``fold_band``: the band reductions have that bandwidth (the same scores to
     rounding)."""
-    import distsketch.solve
+    import distsketch.linalg.solve
 
     pools, bands = [], []
-    real_pool, real_band = distsketch.cv.ThreadPoolExecutor, distsketch.solve.BandReduction
+    real_pool, real_band = distsketch.model_selection.cv.ThreadPoolExecutor, distsketch.linalg.solve.BandReduction
 
     def pool(workers):
         pools.append(workers)
@@ -163,8 +163,8 @@ def test_fold_threads_and_band_reach_the_fold_algebra(monkeypatch):
         bands.append(band)
         return real_band(H, band=band)
 
-    monkeypatch.setattr(distsketch.cv, "ThreadPoolExecutor", pool)
-    monkeypatch.setattr(distsketch.solve, "BandReduction", band)
+    monkeypatch.setattr(distsketch.model_selection.cv, "ThreadPoolExecutor", pool)
+    monkeypatch.setattr(distsketch.linalg.solve, "BandReduction", band)
     one = _sisokrcv(_with(fold_route="band", fold_threads=1))
     two = _sisokrcv(_with(fold_route="band", fold_threads=2))
     assert pools == [1, 2] and np.array_equal(one, two)
@@ -174,7 +174,7 @@ def test_fold_threads_and_band_reach_the_fold_algebra(monkeypatch):
     assert set(bands) == {3} and norm_rel_err(narrow, one) <= 1e-8
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.cv.GridEdgeWarning")
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")
 def test_max_fold_bytes_is_the_driver_budget():
     """An exact side's per-fold sums (5 folds × 50 × 50 float64 = 100 000 bytes) are refused
     one byte above the budget, naming the option, and fit at it."""
@@ -187,7 +187,7 @@ def test_max_fold_bytes_is_the_driver_budget():
 
 
 def test_auto_decode_budget_picks_the_scoring():
-    from distsketch.cv import auto_scoring
+    from distsketch.model_selection.cv import auto_scoring
 
     kw = dict(binary=True, n=10, n_unique=10, settings=10, m_y=10)  # 1e4 multiply-adds
     assert auto_scoring(**kw)[0] == "f1_samples"  # the default budget, 1e11
@@ -286,12 +286,12 @@ def test_sparse_panel_bytes_sets_the_panels():
     assert kernels._tuning() == ds.Tuning()  # restored on exit
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.cv.GridEdgeWarning")
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")
 def test_eigen_crossover_picks_the_driver_route():
     """``eigen_crossover``: a λ path longer than the crossover is solved from one
     eigendecomposition (``InputSolution.V`` set), a shorter one by a Cholesky factorisation
     per λ; the same scores to rounding."""
-    from distsketch.solve import eigen_pays
+    from distsketch.linalg.solve import eigen_pays
 
     assert not eigen_pays(2, 500) and eigen_pays(8, 500)  # the default: 7.1 at r = 500
     assert eigen_pays(2, 500, tuning=ds.Tuning(eigen_crossover=((1, 1.5),)))
@@ -334,7 +334,7 @@ def test_tuning_leaves_a_stores_identity_alone_but_for_the_density_rule(tmp_path
     blocks (its recorded configuration has no tuning at all: stores written before Tuning
     existed resume); the density rule away from its defaults is another pass (as another
     ``gram_chunk`` is), refused without ``overwrite``."""
-    from distsketch.store import StoreError
+    from distsketch.engine.store import StoreError
 
     assert store_config(ds.Tuning()) == {}
     assert store_config(ds.Tuning(fold_route="band", fold_threads=1, fold_band=8,
@@ -349,7 +349,7 @@ def test_tuning_leaves_a_stores_identity_alone_but_for_the_density_rule(tmp_path
     kw = dict(sketch=ds.SubSampling(20), lam=1e-3, random_state=0, store=store)
     first = ds.SketchedKRR(ds.Gaussian(0.5), options=F64, **kw).fit(X, y)
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="distsketch.store"):
+    with caplog.at_level(logging.INFO, logger="distsketch.engine.store"):
         again = ds.SketchedKRR(ds.Gaussian(0.5), options=_with(fold_threads=1, auto_rank=7,
                                                                 max_fold_bytes=1), **kw).fit(X, y)
     assert "resuming the pass recorded there" in caplog.text
@@ -363,7 +363,7 @@ def test_a_config_file_sets_tuning_as_an_engine_table(tmp_path):
     naming ``engine.tuning.<field>``."""
     from clihelpers import CONFIG, toy_data
 
-    from distsketch.config import ConfigError, load_config
+    from distsketch.cli.config import ConfigError, load_config
 
     toy_data(tmp_path)
     table = '\n[engine.tuning]\nfold_threads = 1\neigen_crossover = [[100, 3.5], [200, 4.0]]\n'

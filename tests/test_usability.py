@@ -18,9 +18,9 @@ import pytest
 
 import distsketch as ds
 from clihelpers import CONFIG, toy_data
-from distsketch import config
-from distsketch.cli import main
-from distsketch.config import ConfigError, load_config
+from distsketch.cli import config
+from distsketch.cli.main import main
+from distsketch.cli.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("DISTSKETCH_DATA", ROOT.parent / "shared" / "data"))
@@ -271,7 +271,7 @@ def test_predict_on_feature_only_npz_and_zarr(fitted, tmp_path, capsys):
 
 
 def test_npz_with_lower_case_y(tmp_path):
-    from distsketch.io import load_dataset
+    from distsketch.io.loaders import load_dataset
 
     X, Y = np.arange(6.0).reshape(3, 2), np.arange(3.0)
     np.savez(tmp_path / "d.npz", x=X, y=Y)
@@ -287,7 +287,7 @@ def test_npz_with_lower_case_y(tmp_path):
 
 
 def test_metric_names_of_the_help_are_the_metrics(capsys):
-    from distsketch.cli import _METRIC_NAMES
+    from distsketch.cli.main import _METRIC_NAMES
     from distsketch.metrics import METRICS
 
     assert set(_METRIC_NAMES) == set(METRICS)
@@ -514,7 +514,7 @@ def test_lists_and_globs_of_training_files(tmp_path):
 
 
 def test_drop_columns(tmp_path):
-    from distsketch.io import load_arff, load_csv, load_table
+    from distsketch.io.loaders import load_arff, load_csv, load_table
 
     X, y = _regression_csv(tmp_path / "d.csv", 20)
     Xd, _ = load_csv(tmp_path / "d.csv", target_columns=["target"], drop_columns=["b"])
@@ -555,7 +555,7 @@ LABELS = """<?xml version="1.0" encoding="utf-8"?>
 
 
 def test_labels_from_mulans_xml(tmp_path):
-    from distsketch.io import load_arff, mulan_labels
+    from distsketch.io.loaders import load_arff, mulan_labels
 
     (tmp_path / "toy-train.arff").write_text(MULAN)
     with pytest.raises(ValueError, match="n_targets is required"):
@@ -579,13 +579,13 @@ def test_shapes_are_logged_at_info(tmp_path, caplog):
     (tmp_path / "fit.toml").write_text(KRR.format(data='train = "train.csv"\ntarget_columns = ["target"]',
                                                   store="k.zarr"))
     cfg = load_config(tmp_path / "fit.toml")
-    with caplog.at_level(logging.INFO, logger="distsketch.config"):
+    with caplog.at_level(logging.INFO, logger="distsketch.cli.config"):
         config.read_data(cfg.data["train"], cfg.data)
     assert "150 rows; X: 3 features, Y: 1 targets (target)" in caplog.text
 
 
 def test_readme_shows_how_to_load_a_data_set():
-    import distsketch.io as dio
+    import distsketch.io.loaders as dio
 
     readme = (ROOT / "README.md").read_text()
     m = re.search(r"from distsketch\.io import ([\w, ]+)", readme)
@@ -596,7 +596,7 @@ def test_readme_shows_how_to_load_a_data_set():
 
 @pytest.mark.slow
 def test_real_mulan_labels_and_gas_turbine_glob(tmp_path):
-    from distsketch.io import load_arff
+    from distsketch.io.loaders import load_arff
 
     X, Y = load_arff(_data("bibtex", "bibtex-train.arff"))  # bibtex.xml next to it
     assert X.shape == (4880, 1836) and Y.shape == (4880, 159)
@@ -645,9 +645,9 @@ def test_config_schema_lists_every_key():
     import dataclasses
 
     from distsketch._registry import MODELS
-    from distsketch.kernels import KERNELS
+    from distsketch.kernels.base import KERNELS
     from distsketch.options import EngineOptions
-    from distsketch.sketches import SKETCHES
+    from distsketch.sketches.base import SKETCHES
 
     doc = config.__doc__
     keys = set(config._DATA_KEYS) | {"path", "overwrite", "metrics", "type", "lam", "random_state"}
@@ -687,7 +687,7 @@ def test_license_is_an_spdx_string():
 
 
 def test_demo_figure_shows_each_digit_class_once():
-    from distsketch.demo import N_FIGURE, _figure_index
+    from distsketch.cli.demo import N_FIGURE, _figure_index
 
     labels = np.array([5, 0, 5, 1, 2, 5, 3, 4, 6, 7, 8, 9, 5, 0])
     shown = labels[_figure_index(labels, N_FIGURE)]
@@ -703,7 +703,7 @@ def test_an_iterative_fit_shows_the_pass_bar_and_no_bar_per_short_sweep(tmp_path
     """A Huber fit whose blocks are not held in memory (``sweep_memory=0``) sweeps its stored
     blocks once per iteration through dask: with ``progress=True`` the pass shows its bar, a
     sweep only past ``SWEEP_PROGRESS_MINIMUM`` (one bar per sweep before)."""
-    from distsketch import sweep
+    from distsketch.engine import sweep
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 3))
@@ -729,7 +729,7 @@ def test_progress_keeps_the_in_memory_sweeps(capsys, monkeypatch):
     """``store=None``: the sweeps read the pass's blocks held in memory whether or not a
     progress bar is asked for (a bar used to send every sweep through dask), bitwise the same
     model."""
-    from distsketch import lipschitz_routes
+    from distsketch.solvers.lipschitz import routes as lipschitz_routes
 
     rng = np.random.default_rng(1)
     X = rng.normal(size=(300, 3))
@@ -798,7 +798,7 @@ def test_compute_progress_numpy_true_is_a_plain_bar(capsys):
     a number of seconds is a threshold (a short computation then shows none)."""
     import dask
 
-    from distsketch.engine import compute
+    from distsketch.engine.mapreduce import compute
 
     task = dask.delayed(sum)([1, 2])
     capsys.readouterr()

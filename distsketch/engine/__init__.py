@@ -1,0 +1,13 @@
+"""The engine: the block map-reduce (:mod:`.mapreduce`), row access (:mod:`.rows`), feature
+maps (:mod:`.features`), the streaming pass (:mod:`.accumulate`), solver sweeps
+(:mod:`.sweep`) and the zarr store of a fit (:mod:`.store`). Every n-sized computation runs
+here; the package re-exports the map-reduce."""
+
+from .mapreduce import (Reducer, Stored, Workspace, map_blocks, tree_reduce, map_reduce, compute,
+    row_blocks, transform_rows, share, map_local, parallel_slots, distributed_client, WorkersLost,
+    workers_back, GROUPS_PER_SLOT, local_scheduler, TRANSFORM_ROWS)
+
+__all__ = ["Reducer", "Stored", "Workspace", "map_blocks", "tree_reduce", "map_reduce", "compute",
+           "row_blocks", "transform_rows", "share", "map_local", "parallel_slots",
+           "distributed_client", "WorkersLost", "workers_back", "GROUPS_PER_SLOT",
+           "local_scheduler", "TRANSFORM_ROWS"]

@@ -1,0 +1,14 @@
+"""Estimators: the fit template (:mod:`.base`), the ridge family (:mod:`.ridge`: SISOKR,
+SketchedKRR), the Lipschitz-loss machines (:mod:`.regressors`) and the transformer
+(:mod:`.transformers`)."""
+
+from .ridge import (SISOKR, SketchedKRR, OUTPUT_GRAM_BYTES, KRRClosedForm, SisokrClosedForm,
+    SisokrTable, check_sisokr_pcg, auto_sisokr_route, auto_ridge_route, check_intercept,
+    intercept_sums, centre_targets, with_metric, centred_rows, kernel_expansion)
+from .regressors import (SketchedRegressor, SketchedQuantileRegressor)
+from .transformers import (SketchedFeatures)
+
+__all__ = ["SISOKR", "SketchedKRR", "OUTPUT_GRAM_BYTES", "KRRClosedForm", "SisokrClosedForm",
+           "SisokrTable", "check_sisokr_pcg", "auto_sisokr_route", "auto_ridge_route",
+           "check_intercept", "intercept_sums", "centre_targets", "with_metric", "centred_rows",
+           "kernel_expansion", "SketchedRegressor", "SketchedQuantileRegressor", "SketchedFeatures"]

@@ -1,0 +1,892 @@
+"""Sketch matrices ``R = R_mix · R_sub``: specifications and their realisations.
+
+Glossary (docs/design.md, "Math")
+--------------------
+n        number of training rows (columns of ``R``)
+m        sketch size (rows of ``R``)
+J        support: the training rows that ``R`` touches (non-null columns), sorted
+s'       ``len(J)``
+R_sub    the ``s' × n`` selection of the rows ``J``
+R_mix    the ``m × s'`` mixing matrix, so that ``R = R_mix R_sub``
+
+A *sketch specification* (``SubSampling(m=500)``) holds only its constructor
+arguments. ``spec.realize(n, seed=..., data=None)`` draws a :class:`RealizedSketch`: the
+block operations the pass needs, implemented by :class:`SparseSketch` (support and sparse
+mixing) and :class:`TiledSketch` (dense random matrices generated in fixed tiles of
+:data:`TILE` columns, tile ``t`` from the generator ``default_rng([seed, t])``, so any
+worker can regenerate any block of columns and the draw never depends on how the
+training rows are chunked). The shipped sketches are functions of ``(seed, n)``; ``data``
+is there for data-dependent ones. Adding a sketch: docs/design.md, "How to add a sketch".
+
+=====================  ==============================  =============================
+sketch                 support J                       R_mix
+=====================  ==============================  =============================
+Identity               all n                           I_n
+SubSampling(m)         m rows, uniform, no replacement  sqrt(n/m) I_m
+PSparsified(m, p)      non-null columns of a           ±1/sqrt(mp) or N(0,1)/sqrt(mp)
+                       Bernoulli(p) mask               on the mask
+Accumulation(m, q)     <= m q rows (with replacement)  q signed entries per row,
+                                                       ±sqrt(n/(mq))
+GaussianSketch(m)      all n                           N(0, 1/m), generated per tile
+CountSketch(m)         all n                           one ±1 per column
+LeverageScores(m, λ)   m rows ∝ approximate ridge      1/sqrt(m p_j)
+                       leverage scores (data-dependent)
+=====================  ==============================  =============================
+
+All scalings make ``E[RᵀR] = I_n``; the SISOKR and sketched-KRR estimators are
+invariant to a scalar rescaling of ``R``, so the scaling only matters for auditing.
+
+References: El Ahmad, Brogat-Motte, Laforgue, d'Alché-Buc, "Sketch In, Sketch Out",
+AISTATS 2024; El Ahmad, Laforgue, d'Alché-Buc, "Fast kernel methods for generic
+Lipschitz losses via p-sparsified sketches", TMLR 2023; Chen & Yang, "Accumulations of
+projections", AISTATS 2021.
+"""
+
+from __future__ import annotations
+
+import numbers
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import numpy as np
+from scipy.linalg import solve_triangular
+import scipy.sparse as sp
+
+from .._base import ParamsMixin
+from .._registry import Registry
+from .._hashing import fingerprint, row_hash
+from ..backends.base import backend_of
+
+__all__ = [
+    "TILE",
+    "Sketch",
+    "Identity",
+    "SubSampling",
+    "PSparsified",
+    "Accumulation",
+    "GaussianSketch",
+    "CountSketch",
+    "RealizedSketch",
+    "SparseSketch",
+    "TiledSketch",
+    "SKETCHES",
+    "check_sketch",
+    "sketch_from_config",
+]
+
+#: Width (in columns of R) of the tiles in which random sketch matrices are generated.
+#: Part of the realisation: changing it changes every drawn sketch.
+TILE = 4096
+
+#: Sketch specifications by registry name; a subclass that sets ``name`` registers itself.
+SKETCHES: Registry = Registry("sketch")
+
+
+def _tile_rng(seed: int, tile: int) -> np.random.Generator:
+    return np.random.default_rng([int(seed), int(tile)])
+
+
+def _tiles(n: int) -> Iterator[tuple[int, int, int]]:
+    for t, start in enumerate(range(0, n, TILE)):
+        yield t, start, min(start + TILE, n)
+
+
+def _positive_int(value: Any, *, owner: str, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+# --------------------------------------------------------------------------- realised
+
+
+class RealizedSketch(ABC):
+    """A drawn sketch ``R`` (m × n): the block operations the streaming pass and the
+    estimators need (docs/design.md, "Sketches").
+
+    Two implementations ship: :class:`SparseSketch` (support ``J`` and a sparse ``R_mix``,
+    for every sketch with few non-zeros) and :class:`TiledSketch` (a dense ``R_mix``
+    generated tile by tile from the seed, never whole). A new sketch type usually only
+    draws one of them in its :meth:`Sketch.realize`; a new realisation (a structured
+    transform, say) subclasses this class and implements the abstract methods.
+
+    Attributes
+    ----------
+    spec : Sketch
+        The specification it was drawn from.
+    n, m : int
+        Columns and rows of ``R``.
+    seed : int or None
+        The seed it was drawn from.
+    support : ndarray of int64, shape (s',)
+        Sorted training rows ``J`` with a non-null column in ``R``.
+    scale : ndarray of shape (m,) or None
+        Set when ``R_mix`` is diagonal (identity, sub-sampling): ``R_mix = diag(scale)``, so
+        each column of ``C = K Rᵀ`` is one scaled kernel column.
+    """
+
+    #: Realisations by ``kind`` (what a saved model records); subclasses with a ``kind``
+    #: register themselves.
+    KINDS: ClassVar[dict[str, type]] = {}
+    kind: ClassVar[str] = ""
+
+    spec: "Sketch"
+    n: int
+    m: int
+    seed: int | None
+    scale: np.ndarray | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("kind"):
+            RealizedSketch.KINDS[cls.kind] = cls
+
+    # -- description ------------------------------------------------------------
+    @property
+    @abstractmethod
+    def support(self) -> np.ndarray:
+        """Sorted non-null columns ``J`` (int64, shape (s',))."""
+
+    @property
+    def support_size(self) -> int:
+        """``s' = len(J)``."""
+        return int(self.support.size)
+
+    @property
+    def is_identity(self) -> bool:
+        return isinstance(self.spec, Identity)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.spec!r}, n={self.n}, seed={self.seed}, m={self.m}, "
+                f"support_size={self.support_size})")
+
+    def to_config(self) -> dict:
+        """JSON-serialisable description: specification, n and seed."""
+        return {"spec": self.spec.to_config(), "n": self.n, "seed": self.seed}
+
+    # -- the block operations -------------------------------------------------------
+    @abstractmethod
+    def support_spans(self, chunk: int) -> list[tuple[int, int]]:
+        """Spans ``[a, b)`` of support positions of about ``chunk`` columns, in order: the
+        landmark columns of one kernel block of the pass."""
+
+    @abstractmethod
+    def mixing_t_block(self, start: int, stop: int):
+        """``R_mix[:, start:stop]ᵀ`` of shape (stop − start, m), in support coordinates
+        (host scipy.sparse CSR or ndarray)."""
+
+    @abstractmethod
+    def left_rows(self, block, start: int, stop: int) -> tuple[np.ndarray, Any]:
+        """The non-zero rows of ``R[:, start:stop] @ block`` for a row block of the data:
+        ``(rows, values)``, ``rows`` sorted int64, ``values`` of shape (len(rows), k) in the
+        backend of ``block``. One term of ``B = R K Rᵀ = Σ_I R[:, I] C_I``."""
+
+    @abstractmethod
+    def transpose_dot(self, T: np.ndarray) -> np.ndarray:
+        """``R_mixᵀ T`` of shape (s', r) (host): projects landmark kernel columns onto features."""
+
+    @abstractmethod
+    def columns(self, start: int, stop: int):
+        """``R[:, start:stop]`` (scipy.sparse CSR, or an ndarray) for auditing."""
+
+    @property
+    @abstractmethod
+    def mixing(self):
+        """``R_mix`` of shape (m, s'): scipy.sparse CSR, or an ndarray."""
+
+    @abstractmethod
+    def _state(self) -> tuple[dict[str, Any], dict]:
+        """``(arrays, json)`` from which :meth:`_from_state` rebuilds this realisation."""
+
+    @classmethod
+    @abstractmethod
+    def _from_state(cls, spec: "Sketch", meta: dict, arrays: dict) -> "RealizedSketch":
+        """Inverse of :meth:`_state`."""
+
+    # -- derived ------------------------------------------------------------------
+    def matrix(self):
+        """``R`` of shape (m, n): scipy.sparse CSR, or an ndarray (auditing)."""
+        return self.columns(0, self.n)
+
+    def left_columns(self, block, start: int, stop: int):
+        """``R[:, start:stop] @ block`` of shape (m, k) for training rows ``start:stop``."""
+        rows, values = self.left_rows(block, start, stop)
+        xp = backend_of(values).xp
+        out = xp.zeros((self.m, block.shape[1]))
+        out[rows] = values
+        return out
+
+    def get_state(self) -> tuple[dict[str, Any], dict]:
+        """The realisation as ``(arrays, json)``: what a saved model stores (never a seed to
+        redraw from, except for tiled sketches, whose tiles are a pure function of it)."""
+        arrays, meta = self._state()
+        return arrays, {"kind": self.kind, "spec": self.spec.to_config(), "n": self.n,
+                        "m": self.m, "seed": self.seed, **meta}
+
+    @staticmethod
+    def from_state(arrays: dict, meta: dict) -> "RealizedSketch":
+        """Inverse of :meth:`get_state`."""
+        try:
+            cls = RealizedSketch.KINDS[meta["kind"]]
+        except KeyError:
+            raise ValueError(f"saved sketch: unknown realisation {meta.get('kind')!r}; known: "
+                             f"{sorted(RealizedSketch.KINDS)}") from None
+        return cls._from_state(sketch_from_config(meta["spec"]), meta, arrays)
+
+    def _support_span(self, start: int, stop: int) -> tuple[int, int]:
+        """Positions ``[a, b)`` of the support rows that fall in training rows ``[start, stop)``."""
+        return (int(np.searchsorted(self.support, start)), int(np.searchsorted(self.support, stop)))
+
+
+class SparseSketch(RealizedSketch):
+    """A sketch stored as its support ``J`` and sparse mixing matrix ``R_mix``.
+
+    Only O(nnz + s') numbers are held: a sub-sampling sketch of a billion rows is its m
+    indices.
+
+    Parameters
+    ----------
+    spec : Sketch
+    n : int
+    seed : int or None
+    m : int
+    support : array of int, shape (s',)
+        Sorted non-null columns ``J``.
+    mixing : scipy.sparse matrix of shape (m, s')
+        ``R_mix``.
+    scale : ndarray of shape (m,), optional
+        Set when ``R_mix`` is diagonal: ``R_mix = diag(scale)``.
+    """
+
+    kind = "sparse"
+
+    def __init__(self, spec: "Sketch", n: int, seed: int | None, m: int, *, support, mixing,
+                 scale=None):
+        self.spec = spec
+        self.n = int(n)
+        self.seed = None if seed is None else int(seed)
+        self.m = int(m)
+        self.scale = scale
+        self._support = np.asarray(support, dtype=np.int64)
+        self._mix_csc = sp.csc_array(mixing)
+        # R_mixᵀ (s' × m), CSR so that row slices over the support are cheap.
+        self._mix_t = sp.csr_array(self._mix_csc.T)
+
+    @classmethod
+    def from_entries(cls, spec: "Sketch", n: int, seed: int | None, m: int, rows, cols, vals,
+                     **kw) -> "SparseSketch":
+        """Build from the non-zeros ``R[rows, cols] += vals`` (duplicates add up)."""
+        support, local = np.unique(np.asarray(cols, dtype=np.int64), return_inverse=True)
+        R = sp.coo_array((vals, (rows, local)), shape=(m, support.size)).tocsc()
+        R.sum_duplicates()
+        R.eliminate_zeros()
+        keep = np.flatnonzero(np.diff(R.indptr))  # columns whose entries cancelled are dropped
+        if keep.size < support.size:
+            support, R = support[keep], R[:, keep]
+        return cls(spec, n, seed, m, support=support, mixing=R, **kw)
+
+    @property
+    def support(self) -> np.ndarray:
+        return self._support
+
+    @property
+    def mixing(self):
+        return sp.csr_array(self._mix_csc)
+
+    def mixing_t_block(self, start: int, stop: int):
+        return self._mix_t[start:stop]
+
+    def columns(self, start: int, stop: int):
+        a, b = self._support_span(start, stop)
+        part = self._mix_csc[:, a:b].tocoo()
+        cols = self.support[a:b][part.col] - start
+        return sp.csr_array((part.data, (part.row, cols)), shape=(self.m, stop - start))
+
+    def support_spans(self, chunk: int) -> list[tuple[int, int]]:
+        s, step = self.support_size, max(int(chunk), 1)
+        return [(a, min(a + step, s)) for a in range(0, s, step)]
+
+    def left_rows(self, block, start: int, stop: int):
+        """For a sub-sampling sketch that is the few landmarks inside the block, so a partial
+        sum of ``B`` stays small."""
+        be = backend_of(block)
+        a, b = self._support_span(start, stop)
+        sub = sp.csr_array(self._mix_csc[:, a:b])
+        rows = np.flatnonzero(np.diff(sub.indptr))
+        # R[:, I] block = R_mix[:, J∩I] block[J∩I]: only the support rows of the block
+        values = be.xp.asarray(be.operand(sub[rows]) @ block[self.support[a:b] - start])
+        return rows.astype(np.int64), values.reshape(rows.size, block.shape[1])
+
+    def transpose_dot(self, T: np.ndarray) -> np.ndarray:
+        return np.asarray(self._mix_t @ T)
+
+    def _state(self):
+        return {"support": self._support, "mixing": self.mixing, "scale": self.scale}, {}
+
+    @classmethod
+    def _from_state(cls, spec, meta, arrays):
+        return cls(spec, meta["n"], meta["seed"], meta["m"], support=arrays["support"],
+                   mixing=arrays["mixing"], scale=arrays.get("scale"))
+
+
+class TiledSketch(RealizedSketch):
+    """A dense ``R_mix`` over every training row, generated in tiles of :data:`TILE` columns
+    by ``spec.tile(seed, t, m, width)``, so any worker regenerates any block of columns from
+    ``(seed, t)`` and the whole matrix never exists.
+
+    Parameters
+    ----------
+    spec : Sketch
+        Implements ``tile(seed, t, m, width) -> ndarray (m, width)``.
+    n, seed, m : int
+    """
+
+    kind = "tiled"
+
+    def __init__(self, spec: "Sketch", n: int, seed: int, m: int):
+        self.spec = spec
+        self.n = int(n)
+        self.seed = int(seed)
+        self.m = int(m)
+
+    @property
+    def support(self) -> np.ndarray:
+        return np.arange(self.n, dtype=np.int64)
+
+    @property
+    def support_size(self) -> int:
+        return self.n
+
+    def _support_span(self, start: int, stop: int) -> tuple[int, int]:
+        return start, stop
+
+    @property
+    def mixing(self):
+        return self._dense_columns(0, self.n)
+
+    def mixing_t_block(self, start: int, stop: int):
+        """A transposed view (Fortran-ordered); a device backend keeps that layout
+        (:meth:`CupyBackend.operand <distsketch.cuda.CupyBackend.operand>`)."""
+        return self._dense_columns(start, stop).T
+
+    def columns(self, start: int, stop: int):
+        return self._dense_columns(start, stop)
+
+    def _dense_columns(self, start: int, stop: int) -> np.ndarray:
+        out = np.empty((self.m, stop - start))
+        for t, a, b in _tiles(self.n):
+            lo, hi = max(a, start), min(b, stop)
+            if lo < hi:
+                tile = self.spec.tile(self.seed, t, self.m, b - a)
+                out[:, lo - start : hi - start] = tile[:, lo - a : hi - a]
+        return out
+
+    def support_spans(self, chunk: int) -> list[tuple[int, int]]:
+        """Aligned with the generation tiles, so no tile is drawn twice for one block."""
+        s = self.n
+        step = max(TILE, (max(chunk, 1) // TILE) * TILE)
+        return [(a, min(a + step, s)) for a in range(0, s, step)]
+
+    def left_rows(self, block, start: int, stop: int):
+        be = backend_of(block)
+        return np.arange(self.m), be.operand(self._dense_columns(start, stop)) @ block
+
+    def transpose_dot(self, T: np.ndarray) -> np.ndarray:
+        out = np.empty((self.n, T.shape[1]))
+        for t, a, b in _tiles(self.n):
+            out[a:b] = self.spec.tile(self.seed, t, self.m, b - a).T @ T
+        return out
+
+    def _tile_fingerprints(self) -> list[str]:
+        """Fingerprints of the first and last generation tiles."""
+        tiles = list(_tiles(self.n))
+        return [fingerprint(self.spec.tile(self.seed, t, self.m, b - a))
+                for t, a, b in {tiles[0], tiles[-1]}]
+
+    def _state(self):
+        # The tiles are a pure function of (seed, t): storing the dense m × n mixing would add
+        # nothing but size. What is stored is a fingerprint of two tiles, checked on loading, so
+        # a generator that draws differently (another numpy) is refused, never used silently.
+        return {}, {"tile_fingerprints": sorted(self._tile_fingerprints())}
+
+    @classmethod
+    def _from_state(cls, spec, meta, arrays):
+        sketch = cls(spec, meta["n"], meta["seed"], meta["m"])
+        if sorted(sketch._tile_fingerprints()) != meta.get("tile_fingerprints"):
+            raise ValueError(
+                f"saved sketch: {spec!r} regenerated from its seed differs from the sketch the "
+                f"model was fitted with (a numpy whose random generator draws differently); "
+                f"refit the model with this installation")
+        return sketch
+
+
+# --------------------------------------------------------------------------- specs
+
+
+class Sketch(ParamsMixin):
+    """Base class of sketch specifications (constructor arguments only).
+
+    A subclass sets ``name`` (its :data:`SKETCHES` registry name, used by configs and saved
+    models: defining the class registers it), stores its arguments in ``__init__``, validates
+    them in :meth:`check` and draws a :class:`RealizedSketch` in :meth:`realize` — usually a
+    :class:`SparseSketch` (``SparseSketch.from_entries``) or a :class:`TiledSketch` (then it
+    implements :meth:`tile`). docs/design.md, "How to add a sketch".
+    """
+
+    name: str = ""
+    #: ``realize`` also takes ``kernel=`` (the side's kernel): data-dependent sketches
+    needs_kernel: ClassVar[bool] = False
+    #: The realised sketch picks landmarks: a support of m training rows and a diagonal
+    #: ``R_mix``, so ``C = K_nm diag(r)`` is a scaled kernel block recomputable from the rows
+    #: and ``B = diag(r) K_mm diag(r)`` the landmarks' own Gram matrix (what the PCG route's
+    #: preconditioner is built from: :mod:`distsketch.pcg`). Mixing sketches (Gaussian,
+    #: p-sparsified, accumulation, CountSketch) make ``B`` a mix of many rows' kernel values.
+    selects_landmarks: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        SKETCHES.register_class(cls)  # a later class of the same name replaces it
+
+    def check(self, n: int, *, argument: str) -> None:
+        """Raise ``ValueError`` naming ``argument`` if the sketch cannot be drawn for ``n`` rows."""
+
+    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
+        """Draw the sketch for ``n`` training rows from ``seed``.
+
+        Parameters
+        ----------
+        n : int
+        seed : int
+        data : distsketch.rows.RowSource, optional
+            The training rows of this side, for data-dependent sketches (leverage scores);
+            the sketches shipped here do not read it. A realisation that depends on the data
+            is saved with the model (:meth:`RealizedSketch.get_state`), never redrawn.
+        """
+        raise NotImplementedError
+
+    def tile(self, seed: int, t: int, m: int, width: int) -> np.ndarray:
+        """Columns ``[t·TILE, t·TILE + width)`` of a :class:`TiledSketch`'s ``R_mix``, (m, width),
+        a pure function of its arguments."""
+        raise NotImplementedError
+
+    def deterministic(self, n: int) -> bool:
+        """Whether the drawn matrix for ``n`` rows is the same for every seed (no randomness
+        left: the identity, sub-sampling every row)."""
+        return False
+
+    def to_config(self) -> dict:
+        return {"name": self.name, **self.get_params(deep=False)}
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.get_params() == other.get_params()
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, tuple(sorted(self.get_params().items()))))
+
+    def _m(self) -> int:
+        return _positive_int(self.m, owner=type(self).__name__, name="m")
+
+    def _check_rows(self, n: int, *, argument: str) -> None:
+        """``m`` a positive integer of at most ``n``: a sketch of ``n`` rows has rank at most
+        ``n``, so more rows only add cost (``m × m`` driver matrices), and would allocate them
+        before anything else could fail."""
+        try:
+            m = self._m()
+        except ValueError as exc:
+            raise ValueError(f"{argument}: {exc}") from None
+        if m > n:
+            raise ValueError(f"{argument}: {type(self).__name__}(m={m}) needs m <= n_samples = "
+                             f"{n}; use a smaller m or Identity() for the exact model")
+
+
+class Identity(Sketch):
+    """No sketching: ``R = I_n`` (exact IOKR / KRR)."""
+
+    name = "identity"
+
+    def deterministic(self, n: int) -> bool:
+        return True
+
+    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
+        n = int(n)
+        return SparseSketch(self, n, seed, n, support=np.arange(n),
+                            mixing=sp.identity(n, format="csc"), scale=np.ones(n))
+
+
+class SubSampling(Sketch):
+    """Uniform sub-sampling of ``m`` rows without replacement (Nyström).
+
+    ``R[r, J_r] = sqrt(n/m)``, ``J`` drawn uniformly without replacement and sorted.
+
+    Parameters
+    ----------
+    m : int
+        Number of sampled rows, ``1 <= m <= n``.
+    """
+
+    name = "subsampling"
+    selects_landmarks = True
+
+    def __init__(self, m: int):
+        self.m = m
+
+    def check(self, n: int, *, argument: str) -> None:
+        self._check_rows(n, argument=argument)
+
+    def deterministic(self, n: int) -> bool:
+        return self.m == n
+
+    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
+        m = self._m()
+        rng = np.random.default_rng([int(seed), 0])
+        rows = np.sort(rng.choice(n, size=m, replace=False)).astype(np.int64)
+        scale = np.full(m, np.sqrt(n / m))
+        return SparseSketch(self, n, seed, m, support=rows, mixing=sp.diags_array(scale),
+                            scale=scale)
+
+
+class PSparsified(Sketch):
+    """p-sparsified sketch: i.i.d. Bernoulli(p) mask times Rademacher or Gaussian entries.
+
+    ``R_ij = b_ij ε_ij / sqrt(m p)`` with ``b_ij ~ Bernoulli(p)`` and ``ε_ij = ±1``
+    (``kind="rademacher"``) or ``N(0, 1)`` (``kind="gaussian"``). Only the non-null
+    columns (expected ``n(1-(1-p)^m)``) form the support (the decomposition trick of
+    El Ahmad et al., TMLR 2023, §3). The mask is drawn sparsely, tile by tile, from
+    geometric gaps between non-zeros, so no dense m × n mask ever exists.
+
+    Parameters
+    ----------
+    m : int
+        Number of rows.
+    p : float in (0, 1]
+        Probability that an entry is non-null.
+    kind : {"rademacher", "gaussian"}
+    """
+
+    name = "p_sparsified"
+
+    def __init__(self, m: int, p: float, kind: str = "rademacher"):
+        self.m = m
+        self.p = p
+        self.kind = kind
+
+    def _checked(self) -> tuple[int, float]:
+        m = self._m()
+        p = self.p
+        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 < float(p) <= 1.0:
+            raise ValueError(f"PSparsified: p must be a probability in (0, 1], got {p!r}")
+        if self.kind not in ("rademacher", "gaussian"):
+            raise ValueError(
+                f"PSparsified: kind must be 'rademacher' or 'gaussian', got {self.kind!r}"
+            )
+        return m, float(p)
+
+    def check(self, n: int, *, argument: str) -> None:
+        try:
+            self._checked()
+        except ValueError as exc:
+            raise ValueError(f"{argument}: {exc}") from None
+        self._check_rows(n, argument=argument)
+
+    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
+        m, p = self._checked()
+        rows, cols, vals = [], [], []
+        for t, a, b in _tiles(n):
+            r, c, v = self._tile_entries(seed, t, b - a, m, p)
+            rows.append(r)
+            cols.append(c + a)
+            vals.append(v)
+        return SparseSketch.from_entries(self, n, seed, m, np.concatenate(rows),
+                                         np.concatenate(cols), np.concatenate(vals))
+
+    def _tile_entries(self, seed: int, tile: int, width: int, m: int, p: float):
+        """Non-zeros of one tile: positions ``pos = col * m + row`` of a Bernoulli(p) mask."""
+        rng = _tile_rng(seed, tile)
+        total = m * width
+        if p == 1.0:
+            pos = np.arange(total, dtype=np.int64)
+        else:
+            chunks, last = [], -1
+            while last < total:
+                expect = (total - last) * p
+                size = int(expect + 6.0 * np.sqrt(expect) + 16)
+                gaps = rng.geometric(p, size=size)
+                pos = last + np.cumsum(gaps, dtype=np.int64)
+                chunks.append(pos)
+                last = int(pos[-1])
+            pos = np.concatenate(chunks)
+            pos = pos[pos < total]
+        if self.kind == "rademacher":
+            vals = rng.integers(0, 2, size=pos.size) * 2.0 - 1.0
+        else:
+            vals = rng.standard_normal(pos.size)
+        vals /= np.sqrt(m * p)
+        return pos % m, pos // m, vals
+
+
+class Accumulation(Sketch):
+    """Accumulation sketch: the sum of ``q`` signed uniform sub-sampling matrices.
+
+    Each of the ``m`` rows receives ``q`` entries ``±sqrt(n/(m q))`` at columns drawn
+    uniformly with replacement (Chen & Yang, AISTATS 2021, eq. 2; ``p_j = 1/n``).
+    Repeated columns within a row add up.
+
+    Parameters
+    ----------
+    m : int
+        Number of rows.
+    q : int
+        Number of accumulated sub-sampling matrices.
+    """
+
+    name = "accumulation"
+
+    def __init__(self, m: int, q: int = 2):
+        self.m = m
+        self.q = q
+
+    def check(self, n: int, *, argument: str) -> None:
+        try:
+            _positive_int(self.q, owner="Accumulation", name="q")
+        except ValueError as exc:
+            raise ValueError(f"{argument}: {exc}") from None
+        self._check_rows(n, argument=argument)
+
+    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
+        m = self._m()
+        q = _positive_int(self.q, owner="Accumulation", name="q")
+        rng = np.random.default_rng([int(seed), 0])
+        cols = rng.integers(0, n, size=(m, q))
+        signs = rng.integers(0, 2, size=(m, q)) * 2.0 - 1.0
+        vals = signs * np.sqrt(n / (m * q))
+        return SparseSketch.from_entries(self, n, seed, m, np.repeat(np.arange(m), q),
+                                         cols.ravel(), vals.ravel())
+
+
+class GaussianSketch(Sketch):
+    """Dense Gaussian sketch ``R_ij ~ N(0, 1/m)``, generated tile by tile, never whole.
+
+    Parameters
+    ----------
+    m : int
+        Number of rows.
+    """
+
+    name = "gaussian"
+
+    def __init__(self, m: int):
+        self.m = m
+
+    def check(self, n: int, *, argument: str) -> None:
+        self._check_rows(n, argument=argument)
+
+    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
+        return TiledSketch(self, n, seed, self._m())
+
+    def tile(self, seed: int, t: int, m: int, width: int) -> np.ndarray:
+        g = _tile_rng(seed, t).standard_normal((m, width))
+        g /= np.sqrt(m)
+        return g
+
+
+class CountSketch(Sketch):
+    """CountSketch: column ``j`` has a single ``±1`` at a uniformly drawn row ``h(j)``.
+
+    Parameters
+    ----------
+    m : int
+        Number of rows (buckets).
+    """
+
+    name = "count"
+
+    def __init__(self, m: int):
+        self.m = m
+
+    def check(self, n: int, *, argument: str) -> None:
+        self._check_rows(n, argument=argument)
+
+    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
+        m = self._m()
+        rows, signs = [], []
+        for t, a, b in _tiles(n):
+            rng = _tile_rng(seed, t)
+            rows.append(rng.integers(0, m, size=b - a))
+            signs.append(rng.integers(0, 2, size=b - a) * 2.0 - 1.0)
+        return SparseSketch.from_entries(self, n, seed, m, np.concatenate(rows), np.arange(n),
+                                         np.concatenate(signs))
+
+
+
+def _uniform01(seed: int, rows: np.ndarray) -> np.ndarray:
+    """A uniform in (0, 1) per row index, a pure function of ``(seed, row)`` (:func:`row_hash`)."""
+    return ((row_hash(seed, rows) >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0**53
+
+
+def approximate_leverage_scores(kernel, X, dictionary, lam: float) -> np.ndarray:
+    """Ridge leverage scores of the rows ``X`` from a dictionary of rows (Alaoui & Mahoney,
+    NeurIPS 2015; the estimator of BLESS, Rudi et al., NeurIPS 2018, eq. 3, with a uniform
+    dictionary of q rows)::
+
+        τ̃_i(λ) = (k(x_i, x_i) − k(x_i, X_J) (K_JJ + λ q I)^{-1} k(X_J, x_i)) / (λ n)
+
+    approximating ``τ_i(λ) = (K (K + nλI)^{-1})_ii`` (``n``: the number of training rows;
+    pass ``lam`` as ``λ n / n`` of the model's scale). Shape (len(X),)."""
+    D = np.asarray(dictionary)
+    q = D.shape[0]
+    Kjj = np.asarray(kernel(D, D), dtype=np.float64)
+    L = np.linalg.cholesky(0.5 * (Kjj + Kjj.T) + lam * q * np.eye(q))
+    Kij = np.asarray(kernel(X, D), dtype=np.float64)
+    Z = solve_triangular(L, Kij.T, lower=True, check_finite=False)  # (q, b)
+    return np.asarray(kernel.diag(X), dtype=np.float64) - np.einsum("ij,ij->j", Z, Z)
+
+
+class LeverageScores(Sketch):
+    """Sub-sampling by approximate ridge leverage scores (data-dependent).
+
+    A first, cheap walk over the rows computes ``τ̃_i(λ)`` (:func:`approximate_leverage_scores`
+    from a uniform dictionary of ``dictionary`` rows), then ``m`` distinct rows are drawn with
+    probabilities proportional to ``τ̃`` (Efraimidis–Spirakis weighted sampling without
+    replacement: the ``m`` largest keys ``u_i^{1/w_i}``, with ``u_i`` a pure function of the
+    seed and the row index, so the draw never depends on chunking) and scaled
+    ``R[r, J_r] = 1/sqrt(m p_{J_r})`` with ``p = w/Σ w`` (Alaoui & Mahoney 2015; Rudi, Carratino &
+    Rosasco, "FALKON", NeurIPS 2017). The weights are a defensive mixture
+    ``w_i = τ̃_i + d̂/n`` (``d̂``: the dictionary's estimate of ``d_eff = Σ τ``), about half
+    leverage and half uniform, so that dense regions keep landmarks when a few sparse rows
+    have most of the leverage (measured: RESULTS.md, "leverage"). The scores need the kernel: the side's kernel, given by the
+    fit. The realised sketch is saved with the model (never redrawn).
+
+    Parameters
+    ----------
+    m : int
+        Number of sampled rows, ``1 <= m <= n``.
+    lam : float > 0 or None
+        Ridge parameter of the scores. ``None`` (default): the λ whose effective dimension
+        ``d_eff(λ) = Σ_i τ_i(λ)`` satisfies ``d_eff log d_eff = m`` — the scale that ``m``
+        leverage-sampled landmarks resolve (``m ≳ d_eff log d_eff`` in the theory of Alaoui &
+        Mahoney 2015, Rudi et al. 2015) — estimated from the dictionary's spectrum,
+        ``d_eff(λ) ≈ Σ_j s_j / (s_j + λq)`` (``s``: eigenvalues of ``K_JJ``), by bisection in
+        ``log λ``. A model λ far below it makes the scores nearly
+        ``1/density`` and over-samples sparse regions (RESULTS.md, "leverage").
+    dictionary : int or None
+        Rows of the uniform dictionary (default ``min(n, 4m)``).
+    """
+
+    name = "leverage_scores"
+    needs_kernel = True
+    selects_landmarks = True
+
+    def __init__(self, m: int, lam: float | None = None, dictionary: int | None = None):
+        self.m = m
+        self.lam = lam
+        self.dictionary = dictionary
+
+    def check(self, n: int, *, argument: str) -> None:
+        self._check_rows(n, argument=argument)
+        lam = self.lam
+        if lam is not None and (isinstance(lam, bool) or not isinstance(lam, numbers.Real)
+                                or not lam > 0 or not np.isfinite(lam)):
+            raise ValueError(f"{argument}: LeverageScores: lam must be a positive number, "
+                             f"got {lam!r}")
+        q = self.dictionary
+        if q is not None and (isinstance(q, bool) or not isinstance(q, numbers.Integral)
+                              or q < 1):
+            raise ValueError(f"{argument}: LeverageScores: dictionary must be None or a "
+                             f"positive integer, got {q!r}")
+
+    def scores(self, n: int, *, seed: int, data, kernel, block_rows: int = 4096) -> np.ndarray:
+        """``τ̃`` of every row (n-sized: for audits and tests; :meth:`realize` streams them)."""
+        return np.concatenate([s for _, s, _ in self._walk(n, seed, data, kernel, block_rows)])
+
+    def _walk(self, n, seed, data, kernel, block_rows):
+        q = min(n, self.dictionary or 4 * self._m())
+        rng = np.random.default_rng([int(seed), 1])
+        J = np.sort(rng.choice(n, size=q, replace=False)).astype(np.int64)
+        D = data.take(J)
+        D = D.toarray() if hasattr(D, "toarray") else np.asarray(D)
+        lam = float(self.lam) if self.lam is not None else self._auto_lam(kernel, D)
+        Kjj = np.asarray(kernel(D, D), dtype=np.float64)
+        sv = np.clip(np.linalg.eigvalsh(0.5 * (Kjj + Kjj.T)), 0.0, None)
+        floor = float(np.sum(sv / (sv + lam * q))) / n  # d_eff(λ)/n: the mean score
+        for i, blk in enumerate(data.blocks(block_rows)):
+            blk = blk.compute() if hasattr(blk, "compute") else blk
+            blk = blk.toarray() if hasattr(blk, "toarray") else np.asarray(blk)
+            yield i * block_rows, np.clip(
+                approximate_leverage_scores(kernel, blk, D, lam), 0.0, None) / (lam * n), floor
+
+    def _auto_lam(self, kernel, D) -> float:
+        """The λ with ``d_eff(λ) = Σ_j s_j/(s_j + λq) = d``, ``d log d = m`` (bisection)."""
+        q = D.shape[0]
+        Kjj = np.asarray(kernel(D, D), dtype=np.float64)
+        s = np.clip(np.linalg.eigvalsh(0.5 * (Kjj + Kjj.T)), 0.0, None)
+        m = float(self._m())
+        a, b = 1.0, max(m, np.e)  # d log d = m, d in [1, m]
+        for _ in range(100):
+            c = 0.5 * (a + b)
+            a, b = (c, b) if c * np.log(c) < m else (a, c)
+        target = max(0.5 * (a + b), 1.0)
+        if np.sum(s > 0) <= target:  # every direction resolvable: the smallest scale
+            return max(float(s[s > 0].min()) / q, 1e-300) if np.any(s > 0) else 1.0
+        lo, hi = np.log(1e-16 * s.max() / q), np.log(s.max() / q * 1e6)
+        for _ in range(100):
+            mid = 0.5 * (lo + hi)
+            if np.sum(s / (s + np.exp(mid) * q)) > target:
+                lo = mid
+            else:
+                hi = mid
+        return float(np.exp(0.5 * (lo + hi)))
+
+    def realize(self, n: int, *, seed: int, data=None, kernel=None) -> RealizedSketch:
+        m = self._m()
+        if data is None or kernel is None:
+            raise ValueError("LeverageScores: the sketch is drawn from the training rows and "
+                             "the kernel (fit passes them)")
+        total = 0.0
+        best_keys = np.empty(0)
+        best_rows = np.empty(0, dtype=np.int64)
+        best_tau = np.empty(0)
+        for start, tau, floor in self._walk(n, seed, data, kernel, 4096):
+            rows = np.arange(start, start + len(tau), dtype=np.int64)
+            tau = tau + floor  # defensive mixture: half the mass uniform (see the class notes)
+            total += float(tau.sum())
+            with np.errstate(divide="ignore"):
+                keys = np.where(tau > 0, np.log(_uniform01(seed, rows)) / tau, -np.inf)
+            keys = np.concatenate([best_keys, keys])
+            rows = np.concatenate([best_rows, rows])
+            tau = np.concatenate([best_tau, tau])
+            top = np.argsort(-keys, kind="stable")[:m]
+            best_keys, best_rows, best_tau = keys[top], rows[top], tau[top]
+        order = np.argsort(best_rows)
+        rows, tau = best_rows[order], best_tau[order]
+        p = np.maximum(tau / max(total, 1e-300), 1e-300)
+        scale = 1.0 / np.sqrt(m * p)
+        return SparseSketch(self, n, seed, m, support=rows, mixing=sp.diags_array(scale),
+                            scale=scale)
+
+
+
+def check_sketch(sketch: Any, *, argument: str) -> Sketch:
+    """Resolve a sketch argument: ``None`` means :class:`Identity` (exact)."""
+    if sketch is None:
+        return Identity()
+    if isinstance(sketch, Sketch):
+        return sketch
+    if isinstance(sketch, dict):
+        return sketch_from_config(sketch, argument=argument)
+    raise ValueError(
+        f"{argument}: expected None (exact) or a distsketch.sketches object such as "
+        f"SubSampling(m=...), got {sketch!r}"
+    )
+
+
+def sketch_from_config(cfg: dict, *, argument: str = "sketch") -> Sketch:
+    """Inverse of :meth:`Sketch.to_config`."""
+    cfg = dict(cfg)
+    name = cfg.pop("name", None)
+    if name not in SKETCHES:
+        raise ValueError(f"{argument}: unknown sketch {name!r}; use one of {sorted(SKETCHES)}")
+    try:
+        return SKETCHES[name](**cfg)
+    except TypeError as exc:
+        raise ValueError(f"{argument}: bad parameters for sketch {name!r}: {exc}") from None

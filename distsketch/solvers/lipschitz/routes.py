@@ -1,0 +1,233 @@
+"""The Lipschitz losses' solver routes: one streaming pass, then one sweep over the row
+blocks per iteration (:class:`Newton`, :class:`ADMM`; ``solver="auto"``'s :class:`NewtonOrADMM`
+picks one by the features' rank). The model (:class:`~distsketch.SketchedRegressor`) gives the
+problem (``_lipschitz_problem``: the whitened features, the loss, ``M``) and adopts the
+:class:`~distsketch.routes.CoefTable` (``_adopt_path``); the solvers are
+:mod:`distsketch.newton` and :mod:`distsketch.admm` over :mod:`distsketch.lipschitz`'s shared
+problem, their states kept in the fit store's ``solver/`` group (a killed fit resumes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .admm import RowState, admm_block, choose_route, supports
+from .admm import solve_path as admm_path
+from ...engine.mapreduce import distributed_client
+from ...engine.features import FeatureMap
+from .problem import SolverState, state_key
+from .newton import solve_path
+from ..routes import CoefTable, Route, RouteFit
+from ...engine.store import CSUM
+from ...engine.sweep import SWEEP_SUMS, SweepData, Sweeper, sweep_items
+
+__all__ = ["Newton", "ADMM", "NewtonOrADMM", "HeldSweeps", "held_sweeps", "local_memory_ok"]
+
+
+def local_memory_ok() -> bool:
+    """Whether tasks run in this process (so ADMM's rows can be held in memory)."""
+    import dask
+
+    if distributed_client() is not None:
+        return False
+    sched = dask.config.get("scheduler", None)
+    return sched in (None, "threads", "threading", "sync", "synchronous", "single-threaded")
+
+
+class HeldSweeps:
+    """Sweeps over the blocks a fit without a store holds in memory, on the local scheduler.
+
+    The :class:`~distsketch.sweep.Sweeper`'s block function over its items, added in the same
+    fixed tree as :func:`distsketch.engine.map_reduce` (``split_every`` consecutive parts
+    at a time, left to right, level by level), so the sums are bitwise the dask sweep's; the
+    blocks run on a thread pool of ``slots`` threads (NumPy releases the GIL in BLAS), in
+    this thread for one slot. What it saves is the dask graph of every sweep (building,
+    optimising and scheduling it: ~5 ms per sweep of 4 blocks measured, against ~2–4 ms of
+    block work at m = 200). ``count`` is the sweeper's (``n_passes_``).
+    """
+
+    def __init__(self, sweeper: Sweeper, slots: int):
+        self.sweeper = sweeper
+        self.slots = int(slots)
+        self._pool = None
+
+    @property
+    def count(self) -> int:
+        return self.sweeper.count
+
+    def __call__(self, it):
+        from ...engine.mapreduce import Workspace
+
+        sw = self.sweeper
+        if sw._items is None:
+            sw._items = sweep_items(sw.data, sw.X, sw.Y)
+        shared = (sw.data, it)
+        block = sw.block
+
+        def one(item):
+            return block(shared, item, Workspace())
+
+        items = sw._items
+        if self.slots > 1 and len(items) > 1:
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(self.slots, thread_name_prefix="distsketch-sweep")
+            parts = list(self._pool.map(one, items))
+        else:
+            parts = [one(item) for item in items]
+        step = sw.split_every
+        while len(parts) > 1:  # engine.tree_reduce's tree (fused first level: the same sums)
+            parts = [SWEEP_SUMS.node(parts[j:j + step]) for j in range(0, len(parts), step)]
+        sw.count += 1
+        return parts[0]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+def held_sweeps(sweeper: Sweeper, data: SweepData, spec):
+    """A :class:`HeldSweeps` over ``sweeper`` when its blocks are held in memory, no cluster
+    runs the fit and the targets are in memory; else None. Held sweeps show no progress bar
+    (a dask sweep would show one only past :data:`~distsketch.sweep.SWEEP_PROGRESS_MINIMUM`)."""
+    import dask
+
+    from ...engine.mapreduce import parallel_slots
+
+    if data.held is None or distributed_client() is not None:
+        return None
+    items = sweep_items(data, spec.X, spec.Y)
+    if any(dask.is_dask_collection(part) or hasattr(part, "key")
+           for item in items for part in item[1:]):
+        return None  # lazy targets: the dask sweep reads them
+    sweeper._items = items
+    return HeldSweeps(sweeper, parallel_slots(None))
+
+
+# --------------------------------------------------------------------------- the routes
+
+
+class Newton(Route):
+    """(Semismooth, smoothed) Newton iterations, a weighted Gram per sweep
+    (:mod:`distsketch.newton`), stopped on a certified relative duality gap."""
+
+    name = "newton"
+
+    def choose(self, prob, loss, fs, spec) -> str:
+        """The sweeps' solver for ``prob``: this route's own."""
+        return self.name
+
+    def run(self, est, spec) -> RouteFit:
+        res = est.run_pass(spec)
+        try:
+            table, taken, sweeps = sweep_path(self, est, spec, res)
+        except BaseException:
+            res.fs.close()
+            raise
+        return RouteFit.from_pass(res, solver=taken, path=table, n_passes=1 + sweeps)
+
+
+class ADMM(Newton):
+    """ADMM reusing the eigendecomposition of the feature Gram: no Gram per sweep, ``O(r²d)``
+    driver work per iteration and more iterations (:mod:`distsketch.admm`); its per-row
+    variables live in the fit store (or in memory on the local scheduler)."""
+
+    name = "admm"
+
+    def prepare(self, est, X) -> None:
+        if est.store is None and not local_memory_ok():
+            raise ValueError("solver: 'admm' without a store keeps its per-row variables in "
+                             "memory, which needs the local threaded or synchronous scheduler; "
+                             "give store=... (a fit store on shared storage) to run it on a "
+                             "cluster or with processes")
+
+    def check(self, est, spec) -> None:
+        loss = est._loss(est._n_outputs(spec))
+        if not supports(loss):
+            raise ValueError(f"solver: 'admm' needs a loss with a proximal operator (squared, "
+                             f"huber, epsilon_insensitive, pinball); got {loss!r}: use "
+                             f"solver='newton'")
+
+
+class NewtonOrADMM(Newton):
+    """``solver="auto"``'s sweeps: ADMM from ``options.tuning.auto_rank`` whitened features
+    (:func:`distsketch.admm.choose_route`), where ADMM can run (a loss with a proximal
+    operator; a store, or the local scheduler), else Newton."""
+
+    name = None
+
+    def choose(self, prob, loss, fs, spec) -> str:
+        route = choose_route("auto", prob.r, tuning=spec.options.tuning)
+        if route == "admm" and ((fs.temporary and not local_memory_ok()) or not supports(loss)):
+            route = "newton"  # on a cluster without a store (nowhere to keep Z, U), or a loss
+            # without a proximal operator
+        return route
+
+    def __repr__(self) -> str:
+        return "NewtonOrADMM()"
+
+
+def sweep_path(route: Newton, est, spec, res) -> tuple[CoefTable, str, int]:
+    """Solve ``spec``'s λ path by sweeps over the pass ``res``'s blocks: ``(table, the solver
+    taken, sweeps made)``. The blocks are the store's ``C``, the blocks the pass held in
+    memory, or recomputed from the landmarks; each λ's state is kept in the store's
+    ``solver/`` group under a key of everything that defines it."""
+    prob, Mx = est._lipschitz_problem(spec, res)
+    loss, d, n = prob.loss, prob.b.shape[1], res.n
+    fs = res.fs
+    meta = fs.meta["pass"]
+    C = None
+    crcs: tuple = ()
+    if not fs.temporary:
+        C = fs.pass_arrays()[0]
+        crcs = tuple(int(v) for v in fs.records()[:, CSUM])
+    held = res.sums.get("held")
+    data = SweepData(n=n, block_rows=int(meta["block_rows"]), m=prob.Gt.shape[0] - 1, d=d, C=C,
+                     crcs=crcs, held=held, x=None if C is not None or held is not None
+                     else FeatureMap(spec.kernels[est._input[0]], res.x_landmarks,
+                                     res.x_sketch, spec.options.gram_chunk,
+                                     spec.options.tuning),
+                     dtype=np.dtype(meta["block_dtype"]), location=fs.location)
+    taken = route.choose(prob, loss, fs, spec)
+    sweeper = Sweeper(data, spec.X, spec.Y, split_every=spec.options.split_every,
+                      progress=spec.options.progress,
+                      **({"block": admm_block, "name": "admm"} if taken == "admm" else {}))
+    lams = spec.lams
+    tol, max_iter = float(est.tol), int(est.max_iter)
+
+    def states(k: int):
+        if fs.temporary:
+            return None
+        config = {"pass": meta, "loss": loss.to_config(), "lam": lams[k],
+                  "tol": tol, "M": Mx.tolist(), "intercept": prob.intercept,
+                  "exact": prob.exact_curvature,
+                  "warm": sorted(v for v in lams if v > lams[k])}
+        if taken == "admm":  # its own state (and row arrays) beside Newton's
+            config = {**config, "solver": "admm", "exact": None}
+        return SolverState(fs.group.require_group("solver").require_group(state_key(config)))
+
+    if taken == "admm":
+        def rows(k: int, state):
+            if state is None:
+                return RowState.in_memory(n, d)
+            return RowState.in_group(state.group, n, d, int(meta["block_rows"]), fresh=False)
+
+        sols = admm_path(prob, lams, sweeper, tol=tol, max_iter=max_iter, rows=rows,
+                         states=states)
+    else:
+        held_run = held_sweeps(sweeper, data, spec)
+        try:
+            sols = solve_path(prob, lams, sweeper if held_run is None else held_run, tol=tol,
+                              max_iter=max_iter, states=states)
+        finally:
+            if held_run is not None:
+                held_run.close()
+    table = CoefTable(lams, np.stack([sol.Xi for sol in sols]),
+                      np.array([sol.n_iter for sol in sols]),
+                      intercepts=np.stack([sol.b0 for sol in sols]),
+                      objectives=np.array([sol.objective for sol in sols]),
+                      duality_gaps=np.array([sol.gap for sol in sols]),
+                      basis=prob.T, output_sqrt=prob.S)
+    return table, taken, sweeper.count

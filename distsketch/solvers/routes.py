@@ -1,0 +1,388 @@
+"""Solver routes: how a fit turns the data into a model's fitted state.
+
+Every estimator fits with one template (:meth:`distsketch.estimator.SketchedEstimator.fit`)::
+
+    route = resolve_route(est, X)      # solver= : a registered name, "auto" or a Route object
+    spec = est._validate(X, Y)         # every argument, then the data
+    route.check(est, spec)             # what the route needs of this model and data
+    fitted = route.run(est, spec)      # passes and solves: a RouteFit, the store still open
+    route.adopt(est, spec, fitted)     # the model's fitted state, one shape whatever the route
+    (save into the store, close it)
+
+A route is an object (as scikit-learn's GLM takes a ``NewtonSolver`` class and Falkon an
+``optimizer``): :class:`Direct` (one pass, the closed form from its sums), :class:`PCG`
+(Falkon's preconditioned conjugate gradient, one pass of recomputed kernel blocks per
+iteration, :mod:`distsketch.pcg`), and the Lipschitz losses' :class:`~distsketch.lipschitz_routes.Newton`
+and :class:`~distsketch.lipschitz_routes.ADMM` (one pass, then one sweep over the blocks per
+iteration). Defining a subclass with a ``name`` registers it (:data:`ROUTES`), so
+``solver="<name>"`` finds it, in Python and in TOML configs; an instance can be passed as
+``solver=`` directly. A model lists the built-in routes it accepts (``_routes``) and how it
+adopts a route's :class:`CoefTable` (``_adopt_path``); docs/design.md, "How to add a solver
+route".
+"""
+
+from __future__ import annotations
+
+import importlib
+import numbers
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .._registry import Registry
+
+__all__ = ["Route", "RouteFit", "CoefTable", "Direct", "PCG", "Auto", "ROUTES", "get_route",
+           "resolve_route", "route_from_config", "fitted_index", "check_iterations"]
+
+#: Solver routes by name (each class registers itself by its ``name``).
+ROUTES: Registry = Registry("solver route")
+
+#: Modules whose route classes register themselves when imported.
+#: The package whose modules hold the built-in routes (a route defined elsewhere is a user's).
+PACKAGE = __name__.split(".")[0]
+
+BUILTIN_ROUTES = ("solvers.routes", "solvers.lipschitz.routes")
+
+
+def fitted_index(lams, lam, *, argument: str) -> int:
+    """Position of ``lam`` in a fitted λ path (``rtol = 1e-12``); a ValueError naming
+    ``argument`` otherwise (another λ needs new passes over the data)."""
+    for k, v in enumerate(lams):
+        if np.isclose(v, lam, rtol=1e-12, atol=0):
+            return k
+    raise ValueError(f"{argument}: {lam!r} was not fitted; a solver='pcg' fit keeps the λ path "
+                     f"given at fit, {list(lams)}: fit again with lam=[...] including it (or "
+                     f"solver='direct', which serves any λ)")
+
+
+def check_iterations(tol, max_iter) -> tuple[float, int]:
+    """``tol`` in (0, 1) and ``max_iter`` a positive int, the iterative routes' stopping
+    arguments; each error names its argument."""
+    if (isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not np.isfinite(tol)
+            or not 0 < tol < 1):
+        raise ValueError(f"tol: the relative residual PCG stops at must lie in (0, 1), got "
+                         f"{tol!r}")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, numbers.Integral) or max_iter < 1:
+        raise ValueError(f"max_iter: expected a positive integer (PCG iterations per λ), got "
+                         f"{max_iter!r}")
+    return float(tol), int(max_iter)
+
+
+# --------------------------------------------------------------------------- what a route gives
+
+
+@dataclass
+class CoefTable:
+    """A λ path solved by an iterative route: the model's coefficients at each fitted λ.
+
+    Parameters
+    ----------
+    lams : tuple of float
+        The fitted λ, in the order given at fit.
+    coefs : ndarray of shape (n_lams, ...)
+        The coefficients per λ, in the basis the model documents for its iterative routes
+        (:class:`~distsketch.SketchedKRR`: ``dual_coef_`` on ``landmarks_``, shape (s', t);
+        :class:`~distsketch.SISOKR`: ``α`` on the input landmarks, (s', r_Y); the regressors:
+        ``Ξ`` in the whitened features when ``basis`` is given, else ``α`` on the landmarks).
+    n_iters : ndarray of int, shape (n_lams,)
+        Iterations each λ took.
+    residuals : ndarray or None
+        The last relative residual of each λ (and output), where the route has one.
+    intercepts : ndarray of shape (n_lams, t) or None
+        Intercepts fitted jointly with each λ's coefficients (the Lipschitz routes).
+    objectives, duality_gaps : ndarray of shape (n_lams,) or None
+        The primal objective and the certified relative duality gap, where the route has them.
+    products : ndarray or None
+        ``K_nmᵀ K_nm α`` per λ, carried by PCG's iterations: :class:`~distsketch.SISOKR`'s
+        prediction covariance ``αᵀ K_nmᵀ K_nm α`` for a reduced rank.
+    basis : ndarray of shape (m, r) or None
+        The whitening ``T`` of the features ``φ(x) = Tᵀ R k(X, x)`` the coefficients are in
+        (None: on the landmarks themselves).
+    output_sqrt : ndarray of shape (d, d) or None
+        ``M^{1/2}`` of a decomposable output kernel (the regressors).
+
+    A table serves its fitted λ only: :meth:`fitted_lam` refuses another.
+    """
+
+    lams: tuple[float, ...]
+    coefs: np.ndarray
+    n_iters: np.ndarray
+    residuals: np.ndarray | None = None
+    intercepts: np.ndarray | None = None
+    objectives: np.ndarray | None = None
+    duality_gaps: np.ndarray | None = None
+    products: np.ndarray | None = None
+    basis: np.ndarray | None = None
+    output_sqrt: np.ndarray | None = None
+
+    #: Whether any λ > 0 is served (a closed form), not only the fitted ones.
+    any_lam: ClassVar[bool] = False
+    #: The input side's closed form (:class:`~distsketch.solve.InputSolution`): none.
+    solution: ClassVar[Any] = None
+
+    def __post_init__(self):
+        self.lams = tuple(float(v) for v in self.lams)
+        self.n_iters = np.asarray(self.n_iters, dtype=np.int64)
+        if len(self.coefs) != len(self.lams) or len(self.n_iters) != len(self.lams):
+            raise ValueError(f"CoefTable: {len(self.lams)} λ but {len(self.coefs)} coefficient "
+                             f"sets and {len(self.n_iters)} iteration counts")
+
+    def fitted_lam(self, lam: float, *, argument: str = "lam") -> float:
+        """The fitted λ equal to ``lam`` (to ``rtol = 1e-12``); a ValueError otherwise."""
+        return self.lams[fitted_index(self.lams, lam, argument=argument)]
+
+    def coef(self, lam: float) -> np.ndarray:
+        """The coefficients at the fitted ``lam``."""
+        return self.coefs[fitted_index(self.lams, lam, argument="lam")]
+
+    def n_iter(self, lam: float) -> int:
+        """Iterations the fitted ``lam`` took."""
+        return int(self.n_iters[fitted_index(self.lams, lam, argument="lam")])
+
+    def iterations(self, lams) -> np.ndarray:
+        """Iterations of each fitted λ (``lams``: the model's ``lams_``, the table's own)."""
+        return self.n_iters
+
+
+@dataclass
+class RouteFit:
+    """What :meth:`Route.run` gives the model (:meth:`Route.adopt`).
+
+    Parameters
+    ----------
+    fs : FitStore
+        The open fit store (a temporary one without ``store``): its lock is held until the
+        fitted model is saved into it, then the template closes it.
+    store : str or None
+        The kept store's location (``store_``).
+    solver : str
+        The route taken (``solver_``).
+    n_passes : int
+        Passes over the training rows the fit made (a resumed fit makes fewer).
+    x_sketch, x_landmarks
+        The input side's realised sketch and its landmarks (the rows of its support).
+    path : CoefTable or None
+        The λ path of an iterative route; None for :class:`Direct`, whose model solves the
+        pass's sums itself (its closed form serves every λ).
+    result : object
+        The route's own result: the :class:`~distsketch.accumulate.PassResult` of a pass, or
+        what :mod:`distsketch.pcg` gives (the output side of SISOKR's PCG fit).
+    intercept : ndarray or None
+        An intercept the route fitted that does not depend on λ (PCG's target mean).
+    """
+
+    fs: Any
+    store: str | None
+    solver: str
+    n_passes: int
+    x_sketch: Any = None
+    x_landmarks: Any = None
+    path: CoefTable | None = None
+    result: Any = None
+    intercept: np.ndarray | None = None
+
+    @classmethod
+    def from_pass(cls, res, *, solver: str, path: CoefTable | None = None,
+                  n_passes: int = 1, intercept=None) -> "RouteFit":
+        """A route's fit after the model's streaming pass ``res``
+        (:meth:`~distsketch.estimator.SketchedEstimator.run_pass`)."""
+        return cls(res.fs, res.store, solver, n_passes, res.x_sketch, res.x_landmarks,
+                   path, res, intercept)
+
+
+# --------------------------------------------------------------------------- the protocol
+
+
+class Route:
+    """Base of the solver routes.
+
+    A subclass sets ``name`` (registering it in :data:`ROUTES`) and implements :meth:`run`;
+    it may refine :meth:`accepts`, :meth:`prepare`, :meth:`check` and :meth:`adopt`. Routes
+    hold no data: a model's ``solver`` may be an instance, cloned and pickled with it.
+    """
+
+    #: The registered name (``solver="<name>"``, ``solver_``, saved models).
+    name: ClassVar[str | None] = None
+    #: Whether the route makes passes per iteration (its λ path is a :class:`CoefTable`).
+    iterative: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        ROUTES.register_class(cls)
+
+    def accepts(self, est) -> bool:
+        """Whether ``est`` can adopt this route's result: a built-in route the model lists in
+        its ``_routes``; another route needs a model that adopts a :class:`CoefTable`
+        (``_adopt_path``)."""
+        if type(self).__module__.startswith(PACKAGE + "."):
+            return self.name in type(est)._routes
+        return callable(getattr(est, "_adopt_path", None))
+
+    def prepare(self, est, X) -> None:
+        """Checks of the route's own arguments before the model's validation (none)."""
+
+    def check(self, est, spec) -> None:
+        """What the route needs of this model and data, after validation, before anything
+        is written: a ValueError naming the argument and the fix (nothing by default)."""
+
+    def run(self, est, spec) -> RouteFit:
+        """Make the passes and solve the λ path of ``spec``; the store stays open."""
+        raise NotImplementedError
+
+    def adopt(self, est, spec, fitted: RouteFit) -> None:
+        """Set ``est``'s fitted state from ``fitted`` (the model's ``_adopt_path``)."""
+        est._adopt_path(spec, fitted)
+
+    def to_config(self) -> dict:
+        """``{"name": …, "params": …}``: the registered name and the constructor's arguments
+        (what saved models record of a route object; :func:`route_from_config`)."""
+        if not self.name or ROUTES.get(self.name) is not type(self):
+            raise ValueError(f"solver: {self!r} has no registered name; a route saved with a "
+                             f"model needs one (set the class attribute name = '...')")
+        return {"name": self.name, "params": dict(vars(self))}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({args})"
+
+    def __eq__(self, other) -> bool:
+        return type(self) is type(other) and vars(self) == vars(other)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+
+def get_route(name: str) -> type[Route]:
+    """The route class registered as ``name`` (the package's routes loaded first)."""
+    if name not in ROUTES:
+        for mod in BUILTIN_ROUTES:
+            importlib.import_module(f"{PACKAGE}.{mod}")
+    return ROUTES[name]
+
+
+def _user_route(name: str) -> bool:
+    """Whether ``name`` is a route registered outside the package."""
+    try:
+        cls = get_route(name)
+    except KeyError:
+        return False
+    return not cls.__module__.startswith(PACKAGE + ".")
+
+
+def route_from_config(config: dict) -> Route:
+    """The route :meth:`Route.to_config` described (its class found by name, never imported
+    from the saved text)."""
+    name = config.get("name")
+    try:
+        cls = get_route(name)
+    except (KeyError, TypeError):
+        raise ValueError(f"solver: the route {name!r} is not registered; import the module "
+                         f"that defines it before loading (registered: {sorted(ROUTES)})") from None
+    return cls(**config.get("params", {}))
+
+
+def resolve_route(est, X) -> Route:
+    """The route ``est.solver`` names, for the data ``X``: the one place a ``solver`` value
+    becomes a route. A model without a ``solver`` parameter takes :class:`Direct`;
+    ``"auto"`` asks the model (``_auto_route``, a route for the data); a :class:`Route`
+    instance is used as given.
+    The route's own arguments are checked here (:meth:`Route.prepare`)."""
+    accepted = list(type(est)._routes)
+    if "solver" not in type(est)._param_kinds:  # the model's one route (SketchedKRRCV: direct)
+        return get_route(accepted[0])()
+    solver = est.solver
+    if isinstance(solver, Route):
+        route = solver
+        if est.store is not None:  # the saved model names it: before anything is written
+            route.to_config()
+    elif isinstance(solver, str) and (solver == "auto" or solver in accepted):
+        route = Auto() if solver == "auto" else get_route(solver)()
+    elif isinstance(solver, str) and _user_route(solver):
+        route = get_route(solver)()  # a route registered outside the package
+    else:
+        names = [repr(v) for v in sorted(accepted + ["auto"])]
+        extra = "" if isinstance(solver, str) else " (or a distsketch.routes.Route instance)"
+        raise ValueError(f"solver: expected {', '.join(names[:-1])} or {names[-1]}{extra}, "
+                         f"got {solver!r}")
+    if not route.accepts(est):
+        raise ValueError(f"solver: {type(est).__name__} cannot take the route {route!r}; its "
+                         f"routes are {accepted + ['auto']}")
+    route.prepare(est, X)
+    if isinstance(route, Auto):
+        route = est._auto_route(X)
+    return route
+
+
+# --------------------------------------------------------------------------- the built-in routes
+
+
+class Direct(Route):
+    """One streaming pass, then the model's closed form from its sums (``_solve``): every λ
+    (and rank, fold, width) from the same factorisations."""
+
+    name = "direct"
+    iterative = False
+
+    def run(self, est, spec) -> RouteFit:
+        return RouteFit.from_pass(est.run_pass(spec), solver=self.name)
+
+    def adopt(self, est, spec, fitted: RouteFit) -> None:
+        est._solve(spec, fitted.result)
+
+
+class PCG(Route):
+    """Falkon's preconditioned conjugate gradient (:mod:`distsketch.pcg`): no ``G``, no stored
+    blocks; one pass of recomputed kernel blocks per iteration. The input side's ridge
+    problem — on the targets (SketchedKRR, the squared-loss regressor, its intercept fitted
+    jointly when the model declares ``_pcg_centre``), or on the whitened output features
+    (SISOKR, a model with an output side)."""
+
+    name = "pcg"
+
+    def prepare(self, est, X) -> None:
+        est._check_pcg_args()
+
+    def check(self, est, spec) -> None:
+        est._check_pcg(spec)
+
+    def run(self, est, spec) -> RouteFit:
+        from ..kernels.base import Linear
+        from .pcg import fit_pcg, fit_pcg_sisokr
+
+        model = est._pass_model or type(est).__name__
+        common = dict(store=est.store, reuse_seeds=est.random_state is None,
+                      tol=float(est.tol), max_iter=int(est.max_iter), model=model)
+        if est._output is not None:  # SISOKR: the whitened output features as targets
+            res = fit_pcg_sisokr(spec, linear_output=isinstance(
+                spec.kernels[est._output[0]], Linear), **common)
+            r = res.result
+            table = CoefTable(spec.lams, r.alphas, r.n_iters, residuals=r.residuals,
+                              products=r.galphas)
+            return RouteFit(res.fs, res.store, self.name, int(r.n_passes), res.x_sketch,
+                            res.x_landmarks, table, res)
+        kx, sx = est._input
+        res = fit_pcg(spec, kernel=spec.kernels[kx], sketch=spec.sketches[sx],
+                      fit_intercept=bool(est.fit_intercept), centre=est._pcg_centre, **common)
+        r = res.result
+        table = CoefTable(spec.lams, r.alphas, r.n_iters, residuals=r.residuals,
+                          intercepts=getattr(r, "intercepts", None))
+        if est._pcg_centre:  # (1/n) Σ ½‖r_i‖² + (λ/2) Σ_j α_jᵀ K_mm α_j from the sums
+            table.objectives = (0.5 * r.rss.sum(axis=1) / spec.X.n
+                                + 0.5 * np.asarray(spec.lams) * r.penalties.sum(axis=1))
+            table.duality_gaps = np.full(len(spec.lams), np.nan)
+        return RouteFit(res.fs, res.store, self.name, int(r.n_passes), res.sketch,
+                        res.landmarks, table, res, intercept=r.intercept)
+
+
+class Auto(Route):
+    """``solver="auto"``: the model's choice for the data (its ``_auto_route``), made by
+    :func:`resolve_route` before the fit (never run itself)."""
+
+    name = "auto"
+
+    def accepts(self, est) -> bool:
+        return True
+
+    def run(self, est, spec) -> RouteFit:  # pragma: no cover - resolved before a fit
+        raise RuntimeError("solver='auto' is resolved to a route before the fit")

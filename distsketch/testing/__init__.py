@@ -1,0 +1,8 @@
+"""Test helpers for people extending distsketch: contract suites for kernels and sketches
+(:mod:`.contracts`, re-exported here)."""
+
+from .contracts import (KernelContract, SketchContract, dense, assert_same, assert_rel_close,
+    gram_inputs, FLOAT32_EXP_ULPS)
+
+__all__ = ["KernelContract", "SketchContract", "dense", "assert_same", "assert_rel_close",
+           "gram_inputs", "FLOAT32_EXP_ULPS"]
