@@ -189,7 +189,7 @@ class part_timer:
     exit from ``"total"``, which the caller sets)."""
 
     targets = (("distsketch.models.base", "fit_pass", "pass"),
-               ("distsketch.models", "solve_sisokr", "solve"),
+               ("distsketch.models.ridge", "solve_sisokr", "solve"),
                ("distsketch.model_selection.cv", "sisokr_fold_scores", "folds"))
 
     def __enter__(self):
