@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     initialize(interface=args.interface, nthreads=args.nthreads, memory_limit=args.memory_limit,
                local_directory=args.local_directory, dashboard=False)
 
-    from distsketch.cli.main import main as distsketch_main
+    from distsketch.cli.commands import main as distsketch_main
 
     workers = MPI.COMM_WORLD.Get_size() - 2
     with Client() as client:  # closed before exit: no dangling connection at shutdown

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from distributed import Client
 
-    from distsketch.cli.main import main as distsketch_main
+    from distsketch.cli.commands import main as distsketch_main
 
     with make_cluster(**cluster_kwargs(args)) as cluster:
         if args.dry_run:

@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli.main import main
+from .cli.commands import main
 
 sys.exit(main())

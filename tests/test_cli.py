@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from distsketch.cli.main import main
+from distsketch.cli.commands import main
 from clihelpers import CONFIG, toy_data
 from clusterhelpers import dask_processes
 from distsketch.cli.config import ConfigError, load_config
@@ -74,7 +74,7 @@ def test_verbose_shows_traceback(workdir):
 def test_exit_codes_user_errors_2_failures_1(monkeypatch, capsys, error, code):
     """Exit 2 for what a user can fix (a bad value, a missing file or extra); anything else is a
     failure of distsketch or the machine: exit 1, one line, and a hint to rerun with -v."""
-    import distsketch.cli.main as cli
+    import distsketch.cli.commands as cli
 
     def command(args):
         raise error

@@ -15,6 +15,7 @@ from naive import (
 )
 
 import distsketch as ds
+from distsketch.linalg.solve import EIGEN_PATH_LENGTH
 
 #: The papers' estimator (no intercept): what the dense formulas here write.
 _KRR = functools.partial(ds.SketchedKRR, fit_intercept=False)
@@ -179,7 +180,7 @@ def test_long_lam_path_eigen_route_equals_cholesky_route(small_problem):
     with a well-conditioned B and one λ takes the generalized route (G + nλB factored, no
     eigendecomposition; tests/test_driver_routes.py checks it against the others)."""
     X, Y, Xq, Yc = small_problem
-    long_path = list(np.geomspace(1e-6, 1e-1, ds.solve.EIGEN_PATH_LENGTH + 1))
+    long_path = list(np.geomspace(1e-6, 1e-1, EIGEN_PATH_LENGTH + 1))
     eig = _fit(X, Y, None, ds.GaussianSketch(10), lam=long_path, seed=2)
     assert eig.input_solution_.V is not None
     for lam in (long_path[0], 3e-4, long_path[-1]):

@@ -497,7 +497,7 @@ metrics = {metrics}
      '["pinball", "crossing"]'),
 ])
 def test_cli_fits_regressors_from_toml(tmp_path, type_, extra, metrics):
-    from distsketch.cli.main import main
+    from distsketch.cli.commands import main
 
     X, y = _data(n=160)
     np.savez(tmp_path / "train.npz", X=X[:120], Y=y[:120])

@@ -204,7 +204,7 @@ def test_cli_fit_selects_prints_the_table_and_evaluates_at_any_lam(cli_dir, caps
                                                                    select_table, route):
     import json
 
-    from distsketch.cli.main import main
+    from distsketch.cli.commands import main
 
     (cli_dir / "fit.toml").write_text(SELECT_TOML.format(type="SketchedKRR",
                                                          select=select_table))
@@ -251,7 +251,7 @@ def test_cli_select_errors_name_the_key(cli_dir, type_, select_table, match):
 
 @pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
 def test_evaluate_lam_is_validated(cli_dir, capsys):
-    from distsketch.cli.main import main
+    from distsketch.cli.commands import main
 
     (cli_dir / "fit.toml").write_text(SELECT_TOML.format(type="SketchedKRR",
                                                          select="validation = 0.2"))
@@ -401,7 +401,7 @@ def test_cli_kernel_choice_equals_the_api_and_prints_a_kernel_column(cli_dir, ca
                                                                      select_table, route):
     import json
 
-    from distsketch.cli.main import main
+    from distsketch.cli.commands import main
 
     (cli_dir / "fit.toml").write_text(KERNEL_TOML.format(select=select_table))
     assert main(["-q", "fit", str(cli_dir / "fit.toml"), "--json"]) == 0

@@ -296,7 +296,7 @@ def test_cli_select_shuffle_is_validated(tmp_path, table, match):
 def test_cli_select_by_folds_says_which_way_is_better(tmp_path, capsys):
     """The table header of a K-fold selection by an error (rmse: smaller is better) says so; a
     one-pass selection's scores (greater is better) say that."""
-    from distsketch.cli.main import main
+    from distsketch.cli.commands import main
 
     X, y = _data()
     np.savez(tmp_path / "train.npz", X=X, Y=y)

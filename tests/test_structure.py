@@ -92,7 +92,7 @@ def test_the_graph_sees_function_level_imports():
     """The analysis itself: ``cli`` imports ``config``, and ``rows`` imports ``kernels``, only
     inside functions; ``from . import topk`` (decode) is an import of the module."""
     graph = package_graph()
-    assert "distsketch.cli.config" in graph["distsketch.cli.main"]
+    assert "distsketch.cli.config" in graph["distsketch.cli.commands"]
     assert "distsketch.kernels.base" in graph["distsketch.engine.rows"]
     assert "distsketch.linalg.topk" in graph["distsketch.decoding.preimage"]
 
@@ -156,7 +156,7 @@ MODEL_NAMES = {"SISOKR", "SketchedKRR", "SketchedFeatures", "RidgeEstimator"}
 
 
 @pytest.mark.parametrize("module", ["distsketch.io.persist", "distsketch.cli.config",
-                                    "distsketch.cli.main", "distsketch.engine.store",
+                                    "distsketch.cli.commands", "distsketch.engine.store",
                                     "distsketch.engine.accumulate"])
 def test_infrastructure_names_no_model(module):
     """persist, config, cli, the store and the pass find models through the registry (and

@@ -19,7 +19,7 @@ import pytest
 import distsketch as ds
 from clihelpers import CONFIG, toy_data
 from distsketch.cli import config
-from distsketch.cli.main import main
+from distsketch.cli.commands import main
 from distsketch.cli.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -287,7 +287,7 @@ def test_npz_with_lower_case_y(tmp_path):
 
 
 def test_metric_names_of_the_help_are_the_metrics(capsys):
-    from distsketch.cli.main import _METRIC_NAMES
+    from distsketch.cli.commands import _METRIC_NAMES
     from distsketch.metrics import METRICS
 
     assert set(_METRIC_NAMES) == set(METRICS)

@@ -1,6 +1,6 @@
-"""The ``distsketch`` command line (:mod:`.main`), its TOML configuration (:mod:`.config`) and
+"""The ``distsketch`` command line (:mod:`.commands`), its TOML configuration (:mod:`.config`) and
 the demo job (:mod:`.demo`)."""
 
-from .main import (main)
+from .commands import main
 
 __all__ = ["main"]
