@@ -21,7 +21,7 @@ Protocol
   SISOKR both sketches, σ²_x = σ²_y = 1e4, λ = 1e-5.
 - distsketch's models get CSR inputs with columns scaled by ``1/std`` (``load(folder,
   sparse=True)`` of the example) instead of the dense standardised ones: the same Gaussian
-  kernel, since the mean cancels in ``x − x'`` (docs/design.md, "Sparse inputs"), with kernel
+  kernel, since the mean cancels in ``x − x'`` (docs/design/engine.md, "Sparse inputs"), with kernel
   blocks from sparse products (measured faster for all four models, same F1:
   examples/bibtex_multilabel.py); ``--dense`` gives them the dense standardised rows. The
   NumPy reference and the authors' code always get the dense standardised arrays they expect.
@@ -185,7 +185,7 @@ def run_distsketch(spec: dict, X, Y, Xte, Yte, *, seed: int) -> dict:
 
 def driver_crossover(sizes=(250, 500, 1000, 2000, 3000), r_y: int = 200) -> None:
     """Measure the path length from which one generalized eigendecomposition beats a Cholesky
-    factorisation per λ (``distsketch.Tuning.eigen_crossover``; docs/design.md, "Driver
+    factorisation per λ (``distsketch.Tuning.eigen_crossover``; docs/design/math.md, "Driver
     routes"), one BLAS thread, best of a few runs: the eigen route costs ``eigh(G, B)`` and
     ``VᵀR`` (then O(r·r_Y) per λ); the Cholesky route one safety factorisation of
     ``G + τnλB``, then per λ a factorisation of ``G + nλB`` and its solve with ``r_Y``
@@ -343,16 +343,16 @@ def main() -> None:
         "λ = 1e-5; SIOKR σ²_x = 1e4, σ²_y = 1e7, λ = 1e-6; ISOKR σ²_x = 1e4, σ²_y = 1e6, λ = 1e-5; SISOKR "
         f"σ²_x = σ²_y = 1e4, λ = 1e-5. distsketch's inputs: "
         + ("the dense standardised rows (`--dense`), as the baselines. " if args.dense else
-           "CSR rows scaled by 1/std (the same Gaussian kernel as the standardised rows, docs/design.md, "
+           "CSR rows scaled by 1/std (the same Gaussian kernel as the standardised rows, docs/design/engine.md, "
            "\"Sparse inputs\"); baselines on the dense standardised rows. ")
         + "Train = `fit` (numpy input, `store=None`: no pass blocks "
         "written); inference = first `predict(X_test)` after the fit (includes the candidates' "
         "output features and, where the cost rule folds the candidates into the model, the fold "
-        "itself: docs/design.md, \"Folded decoding\"; a second `predict` reuses it). "
+        "itself: docs/design/decoding.md, \"Folded decoding\"; a second `predict` reuses it). "
         f"Medians over {args.repeats} rounds with a rotated order (round r: sketch seed r); "
         f"F1 = example-based F1 in %, mean ± std over the rounds' seeds (the paper: 30 draws). distsketch: "
         f"BLAS 1 thread in the pass + dask threaded scheduler, the driver's solve on the cores found idle "
-        f"(docs/design.md, \"Driver routes\"); NumPy reference and authors' code: BLAS default threads (2). numpy GEMM "
+        f"(docs/design/math.md, \"Driver routes\"); NumPy reference and authors' code: BLAS default threads (2). numpy GEMM "
         f"{gemm:.1f} GFLOP/s in the same run. Total run {total:.0f} s; 1-minute load average "
         f"{load_start:.1f} at its start, {load_end:.1f} at its end (other work on the machine slows "
         "every contender; the ratios within the run are the comparison).\n\n"

@@ -15,7 +15,7 @@ Protocol
   ``options=EngineOptions(tuning=Tuning(fold_threads=1))`` (every fold on the driver's one
   thread) so the gain from the algebra and from the threads can be told apart.
 - Each fold's algebra takes the Woodbury route or the band route by
-  ``distsketch.model_selection.cv.fold_route`` (Bibtex: Woodbury); a fourth row forces the band route
+  ``distsketch.model_selection.fold_algebra.fold_route`` (Bibtex: Woodbury); a fourth row forces the band route
   (``Tuning(fold_route="band")``) for the comparison.
 - The fold algebra alone (``sisokr_fold_scores`` on the sums of the first CV fit, captured):
   wall and process CPU seconds per route, with the folds on one thread per core and on one
@@ -94,10 +94,11 @@ def main() -> None:
             out.append((time.perf_counter() - t, model))
         return float(np.median([t for t, _ in out])), out[-1][1]
 
-    import distsketch.model_selection.cv
+    import distsketch.model_selection.fold_algebra
+    import distsketch.model_selection.sisokr_cv
 
     captured = []
-    real_scores = distsketch.model_selection.cv.sisokr_fold_scores
+    real_scores = distsketch.model_selection.sisokr_cv.sisokr_fold_scores
 
     def capture(*a, **kw):  # the fold sums of the first CV fit, for the fold algebra alone
         if not captured:
@@ -106,12 +107,12 @@ def main() -> None:
 
     plain_s, plain = timed(lambda r: ds.SISOKR(kx, ky, lam=1e-5, random_state=r, **sketches()),
                            "plain")
-    distsketch.model_selection.cv.sisokr_fold_scores = capture
+    distsketch.model_selection.sisokr_cv.sisokr_fold_scores = capture
     try:
         cv_s, cv = timed(lambda r: ds.SISOKRCV(kx, ky, lams=lams, ranks=ranks, cv=5, scoring="surrogate",
                                               random_state=r, **sketches()), "cv")
     finally:
-        distsketch.model_selection.cv.sisokr_fold_scores = real_scores
+        distsketch.model_selection.sisokr_cv.sisokr_fold_scores = real_scores
 
     def forced(threads=None, route=None):
         options = ds.EngineOptions(tuning=ds.Tuning(fold_threads=threads, fold_route=route))
@@ -124,7 +125,7 @@ def main() -> None:
     row = {"n": n, "m_in": args.m_in, "m_out": args.m_out, "plain_s": plain_s, "cv_s": cv_s,
            "ratio": cv_s / plain_s, "cv_one_thread_s": cv1_s, "ratio_one_thread": cv1_s / plain_s,
            "cv_band_s": cv_band_s, "ratio_band": cv_band_s / plain_s,
-           "fold_routes": distsketch.model_selection.cv.fold_route(
+           "fold_routes": distsketch.model_selection.fold_algebra.fold_route(
                n // 5, m=args.m_in, r=captured[0][0][0].shape[1], r_y=args.m_out,
                n_lams=len(lams)),
            "fold_algebra": routes, "load1": loads, "parts": part_medians(parts),
@@ -189,8 +190,8 @@ class part_timer:
     exit from ``"total"``, which the caller sets)."""
 
     targets = (("distsketch.models.base", "fit_pass", "pass"),
-               ("distsketch.models.ridge", "solve_sisokr", "solve"),
-               ("distsketch.model_selection.cv", "sisokr_fold_scores", "folds"))
+               ("distsketch.models.sisokr", "solve_sisokr", "solve"),
+               ("distsketch.model_selection.sisokr_cv", "sisokr_fold_scores", "folds"))
 
     def __enter__(self):
         import importlib
@@ -237,7 +238,7 @@ def fold_algebra(captured, repeats: int) -> list[dict]:
     """Wall and process CPU seconds of ``sisokr_fold_scores`` on captured arguments, per
     route and fold threads (one thread per core, one), runs alternated, medians."""
     import distsketch as ds
-    import distsketch.model_selection.cv
+    import distsketch.model_selection.fold_algebra
     from threadpoolctl import threadpool_limits
 
     args, kwargs = captured
@@ -250,7 +251,7 @@ def fold_algebra(captured, repeats: int) -> list[dict]:
                 load = os.getloadavg()[0]
                 t, c = time.perf_counter(), time.process_time()
                 with threadpool_limits(1):  # as in a fit (distsketch.blas-threads = 1)
-                    scores[route] = distsketch.model_selection.cv.sisokr_fold_scores(
+                    scores[route] = distsketch.model_selection.fold_algebra.sisokr_fold_scores(
                         *args, **{**kwargs, "tuning": tuning})[0]
                 runs[route].append((time.perf_counter() - t, time.process_time() - c, load))
         for route, v in runs.items():
@@ -265,7 +266,7 @@ def fold_algebra(captured, repeats: int) -> list[dict]:
     P, G0 = args[0], args[4][0]
     with threadpool_limits(1):
         t = time.process_time()
-        U = distsketch.model_selection.cv.fold_factor(G0, P)
+        U = distsketch.model_selection.fold_algebra.fold_factor(G0, P)
         t_factor = time.process_time() - t
         t = time.process_time()
         w = np.linalg.eigh(G0)[0]  # with vectors: what a factor by eigendecomposition needs

@@ -67,7 +67,7 @@ def main() -> None:
     import dask
 
     import distsketch as ds
-    import distsketch.models.ridge as models
+    import distsketch.models.sisokr as models
     import distsketch.options as options
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

@@ -24,8 +24,8 @@ _moved.install()
 
 #: Public names and the submodule each lives in.
 _NAMES = {
-    "SISOKR": "models.ridge", "SketchedKRR": "models.ridge",
-    "SISOKRCV": "model_selection.cv", "SketchedKRRCV": "model_selection.cv",
+    "SISOKR": "models.sisokr", "SketchedKRR": "models.krr",
+    "SISOKRCV": "model_selection.sisokr_cv", "SketchedKRRCV": "model_selection.krr_cv",
     "SketchedRegressor": "models.regressors", "SketchedQuantileRegressor": "models.regressors",
     "SketchedFeatures": "models.transformers",
     "CandidateStore": "decoding.candidates", "StoreDirectory": "engine.store",

@@ -20,7 +20,7 @@ __all__ = ["MOVED", "install"]
 MOVED = {
     "accumulate": "engine.accumulate", "admm": "solvers.lipschitz.admm",
     "blocks": "linalg.blocks", "candidates": "decoding.candidates", "config": "cli.config",
-    "cuda": "backends.cuda", "cv": "model_selection.cv", "decode": "decoding.preimage",
+    "cuda": "backends.cuda", "cv": "model_selection", "decode": "decoding.preimage",
     "demo": "cli.demo", "estimator": "models.base", "features": "engine.features",
     "kernel_grid": "model_selection.kernel_grid", "lipschitz": "solvers.lipschitz.problem",
     "lipschitz_routes": "solvers.lipschitz.routes", "newton": "solvers.lipschitz.newton",

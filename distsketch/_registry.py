@@ -39,7 +39,8 @@ class Registry(dict):
         return f"Registry({self.kind!r}: {sorted(self)})"
 
 #: Modules whose estimator classes register themselves when imported.
-BUILTIN = ("models.ridge", "model_selection.cv", "models.regressors", "models.transformers")
+BUILTIN = ("models.sisokr", "models.krr", "model_selection.krr_cv", "model_selection.sisokr_cv",
+           "models.regressors", "models.transformers")
 
 #: Estimator classes by class name.
 MODELS: Registry = Registry("model")

@@ -33,11 +33,12 @@ class Tuning:
     Parameters
     ----------
     fold_route : {None, "band", "woodbury"}
-        Route of each fold's algebra in SISOKRCV (:func:`distsketch.cv.sisokr_fold_scores`):
-        ``None`` picks per fold by :func:`distsketch.cv.fold_route`'s flop model (weighted by
-        the measured rate ratio ``cv.BAND_RATE_WEIGHT``); ``"band"`` (congruence ``Pᵀ G_k P``
-        and one band reduction per fold) or ``"woodbury"`` (pivoted Cholesky of ``G_k`` and a
-        Woodbury solve per λ) forces one. The scores are the same to rounding either way
+        Route of each fold's algebra in SISOKRCV
+        (:func:`distsketch.model_selection.fold_algebra.sisokr_fold_scores`): ``None`` picks per
+        fold by :func:`distsketch.model_selection.fold_algebra.fold_route`'s flop model
+        (weighted by the measured rate ratio ``fold_algebra.BAND_RATE_WEIGHT``); ``"band"``
+        (congruence ``Pᵀ G_k P`` and one band reduction per fold) or ``"woodbury"`` (pivoted
+        Cholesky of ``G_k`` and a Woodbury solve per λ) forces one. The scores are the same to rounding either way
         (docs/design.md, "Cross-validation from one pass"); forcing only changes the time.
     fold_threads : int or None
         Threads for the folds' driver work in SISOKRCV: ``None`` = one per core this process
@@ -57,9 +58,10 @@ class Tuning:
         not a measured crossover; raise it on a driver with more memory.
     auto_decode_budget : float
         ``scoring="auto"`` of SISOKRCV (and model selection's default SISOKR metric,
-        :func:`distsketch.cv.auto_scoring`): the largest decode cost, in multiply-adds
-        ``n · |U| · settings · m_Y`` (every row decoded against every unique training output
-        at every (γ, λ, p) grid point, each candidate score an ``r_Y ≤ m_Y`` inner product),
+        :func:`distsketch.model_selection.scoring.auto_scoring`): the largest decode cost, in
+        multiply-adds ``n · |U| · settings · m_Y`` (every row decoded against every unique
+        training output at every (γ, λ, p) grid point, each candidate score an ``r_Y ≤ m_Y``
+        inner product),
         at which the folds are decoded and scored by the task's metric; above it, the
         surrogate error with a warning. Measured: the decode of n = 6000 rows × |U| = 6000 ×
         6 λ × m_Y = 150 (3.2e10) added 2.4 s to a 0.2 s SISOKRCV fit (5 folds, m_X = 300) on

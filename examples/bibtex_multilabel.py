@@ -38,7 +38,7 @@ Run
 
 The inputs are kept sparse (CSR, 3.7 % of the entries stored), columns scaled by ``1/std``
 instead of standardised: the same Gaussian kernel, since the mean cancels in ``x − x'``
-(:func:`load`; docs/design.md, "Sparse inputs"), with the same F1, and kernel blocks about
+(:func:`load`; docs/design/engine.md, "Sparse inputs"), with the same F1, and kernel blocks about
 2.6–2.8× cheaper (benchmarks/RESULTS.md, "sparse_blocks"). ``--dense`` uses the dense
 standardised inputs of the authors' protocol.
 
@@ -83,7 +83,7 @@ def load(folder: Path, *, sparse: bool = False):
     columns scaled by ``1/std`` only, ``X diag(1/std)`` (3.7 % of the entries stored). For a
     kernel of ``x − x'`` (the Gaussian here) both give the same kernel, since
     ``(x − mean)/std − (x' − mean)/std = x/std − x'/std``: the same models up to the rounding
-    of the distance expansion, and kernel blocks from sparse products (docs/design.md,
+    of the distance expansion, and kernel blocks from sparse products (docs/design/engine.md,
     "Sparse inputs"). Labels are dense in both.
     """
     Xtr, Ytr = load_arff(folder / "bibtex-train.arff", n_targets=N_LABELS)

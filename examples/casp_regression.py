@@ -37,7 +37,7 @@ does not reproduce a table of those papers; its protocol is:
 - Gaussian kernel ``k(a, b) = exp(−γ‖a − b‖²)`` with ``γ = 1/(2σ²)``, σ by the median
   heuristic: the median Euclidean distance between pairs of standardised fit-part rows,
   estimated on a random subsample of 2 000 rows;
-- the library's λ convention (docs/design.md, "Driver solve"; :mod:`distsketch.linalg.solve`): every model minimises
+- the library's λ convention (docs/design/math.md, "Driver solve"; :mod:`distsketch.linalg.solve`): every model minimises
   ``(1/n) Σ_i (f(x_i) − y_i)² + λ‖f‖²``, so exact KRR solves ``(K + nλI) α = y`` with n its
   own number of rows and Ridge gets ``alpha = n · λ`` (Ridge minimises the *sum* of squared
   residuals plus ``alpha‖w‖²``); the three methods search the same λ grid.

@@ -19,7 +19,7 @@ def data_dir(name: str) -> Path:
 
 #: THE list of sketch types every sketch-parametrised test runs on: one line per sketch, a
 #: factory of the sketch size m (``None`` for a sketch without one). A new sketch type is one
-#: line here (docs/design.md, "How to add a sketch").
+#: line here (docs/guide/extending.md, "How to add a sketch").
 SKETCH_TYPES = {
     "identity": lambda m: ds.Identity(),
     "subsampling": lambda m: ds.SubSampling(m),

@@ -63,7 +63,7 @@ def exact_krr_predict(k, X, y, Xq, lam):
 
 
 def pass_sums(kx, Rx, X, ky=None, Ry=None, Y=None, targets=None, C=None, D=None):
-    """The pass's sums from full matrices: G, B, M, E, b (docs/design.md, "The streaming pass").
+    """The pass's sums from full matrices: G, B, M, E, b (docs/design/engine.md, "The streaming pass").
 
     ``C = K_X R_Xᵀ`` and ``D = K_Y R_Yᵀ`` unless given (e.g. the blocks a store holds)."""
     Rx = _dense(Rx)

@@ -1,5 +1,5 @@
 """The compute-backend seam: a backend defined in this test file (no package file edited, the
-"How to add a backend" recipe of docs/design.md) runs the pass's block math — kernel fills,
+"How to add a backend" recipe of docs/guide/extending.md) runs the pass's block math — kernel fills,
 block products, partial sums — and fits the same model as numpy."""
 
 from __future__ import annotations

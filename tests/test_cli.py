@@ -232,7 +232,7 @@ path = "cv.zarr"
 """
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 def test_cross_validated_model_from_the_config(workdir, capsys):
     (workdir / "cv.toml").write_text(CV_CONFIG)
     assert main(["fit", str(workdir / "cv.toml")]) == 0

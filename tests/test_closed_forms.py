@@ -1,4 +1,4 @@
-"""Every estimator path against the papers' dense closed forms (docs/design.md, "Driver solve")."""
+"""Every estimator path against the papers' dense closed forms (docs/design/math.md, "Driver solve")."""
 
 import functools
 

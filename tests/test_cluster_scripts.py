@@ -1,6 +1,6 @@
 """cluster/'s scripts without a batch system: the PBS worker counting and the mpirun placement
 of cluster/start-dask.sh (its functions, sourced by bash in a fake PBS environment: no PBS
-server exists here), and cluster/README.md's conversion recipe run as written.
+server exists here), and the deployment guide's conversion recipe run as written.
 
 The live launches (pbs-fit.pbs across two fake nodes, start-dask.sh under the real Open MPI
 with a PBS node file) are in tests/test_hpc.py.
@@ -51,7 +51,7 @@ def slots(tmp_path, nodes, threads, workers="", **environ) -> list[tuple[str, in
 COUNTS = [
     # pbs-fit.pbs's own `select=1:ncpus=2`: one node-file line, 2 CPUs -> 2 workers (was 1)
     ("pbs-pro own default", ["n1"], {"NCPUS": 2}, 1, "", [("n1", 2)]),
-    # the README's `select=4:ncpus=4 ... THREADS=4`: one worker on each node (was 1 in all)
+    # the deployment guide's `select=4:ncpus=4 ... THREADS=4`: one worker on each node (was 1 in all)
     ("pbs-pro select=4:ncpus=4, T=4", ["n1", "n2", "n3", "n4"], {"NCPUS": 4}, 4, "",
      [("n1", 1), ("n2", 1), ("n3", 1), ("n4", 1)]),
     ("pbs-pro select=4:ncpus=4, T=1", ["n1", "n2", "n3", "n4"], {"NCPUS": 4}, 1, "",
@@ -146,13 +146,14 @@ def test_pbs_script_header_states_the_rule():
     assert "lines of $PBS_NODEFILE / THREADS" not in header
 
 
-# --------------------------------------------------------------------------- README recipes
+# --------------------------------------------------------------------------- guide recipes
 
 
 def readme_section(title: str) -> str:
-    text = (ROOT / "cluster" / "README.md").read_text()
+    """The body of the numbered section ``title`` of docs/guide/deployment.md."""
+    text = (ROOT / "docs" / "guide" / "deployment.md").read_text()
     m = re.search(rf"^## [\d.]* *{re.escape(title)}[^\n]*\n(.*?)(?=^## |\Z)", text, re.MULTILINE | re.DOTALL)
-    assert m, f"cluster/README.md has no section '{title}'"
+    assert m, f"docs/guide/deployment.md has no section '{title}'"
     return m.group(1)
 
 

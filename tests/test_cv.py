@@ -134,7 +134,7 @@ def test_saved_and_loaded(tmp_path):
     assert krr.predict(X).shape == (len(X),)
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 @pytest.mark.parametrize("intercept", [True, False])
 def test_exact_krr_cv_equals_exact_per_fold_krr(intercept):
     """SketchedKRRCV(sketch=None) cross-validates as SubSampling(n): its scores are exact KRR's
@@ -181,7 +181,7 @@ def test_bad_input_before_anything_is_written(tmp_path, kw, match):
 GAMMAS = [0.3, 0.5, 1.5]
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 @pytest.mark.parametrize("intercept", [True, False])
 def test_width_grid_in_one_pass_equals_brute_force(intercept):
     """A γ grid: every (γ, λ) scored from one pass equals the per-fold dense refits at that γ
@@ -207,7 +207,7 @@ def test_width_grid_in_one_pass_equals_brute_force(intercept):
     assert norm_rel_err(model.predict(X), krr.predict(X)) <= 1e-8
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 def test_width_grid_reads_each_block_once(monkeypatch):
     """Every width's block comes from the same rows read once per block: one FeatureMap.block
     call per (block, width), each block's widths on the same array."""
@@ -230,7 +230,7 @@ def test_width_grid_reads_each_block_once(monkeypatch):
     assert sum(len(A) for A, g in seen if g == GAMMAS[1]) == len(X)
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 def test_width_grid_saved_resumed_and_refused(tmp_path):
     X, y = _data(seed=7)
     store = tmp_path / "w.zarr"
@@ -302,7 +302,7 @@ def test_sisokr_cv_results_equal_brute_force(ranks, route, monkeypatch):
     assert norm_rel_err(model.score_candidates(X[:5], Yc), ref.score_candidates(X[:5], Yc)) <= 1e-9
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 @pytest.mark.parametrize("scoring", ["surrogate", "f1_samples"])
 def test_sisokr_cv_width_grid_in_one_pass_equals_brute_force(scoring, tmp_path):
     """SISOKRCV(gammas=…): every (γ, λ, p) from one pass equals the dense per-fold refits at
@@ -341,7 +341,7 @@ def test_sisokr_cv_width_grid_in_one_pass_equals_brute_force(scoring, tmp_path):
     assert np.array_equal(loaded.score_candidates(X[:5], Yc), model.score_candidates(X[:5], Yc))
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 def test_sisokr_cv_bad_input_and_saved(tmp_path):
     X, Y = _data(t=3)
     Y = (Y > 0).astype(float)
@@ -363,7 +363,7 @@ def test_sisokr_cv_bad_input_and_saved(tmp_path):
     assert np.array_equal(loaded.score_candidates(X[:4], Y[:6]), model.score_candidates(X[:4], Y[:6]))
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 @pytest.mark.parametrize("route", ["band", "woodbury"])
 @pytest.mark.parametrize("scoring", ["f1_samples", "kernel_loss", "topk_accuracy"])
 @pytest.mark.parametrize("ranks", [None, [2, 5, 100]])
@@ -442,7 +442,7 @@ def test_band_reduction(r, band):
         assert fac.solve(fac.qt_dot(X), 0.0) is None
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 @pytest.mark.parametrize("route", ["band", "woodbury"])
 def test_sisokr_cv_scores_do_not_depend_on_the_fold_threads(route):
     """Each fold is computed the same way on any thread: bitwise equal scores."""
@@ -493,7 +493,7 @@ def _exact_fold_errors(X, Y, lams, ranks, folds, gx, gy):
     return out
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 @pytest.mark.parametrize("sides", ["exact/exact", "exact/sketched", "sketched/exact"])
 @pytest.mark.parametrize("route", ["woodbury", "band"])
 def test_sisokr_cv_exact_sides_equal_exact_per_fold_models(sides, route, tmp_path):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-import distsketch.model_selection.cv
+import distsketch.model_selection.fold_algebra
 from distsketch.linalg.solve import InputSolution, input_basis
 from cvhelpers import sisokr_brute_force
 from naive import norm_rel_err
@@ -63,10 +63,10 @@ def test_fold_factor_triangular_product_equals_dense(rows):
     assert info >= 0 and k == min(rows, m)
     piv = np.asarray(piv, dtype=np.intp) - 1
     dense = P[piv].T @ np.tril(c[:, :k])
-    U = distsketch.model_selection.cv._pivoted_product(P, piv, c.copy(order="F"), k)
+    U = distsketch.model_selection.fold_algebra._pivoted_product(P, piv, c.copy(order="F"), k)
     assert U.shape == (r, k)
     assert norm_rel_err(U, dense) <= 1e-13
-    assert norm_rel_err(distsketch.model_selection.cv.fold_factor(G, P) @ distsketch.model_selection.cv.fold_factor(G, P).T,
+    assert norm_rel_err(distsketch.model_selection.fold_algebra.fold_factor(G, P) @ distsketch.model_selection.fold_algebra.fold_factor(G, P).T,
                         P.T @ G @ P) <= 1e-12
 
 
@@ -101,7 +101,7 @@ def test_woodbury_factor_failure_propagates(monkeypatch):
     def broken(*args, **kw):
         raise RuntimeError("factor failed")
 
-    monkeypatch.setattr(distsketch.model_selection.cv, "_woodbury_prepare", broken)
+    monkeypatch.setattr(distsketch.model_selection.fold_algebra, "_woodbury_prepare", broken)
     X, Y = _data()
     with pytest.raises(RuntimeError, match="factor failed"):
         ds.SISOKRCV(ds.Gaussian(gamma=GX), ds.Gaussian(gamma=GY),

@@ -4,7 +4,7 @@ arithmetic and against brute-force refits of every fold at ill-conditioned point
 Gaussian kernels, λ down to 1e-12, float32 and float64 blocks).
 
 Tolerances. A resolved score's squared error is within ``SCORE_RTOL`` (ρ) of the exact
-validation error of the fold's model (:func:`distsketch.model_selection.cv.resolved`: its bound is at most ρ
+validation error of the fold's model (:func:`distsketch.model_selection.scoring.resolved`: its bound is at most ρ
 times it), which the exact-arithmetic test checks against its bound directly. Against the brute
 force (the same ridge problem on each fold solved densely as augmented least squares, scored
 by residuals) the tolerance is the same ρ; that the two computed fold models agree to well
@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from distsketch.model_selection import cv as dcv
+from distsketch.model_selection import scoring as dcv
+from distsketch.model_selection.grid import GridEdgeWarning
 from distsketch.engine.accumulate import fold_ids
 from cvhelpers import sisokr_brute_force, white
 
@@ -54,7 +55,7 @@ def _fit_recording(est, X, Y):
         warnings.simplefilter("always")
         est.fit(X, Y)
     return [w for w in rec if issubclass(w.category, UserWarning)
-            and not issubclass(w.category, dcv.GridEdgeWarning)]
+            and not issubclass(w.category, GridEdgeWarning)]
 
 
 def _features(model, X, gamma, dtype):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-import distsketch.model_selection.cv
+import distsketch.model_selection.fold_algebra
 from distsketch.engine.accumulate import fold_ids
 from cvhelpers import sisokr_brute_force
 from naive import norm_rel_err
@@ -44,14 +44,14 @@ def test_woodbury_route_equals_brute_force(case, ranks, monkeypatch):
     rows: G_k of rank ≤ 16), folds of n_k = 40 rows against r_X ≤ 15 features (U wider than
     tall), and the plain case; 1e-8 relative to the dense per-fold refits."""
     calls = []
-    real = distsketch.model_selection.cv._woodbury_lam
+    real = distsketch.model_selection.fold_algebra._woodbury_lam
 
     def counted(*args, **kw):
         out = real(*args, **kw)
         calls.append(out is not None)
         return out
 
-    monkeypatch.setattr(distsketch.model_selection.cv, "_woodbury_lam", counted)
+    monkeypatch.setattr(distsketch.model_selection.fold_algebra, "_woodbury_lam", counted)
     X, Y = _data(duplicates=case == "duplicates")
     lams = [1e-4, 1e-2, 1.0]
     model = _fit(X, Y, lams, ranks, m_in=15 if case == "n_k > r_X" else 40, options=WOODBURY)
@@ -70,13 +70,13 @@ def test_fold_factor_rank_and_product():
     C[5:20] = C[5]  # 16 distinct rows
     G = C.T @ C
     P = rng.normal(size=(50, 45))
-    U = distsketch.model_selection.cv.fold_factor(G, P)
+    U = distsketch.model_selection.fold_algebra.fold_factor(G, P)
     assert U.shape == (45, 16)
     assert norm_rel_err(U @ U.T, P.T @ G @ P) <= 1e-12
-    assert distsketch.model_selection.cv.fold_factor(np.zeros((50, 50)), P).shape == (45, 0)
+    assert distsketch.model_selection.fold_algebra.fold_factor(np.zeros((50, 50)), P).shape == (45, 0)
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 def test_mixed_routes_and_fallbacks(monkeypatch):
     """Folds split between the routes (by their row counts), and the Woodbury route's two
     fallbacks to the band route — an inner factor not positive definite, a condition estimate
@@ -93,26 +93,26 @@ def test_mixed_routes_and_fallbacks(monkeypatch):
         routes.append(n_k)
         return "band" if n_k == 53 else "woodbury"
 
-    monkeypatch.setattr(distsketch.model_selection.cv, "fold_route", by_count)
+    monkeypatch.setattr(distsketch.model_selection.fold_algebra, "fold_route", by_count)
     model = _fit(X, Y, lams, ranks, cv=3)
     want = sisokr_brute_force(model, X, Y, lams, ranks, "3", GX, GY)
     assert sorted(routes) == [53, 54, 54]
     assert norm_rel_err(_scores(model, 3), want) <= 1e-8
 
-    monkeypatch.setattr(distsketch.model_selection.cv, "fold_route", lambda n_k, **kw: "woodbury")
+    monkeypatch.setattr(distsketch.model_selection.fold_algebra, "fold_route", lambda n_k, **kw: "woodbury")
     real_potrf = lapack.dpotrf
     for name, fake in [("dpotrf", lambda a, **kw: (real_potrf(a, **kw)[0], 1)),
                        ("dpocon", lambda a, anorm, **kw: (1e-300, 0))]:
         with monkeypatch.context() as mp:
             mp.setattr(lapack, name, fake)
             fell_back = []
-            real_band = distsketch.model_selection.cv._fold_scores
+            real_band = distsketch.model_selection.fold_algebra._fold_scores
 
             def band(*args, **kw):
                 fell_back.append(True)
                 return real_band(*args, **kw)
 
-            mp.setattr(distsketch.model_selection.cv, "_fold_scores", band)
+            mp.setattr(distsketch.model_selection.fold_algebra, "_fold_scores", band)
             got = _scores(_fit(X, Y, lams, ranks, cv=3), 3)
         assert fell_back == [True] * 3, name
         assert norm_rel_err(got, want) <= 1e-8, name
@@ -137,7 +137,7 @@ def test_woodbury_and_band_routes_agree_on_the_same_sums():
     cnt = np.full(K, float(n_k))
     out = {}
     for route in ("band", "woodbury"):
-        out[route] = distsketch.model_selection.cv.sisokr_fold_scores(
+        out[route] = distsketch.model_selection.fold_algebra.sisokr_fold_scores(
             P, evals, operator, T_Y, Gf, Mf, kyy, cnt, n=K * n_k, lams=[1e-2, 1.0],
             ranks=(2, 4, 7), keep_models=True, band=4, tuning=ds.Tuning(fold_route=route))
     assert norm_rel_err(out["woodbury"][0], out["band"][0]) <= 1e-10
@@ -151,7 +151,7 @@ def test_route_rule():
     """Bibtex's shape (m_X = 2250, r_X = 2247, n_k = 976, r_Y = 200, 10 λ) takes the Woodbury
     route; folds as wide as the features (n_k ≥ r_X) the band route; a bad forced route is
     refused naming the setting."""
-    rule = distsketch.model_selection.cv.fold_route
+    rule = distsketch.model_selection.fold_algebra.fold_route
     assert rule(976, m=2250, r=2247, r_y=200, n_lams=10) == "woodbury"
     assert rule(3000, m=2250, r=2247, r_y=200, n_lams=10) == "band"
     assert rule(40, m=40, r=40, r_y=30, n_lams=3) == "band"

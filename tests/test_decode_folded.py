@@ -1,4 +1,4 @@
-"""Folded decoding (docs/design.md, "Folded decoding"): one product per query, same top-k.
+"""Folded decoding (docs/design/decoding.md, "Folded decoding"): one product per query, same top-k.
 
 The folded routes score ``φ_X(x)ᵀ Z`` (``Z = φ_Y(C) W``) or ``k_X(L, x)ᵀ Z`` (``Z = φ_Y(C) W Pᵀ``)
 instead of ``φ_Y(C) (W φ_X(x))``: the same numbers in another association order, so scores

@@ -1,4 +1,4 @@
-"""Driver routes chosen by cost, same model (docs/design.md, "Driver routes").
+"""Driver routes chosen by cost, same model (docs/design/math.md, "Driver routes").
 
 Every route — the generalized form ``(G_kk + nλB_kk)`` on the certified columns of ``B``, the
 whitened ``H + nλI`` by Cholesky, and the eigendecomposition — equals the papers' dense closed
@@ -391,7 +391,7 @@ def test_output_whitening_takes_its_own_orders_blas_threads(small_problem, monke
     (one BLAS thread below 1000 by the rule), not in the input side's."""
     import contextlib
 
-    import distsketch.models.ridge as models
+    import distsketch.models.sisokr as models
 
     X, Y, _, _ = small_problem
     active, seen = [], []

@@ -1,4 +1,5 @@
-"""The scripts of ``examples/`` run end to end in their ``--quick`` setting.
+"""The scripts of ``examples/`` run end to end in their ``--quick`` setting, and the README's
+examples (Python and command line) run as written.
 
 Each script is imported by path and its ``main(argv)`` called in-process; the test checks
 the exit code, the printed results table, the figure where the script writes one, and
@@ -9,8 +10,12 @@ here, independently of the script. Real-data scripts skip when their data set is
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,8 +28,10 @@ NUMBER = r"[-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"
 
 
 def load_example(name: str):
-    """Import ``examples/<name>.py`` as a module (the folder is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"_example_{name}", EXAMPLES / f"{name}.py")
+    """Import ``examples/<name>.py`` as a module (the folder is not a package; ``name`` may
+    name a sub-folder: ``"cli/make_data"``)."""
+    spec = importlib.util.spec_from_file_location(f"_example_{name.replace('/', '_')}",
+                                                  EXAMPLES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -162,3 +169,56 @@ def test_usps_completion(tmp_path, capsys):
         err = grab(rf"{re.escape(model)}: test RBF loss [^,]*, ‖y−ŷ‖² ({NUMBER})", out)
         assert 0.0 <= loss < 2.0
         assert err < 0.8 * chance, (model, err, chance)
+
+
+# --------------------------------------------------------------------------- the README's examples
+
+
+def test_command_line_example(tmp_path, capsys):
+    """examples/cli as the README runs it, in a copy of the folder: the data script, then
+    ``fit`` (λ × γ by cross-validation), ``evaluate`` and ``predict``. The chosen model beats
+    predicting the training mean on the test rows by far, and the predictions written are the
+    ones ``evaluate`` scored."""
+    from distsketch.cli.commands import main as cli
+
+    config = tmp_path / "regression.toml"
+    shutil.copy(EXAMPLES / "cli" / "regression.toml", config)
+    assert load_example("cli/make_data").main(["--output", str(tmp_path)]) == 0
+    train = np.loadtxt(tmp_path / "train.csv", delimiter=",", skiprows=1)
+    test = np.loadtxt(tmp_path / "test.csv", delimiter=",", skiprows=1)
+    assert train.shape == (2000, 6) and test.shape == (500, 6)
+    capsys.readouterr()
+
+    assert cli(["-q", "fit", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^chosen: gamma = \S+, lam = \S+$", out, flags=re.MULTILINE), out
+    store = tmp_path / "regression.zarr"
+    assert cli(["-q", "evaluate", str(store), "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    trivial = float(np.sqrt(np.mean((test[:, -1] - train[:, -1].mean()) ** 2)))
+    assert scores["rmse"] < 0.5 * trivial, (scores, trivial)
+
+    assert cli(["-q", "predict", str(store), "--input", str(tmp_path / "test.csv"),
+                "--output", str(tmp_path / "predictions.csv")]) == 0
+    pred = np.loadtxt(tmp_path / "predictions.csv", delimiter=",", skiprows=1)
+    assert pred.shape == (500,)
+    rmse = float(np.sqrt(np.mean((pred - test[:, -1]) ** 2)))
+    assert rmse == pytest.approx(scores["rmse"], rel=1e-6)
+
+
+def test_readme_python_example_runs(tmp_path):
+    """The README's Python example, run as written in a fresh interpreter with warnings as
+    errors (its store lands in a temporary folder): R² near 1 on its smooth target, and
+    decoded label sets of zeros and ones."""
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.DOTALL) if "ds.SketchedKRR" in b]
+    assert len(blocks) == 1, "the README has no Python example fitting SketchedKRR"
+    check = ("\nimport json\nprint(json.dumps({'r2': float(krr.score(X[:2000], y[:2000])), "
+             "'labels': sorted(set(sisokr.predict(X[:50]).ravel().tolist()))}))\n")
+    out = subprocess.run([sys.executable, "-W", "error", "-c", blocks[0] + check], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["r2"] > 0.9, result
+    assert set(result["labels"]) <= {0.0, 1.0} and result["labels"], result
+    assert (tmp_path / "krr.zarr").is_dir()

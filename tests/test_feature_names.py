@@ -105,7 +105,7 @@ def test_dask_data_frames_have_names(frame):
     np.testing.assert_array_equal(np.asarray(model.predict(X)), _krr().fit(X, y).predict(X))
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 def test_model_selection_on_data_frames(frame):
     """``select`` took rows of a pandas frame through ``dask.array.asarray``, which failed
     (a frame has no ``dtype``); its rows are now taken by position, the names kept."""

@@ -41,7 +41,7 @@ SKETCH_PAIRS = [(name, name) for name in sorted(all_sketches(N))] + [
 
 @pytest.mark.parametrize(("x_name", "y_name"), SKETCH_PAIRS)
 def test_sums_equal_dense_formulas(tmp_path, x_name, y_name, block_dtype):
-    """The sums are the dense formulas of docs/design.md ("The streaming pass") applied to the blocks the store holds:
+    """The sums are the dense formulas of docs/design/engine.md ("The streaming pass") applied to the blocks the store holds:
     float64 blocks are C = K_X R_Xᵀ and D = K_Y R_Yᵀ to rounding; float32 blocks are those
     values rounded to float32 (exponentials evaluated in float32), and the sums are float64
     sums of exactly the stored values, which is what makes a resumed pass bitwise the same."""
@@ -68,7 +68,7 @@ def test_sums_equal_dense_formulas(tmp_path, x_name, y_name, block_dtype):
     want["C"], want["D"] = C, D
     got = sums_of(tmp_path / "s")
     # an exact side needs C instead of its sums, and an exact input side takes D itself
-    # instead of M = Dᵀ K_X (docs/design.md; distsketch.linalg.solve.sisokr_sums)
+    # instead of M = Dᵀ K_X (docs/design/engine.md, "The streaming pass"; distsketch.linalg.solve.sisokr_sums)
     expected = set()
     expected |= {"C"} if x_name == "identity" else {"G", "B"}
     if y_name == "identity":
@@ -325,7 +325,7 @@ def test_leaf_task_sums_blocks_as_the_tree_node_would(tmp_path, kind):
     """With many blocks per core, one task per first-level tree node (its ``split_every``
     blocks computed in order and added incrementally) gives bitwise the sums of one task
     per block followed by the node, the layout the reduction order is defined by
-    (docs/design.md, "The block map-reduce"). Half the blocks are read back from the store (a
+    (docs/design/engine.md, "The block map-reduce"). Half the blocks are read back from the store (a
     resume), so the nodes mix computed and stored blocks. The layout follows the scheduler's
     parallel slots (dask's ``num_workers``): one thread fuses every node but the last (12
     blocks >= engine.GROUPS_PER_SLOT · 3 · 1), eight threads run one task per block."""

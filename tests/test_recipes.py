@@ -1,4 +1,4 @@
-"""docs/design.md's recipes followed in a test file, editing no package file: a new sketch and
+"""docs/guide/extending.md's recipes followed in a test file, editing no package file: a new sketch and
 a new kernel, defined here, pass the contract suites and fit, save and load like the shipped
 ones. (The backend recipe is followed in tests/test_backends.py.)"""
 
@@ -167,7 +167,7 @@ def test_a_loss_defined_here_registers_itself_and_declares_its_capabilities():
 
 
 # ---------------------------------------------------------------------------- a loss
-# docs/design.md, "How to add a loss", followed with a loss defined here (no package file
+# docs/guide/extending.md, "How to add a loss", followed with a loss defined here (no package file
 # edited): registered by its name, checked against its own derivatives and conjugate, fitted
 # on both sweep routes against scipy on the same objective, saved, loaded and configured.
 
@@ -344,7 +344,7 @@ def test_new_loss_derivatives_conjugate_and_prox(d):
 
 
 def _sq_eps_dense(model, X, Y, lam, eps, intercept):
-    """The fitted model's problem solved densely and independently (docs/design.md,
+    """The fitted model's problem solved densely and independently (docs/design/lipschitz.md,
     "Lipschitz losses"): features ``φ(x) = Tᵀ k(L, x)`` whitened on the fitted landmarks
     ``L`` (``Tᵀ K_LL T = I``), ``P(W, b₀) = (1/n) Σ_i ½ max(‖Wᵀφ_i + b₀ − y_i‖ − ε, 0)²
     + (λ/2)‖W‖²``, minimised by scipy's trust-exact (exact gradient and generalised Hessian,

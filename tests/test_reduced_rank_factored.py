@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-import distsketch.models.ridge as models
+import distsketch.models.sisokr as models
 from naive import norm_rel_err, reduced_rank_scores
 
 KX = ds.Gaussian(gamma=1.0)

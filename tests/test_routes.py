@@ -1,4 +1,4 @@
-"""Solver routes as objects (distsketch.solvers.routes): docs/design.md's "How to add a solver route"
+"""Solver routes as objects (distsketch.solvers.routes): docs/guide/extending.md's "How to add a solver route"
 followed in this file, editing no package file — plain gradient descent on the ridge objective
 over the pass's sums fits SketchedKRR to the closed form — and the one resolver of ``solver=``."""
 

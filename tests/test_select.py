@@ -31,7 +31,7 @@ def test_split_is_a_seeded_partition_of_the_requested_size():
     assert np.array_equal(split_rows(5_000, 0.2, seed=3)[1], val[val < 5_000])
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 def test_validation_route_equals_brute_force_and_refits_on_all_rows():
     X, y = _data()
     kw = dict(sketch=ds.SubSampling(30), random_state=1, options=F64)
@@ -54,7 +54,7 @@ def test_validation_route_equals_brute_force_and_refits_on_all_rows():
     assert np.allclose(sel.model.predict(X), plain.predict(X), rtol=0, atol=1e-9)
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 def test_cv_route_is_the_one_pass_cv_estimator():
     X, y = _data()
     sel = select(ds.SketchedKRR(ds.Gaussian(gamma=0.5), sketch=ds.SubSampling(30), lam=LAMS,
@@ -67,7 +67,7 @@ def test_cv_route_is_the_one_pass_cv_estimator():
     assert np.array_equal(sel.model.predict(X), ref.predict(X))
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 def test_cv_route_scores_a_width_grid_in_one_pass(monkeypatch):
     """cv + gammas + kernels: every kernel × γ is one CV trial whose pass reads every row
     block once (SketchedKRRCV(kernels=, gammas=)); its rows equal one CV estimator per
@@ -108,7 +108,7 @@ def test_cv_route_scores_a_width_grid_in_one_pass(monkeypatch):
     assert sel.best == {k: v for k, v in best.items() if k not in ("score", "std")}
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 def test_regressor_and_reduced_rank_through_validation():
     X, y = _data()
     sel = select(ds.SketchedRegressor(ds.Gaussian(gamma=0.5), loss="huber",
@@ -128,7 +128,7 @@ def test_regressor_and_reduced_rank_through_validation():
     assert max(sel.table, key=lambda r: r["score"])["rank"] == sel.model.rank
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 def test_exact_output_side_through_one_pass_cv():
     """SISOKR with an exact output side: select's cv route is SISOKRCV (exact side as
     SubSampling(n)), whose scores are the table's; the model is SISOKR at the best λ."""
@@ -195,7 +195,7 @@ def cli_dir(tmp_path):
     return tmp_path
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 @pytest.mark.parametrize("select_table, route", [
     ('cv = 4\ngammas = [0.1, 1.0]\nmetric = "r2"', "cv"),
     ('validation = 0.25\nmetric = "mae"\nseed = 3', "validation"),
@@ -249,7 +249,7 @@ def test_cli_select_errors_name_the_key(cli_dir, type_, select_table, match):
         load_config(cli_dir / "bad.toml")
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 def test_evaluate_lam_is_validated(cli_dir, capsys):
     from distsketch.cli.commands import main
 
@@ -286,7 +286,7 @@ def _std_model(X, **kw):
                           lam=LAMS, random_state=1, options=F64, **kw)
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 def test_kernel_choice_validation_route_equals_brute_force_and_refits_the_best():
     X, y = _data()
     gammas = [0.1, 1.0]
@@ -329,7 +329,7 @@ def test_the_linear_candidate_is_ridge_regression_on_the_standardised_features()
         assert rows[lam] == pytest.approx(metrics.rmse(y[val], ybar + Xs[val] @ w), rel=1e-8)
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 def test_kernel_choice_cv_route_is_the_cv_estimator_per_kernel(tmp_path):
     X, y = _data()
     kernels = [ds.Gaussian(gamma=0.1), ds.Gaussian(gamma=1.0), "linear"]
@@ -391,7 +391,7 @@ KERNEL_TOML = SELECT_TOML.replace("{type}", "SketchedKRR").replace(
     'test = "test.npz"\n', 'test = "test.npz"\nstandardize = true\n')
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 @pytest.mark.parametrize("select_table, route", [
     ('cv = 4\nkernels = ["gaussian", {name = "linear"}]\ngammas = [0.1, 1.0]', "cv"),
     ('validation = 0.25\nmetric = "mae"\nkernels = ["gaussian", "linear"]\ngammas = [0.1, 1.0]',

@@ -15,7 +15,8 @@ import pytest
 import distsketch as ds
 from distsketch import metrics
 from distsketch.engine.accumulate import fold_ids
-from distsketch.model_selection.cv import GridEdgeWarning, auto_scoring, grid_edges
+from distsketch.model_selection.grid import GridEdgeWarning, grid_edges
+from distsketch.model_selection.scoring import auto_scoring
 from distsketch.model_selection.select import fold_splits, select
 
 LAMS = [1.0, 1e-1, 1e-2, 1e-3, 1e-4]  # an interior optimum on _data() (noise 1.0)

@@ -1,5 +1,5 @@
 """Sketches: a shared contract for every sketch type, exact structure per type, and Monte Carlo
-checks of the distributions (docs/design.md, "Sketches").
+checks of the distributions (docs/design/math.md, "Sketches").
 
 Every random check uses fixed seeds, so it is deterministic; its tolerance is stated in standard
 errors of the statistic (5–6 SE, i.e. a two-sided normal tail below 1e-6 for a correct

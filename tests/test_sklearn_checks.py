@@ -11,7 +11,7 @@ import pytest
 
 import distsketch as ds
 from distsketch._registry import load_builtin_models
-from distsketch.model_selection.cv import GridEdgeWarning
+from distsketch.model_selection.grid import GridEdgeWarning
 
 #: The check's 200-sample regression cannot reach R² > 0.5 with 5 landmarks; every other check
 #: runs on 10–30 rows, which m = 5 fits (SubSampling refuses m > n).

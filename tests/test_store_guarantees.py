@@ -1,4 +1,4 @@
-"""What the store guarantees (README, "What the store guarantees"): it never returns a model for
+"""What the store guarantees (docs/guide/store.md, "What the store guarantees"): it never returns a model for
 other data, never deletes what distsketch did not write, never runs code it reads, detects
 damaged blocks and sums, has one writer at a time, and never counts blocks written by another
 fit. Each test here failed on the code before these guarantees (store format 1)."""

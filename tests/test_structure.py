@@ -21,7 +21,7 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 #: The package's units (a top-level module or a top-level folder) in layers: a unit imports
-#: only units of earlier layers (and itself). docs/design.md, "Layout", says why each sits
+#: only units of earlier layers (and itself). docs/design/layout.md says why each sits
 #: where it does.
 LAYERS = [
     ["_version", "_registry", "_hashing", "_base", "_moved", "tuning"],
@@ -40,7 +40,7 @@ LAYERS = [
 ]
 LAYER = {unit: i for i, units in enumerate(LAYERS) for unit in units}
 
-#: Block math: numpy/scipy only, testable against dense formulas (docs/design.md, "Layout").
+#: Block math: numpy/scipy only, testable against dense formulas (docs/design/layout.md).
 BLOCK_MATH_UNITS = ["kernels", "sketches", "linalg", "backends", "_hashing", "_base"]
 BLOCK_MATH = sorted(m for m in MODULES if m.split(".")[1:2] and m.split(".")[1] in
                     BLOCK_MATH_UNITS)
@@ -175,7 +175,7 @@ def test_infrastructure_names_no_model(module):
 
 def test_every_module_belongs_to_a_layer():
     """A new top-level module or folder is placed in :data:`LAYERS` (and so in the layout
-    docs/design.md describes) before it can be imported."""
+    docs/design/layout.md describes) before it can be imported."""
     assert sorted({unit(m) for m in MODULES} - set(LAYER)) == []
 
 
@@ -302,8 +302,8 @@ def test_no_function_is_longer_than_100_lines():
 
 
 def test_sisokr_is_a_thin_estimator():
-    """``SISOKR`` (models/ridge.py) stays under 600 lines, docstring included: its machinery lives in
-    module-level functions (STYLE.md, "Thin estimator over functions")."""
-    tree = ast.parse(MODULES["distsketch.models.ridge"].read_text())
+    """``SISOKR`` (models/sisokr.py) stays under 600 lines, docstring included: its machinery
+    lives in module-level functions (STYLE.md, "Thin estimator over functions")."""
+    tree = ast.parse(MODULES["distsketch.models.sisokr"].read_text())
     (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SISOKR"]
     assert cls.end_lineno - cls.lineno + 1 < MAX_SISOKR_LINES

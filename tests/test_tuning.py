@@ -20,7 +20,7 @@ import scipy.sparse as sp
 from naive import norm_rel_err
 
 import distsketch as ds
-import distsketch.model_selection.cv
+import distsketch.model_selection.fold_algebra
 from distsketch.kernels import base as kernels
 from distsketch.solvers.lipschitz.admm import choose_route
 from distsketch.engine.features import FeatureMap
@@ -132,14 +132,14 @@ def test_a_crossover_list_is_normalised_to_pairs():
 # --------------------------------------------------------------------------- each knob
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")  # not about the choice
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 def test_fold_route_forces_the_route_with_the_same_scores(caplog):
     """``fold_route``: every fold by the named route (the fit's log says which), the scores
     the same to rounding (the routes agree to 1e-10 on these sums, test_cv_woodbury.py)."""
     scores = {}
     for route in ("band", "woodbury", None):
         caplog.clear()
-        with caplog.at_level(logging.DEBUG, logger="distsketch.model_selection.cv"):
+        with caplog.at_level(logging.DEBUG, logger="distsketch.model_selection.fold_algebra"):
             scores[route] = _sisokrcv(_with(fold_route=route))
         message = [r.getMessage() for r in caplog.records if "cv folds:" in r.getMessage()]
         assert len(message) == 1
@@ -149,11 +149,11 @@ def test_fold_route_forces_the_route_with_the_same_scores(caplog):
             assert message[0] == "cv folds: [0, 1, 2] by the Woodbury route, [] by the band route"
     assert norm_rel_err(scores["woodbury"], scores["band"]) <= 1e-8
     assert norm_rel_err(scores[None], scores["band"]) <= 1e-8
-    assert distsketch.model_selection.cv.fold_route(976, m=2250, r=2247, r_y=200, n_lams=10,
+    assert distsketch.model_selection.fold_algebra.fold_route(976, m=2250, r=2247, r_y=200, n_lams=10,
                                     tuning=ds.Tuning(fold_route="band")) == "band"
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")
 def test_fold_threads_and_band_reach_the_fold_algebra(monkeypatch):
     """``fold_threads``: the folds' thread pool has that many threads (bitwise the same
     scores); ``fold_band``: the band reductions have that bandwidth (the same scores to
@@ -161,7 +161,7 @@ def test_fold_threads_and_band_reach_the_fold_algebra(monkeypatch):
     import distsketch.linalg.solve
 
     pools, bands = [], []
-    real_pool, real_band = distsketch.model_selection.cv.ThreadPoolExecutor, distsketch.linalg.solve.BandReduction
+    real_pool, real_band = distsketch.model_selection.fold_algebra.ThreadPoolExecutor, distsketch.linalg.solve.BandReduction
 
     def pool(workers):
         pools.append(workers)
@@ -171,7 +171,7 @@ def test_fold_threads_and_band_reach_the_fold_algebra(monkeypatch):
         bands.append(band)
         return real_band(H, band=band)
 
-    monkeypatch.setattr(distsketch.model_selection.cv, "ThreadPoolExecutor", pool)
+    monkeypatch.setattr(distsketch.model_selection.fold_algebra, "ThreadPoolExecutor", pool)
     monkeypatch.setattr(distsketch.linalg.solve, "BandReduction", band)
     one = _sisokrcv(_with(fold_route="band", fold_threads=1))
     two = _sisokrcv(_with(fold_route="band", fold_threads=2))
@@ -182,7 +182,7 @@ def test_fold_threads_and_band_reach_the_fold_algebra(monkeypatch):
     assert set(bands) == {3} and norm_rel_err(narrow, one) <= 1e-8
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")
 def test_max_fold_bytes_is_the_driver_budget():
     """An exact side's per-fold sums (5 folds × 50 × 50 float64 = 100 000 bytes) are refused
     one byte above the budget, naming the option, and fit at it."""
@@ -195,7 +195,7 @@ def test_max_fold_bytes_is_the_driver_budget():
 
 
 def test_auto_decode_budget_picks_the_scoring():
-    from distsketch.model_selection.cv import auto_scoring
+    from distsketch.model_selection.scoring import auto_scoring
 
     kw = dict(binary=True, n=10, n_unique=10, settings=10, m_y=10)  # 1e4 multiply-adds
     assert auto_scoring(**kw)[0] == "f1_samples"  # the default budget, 1e11
@@ -294,7 +294,7 @@ def test_sparse_panel_bytes_sets_the_panels():
     assert kernels._tuning() == ds.Tuning()  # restored on exit
 
 
-@pytest.mark.filterwarnings("ignore::distsketch.model_selection.cv.GridEdgeWarning")
+@pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")
 def test_eigen_crossover_picks_the_driver_route():
     """``eigen_crossover``: a λ path longer than the crossover is solved from one
     eigendecomposition (``InputSolution.V`` set), a shorter one by a Cholesky factorisation

@@ -589,7 +589,7 @@ def test_readme_shows_how_to_load_a_data_set():
 
     readme = (ROOT / "README.md").read_text()
     m = re.search(r"from distsketch\.io import ([\w, ]+)", readme)
-    assert m, "README's Python API does not show how to load a data set"
+    assert m, "the README does not show how to load a data set"
     for name in m.group(1).split(","):
         assert hasattr(dio, name.strip())
 
@@ -633,9 +633,9 @@ def test_expected_store_size_is_logged_and_close(tmp_path, caplog):
     assert 0.8 <= actual / expected <= 1.25, (actual, expected)
 
 
-def test_readme_says_when_to_fit_without_a_store():
-    readme = (ROOT / "README.md").read_text()
-    assert "When `store = None` is the better choice" in readme
+def test_store_guide_says_when_to_fit_without_a_store():
+    guide = (ROOT / "docs" / "guide" / "store.md").read_text()
+    assert "When `store = None` is the better choice" in guide
 
 
 # --------------------------------------------------------------------------- 11. schema, packaging

@@ -137,7 +137,8 @@ Every key, by table (anything else is refused, naming the key and the allowed on
     quantiles ``pinball``; SISOKR the task's metric where decoding is affordable,
     ``f1_samples`` for binary outputs, else ``kernel_loss``, and ``surrogate_mse`` with a
     warning beyond ``[engine.tuning] auto_decode_budget``, see
-    :func:`distsketch.cv.auto_scoring`); ``gammas``: widths of the input kernel to try;
+    :func:`distsketch.model_selection.scoring.auto_scoring`); ``gammas``: widths of the input
+    kernel to try;
     ``kernels``: input kernels to try in place of ``[model.kernel]`` /
     ``[model.input_kernel]``, each a name or a kernel table as those take
     (``kernels = ["gaussian", "linear", {name = "polynomial", degree = 2}]``; standardised

@@ -196,7 +196,7 @@ def run_demo(output: str | os.PathLike = "demo-output", *, seed: int = 0, progre
     from sklearn.datasets import load_digits
 
     from ..kernels.base import Gaussian
-    from ..models.ridge import SISOKR
+    from ..models.sisokr import SISOKR
     from ..options import EngineOptions
     from ..sketches.base import PSparsified, SubSampling
 

@@ -1,6 +1,11 @@
-"""Model selection: the cross-validating estimators (:mod:`.cv`), :func:`select` over λ,
-rank, kernels and widths (:mod:`.select`), and candidate kernel grids (:mod:`.kernel_grid`)."""
+"""Model selection: the cross-validating estimators (:mod:`.krr_cv`, :mod:`.sisokr_cv`, with
+their folds :mod:`.folds`, grids :mod:`.grid`, scoring :mod:`.scoring` and SISOKRCV's fold
+algebra :mod:`.fold_algebra`), :func:`select` over λ, rank, kernels and widths
+(:mod:`.select`), and candidate kernel grids (:mod:`.kernel_grid`)."""
 
-from .cv import (SketchedKRRCV, SISOKRCV, GridEdgeWarning, UnresolvedScoresError)
+from .krr_cv import (SketchedKRRCV)
+from .sisokr_cv import (SISOKRCV)
+from .grid import (GridEdgeWarning)
+from .scoring import (UnresolvedScoresError)
 
 __all__ = ["SketchedKRRCV", "SISOKRCV", "GridEdgeWarning", "UnresolvedScoresError"]

@@ -1,7 +1,8 @@
 """Candidate input kernels for model selection: a list of kernels (names, config tables,
 kernels), each crossed with a grid of widths ``gamma`` where it has one; shared by
 :mod:`distsketch.select` (``[select] kernels``, ``gammas``) and the CV estimators of
-:mod:`distsketch.cv` (``kernels=``, ``gammas=``)."""
+:mod:`distsketch.model_selection.krr_cv` and :mod:`distsketch.model_selection.sisokr_cv`
+(``kernels=``, ``gammas=``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Model selection over λ (and rank, the input kernel, and a small grid of its widths γ) for the
 CLI's ``[select]`` table and for scripts: K-fold cross-validation or a hold-out split, every
-chosen value at an edge of its grid named in a :class:`~distsketch.cv.GridEdgeWarning`.
+chosen value at an edge of its grid named in a
+:class:`~distsketch.model_selection.grid.GridEdgeWarning`.
 
 Three routes:
 
@@ -212,8 +213,8 @@ def select(model, X, Y, *, cv: int | None = None, validation: float | None = Non
     metric : str, optional
         A name of :data:`~distsketch.metrics.METRICS`. Default: ``rmse`` (regression),
         ``pinball`` (quantiles); SISOKR: the task's metric where decoding the scored rows is
-        affordable (:func:`distsketch.cv.auto_scoring`: ``f1_samples`` for binary outputs,
-        else ``kernel_loss``), else ``surrogate_mse`` with a warning.
+        affordable (:func:`distsketch.model_selection.scoring.auto_scoring`: ``f1_samples``
+        for binary outputs, else ``kernel_loss``), else ``surrogate_mse`` with a warning.
     gammas : sequence of float, optional
         Values of the input kernel's ``gamma`` to try (a width for gaussian / laplacian /
         gaussian_tanimoto, the scale of ``⟨x, x'⟩`` for polynomial). Without ``kernels``, the
@@ -249,7 +250,7 @@ def select(model, X, Y, *, cv: int | None = None, validation: float | None = Non
     GridEdgeWarning
         Once per parameter whose chosen value is the smallest or largest of its grid
         (``model.lam``, ``select.gammas``, ``model.rank`` below the full rank), naming the
-        value and the fix (:func:`distsketch.cv.grid_edges`).
+        value and the fix (:func:`distsketch.model_selection.grid.grid_edges`).
 
     Examples
     --------
@@ -260,7 +261,7 @@ def select(model, X, Y, *, cv: int | None = None, validation: float | None = Non
                            lam=[1e-3, 1e-5, 1e-7]),
                X, y, cv=5, kernels=["gaussian", "linear"], gammas=[0.01, 0.1, 1.0])
     """
-    from .cv import GridEdgeWarning
+    from .grid import GridEdgeWarning
 
     check_selection(cv=cv, validation=validation, metric=metric, gammas=gammas,
                     kernels=kernels)
@@ -272,8 +273,8 @@ def select(model, X, Y, *, cv: int | None = None, validation: float | None = Non
     candidates = _candidates(model, kernels=kernels, gammas=gammas)
     kparam = _kernel_param(model, "kernels") if candidates[0][1] is not None else None
     if metric is None and "output_kernel" in model.get_params(deep=False):
-        # SISOKR: the task's metric where decoding is affordable (distsketch.cv.auto_scoring),
-        # decided once for every candidate
+        # SISOKR: the task's metric where decoding is affordable
+        # (distsketch.model_selection.scoring.auto_scoring), decided once for every candidate
         p = model.get_params(deep=False)
         metric = _auto_metric(
             model, Y, scored=X.shape[0] if cv is not None else X.shape[0] * float(validation),
@@ -305,9 +306,10 @@ def select(model, X, Y, *, cv: int | None = None, validation: float | None = Non
 
 
 def _warn_edges(model, sel: Selection, gammas) -> None:
-    """A :class:`~distsketch.cv.GridEdgeWarning` per chosen value at an edge of its grid
-    (``model.lam``, ``model.rank``, ``select.gammas``; :func:`distsketch.cv.grid_edges`)."""
-    from .cv import grid_edges, warn_edges
+    """A :class:`~distsketch.model_selection.grid.GridEdgeWarning` per chosen value at an edge
+    of its grid (``model.lam``, ``model.rank``, ``select.gammas``;
+    :func:`distsketch.model_selection.grid.grid_edges`)."""
+    from .grid import grid_edges, warn_edges
 
     params = model.get_params(deep=False)
     grids = {"lam": ("model.lam", _grid(params.get("lam"))),
@@ -319,14 +321,14 @@ def _warn_edges(model, sel: Selection, gammas) -> None:
 
 
 def _auto_metric(model, Y, *, scored: float, settings: int) -> str:
-    """SISOKR's default metric on the hold-out and refit routes: :func:`distsketch.cv.
-    auto_scoring`'s rule (``f1_samples`` for binary outputs, else ``kernel_loss``, where
-    decoding the ``scored`` rows against the unique training outputs at every grid point is
-    within the model's ``options.tuning.auto_decode_budget``; else ``surrogate_mse`` with its
-    warning)."""
+    """SISOKR's default metric on the hold-out and refit routes:
+    :func:`distsketch.model_selection.scoring.auto_scoring`'s rule (``f1_samples`` for binary
+    outputs, else ``kernel_loss``, where decoding the ``scored`` rows against the unique
+    training outputs at every grid point is within the model's
+    ``options.tuning.auto_decode_budget``; else ``surrogate_mse`` with its warning)."""
     import dask
 
-    from .cv import auto_scoring, is_binary
+    from .scoring import auto_scoring, is_binary
     from ..tuning import check_tuning
 
     if dask.is_dask_collection(Y):
@@ -366,7 +368,8 @@ def fold_splits(n: int, folds: str) -> list[tuple[np.ndarray, np.ndarray]]:
 
 def _one_pass_cv(model, metric: str) -> bool:
     """Whether ``model`` × ``metric`` has a one-pass CV estimator (else: refits per fold)."""
-    from ..models.ridge import SISOKR, SketchedKRR
+    from ..models.krr import SketchedKRR
+    from ..models.sisokr import SISOKR
 
     if isinstance(model, SketchedKRR):
         return metric in _KRR_SCORING
@@ -395,8 +398,10 @@ class _Probe:
 
 
 def _cv_estimator(model, metric: str, folds: int):
-    from .cv import SISOKRCV, SketchedKRRCV
-    from ..models.ridge import SISOKR, SketchedKRR
+    from .krr_cv import SketchedKRRCV
+    from .sisokr_cv import SISOKRCV
+    from ..models.krr import SketchedKRR
+    from ..models.sisokr import SISOKR
 
     p = model.get_params(deep=False)
     common = dict(cv=folds, random_state=p.get("random_state"), options=p.get("options"))
@@ -441,8 +446,9 @@ def _width_groups(candidates) -> list[list[tuple[dict, Any]]]:
 def _select_cv(model, X, Y, *, cv, metric, candidates, kernels=None, gammas=None
                ) -> Selection:
     """The cv route. A CV score not resolved above its rounding error bound is NaN in the
-    table and never chosen (:func:`distsketch.cv.resolved`); with every point unresolved the
-    selection fails (:class:`~distsketch.cv.UnresolvedScoresError`).
+    table and never chosen (:func:`distsketch.model_selection.scoring.resolved`); with every
+    point unresolved the selection fails
+    (:class:`~distsketch.model_selection.scoring.UnresolvedScoresError`).
 
     With ``kernels``, every kernel × width is scored in **one pass** (the CV estimators'
     ``kernels=``: the same landmarks and sketch), unless the sketch depends on the kernel
@@ -499,7 +505,7 @@ def _entries(candidates):
 
 def _select_cv_groups(est, kname, X, Y, *, store, candidates) -> Selection:
     """One CV estimator per kernel entry (its widths in one pass)."""
-    from .cv import UnresolvedScoresError
+    from .scoring import UnresolvedScoresError
     groups = _width_groups(candidates)
     single = len(groups) == 1
     table: list[dict] = []

@@ -1,10 +1,12 @@
-"""Estimators: the fit template (:mod:`.base`), the ridge family (:mod:`.ridge`: SISOKR,
-SketchedKRR), the Lipschitz-loss machines (:mod:`.regressors`) and the transformer
-(:mod:`.transformers`)."""
+"""Estimators: the fit template (:mod:`.base`), the ridge family (:mod:`.sisokr`: SISOKR,
+:mod:`.krr`: SketchedKRR, and what they share, :mod:`.ridge`), the Lipschitz-loss machines
+(:mod:`.regressors`) and the transformer (:mod:`.transformers`)."""
 
-from .ridge import (SISOKR, SketchedKRR, OUTPUT_GRAM_BYTES, KRRClosedForm, SisokrClosedForm,
-    SisokrTable, check_sisokr_pcg, auto_sisokr_route, auto_ridge_route, check_intercept,
-    intercept_sums, centre_targets, with_metric, centred_rows, kernel_expansion)
+from .sisokr import (SISOKR, OUTPUT_GRAM_BYTES)
+from .krr import (SketchedKRR)
+from .ridge import (KRRClosedForm, SisokrClosedForm, SisokrTable, check_sisokr_pcg,
+    auto_sisokr_route, auto_ridge_route, check_intercept, intercept_sums, centre_targets,
+    with_metric, centred_rows, kernel_expansion)
 from .regressors import (SketchedRegressor, SketchedQuantileRegressor)
 from .transformers import (SketchedFeatures)
 

@@ -26,7 +26,8 @@ from ..engine.mapreduce import distributed_client
 from .base import FitSpec, SketchedEstimator, checks_feature_names
 from ..solvers.lipschitz.problem import Problem
 from ..losses import Loss, Pinball, check_loss
-from .ridge import SketchedKRR, kernel_expansion
+from .krr import SketchedKRR
+from .ridge import kernel_expansion
 from ..options import with_blas_limit
 from ..linalg.solve import whitening
 

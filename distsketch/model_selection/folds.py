@@ -1,0 +1,100 @@
+"""The folds of a cross-validation from one pass: the fold spec, exact sides, summed folds.
+
+:func:`fold_spec` turns ``cv`` (a number of folds or a KFold-like splitter) into the pass's fold
+spec ``"K"`` / ``"K:seed"`` (:func:`distsketch.engine.accumulate.fold_ids`);
+:func:`all_rows_for_exact_sides` cross-validates an exact side as the all-rows sub-sampling
+``SubSampling(n)``, within the driver's budget for the per-fold sums; :func:`ordered_sum` adds
+per-fold sums in a fixed order (the same bits on every machine).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+
+import numpy as np
+
+from ..models.base import FitSpec
+
+__all__ = ["fold_spec", "all_rows_for_exact_sides", "ordered_sum"]
+
+
+def fold_spec(cv, *, argument: str = "cv") -> str:
+    """The pass's fold spec (``"K"`` or ``"K:seed"``) of ``cv``: an int ``K ≥ 2`` (contiguous
+    folds), or an object with ``n_splits``, ``shuffle`` and ``random_state`` (scikit-learn's
+    ``KFold``): shuffled folds are a seeded hash of the row index (the same rows for the same
+    seed, whatever the chunking; not the rows ``KFold`` itself would pick), or the spec itself
+    as a string, ``"K"`` or ``"K:seed"`` (what :func:`distsketch.select.select` passes: it
+    is saved with the model as a plain value)."""
+    if isinstance(cv, str):
+        from ..engine.accumulate import parse_folds
+
+        try:
+            parse_folds(cv)
+        except ValueError:
+            raise ValueError(f"{argument}: expected a number of folds, a KFold-like splitter or "
+                             f"a fold spec 'K' / 'K:seed' (K >= 2), got {cv!r}") from None
+        k, sep, seed = cv.partition(":")
+        return f"{int(k)}:{int(seed)}" if sep else str(int(k))
+    if isinstance(cv, numbers.Integral) and not isinstance(cv, bool):
+        if cv < 2:
+            raise ValueError(f"{argument}: the number of folds must be at least 2, got {cv!r}")
+        return str(int(cv))
+    k = getattr(cv, "n_splits", None)
+    if isinstance(k, numbers.Integral) and not isinstance(k, bool) and k >= 2 \
+            and hasattr(cv, "shuffle"):
+        if not cv.shuffle:
+            return str(int(k))
+        seed = getattr(cv, "random_state", None)
+        if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0:
+            raise ValueError(f"{argument}: shuffled folds need an integer random_state "
+                             f"(KFold(n_splits={k}, shuffle=True, random_state=0)), got "
+                             f"{seed!r}")
+        return f"{int(k)}:{int(seed)}"
+    raise ValueError(f"{argument}: expected a number of folds (int >= 2) or a KFold-like "
+                     f"splitter (n_splits, shuffle, random_state), got {cv!r}")
+
+
+def all_rows_for_exact_sides(spec: FitSpec, K: int) -> FitSpec:
+    """``spec`` with each exact side (``Identity``) as the all-rows sub-sampling ``SubSampling(n)``
+    (``R = I_n``: every training row a landmark, in order, scale 1), after checking that the
+    per-fold sums fit ``spec.options.tuning.max_fold_bytes`` (:class:`~distsketch.Tuning`).
+
+    The fold scores of an exact side are those of the exact per-fold models: the model trained
+    without fold ``k`` minimises its objective over the span of the training rows' features,
+    a subspace of the span of all rows' features that ``SubSampling(n)`` gives (representer
+    theorem), and the validation error of ``ψ(y)`` in H_Y is measured in the span of all
+    rows' outputs, which holds both ``ĥ(x)`` and ``ψ(y)``. The refit is the exact model in the
+    whitened basis of ``K`` (directions of ``K`` below ``eig_rtol`` dropped, as for every
+    sketched side).
+    """
+    from ..sketches.base import Identity, SubSampling
+
+    n = spec.X.n
+    sketches = {name: SubSampling(n) if isinstance(sk, Identity) else sk
+                for name, sk in spec.sketches.items()}
+    names = list(sketches)  # ["sketch"] (SketchedKRRCV) or ["input_sketch", "output_sketch"]
+    m_x = int(getattr(sketches[names[0]], "m", n))
+    m_y = int(getattr(sketches[names[1]], "m", n)) if len(names) > 1 else 0
+    need = 8 * K * m_x * (m_x + m_y)
+    budget = spec.options.tuning.max_fold_bytes
+    if need > budget:
+        exact = [name for name, sk in spec.sketches.items() if isinstance(sk, Identity)]
+        name = (exact or names)[0]
+        fit = int((budget / (8 * K * len(names))) ** 0.5)  # m_X = m_Y = fit
+        raise ValueError(f"{name}: the per-fold sums {'G_k' if m_y == 0 else 'G_k, M_k'} "
+                         f"({K} folds × {m_x} × {m_x + m_y} float64) take "
+                         f"{need / 2**20:,.0f} MiB on the driver, more than "
+                         f"options.tuning.max_fold_bytes = {budget / 2**20:,.0f} MiB; "
+                         f"give a smaller sketch (e.g. SubSampling({max(1, min(n - 1, fit))})), "
+                         f"fewer folds, or a larger budget on a driver with the memory "
+                         f"(EngineOptions(tuning=Tuning(max_fold_bytes=…)))")
+    return dataclasses.replace(spec, sketches=sketches)
+
+
+def ordered_sum(parts: np.ndarray) -> np.ndarray:
+    """``Σ_k parts[k]`` added in fold order (a fixed order: the same bits on every machine)."""
+    out = parts[0].copy()
+    for p in parts[1:]:
+        out += p
+    return out
