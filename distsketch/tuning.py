@@ -117,7 +117,7 @@ class Tuning:
     eigen_crossover : tuple of (int, float) pairs
         Path length (number of λ) from which one eigendecomposition beats a Cholesky
         factorisation per λ on a sketched input side, by the rank r of ``H``
-        (:func:`distsketch.solve.eigen_pays`): pairs ``(r, length)`` with increasing r,
+        (:func:`distsketch.solvers.direct.eigen_pays`): pairs ``(r, length)`` with increasing r,
         interpolated between them, the end values beyond. Measured on a 2-core AMD EPYC
         shared with other work, one BLAS thread, by ``python benchmarks/bench_bibtex.py
         --driver-crossover`` (docs/design.md, "Driver routes"), ``k* = (t_eig − t_safety) /

@@ -104,15 +104,15 @@ def held_sweep_data(n=230, m=9, rows=50, seed=5):
 
 
 def whole_window(Phi, y, loss, intercept):
-    """``(problem, sums)`` for :func:`distsketch.solvers.lipschitz.newton.restricted_polish` with every entry of
+    """``(problem, sums)`` for :func:`distsketch.solvers.lipschitz.polish.restricted_polish` with every entry of
     the scalar problem on features ``Phi`` (n, r) in its window (nothing kept linear;
     ``T = I``): the polish then solves the whole problem, :func:`cvx_scalar`'s."""
-    from distsketch.solvers.lipschitz import newton
+    from distsketch.solvers.lipschitz.problem import Problem
 
     n, r = Phi.shape
-    prob = newton.Problem(T=np.eye(r), S=np.eye(1), nu=np.ones(1), U=np.eye(1),
-                          Gt=np.zeros((r + 1, r + 1)), b=np.zeros((r, 1)), y1=np.zeros(1), n=n,
-                          loss=loss, intercept=intercept)
+    prob = Problem(T=np.eye(r), S=np.eye(1), nu=np.ones(1), U=np.eye(1),
+                   Gt=np.zeros((r + 1, r + 1)), b=np.zeros((r, 1)), y1=np.zeros(1), n=n,
+                   loss=loss, intercept=intercept)
     s = {"E_row": np.arange(n), "E_col": np.zeros(n, dtype=np.int64), "E_C": Phi,
          "E_y": y, "E_target": y.copy(), "Ca_out": np.zeros((r, 1)), "sa_out": np.zeros(1)}
     return prob, s

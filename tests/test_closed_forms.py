@@ -15,7 +15,7 @@ from naive import (
 )
 
 import distsketch as ds
-from distsketch.linalg.solve import EIGEN_PATH_LENGTH
+from distsketch.solvers.direct import EIGEN_PATH_LENGTH
 
 #: The papers' estimator (no intercept): what the dense formulas here write.
 _KRR = functools.partial(ds.SketchedKRR, fit_intercept=False)

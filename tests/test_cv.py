@@ -272,7 +272,7 @@ def test_sisokr_cv_results_equal_brute_force(ranks, route, monkeypatch):
     r_X: the fold matrix is its own band), a band reduction of bandwidth 3 (12 panels at
     r_X = 40), the eigendecomposition fallback (as if every banded factor were indefinite)
     and the Woodbury route (n_k = 40 = r_X)."""
-    from distsketch.linalg.solve import BandReduction
+    from distsketch.linalg.shifted import BandReduction
 
     tuning = {"default": ds.Tuning(), "band 3": ds.Tuning(fold_route="band", fold_band=3),
               "eigen": ds.Tuning(fold_route="band"),
@@ -424,7 +424,7 @@ def test_band_reduction(r, band):
     """``A = Q Bd Qᵀ`` with ``Q`` orthogonal and ``Bd`` of bandwidth ``band``; shifted solves
     equal the dense solve. Orthogonal transformations only: errors of a few ulps times the
     size (1e-12 at these sizes, ‖A‖ ≈ 1); the solve's error is that times cond(A + cI) ≤ 1e3."""
-    from distsketch.linalg.solve import BandReduction
+    from distsketch.linalg.shifted import BandReduction
 
     rng = np.random.default_rng(r)
     F = rng.normal(size=(r, r))

@@ -9,7 +9,8 @@ import pytest
 
 import distsketch as ds
 import distsketch.model_selection.fold_algebra
-from distsketch.linalg.solve import InputSolution, input_basis
+from distsketch.linalg.solve import InputSolution
+from distsketch.solvers.direct import input_basis
 from cvhelpers import sisokr_brute_force
 from naive import norm_rel_err
 

@@ -15,6 +15,7 @@ from naive import pass_sums, rel_err, sisokr_linear_predict, sisokr_scores, \
 
 import distsketch as ds
 import distsketch.linalg.solve as solve
+import distsketch.solvers.direct as direct
 from distsketch.options import driver_blas_threads
 
 KX = ds.Gaussian(gamma=1.0)
@@ -32,7 +33,7 @@ def _sisokr(X, Y, sx, sy, *, lam=LAM, seed=0, **kw):
 def _long_path(r: int, lam: float) -> list[float]:
     """A λ path, starting at ``lam``, one longer than the eigen crossover at ``r``."""
     k = 1
-    while not solve.eigen_pays(k, r):
+    while not direct.eigen_pays(k, r):
         k += 1
     return [lam] + list(np.geomspace(1e-6, 1e-1, k - 1))
 
@@ -67,7 +68,7 @@ def test_krr_routes_equal_the_closed_form(lam):
     feats = k(Xq, X) @ R.T
     got = {}
     for name, sol in _routes(sums["G"], sums["B"], n).items():
-        got[name] = feats @ solve.krr_coef(sol, sums["b"], lam)
+        got[name] = feats @ direct.krr_coef(sol, sums["b"], lam)
         assert sol.route == ("eigen" if "eigen" in name else name), name
         assert rel_err(got[name], want) <= RTOL, name
     assert rel_err(got["generalized"], got["eigen"]) <= RTOL
@@ -81,7 +82,7 @@ def test_generalized_form_forms_no_whitening():
     assert sol.whitening_route == "cholesky" and sol.support is not None
     np.testing.assert_array_equal(sol.T[sol.support, np.arange(len(sol.support))], 1.0)
     assert np.count_nonzero(sol.T) == len(sol.support)
-    np.testing.assert_array_equal(sol.metric, solve._sym(sums["B"])[np.ix_(sol.support,
+    np.testing.assert_array_equal(sol.metric, solve.sym(sums["B"])[np.ix_(sol.support,
                                                                            sol.support)])
 
 
@@ -103,13 +104,13 @@ def test_exactly_rank_deficient_b_keeps_the_pivoted_columns(jitter, route):
     assert sol.whitening_route == route
     assert len(sol.support) == len(s) - dropped
     feats = k(Xq, X) @ R.T
-    got = feats @ solve.krr_coef(sol, sums["b"], lam)
+    got = feats @ direct.krr_coef(sol, sums["b"], lam)
     assert sol.route == "generalized"
     assert rel_err(got, sketched_krr_predict(k, R, X, y, Xq, lam)) <= RTOL
     # the whitened form of the same sums: eigen whitening, the same model
     white = solve.solve_input(sums["G"], sums["B"], n=len(X), rtol=1e-10, generalized=False)
     assert white.whitening_route == "eigen" and white.T.shape[1] == len(sol.support)
-    assert rel_err(feats @ solve.krr_coef(white, sums["b"], lam), got) <= RTOL
+    assert rel_err(feats @ direct.krr_coef(white, sums["b"], lam), got) <= RTOL
 
 
 def test_rank_deficient_b_the_certificate_refuses_takes_the_eigen_route():
@@ -125,10 +126,10 @@ def test_rank_deficient_b_the_certificate_refuses_takes_the_eigen_route():
     R[np.arange(m), rng.choice(n, m, replace=False)] = 1.0
     k = ds.Gaussian(gamma=0.2)
     sums = pass_sums(k, R, X, targets=y)
-    s, U = np.linalg.eigh(solve._sym(sums["B"]))
+    s, U = np.linalg.eigh(solve.sym(sums["B"]))
     kept = s > 1e-10 * s[-1]
     assert 0 < np.sum(~kept) < m - 2, "the test needs a spectrum through rtol"
-    assert solve._certified_columns(solve._sym(sums["B"]), rtol=1e-10) is None
+    assert solve._certified_columns(solve.sym(sums["B"]), rtol=1e-10) is None
     lam = 1e-3
     # the eigen route written out: T = U_r s_r^{-1/2}, β = T (TᵀGT + nλI)^{-1} Tᵀ b
     T = U[:, kept] / np.sqrt(s[kept])
@@ -140,7 +141,7 @@ def test_rank_deficient_b_the_certificate_refuses_takes_the_eigen_route():
         sol = solve.solve_input(sums["G"], sums["B"], n=n, rtol=1e-10, generalized=generalized)
         assert sol.whitening_route == "eigen" and sol.metric is None
         assert sol.T.shape[1] == np.sum(kept)
-        got = (k(Xq, X) @ R.T) @ solve.krr_coef(sol, sums["b"], lam)
+        got = (k(Xq, X) @ R.T) @ direct.krr_coef(sol, sums["b"], lam)
         # the whitening's eigenvectors carry ε·cond(B_kept) ≈ 1e-6 relative error
         assert rel_err(got, want) <= 1e-5
 
@@ -162,10 +163,10 @@ def test_tiny_lam_refuses_cholesky():
         sol = solve.solve_input(G, B, n=n, rtol=1e-10, generalized=generalized)
         assert sol.whitening_route == "cholesky"
         assert not sol._certified(tiny)
-        beta = solve.krr_coef(sol, b, tiny)
+        beta = direct.krr_coef(sol, b, tiny)
         assert sol.route == "eigen" and np.isfinite(beta).all()
         lam = 1e-3 * np.linalg.norm(G, 2) / n
-        got = solve.krr_coef(sol, b, lam)
+        got = direct.krr_coef(sol, b, lam)
         assert sol.route == ("generalized" if generalized else "cholesky")
         want = np.linalg.solve(G + n * lam * B, b)  # B invertible: the dense closed form
         assert rel_err(got, want) <= RTOL
@@ -192,7 +193,7 @@ def test_sisokr_forms_every_route_equals_prop1(small_problem, form, monkeypatch)
     # the eigen route: a λ path past the crossover
     r = sol.H.shape[0]
     eig = _sisokr(X, Y, sx, sy, lam=_long_path(r, LAM) if sx is not None else
-                  [LAM] + list(np.geomspace(1e-6, 1e-1, solve.EIGEN_PATH_LENGTH)))
+                  [LAM] + list(np.geomspace(1e-6, 1e-1, direct.EIGEN_PATH_LENGTH)))
     assert eig.input_solution_.route == "eigen" and eig.input_solution_.V is not None
     assert rel_err(eig.score_candidates(Xq, Yc), got) <= RTOL
     if sx is not None:  # the whitened H + nλI by Cholesky: B not put in generalized form
@@ -237,7 +238,7 @@ def test_short_path_below_crossover_stays_cholesky(small_problem):
     X, Y, Xq, Yc = small_problem
     model = _sisokr(X, Y, ds.SubSampling(20), ds.GaussianSketch(10), lam=[LAM, 1e-2])
     assert model.input_solution_.V is None and model.input_solution_.route == "generalized"
-    assert not solve.eigen_pays(2, model.input_solution_.H.shape[0])
+    assert not direct.eigen_pays(2, model.input_solution_.H.shape[0])
 
 
 def test_saved_generalized_model_loads_and_predicts_the_same(small_problem, tmp_path):
@@ -357,9 +358,9 @@ def test_idle_window_started_at_the_pass_end_is_not_slept_again(monkeypatch):
 
 @pytest.mark.parametrize("m", [5, 256, 300, 700])
 def test_sym_inplace_is_sym(m):
-    """The in-place tiled symmetrisation gives ``_sym``'s values bitwise."""
+    """The in-place tiled symmetrisation gives ``sym``'s values bitwise."""
     A = np.random.default_rng(m).normal(size=(m, m))
-    want = solve._sym(A)
+    want = solve.sym(A)
     got = solve._sym_inplace(A.copy())
     np.testing.assert_array_equal(got, want)
 
@@ -413,6 +414,6 @@ def test_output_whitening_takes_its_own_orders_blas_threads(small_problem, monke
         return real(B, **kw)
 
     monkeypatch.setattr(models, "driver_threads", threads)
-    monkeypatch.setattr(solve, "whitening", whitening)
+    monkeypatch.setattr(direct, "whitening", whitening)
     _sisokr(X, Y, ds.SubSampling(20), ds.GaussianSketch(6))
     assert seen == [(6, [20, 6])]  # inside the input side's context, in its own order's

@@ -12,6 +12,7 @@ import pytest
 
 import distsketch as ds
 from distsketch.solvers.lipschitz import newton
+from distsketch.solvers.lipschitz.direction import newton_direction
 from distsketch.losses import EpsilonInsensitive, Huber, Pinball
 from lipschitzref import held_sweep_data
 
@@ -166,7 +167,7 @@ def test_kept_grams_plus_their_change_are_the_full_grams(monkeypatch):
         return out
 
     checked = []
-    direction = newton.newton_direction
+    direction = newton_direction
 
     def recording(prob, lam, stats, kind, base, gXi, gb):
         if "Q" in whole:

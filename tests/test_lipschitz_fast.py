@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from distsketch.solvers.lipschitz import newton
+from distsketch.solvers.lipschitz import newton, polish
 from distsketch.losses import EpsilonInsensitive, Huber, Pinball, _Radial
 
 from lipschitzref import cvx_scalar, held_sweep_data, whole_window
@@ -38,7 +38,7 @@ def _objective(loss, Phi, y, lam, x, b):
 def test_active_set_steps_repair_a_wide_band(loss, intercept):
     """A smoothing band wider than the solution's kinks (as after a stage of the restricted
     polish): the solution's partition with the entry nearest its kink also held. The
-    active-set steps (newton._active_set) release it and return the non-smooth problem's
+    active-set steps (polish._active_set) release it and return the non-smooth problem's
     minimiser: CVXPY's objective (to its 1e-8), no worse than it, its point and partition,
     and multipliers that are a subgradient there (λx = −Φᵀβ/n, Σβ = 0 with b₀)."""
     Phi, y, lam, (ref, x_ref, b_ref) = _restricted_problem(loss, intercept, r=40, lam=3e-2)
@@ -53,7 +53,7 @@ def test_active_set_steps_repair_a_wide_band(loss, intercept):
     wide = held.copy()
     wide[np.argmin(np.where(held, np.inf, np.abs(u)))] = True
     Eb = np.ones((n, 1)) if intercept else None
-    found = newton._active_set(Phi, Eb, t, lo, hi, np.zeros(r + (1 if intercept else 0)), cols,
+    found = polish._active_set(Phi, Eb, t, lo, hi, np.zeros(r + (1 if intercept else 0)), cols,
                                lam, n, wide, beta)
     assert found is not None
     x, bk, beta_k, held_k, steps = found
@@ -83,7 +83,7 @@ def test_active_set_gives_up_far_from_the_solution():
     held = np.zeros(n, dtype=bool)
     held[rng.choice(n, size=r, replace=False)] = True
     beta = np.where(rng.random(n) < 0.5, lo, hi)
-    assert newton._active_set(Phi, None, y.copy(), lo, hi, np.zeros(r), cols, lam, n, held,
+    assert polish._active_set(Phi, None, y.copy(), lo, hi, np.zeros(r), cols, lam, n, held,
                               beta) is None
 
 
@@ -94,7 +94,7 @@ def test_restricted_polish_still_exact_from_zero(loss):
     Phi, y, lam, (ref, x_ref, _) = _restricted_problem(loss, False, seed=2)
     n, r = Phi.shape
     prob, s = whole_window(Phi, y, loss, False)
-    Xi, _, fix = newton.restricted_polish(prob, lam, s, np.zeros((r, 1)), np.zeros(1), 1.0)
+    Xi, _, fix = polish.restricted_polish(prob, lam, s, np.zeros((r, 1)), np.zeros(1), 1.0)
     obj = _objective(loss, Phi, y, lam, Xi[:, 0], 0.0)
     assert abs(obj - ref) <= 1e-8 * abs(ref)
     np.testing.assert_allclose(lam * Xi[:, 0], -Phi.T @ fix["fix_beta"] / n, atol=1e-10)

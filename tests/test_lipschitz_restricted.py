@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from distsketch.solvers.lipschitz import newton
+from distsketch.solvers.lipschitz import polish
 from distsketch.losses import EpsilonInsensitive, Pinball
 from lipschitzref import cvx_scalar, data, reference, whole_window
 
@@ -48,7 +48,7 @@ def test_restricted_polish_with_every_entry_is_the_exact_solution(loss, intercep
     y = Phi @ rng.normal(size=r) * 0.5 + rng.standard_t(3, size=n)
     lam = 1e-3
     prob, s = whole_window(Phi, y, loss, intercept)
-    Xi, b0, fix = newton.restricted_polish(prob, lam, s, np.zeros((r, 1)), np.zeros(1), 1.0)
+    Xi, b0, fix = polish.restricted_polish(prob, lam, s, np.zeros((r, 1)), np.zeros(1), 1.0)
     ref, x_ref, b_ref = _cvx(Phi, y, lam, loss, intercept)
     x = Xi[:, 0]
     u = Phi @ x + b0[0] - y

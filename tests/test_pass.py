@@ -68,7 +68,7 @@ def test_sums_equal_dense_formulas(tmp_path, x_name, y_name, block_dtype):
     want["C"], want["D"] = C, D
     got = sums_of(tmp_path / "s")
     # an exact side needs C instead of its sums, and an exact input side takes D itself
-    # instead of M = Dᵀ K_X (docs/design/engine.md, "The streaming pass"; distsketch.linalg.solve.sisokr_sums)
+    # instead of M = Dᵀ K_X (docs/design/engine.md, "The streaming pass"; distsketch.solvers.direct.sisokr_sums)
     expected = set()
     expected |= {"C"} if x_name == "identity" else {"G", "B"}
     if y_name == "identity":

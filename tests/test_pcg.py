@@ -276,7 +276,7 @@ def test_landmark_gram_recomputed_equals_held(monkeypatch):
     instead of holding ``K_mm``: the same model up to rounding (the CG trajectory moves at
     ~1e-16 per product; bound 1e-10 relative at tol = 1e-12), and the held matrix equals the
     kernel of the landmarks (numpy reference)."""
-    import distsketch.solvers.pcg as pcg
+    import distsketch.solvers.preconditioner as preconditioner
     from distsketch.engine.features import FeatureMap
 
     X, y = _data(t=2)
@@ -284,16 +284,16 @@ def test_landmark_gram_recomputed_equals_held(monkeypatch):
               random_state=8, options=F64)
     held = ds.SketchedKRR(ds.Gaussian(gamma=GAMMA), **kw).fit(X, y)
     L = held.landmarks_
-    gram = pcg.LandmarkGram(FeatureMap(ds.Gaussian(gamma=GAMMA), L, None), hold=True)
+    gram = preconditioner.LandmarkGram(FeatureMap(ds.Gaussian(gamma=GAMMA), L, None), hold=True)
     assert gram.hold
     d2 = ((L[:, None, :] - L[None, :, :]) ** 2).sum(-1)
     assert np.allclose(gram.matrix(), np.exp(-GAMMA * d2), rtol=0, atol=1e-13)
-    monkeypatch.setattr(pcg.LandmarkGram, "CHUNK", 16)  # several chunks for m = 40
-    monkeypatch.setattr(pcg, "KMM_MEMORY", 0)
+    monkeypatch.setattr(preconditioner.LandmarkGram, "CHUNK", 16)  # several chunks for m = 40
+    monkeypatch.setattr(preconditioner, "KMM_MEMORY", 0)
     lean = ds.SketchedKRR(ds.Gaussian(gamma=GAMMA), **kw).fit(X, y)
     assert _rel(lean.predict(X), held.predict(X)) < 1e-10
     v = np.random.default_rng(0).normal(size=(40, 3))
-    chunked = pcg.LandmarkGram(FeatureMap(ds.Gaussian(gamma=GAMMA), L, None), hold=False)
+    chunked = preconditioner.LandmarkGram(FeatureMap(ds.Gaussian(gamma=GAMMA), L, None), hold=False)
     assert not chunked.hold
     assert np.allclose(chunked.dot(v), np.exp(-GAMMA * d2) @ v, rtol=0, atol=1e-12)
 
@@ -355,20 +355,20 @@ def test_upper_gram_blockwise_equals_the_product(m, block, monkeypatch):
     the plain product there (same sums, other order: a few ulps of the row norms' product),
     for sizes that are and are not multiples of the block; and the preconditioner built on it
     satisfies ``AᵀA = T Tᵀ/m + λI`` (Falkon's definition) to the same rounding."""
-    import distsketch.solvers.pcg as pcg
+    import distsketch.solvers.preconditioner as preconditioner
     from scipy.linalg import cholesky
 
-    monkeypatch.setattr(pcg, "GRAM_BLOCK", block)
+    monkeypatch.setattr(preconditioner, "GRAM_BLOCK", block)
     rng = np.random.default_rng(m)
     A = rng.standard_normal((m, m))
     T = cholesky(A @ A.T + m * np.eye(m), lower=False)
     want = T @ T.T
-    got = pcg.upper_gram(T)
+    got = preconditioner.upper_gram(T)
     tol = 8 * m * np.finfo(float).eps * np.outer(*(2 * [np.linalg.norm(T, axis=1)]))
     upper = np.triu_indices(m)
     assert np.all(np.abs(got - want)[upper] <= tol[upper])
     lam = 1e-3
-    P = pcg.Preconditioner(np.eye(m), lam, 10, T=T)
+    P = preconditioner.Preconditioner(np.eye(m), lam, 10, T=T)
     assert np.allclose(P.A.T @ P.A, want / m + lam * np.eye(m), rtol=0,
                        atol=64 * m * np.finfo(float).eps * np.abs(want).max() / m)
 

@@ -3,7 +3,7 @@
 With repeated training rows, sub-sampled landmarks repeat: ``K_mm`` is singular, the
 coefficients α are not unique (the function ``k(·, X_J) α`` is), and a preconditioner built
 from ``K_mm`` amplifies the rounding of its null directions until CG diverges. PCG solves in
-the distinct, numerically independent landmarks (:func:`distsketch.solvers.pcg.select_landmarks`) and
+the distinct, numerically independent landmarks (:func:`distsketch.solvers.preconditioner.select_landmarks`) and
 maps α back (zeros elsewhere). Checked here, on every PCG route (SketchedKRR, the regressor's
 centred system, SISOKR's input side): predictions equal the direct route's and a dense numpy
 solve in the distinct landmarks; the divergence guard of the iterations (a deliberately bad
@@ -29,8 +29,9 @@ from scipy.linalg import cholesky
 
 import distsketch as ds
 from distsketch.linalg.blocks import distinct_rows
-from distsketch.solvers import pcg as solver
-from distsketch.solvers.pcg import Preconditioner, _solve_lam, factor_kmm
+from distsketch.solvers import conjugate_gradient, preconditioner
+from distsketch.solvers.conjugate_gradient import _solve_lam
+from distsketch.solvers.preconditioner import Preconditioner, factor_kmm
 from killhelpers import run_killed
 from pcghelpers import dense_distinct, distinct, rel as _rel, repeated
 
@@ -158,7 +159,7 @@ def test_distinct_landmarks_dense_and_sparse():
     A = np.round(rng.normal(size=(6, 5)), 1) * (rng.random((6, 5)) < 0.5)
     L = A[[0, 1, 2, 1, 3, 0, 4, 5, 2]]
     L[5, L[5] == 0] = -0.0
-    first, inverse = solver.distinct_landmarks(L)
+    first, inverse = preconditioner.distinct_landmarks(L)
     ref_first, ref_inverse = distinct_rows(L)
     assert np.array_equal(first, ref_first) and np.array_equal(inverse, ref_inverse)
     assert np.array_equal(L[first][inverse], L)
@@ -168,9 +169,9 @@ def test_distinct_landmarks_dense_and_sparse():
     U = sp.csr_array((np.r_[coo.data[order], 0.0], (np.r_[coo.row[order], i],
                                                      np.r_[coo.col[order], j])), shape=L.shape)
     U.has_sorted_indices = False
-    sf, si = solver.distinct_landmarks(U)
+    sf, si = preconditioner.distinct_landmarks(U)
     assert np.array_equal(sf, ref_first) and np.array_equal(si, ref_inverse)
-    assert solver.distinct_landmarks(A[:5] + np.arange(5)[:, None]) is None
+    assert preconditioner.distinct_landmarks(A[:5] + np.arange(5)[:, None]) is None
 
 
 def test_independent_landmarks_factored_as_before():
@@ -178,7 +179,7 @@ def test_independent_landmarks_factored_as_before():
     :func:`factor_kmm`'s (the same preconditioner, hence the same iterations as before)."""
     rng = np.random.default_rng(1)
     L = rng.normal(size=(40, 3))
-    keep, Kmm, T = solver.select_landmarks(ds.Gaussian(gamma=0.5), L)
+    keep, Kmm, T = preconditioner.select_landmarks(ds.Gaussian(gamma=0.5), L)
     assert keep is None and Kmm.m == 40
     assert np.array_equal(T, factor_kmm(Kmm))
 
@@ -315,9 +316,9 @@ def test_stall_rule_and_start_kept():
                                                     noise=1e-2, tol=1e-15)
     it = [s for s in state.saves if not s["done"]]
     best = int(np.argmin([s["rr"][0] for s in it]))
-    assert not ok and n_iter == best + 1 + solver.STALL_WINDOW < 500
+    assert not ok and n_iter == best + 1 + conjugate_gradient.STALL_WINDOW < 500
     assert "stalled" in msgs[0] and "its lowest" in msgs[0] and \
-        f"(iteration {best + 1}) in the {solver.STALL_WINDOW} iterations" in msgs[0]
+        f"(iteration {best + 1}) in the {conjugate_gradient.STALL_WINDOW} iterations" in msgs[0]
     assert "kept the starting point" in msgs[0]
     assert np.all(alpha == 0) and np.all(galpha == 0) and res[0] == 1.0
     P = Preconditioner(Kmm, 1e-4, len(X), T=T)

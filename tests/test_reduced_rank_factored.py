@@ -1,5 +1,5 @@
 """Reduced rank with a sketched input and an exact output side: the factored route
-(``distsketch.linalg.solve.factored_directions``) never forms ``K_Y`` or the predictions' covariance
+(``distsketch.solvers.reduced_rank.factored_directions``) never forms ``K_Y`` or the predictions' covariance
 as n × n matrices, and gives the metric route's model."""
 
 import numpy as np

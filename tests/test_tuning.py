@@ -158,10 +158,11 @@ def test_fold_threads_and_band_reach_the_fold_algebra(monkeypatch):
     """``fold_threads``: the folds' thread pool has that many threads (bitwise the same
     scores); ``fold_band``: the band reductions have that bandwidth (the same scores to
     rounding)."""
-    import distsketch.linalg.solve
+    import distsketch.linalg.shifted
 
     pools, bands = [], []
-    real_pool, real_band = distsketch.model_selection.fold_algebra.ThreadPoolExecutor, distsketch.linalg.solve.BandReduction
+    real_pool, real_band = (distsketch.model_selection.fold_algebra.ThreadPoolExecutor,
+                            distsketch.linalg.shifted.BandReduction)
 
     def pool(workers):
         pools.append(workers)
@@ -172,7 +173,7 @@ def test_fold_threads_and_band_reach_the_fold_algebra(monkeypatch):
         return real_band(H, band=band)
 
     monkeypatch.setattr(distsketch.model_selection.fold_algebra, "ThreadPoolExecutor", pool)
-    monkeypatch.setattr(distsketch.linalg.solve, "BandReduction", band)
+    monkeypatch.setattr(distsketch.linalg.shifted, "BandReduction", band)
     one = _sisokrcv(_with(fold_route="band", fold_threads=1))
     two = _sisokrcv(_with(fold_route="band", fold_threads=2))
     assert pools == [1, 2] and np.array_equal(one, two)
@@ -299,7 +300,7 @@ def test_eigen_crossover_picks_the_driver_route():
     """``eigen_crossover``: a λ path longer than the crossover is solved from one
     eigendecomposition (``InputSolution.V`` set), a shorter one by a Cholesky factorisation
     per λ; the same scores to rounding."""
-    from distsketch.linalg.solve import eigen_pays
+    from distsketch.solvers.direct import eigen_pays
 
     assert not eigen_pays(2, 500) and eigen_pays(8, 500)  # the default: 7.1 at r = 500
     assert eigen_pays(2, 500, tuning=ds.Tuning(eigen_crossover=((1, 1.5),)))

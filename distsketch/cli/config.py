@@ -442,7 +442,7 @@ def _model_params(model: dict, kinds: dict) -> dict[str, Any]:
 
                 params[k] = loss_from_config(dict(value))
         elif kind == "rank" and k in model:
-            from ..linalg.solve import check_rank
+            from ..solvers.reduced_rank import check_rank
 
             try:
                 check_rank(model[k])

@@ -1,4 +1,4 @@
-"""Driver solve: the small ``m × m`` systems of the SISOKR family and sketched KRR.
+"""Driver solve, its block math: the whitening and the input side's λ-independent factors.
 
 Glossary (docs/design.md, "Math")
 --------------------
@@ -34,34 +34,26 @@ Symmetrise, factor, threshold relatively (the whitening of sketched sides); no i
 formed but IOKR's ``(K_X + nλI)^{-1}`` (exact on both sides), whose coefficients are that
 matrix: it comes from the Cholesky factor (``potri``).
 
-The assembly of a model from the pass's sums — which factors, which projections onto the
-landmark columns — is here too (:func:`solve_sisokr`, :func:`solve_krr`,
-:func:`solve_features`); estimators call one of them. numpy and scipy only, no dask.
+Here: the whitening of a sketched side (:func:`whitening`), the columns of ``B`` certified for
+the generalized form, and the input side's factors with their per-λ solves
+(:class:`InputSolution`, :func:`solve_input`, :func:`solve_input_exact`). The closed forms of
+each model and their assembly from the pass's sums are :mod:`distsketch.solvers.direct`'s, the
+reduced rank :mod:`distsketch.solvers.reduced_rank`'s, solves for many shifts
+:mod:`distsketch.linalg.shifted`'s. numpy and scipy only, no dask.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import numbers
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_solve, cholesky
 from scipy.linalg.lapack import dpocon, dpotri, dpstrf, dtrtri
 
-from ..backends.base import dense
 from .blocks import distinct_rows
-from ..tuning import check_tuning
 
-__all__ = [
-    "whitening", "InputSolution", "solve_input", "solve_input_exact", "solve_input_side",
-    "input_basis", "sisokr_operator", "sisokr_coef", "krr_coef", "EIGEN_PATH_LENGTH",
-    "SisokrSolution", "solve_sisokr", "solve_krr", "solve_features", "sisokr_sums", "krr_sums",
-    "feature_sums", "BandReduction", "EigenShifted", "eigen_pays", "factored_directions",
-]
+__all__ = ["sym", "whitening", "InputSolution", "solve_input", "solve_input_exact"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +61,7 @@ logger = logging.getLogger(__name__)
 _SYM_TILE = 256
 
 
-def _sym(A: np.ndarray) -> np.ndarray:
+def sym(A: np.ndarray) -> np.ndarray:
     """``(A + Aᵀ)/2``, a new float64 array; a large square ``A`` by tiles of ``_SYM_TILE``
     (each tile added to its transposed mirror tile, cache-sized: 2250² in 19 ms against 31 ms
     for the whole transposed read), with the same values."""
@@ -87,7 +79,7 @@ def _sym(A: np.ndarray) -> np.ndarray:
 
 def _sym_inplace(A: np.ndarray) -> np.ndarray:
     """``A ← (A + Aᵀ)/2`` for a square float64 ``A`` the caller owns, by pairs of tiles of
-    :data:`_SYM_TILE` (each pair's mean written to both): the values of :func:`_sym` without
+    :data:`_SYM_TILE` (each pair's mean written to both): the values of :func:`sym` without
     a second array."""
     m, t = A.shape[0], _SYM_TILE
     for i in range(0, m, t):
@@ -165,7 +157,7 @@ def whitening(B: np.ndarray, *, rtol: float, argument: str = "kernel") -> np.nda
 def _whitening(B: np.ndarray, *, rtol: float, argument: str) -> tuple[np.ndarray, str]:
     """:func:`whitening` and the route it took: ``"cholesky"`` or ``"eigen"``."""
     _check_finite_sum(B, what="the sketched Gram matrix R K Rᵀ", argument=argument)
-    B = _sym(B)
+    B = sym(B)
     T = _cholesky_whitening(B, rtol=rtol)
     if T is not None:
         return T, "cholesky"
@@ -316,11 +308,6 @@ def _certified_columns(B: np.ndarray, *, rtol: float, distinct: np.ndarray | Non
     return None if keep is None else np.sort(keep)
 
 
-# An exact input side (H = K_X) factors H + nλI by Cholesky per λ: r³/3 flops against the
-# ~9r³ of a symmetric eigendecomposition with vectors, and K_X itself carries only rounding
-# error. A λ path longer than this shares one eigendecomposition instead.
-EIGEN_PATH_LENGTH = 8
-
 # A sketched input side is factored per λ too, with a safety test. H = T_Xᵀ G T_X carries the
 # rounding of the pass sum G amplified by ‖T_X‖² = 1/λ_min(B) (up to 1/(rtol·max s)): its
 # computed eigenvalues can be negative, far beyond nλ for small λ. The eigen route clips them
@@ -334,24 +321,6 @@ EIGEN_PATH_LENGTH = 8
 # (T = E_keep L^{-T}), T (H + nλI)^{-1} Tᵀ = E_keep (G_kk + nλ B_kk)^{-1} E_keepᵀ and
 # Tᵀ(... ) scales congruently, so the test and the solve factor G_kk + c·B_kk instead.
 _NOISE_SHIFT = 1e-2
-
-# Path length from which one eigendecomposition beats a Cholesky factorisation per λ on a
-# sketched input side, by the r of H: EngineOptions.tuning.eigen_crossover (distsketch.Tuning,
-# where its measurements are: `python benchmarks/bench_bibtex.py --driver-crossover`,
-# docs/design.md, "Driver routes"). The eigen route costs a generalized symmetric
-# eigendecomposition (scipy eigh(H, metric)) and one product Vᵀ R, then O(r·r_Y) per λ; the
-# Cholesky route one safety factorisation, then per λ a factorisation and its solve with r_Y
-# right-hand sides (one right-hand side, KRR, moves the crossover up 1.2–3.5×). Interpolated
-# between the sizes, the end values beyond them.
-
-
-def eigen_pays(n_lams: int, r: int, *, tuning=None) -> bool:
-    """Whether a sketched input side of ``r`` features solves ``n_lams`` values of λ faster
-    from one eigendecomposition than by a Cholesky factorisation per λ (the measured crossover
-    ``tuning.eigen_crossover``; ``tuning``: the fit's ``options.tuning``, None: the
-    defaults)."""
-    sizes, lengths = zip(*check_tuning(tuning).eigen_crossover)
-    return n_lams > float(np.interp(r, sizes, lengths))
 
 
 @dataclass(frozen=True)
@@ -430,11 +399,11 @@ class InputSolution:
         cached = self.__dict__.get("_eigen")
         if cached is None:
             if self.metric is None:
-                evals, V = np.linalg.eigh(_sym(self.H))
+                evals, V = np.linalg.eigh(sym(self.H))
             else:  # metric = B_kk is certified positive definite
                 from scipy.linalg import eigh
 
-                evals, V = eigh(_sym(self.H), _sym(self.metric), check_finite=False)
+                evals, V = eigh(sym(self.H), sym(self.metric), check_finite=False)
             cached = replace(self, V=V, evals=np.clip(evals, 0.0, None))
             object.__setattr__(self, "_eigen", cached)  # a cache, not state
         return cached
@@ -547,7 +516,7 @@ def solve_input(G: np.ndarray, B: np.ndarray, *, n: int, rtol: float,
     """
     _check_finite_sum(G, what="the sum CᵀC", argument=argument)
     _check_finite_sum(B, what="the sketched Gram matrix R K Rᵀ", argument=argument)
-    B = _sym(B)
+    B = sym(B)
     if generalized:
         m = B.shape[0]
         distinct, scratch = _distinct_columns(B), []
@@ -562,7 +531,7 @@ def solve_input(G: np.ndarray, B: np.ndarray, *, n: int, rtol: float,
                 object.__setattr__(sol, "_scratch", scratch[0])
             return sol
     T, route = _whitening(B, rtol=rtol, argument=argument)
-    return InputSolution(T=T, H=_sym(T.T @ _sym(G) @ T), n=int(n), whitening_route=route)
+    return InputSolution(T=T, H=sym(T.T @ sym(G) @ T), n=int(n), whitening_route=route)
 
 
 def _generalized(G: np.ndarray, B: np.ndarray, keep: np.ndarray, *, n: int,
@@ -574,7 +543,7 @@ def _generalized(G: np.ndarray, B: np.ndarray, keep: np.ndarray, *, n: int,
     T = np.zeros((m, len(keep)))
     T[keep, np.arange(len(keep))] = 1.0
     if len(keep) == m:
-        H, metric = _sym(G), B
+        H, metric = sym(G), B
     else:
         H, metric = _sym_inplace(_principal(G, keep)), _principal(B, keep)
     return InputSolution(T=T, H=H, n=int(n), metric=metric, support=keep,
@@ -586,453 +555,3 @@ def solve_input_exact(K: np.ndarray, *, n: int, argument: str = "input_kernel") 
     _check_finite_sum(K, what="the Gram matrix K_X", argument=argument)
     return InputSolution(T=None, H=np.asarray(K, dtype=np.float64), n=int(n),
                          whitening_route="exact")
-
-
-def input_basis(sol: InputSolution) -> np.ndarray | None:
-    """The map from sketch coordinates to the input features the model uses.
-
-    Eigen route: the eigenbasis of ``H``, ``T_X V`` (sketched) or ``V`` (exact input), so
-    that every λ only rescales coordinates (``diag((Λ + nλ)^{-1})``). Cholesky route (exact
-    input): ``None``, the features are ``k_X(X, x)`` themselves.
-    """
-    if sol.V is None:
-        return None if sol.exact else sol.T
-    if sol.support is not None:  # T = E_keep: the rows keep of V placed, no 2 m r² product
-        P = np.zeros((sol.T.shape[0], sol.V.shape[1]))
-        P[sol.support] = sol.V
-        return P
-    return sol.V if sol.exact else sol.T @ sol.V
-
-
-def sisokr_operator(sol: InputSolution, T_Y: np.ndarray | None, M: np.ndarray | None,
-                    D: np.ndarray | None = None) -> np.ndarray | None:
-    """``R`` (r_X × r_Y) with ``W(λ)ᵀ = (H + nλI)^{-1} R`` in the input features of
-    :func:`input_basis`, see :func:`sisokr_coef`.
-
-    In the coordinates ``φ_X(x) = T_Xᵀ R_X k_X(X, x)`` (``k_X(X, x)`` for an exact input):
-
-    - sketched input, sketched output: ``R = T_Xᵀ Mᵀ T_Y`` (``M = DᵀC``);
-    - sketched input, exact output (``T_Y=None``): pass ``M = C = K_X R_Xᵀ`` (n × m_X);
-      ``R = T_Xᵀ Cᵀ`` acts on the output features ``k_Y(Y, y)`` directly, because
-      ``k_Y(y, Y) K_Y^† K_Y = k_Y(y, Y)``;
-    - exact input, sketched output: pass ``D = K_Y R_Yᵀ`` (n × m_Y); ``R = D T_Y``;
-    - exact input, exact output: ``R = I_n`` (returned as ``None`` on the Cholesky route).
-
-    On the eigen route the result is ``Vᵀ R``, in the eigenbasis of ``H``.
-    """
-    if sol.exact:
-        R = None if T_Y is None else np.asarray(D, dtype=np.float64) @ T_Y
-    else:
-        M = np.asarray(M, dtype=np.float64)
-        # (r_Y or n) × r_X; the generalized form's T selects columns
-        MT = M[:, sol.support] if sol.support is not None else M @ sol.T
-        R = (MT if T_Y is None else T_Y.T @ MT).T
-    if sol.V is None:
-        return R
-    return sol.V.T.copy() if R is None else sol.V.T @ R
-
-
-def sisokr_coef(sol: InputSolution, R: np.ndarray | None, lam: float) -> np.ndarray:
-    """``W(λ)`` of shape (r_Y, r_X), ``R`` from :func:`sisokr_operator`.
-
-    Eigen route: ``W(λ) = (diag((Λ + nλ)^{-1}) R)ᵀ``, O(r_X r_Y) per λ. Cholesky route:
-    ``W(λ) = ((K_X + nλI)^{-1} R)ᵀ``, i.e. ``(D T_Y)ᵀ (K_X + nλI)^{-1}`` with a sketched
-    output side and IOKR's ``(K_X + nλI)^{-1}`` when both sides are exact. Both equal
-    Prop. 1's ``(T_Yᵀ M T_X)(H + nλI)^{-1}`` in their feature coordinates.
-    """
-    if sol.V is not None:
-        return (R / (sol.evals + sol.n * float(lam))[:, None]).T
-    return sol.inverse(lam) if R is None else sol.solve(R, lam).T
-
-
-def krr_coef(sol: InputSolution, b: np.ndarray, lam: float) -> np.ndarray:
-    """Coefficients of ``f(x) = (R_X k_X(X, x))ᵀ β(λ)``, shape (m_X, t).
-
-    Sketched input: ``β(λ) = T_X (H + nλI)^{-1} T_Xᵀ b`` with ``b = R_X K_X Y``
-    (Chen & Yang eq. 3); in the generalized form ``β(λ) = E_keep (G_kk + nλ B_kk)^{-1} b_keep``.
-    Exact input: ``β(λ) = (K_X + nλI)^{-1} Y``; pass ``b = Y``.
-    """
-    b = np.asarray(b, dtype=np.float64)
-    basis = input_basis(sol)
-    if sol.V is not None:
-        return basis @ ((basis.T @ b) / (sol.evals + sol.n * float(lam))[:, None])
-    if sol.exact:  # Cholesky route
-        return sol.solve(b, lam)
-    if sol.support is not None:  # T = E_keep: select and scatter
-        beta = np.zeros((sol.T.shape[0],) + b.shape[1:])
-        beta[sol.support] = sol.solve(b[sol.support], lam)
-        return beta
-    return sol.T @ sol.solve(sol.T.T @ b, lam)
-
-
-# --------------------------------------------------------------------------- assembly
-# What each model needs from the pass (names of distsketch.accumulate.SUM_TERMS) and how it is
-# assembled from those sums. ``x_exact`` / ``y_exact``: the side's sketch is the identity.
-
-
-def sisokr_sums(*, x_exact: bool, y_exact: bool, linear_output: bool) -> tuple[str, ...]:
-    """Sums of the SISOKR family: ``G, B`` (sketched input) or ``C`` (exact input, ``H = K_X``);
-    ``M, E`` (sketched output; ``D, E`` with an exact input, which takes ``D`` itself) or ``C``
-    (exact output: ``k_Y(y, Y) K_Y^† K_Y = k_Y(y, Y)``, so the model needs ``C``); ``U``
-    (unique training outputs, the default candidates) unless the output kernel is linear."""
-    sums = ["C"] if x_exact else ["G", "B"]
-    if y_exact:
-        if "C" not in sums:
-            sums.append("C")
-    else:
-        sums += ["D", "E"] if x_exact else ["M", "E"]
-    if not linear_output:
-        sums.append("U")
-    return tuple(sums)
-
-
-def krr_sums(*, x_exact: bool) -> tuple[str, ...]:
-    """Sums of sketched KRR: ``G, B, b`` (sketched), or ``C, Y`` (exact: ``(K + nλI)^{-1} Y``)."""
-    return ("C", "Y") if x_exact else ("G", "B", "b")
-
-
-def feature_sums(*, x_exact: bool) -> tuple[str, ...]:
-    """Sums of the whitened features: ``B = R K Rᵀ`` alone (``C = K`` when exact)."""
-    return ("C",) if x_exact else ("B",)
-
-
-def solve_input_side(sums: dict, *, exact: bool, n: int, rtol: float, n_lams: int,
-                     argument: str = "input_kernel", eigen: bool = False,
-                     tuning=None) -> InputSolution:
-    """The λ-independent input solution from the pass's sums.
-
-    Exact: ``H + nλI`` factored per λ unless the λ path is longer than
-    :data:`EIGEN_PATH_LENGTH`. Sketched: the generalized form where ``B`` is certified (else
-    the whitened ``H``), factored per λ behind the safety test, unless the path is long
-    enough that one eigendecomposition pays off (:func:`eigen_pays`); this module's notes
-    explain both. ``eigen``: the eigen route whatever the path (callers that need the
-    eigenbasis). ``tuning``: the fit's ``options.tuning`` (its ``eigen_crossover``; None: the
-    defaults).
-    """
-    if exact:  # H = K_X = C itself
-        sol = solve_input_exact(sums["C"], n=n, argument=argument)
-        return sol.with_eigen() if eigen or n_lams > EIGEN_PATH_LENGTH else sol
-    sol = solve_input(sums["G"], sums["B"], n=n, rtol=rtol, argument=argument)
-    pays = eigen_pays(n_lams, sol.H.shape[0], tuning=tuning)
-    return sol.with_eigen() if eigen or pays else sol
-
-
-@dataclass(frozen=True)
-class SisokrSolution:
-    """Everything λ-independent of a SISOKR-family model (``W(λ)`` from :func:`sisokr_coef`).
-
-    Attributes
-    ----------
-    input : InputSolution
-    input_projection : ndarray of shape (s'_X, r_X) or None
-        ``R_Xmixᵀ (T_X V)`` (sketched), ``V`` (exact input, eigen route) or None (exact input,
-        Cholesky route: the features are ``k_X(X, x)`` themselves).
-    output_whitening : ndarray of shape (m_Y, r_Y) or None
-        ``T_Y``; None for an exact output side.
-    output_projection : ndarray of shape (s'_Y, r_Y) or None
-        ``R_Ymixᵀ T_Y``; None for an exact output side (features ``k_Y(Y, y)``).
-    operator : ndarray or None
-        See :func:`sisokr_operator`.
-    output_map : ndarray of shape (r_Y, d_Y) or None
-        Linear output kernel: ``h(x) = output_mapᵀ W φ_X(x)`` (``ψ(y) = y``).
-    """
-
-    input: InputSolution
-    input_projection: np.ndarray | None
-    output_whitening: np.ndarray | None
-    output_projection: np.ndarray | None
-    operator: np.ndarray | None
-    output_map: np.ndarray | None = None
-
-
-def solve_sisokr(sums: dict, x_sketch, y_sketch, y_landmarks, *, n: int, rtol: float,
-                 n_lams: int, linear_output: bool, eigen: bool = False,
-                 threads=None, tuning=None) -> SisokrSolution:
-    """Assemble a SISOKR-family model (docs/design.md, "Driver solve") from the pass's sums.
-
-    ``x_sketch``, ``y_sketch``: the realised sketches (``transpose_dot`` maps sketch
-    coordinates to landmark columns); ``y_landmarks``: the output landmarks (a linear output
-    kernel's ``output_map`` is ``(R_Ymixᵀ T_Y)ᵀ Y_J``). ``eigen``: the input side's eigen
-    route whatever the λ path (:func:`solve_input_side`). ``threads``: a function of a
-    factorisation's order giving the BLAS-thread context it runs in (the estimators pass
-    :func:`distsketch.options.driver_threads`); the output side's whitening, of order
-    ``m_Y``, takes its own instead of the input side's. ``tuning``: the fit's
-    ``options.tuning`` (:func:`solve_input_side`; None: the defaults).
-    """
-    if threads is None:
-        def threads(size: int):
-            return contextlib.nullcontext()
-    sol = solve_input_side(sums, exact=x_sketch.is_identity, n=n, rtol=rtol, n_lams=n_lams,
-                           eigen=eigen, tuning=tuning)
-    # input features: (T_X V)ᵀ R_X k_X(X, x) in the eigenbasis of H, T_Xᵀ R_X k_X(X, x) on
-    # the Cholesky route ((R_X k_X(X, x))_keep in the generalized form), or k_X(X, x) itself
-    # (exact input side, Cholesky route)
-    basis = input_basis(sol)
-    input_projection = None if basis is None else x_sketch.transpose_dot(basis)
-    if y_sketch.is_identity:  # exact output: raw features k_Y(Y, y)
-        T_Y = output_projection = None
-        operator = sisokr_operator(sol, None, sums.get("C"))
-    else:
-        with threads(sums["E"].shape[0]):
-            T_Y = whitening(sums["E"], rtol=rtol, argument="output_kernel")
-        operator = sisokr_operator(sol, T_Y, sums.get("M"), sums.get("D"))
-        output_projection = y_sketch.transpose_dot(T_Y)
-    output_map = None
-    if linear_output:
-        L_Y = dense(y_landmarks)
-        output_map = L_Y if output_projection is None else output_projection.T @ L_Y
-    return SisokrSolution(sol, input_projection, T_Y, output_projection, operator, output_map)
-
-
-def solve_krr(sums: dict, x_sketch, *, n: int, rtol: float, n_lams: int, tuning=None
-              ) -> tuple[InputSolution, np.ndarray]:
-    """Sketched KRR's input solution and right-hand side: ``b = R_X K_X Y`` (sketched) or
-    ``Y`` itself (exact), for :func:`krr_coef`; ``tuning``: the fit's ``options.tuning``
-    (:func:`solve_input_side`; None: the defaults)."""
-    sol = solve_input_side(sums, exact=x_sketch.is_identity, n=n, rtol=rtol, n_lams=n_lams,
-                           argument="kernel", tuning=tuning)
-    return sol, (sums["Y"] if "Y" in sums else sums["b"])
-
-
-def solve_features(sums: dict, x_sketch, *, rtol: float) -> tuple[np.ndarray, np.ndarray]:
-    """Whitened features ``φ(x) = T_Xᵀ R_X k(X, x)``: ``(T_X, R_Xmixᵀ T_X)``.
-
-    ``T_X`` whitens ``B = R_X K R_Xᵀ`` (``K`` itself for an exact side), so the Gram matrix of
-    the features on the training rows is ``K R_Xᵀ B^† R_X K``, the sketched kernel.
-    """
-    B = sums["C"] if x_sketch.is_identity else sums["B"]
-    T = whitening(B, rtol=rtol, argument="kernel")  # refuses non-finite sums, naming the kernel
-    return T, x_sketch.transpose_dot(T)
-
-
-# --------------------------------------------------------------------------- reduced rank
-
-
-def prediction_covariance(sol: InputSolution, W: np.ndarray) -> np.ndarray:
-    """``Σ_i g(x_i) g(x_i)ᵀ`` (r_Y × r_Y): n times the uncentred covariance of the training
-    predictions' output coordinates ``g(x) = W φ_X(x)`` (Brogat-Motte et al., JMLR 2022).
-
-    ``W F Wᵀ`` with ``F = Σ_i φ_X(x_i) φ_X(x_i)ᵀ`` the Gram of the input features over the
-    training rows: ``F = H = T_Xᵀ G T_X`` (sketched input; ``diag(Λ)`` in the eigenbasis, so
-    ``W H Wᵀ = Ã diag(Λ/(Λ + nλ)²) Ãᵀ``) or ``F = K_X²`` (exact input, features
-    ``k_X(X, x)``; ``diag(Λ²)`` in the eigenbasis).
-    """
-    W = np.asarray(W, dtype=np.float64)
-    if sol.V is not None:
-        f = sol.evals * sol.evals if sol.exact else sol.evals
-        return _sym((W * f) @ W.T)
-    if sol.exact:  # Cholesky route: F = K_X²
-        WK = W @ sol.H
-        return _sym(WK @ WK.T)
-    return _sym(W @ sol.H @ W.T)
-
-
-def principal_directions(S: np.ndarray, metric: np.ndarray | None = None, *,
-                         rtol: float = 1e-10) -> tuple[np.ndarray, np.ndarray]:
-    """Principal directions of a covariance ``S`` of output coordinates, in H_Y.
-
-    The coordinates ``g`` stand for ``Σ_j g_j e_j`` with ``⟨e_j, e_k⟩ = metric_jk``
-    (``None``: orthonormal, a whitened sketched output side; ``K_Y`` for an exact one).
-    Returns ``(A, μ)``: ``A`` (r_Y × q) whose columns are the eigenvectors of the covariance
-    operator, orthonormal in H_Y (``Aᵀ metric A = I``), in descending order of ``μ`` (q ≤ r_Y:
-    the retained dimension of the metric). The rank-p projection of ``g`` is
-    ``A_p A_pᵀ metric g``.
-    """
-    if metric is None:
-        mu, Q = np.linalg.eigh(_sym(S))
-        return Q[:, ::-1].copy(), mu[::-1].copy()
-    s, U = np.linalg.eigh(_sym(metric))
-    keep = s > rtol * max(s[-1], 0.0)
-    U, r = U[:, keep], np.sqrt(s[keep])
-    Z = (U.T @ S @ U) * r[:, None] * r[None, :]  # the covariance in orthonormal coordinates
-    mu, V = np.linalg.eigh(_sym(Z))
-    return (U / r) @ V[:, ::-1], mu[::-1].copy()
-
-
-def factored_directions(sol: InputSolution, Q: np.ndarray, lam: float, *,
-                        rtol: float = 1e-10) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`principal_directions` for a sketched input side and an exact output side
-    without any n × n object.
-
-    There ``W(λ) = Rᵀ N`` (n × r_X: ``R`` the operator, r_X × n; ``N = (H + nλ·metric)^{-1}``,
-    r_X × r_X, see :func:`sisokr_coef`) and ``S = W F Wᵀ = Φ Φᵀ`` with ``Φ = Rᵀ N L``,
-    ``F = L Lᵀ`` (``F = H``; ``diag(Λ)`` on the eigen route). In the metric ``Γ = K_Y`` the
-    eigenpairs of the covariance operator with ``μ > 0`` come from an r_X × r_X problem::
-
-        Φᵀ Γ Φ = (N L)ᵀ Q (N L) = V diag(μ) Vᵀ,     Q = R K_Y Rᵀ   (λ-free, r_X × r_X)
-        A = Φ V diag(μ)^{-1/2} = Rᵀ E,              E = N L V diag(μ)^{-1/2}
-
-    so that ``Aᵀ Γ A = I`` and ``S Γ A = A diag(μ)``: the columns of ``A`` are those of
-    :func:`principal_directions` (up to signs within equal ``μ``), restricted to ``μ`` above
-    ``rtol · μ_max`` — the span of the predictions, so a rank past it is the full model.
-    Cost: ``O(r_X³)`` here, ``Q`` once per fit (``2n²r_X`` flops from row blocks of
-    ``K_Y``), against ``O(n³)`` for the metric's eigendecomposition.
-
-    Returns ``(E, μ)``: ``E`` (r_X × q) by descending ``μ`` (q,).
-    """
-    if sol.V is not None:
-        f = np.maximum(sol.evals, 0.0)
-        g = np.sqrt(f) / (f + sol.n * float(lam))  # N L = diag(√Λ / (Λ + nλ))
-        Z = Q * g[:, None] * g[None, :]
-
-        def apply(V):  # N L V, N L diagonal
-            return g[:, None] * V
-    else:
-        s, U = np.linalg.eigh(_sym(sol.H))
-        NL = sol.solve(U * np.sqrt(np.maximum(s, 0.0)), lam)
-        Z = NL.T @ Q @ NL
-
-        def apply(V):
-            return NL @ V
-    mu, V = np.linalg.eigh(_sym(Z))
-    mu, V = mu[::-1], V[:, ::-1]
-    keep = mu > rtol * max(float(mu[0]), 0.0) if len(mu) else np.zeros(0, bool)
-    mu = mu[keep]
-    return apply(V[:, keep]) / np.sqrt(mu), mu.copy()
-
-
-def check_rank(rank: Any, *, argument: str = "rank") -> tuple[int, ...]:
-    """``None`` (full rank), a positive int or a sequence of them; returns the ranks."""
-    if rank is None:
-        return ()
-    values = rank if isinstance(rank, (Sequence, np.ndarray)) and not isinstance(rank, str) \
-        else [rank]
-    out = []
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-            raise ValueError(f"{argument}: the rank of the reduced-rank estimator must be None "
-                             f"or a positive integer (or a sequence of them), got {rank!r}")
-        out.append(int(v))
-    if not out:
-        raise ValueError(f"{argument}: empty sequence; give at least one rank, or None")
-    return tuple(out)
-
-
-# --------------------------------------------------------------------------- shifted solves
-
-
-class BandReduction:
-    """``A = Q Bd Qᵀ`` with ``Bd`` symmetric banded (bandwidth ``band``) and ``Q`` orthogonal:
-    one factorisation serving ``(A + cI)^{-1} X`` for many shifts ``c``.
-
-    Householder band reduction (the first stage of LAPACK's two-stage ``syevd_2stage``;
-    Bischof, Lang & Sun, "A framework for symmetric band reduction", ACM TOMS 26, 2000):
-    panel ``j`` of ``band`` columns is reduced by a QR factorisation (``geqrt``, compact WY
-    ``Q_j = I − V T Vᵀ``) of its rows below the band, and the trailing matrix is updated from
-    both sides, ``A₂₂ ← Q_jᵀ A₂₂ Q_j = A₂₂ − V Wᵀ − W Vᵀ`` with ``W = X − ½ V Tᵀ Vᵀ X``,
-    ``X = A₂₂ V T`` (BLAS ``symm`` and ``syr2k`` on the lower triangle). All of it is
-    matrix–matrix work, ``4r³/3`` flops, against about ``9 r³`` for an eigendecomposition
-    with vectors, a third of them memory-bound matrix–vector products (measured with one BLAS
-    thread, r = 2247: 0.8 s against 2.5–3 s); a shift then costs a banded Cholesky
-    factorisation, ``O(r · band²)``, and its solve ``O(r · band)`` per right-hand side. Backward stable (orthogonal transformations only), so
-    ``(A + cI)^{-1} X`` is as accurate as from an eigendecomposition or a dense Cholesky
-    factor. Unlike the eigen route nothing is clipped: a shift that leaves ``A + cI``
-    numerically indefinite is reported (``solve`` returns None).
-
-    Parameters
-    ----------
-    A : ndarray of shape (r, r)
-        Symmetric (the lower triangle is used after symmetrisation).
-    band : int
-        Bandwidth of ``Bd`` (the panel width).
-    """
-
-    def __init__(self, A: np.ndarray, *, band: int = 64):
-        from scipy.linalg.blas import dsymm, dsyr2k
-        from scipy.linalg.lapack import dgeqrt
-
-        A = _sym(A)
-        r = A.shape[0]
-        b = max(1, min(int(band), max(r - 1, 1)))
-        self.band, self.r = b, r
-        self._reflectors: list[tuple[int, np.ndarray, np.ndarray]] = []
-        dense = np.zeros((r, r))
-        S = np.asfortranarray(A)  # the trailing matrix, lower triangle valid
-        j = 0
-        while r - (j + b) >= 2:  # more than one row below the band
-            s = j + b
-            k = min(b, r - s)
-            dense[j:s, j:s] = S[:b, :b]
-            qr, t, info = dgeqrt(k, S[b:, :b])
-            if info != 0:  # pragma: no cover - geqrt fails only on invalid arguments
-                raise ValueError(f"band reduction: LAPACK geqrt info {info}")
-            V = np.tril(qr[:, :k], -1)
-            V[np.arange(k), np.arange(k)] = 1.0
-            T = np.triu(t[:k, :k])
-            dense[s:s + k, j:s] = np.triu(qr[:k, :])
-            S = np.asfortranarray(S[b:, b:])
-            X = dsymm(1.0, S, V @ T, side=0, lower=1)
-            Wm = X - 0.5 * (V @ (T.T @ (V.T @ X)))
-            S = dsyr2k(-1.0, V, Wm, beta=1.0, c=S, lower=1, overwrite_c=1)
-            self._reflectors.append((s, V, T))
-            j = s
-        dense[j:, j:] = S
-        A = np.tril(dense)
-        A = A + np.tril(A, -1).T
-        self.dense = _sym(A)  # exactly banded: entries beyond the band are zeros
-        ab = np.zeros((b + 1, r))
-        for d in range(b + 1):
-            ab[d, :r - d] = np.diagonal(self.dense, -d)
-        self._ab = ab  # LAPACK lower band storage: ab[d, j] = Bd[j + d, j]
-
-    def qt_dot(self, X: np.ndarray) -> np.ndarray:
-        """``Qᵀ X`` (a new array)."""
-        X = np.array(X, dtype=np.float64)
-        for s, V, T in self._reflectors:
-            X[s:] -= V @ (T.T @ (V.T @ X[s:]))
-        return X
-
-    def q_dot(self, X: np.ndarray) -> np.ndarray:
-        """``Q X`` (a new array)."""
-        X = np.array(X, dtype=np.float64)
-        for s, V, T in reversed(self._reflectors):
-            X[s:] -= V @ (T @ (V.T @ X[s:]))
-        return X
-
-    def band_dot(self, X: np.ndarray) -> np.ndarray:
-        """``Bd X`` from the band alone (block rows of ``band``: O(r · band · k) flops)."""
-        X = np.asarray(X, dtype=np.float64)
-        out = np.empty((self.r,) + X.shape[1:])
-        b, r = self.band, self.r
-        for i in range(0, r, b):
-            lo, hi = max(0, i - b), min(r, i + 2 * b)
-            out[i:i + b] = self.dense[i:i + b, lo:hi] @ X[lo:hi]
-        return out
-
-    def solve(self, X: np.ndarray, shift: float) -> np.ndarray | None:
-        """``(Bd + shift·I)^{-1} X`` by a banded Cholesky factorisation (LAPACK ``pbtrf``,
-        ``pbtrs``); None when ``Bd + shift·I`` is not numerically positive definite."""
-        from scipy.linalg.lapack import dpbtrf, dpbtrs
-
-        ab = self._ab.copy()
-        ab[0] += float(shift)
-        c, info = dpbtrf(ab, lower=1, overwrite_ab=1)
-        if info != 0:
-            return None
-        x, info = dpbtrs(c, np.asarray(X, dtype=np.float64), lower=1)
-        if info != 0:  # pragma: no cover - the factor exists
-            return None
-        return x
-
-
-class EigenShifted:
-    """The interface of :class:`BandReduction` from an eigendecomposition ``A = U diag(h) Uᵀ``
-    (eigenvalues clipped at 0, as every sketched input side is solved): the fallback where a
-    shift leaves the banded factor numerically indefinite."""
-
-    def __init__(self, A: np.ndarray):
-        h, self._U = np.linalg.eigh(_sym(A))
-        self._h = np.clip(h, 0.0, None)
-        self.r = len(h)
-
-    def qt_dot(self, X: np.ndarray) -> np.ndarray:
-        return self._U.T @ X
-
-    def q_dot(self, X: np.ndarray) -> np.ndarray:
-        return self._U @ X
-
-    def band_dot(self, X: np.ndarray) -> np.ndarray:
-        return self._h[:, None] * X
-
-    def solve(self, X: np.ndarray, shift: float) -> np.ndarray:
-        return X / (self._h + float(shift))[:, None]

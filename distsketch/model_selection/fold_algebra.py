@@ -244,7 +244,7 @@ def _fold_scores(H_k, M_k, kyy_k, cnt_k, *, P, evals, operator, T_Y, n, lams, ra
                  keep_model, band):
     """One fold of :func:`sisokr_fold_scores`: its row of scores, with ``keep_model`` its
     decoding models (else None), and ``‖Z‖_F`` per λ (:func:`fold_error_bound`)."""
-    from ..linalg.solve import BandReduction, EigenShifted
+    from ..linalg.shifted import BandReduction, EigenShifted
 
     per = max(len(ranks), 1)
     row = np.full(len(lams) * per, np.nan)

@@ -21,7 +21,8 @@ from ..engine.accumulate import fold_ids
 from ..models.base import FitSpec, SketchedEstimator
 from ..kernels.base import Linear
 from ..models.sisokr import SISOKR
-from ..linalg.solve import check_rank, input_basis
+from ..solvers.reduced_rank import check_rank
+from ..solvers.direct import input_basis
 from .fold_algebra import output_scale, sisokr_fold_scores
 from .folds import all_rows_for_exact_sides, fold_spec, ordered_sum
 from .grid import candidate_kernels, check_gammas, json_kernels, prefixes_of

@@ -3,7 +3,7 @@
 Every estimator subclasses :class:`SketchedEstimator` and fits the same way::
 
     validate (arguments, then data)  →  pass (accumulate.fit_pass, the sums it declares)
-        →  solve (solve.solve_*)  →  coefficients (λ-dependent)  →  save (kept store)
+        →  solve (direct.solve_*)  →  coefficients (λ-dependent)  →  save (kept store)
 
 A model declares what differs — its parameters' kinds (:attr:`SketchedEstimator._param_kinds`,
 which also drive saved-model JSON and TOML configs), its kernelised sides, the pass sums it
@@ -339,7 +339,7 @@ class SketchedEstimator(ParamsMixin):
 
     def _solve(self, spec: FitSpec, res: PassResult) -> None:
         """The direct route: set the fitted state from the pass's result (calling a
-        ``solve.solve_*``)."""
+        ``direct.solve_*``)."""
         raise NotImplementedError
 
     def _auto_route(self, X):

@@ -14,7 +14,7 @@ import numpy as np
 from .base import FitSpec, RidgeEstimator, checks_feature_names
 from ..options import driver_threads, with_blas_limit
 from ..solvers.routes import check_iterations
-from ..linalg.solve import krr_sums, solve_krr
+from ..solvers.direct import krr_sums, solve_krr
 from .ridge import (RIDGE_PARAMS, KRRClosedForm, auto_ridge_route, centre_targets,
     check_intercept, driver_size, intercept_sums, kernel_expansion, with_metric)
 

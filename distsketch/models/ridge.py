@@ -24,7 +24,8 @@ from ..engine.features import FeatureMap
 from ..options import driver_threads
 from ..solvers.routes import CoefTable, Direct, check_iterations, fitted_index, get_route
 from ..engine.rows import as_row_source
-from ..linalg.solve import krr_coef, prediction_covariance, sisokr_coef
+from ..solvers.direct import krr_coef, sisokr_coef
+from ..solvers.reduced_rank import prediction_covariance
 
 __all__ = ["RIDGE_PARAMS", "KRRClosedForm", "SisokrClosedForm", "SisokrTable",
            "check_sisokr_pcg", "auto_sisokr_route", "auto_ridge_route", "check_intercept",

@@ -27,8 +27,8 @@ from ..kernels.base import Linear
 from ..options import driver_threads, with_blas_limit
 from ..solvers.routes import fitted_index
 from ..engine.rows import as_row_source
-from ..linalg.solve import (check_rank, factored_directions, principal_directions, sisokr_coef,
-    sisokr_sums, solve_sisokr)
+from ..solvers.reduced_rank import check_rank, factored_directions, principal_directions
+from ..solvers.direct import sisokr_coef, sisokr_sums, solve_sisokr
 from .ridge import (RIDGE_PARAMS, SisokrClosedForm, SisokrTable, auto_sisokr_route,
     centred_rows, check_intercept, check_sisokr_pcg, driver_size, with_metric)
 

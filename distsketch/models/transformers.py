@@ -13,7 +13,7 @@ import numpy as np
 from .base import FitSpec, SketchedEstimator, checks_feature_names
 from ..engine.features import FeatureMap
 from ..options import with_blas_limit
-from ..linalg.solve import feature_sums, solve_features
+from ..solvers.direct import feature_sums, solve_features
 
 __all__ = ["SketchedFeatures"]
 

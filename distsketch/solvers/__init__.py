@@ -1,2 +1,3 @@
-"""Solver routes (:mod:`.routes`): the direct solve, Falkon's PCG (:mod:`.pcg`) and the
-Lipschitz-loss routes (:mod:`.lipschitz`)."""
+"""Solver routes (:mod:`.routes`): the direct solve (:mod:`.direct`, its reduced rank
+:mod:`.reduced_rank`), Falkon's PCG (:mod:`.pcg`: :mod:`.preconditioner`,
+:mod:`.conjugate_gradient`) and the Lipschitz-loss routes (:mod:`.lipschitz`)."""
