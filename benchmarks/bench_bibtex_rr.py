@@ -135,7 +135,7 @@ def main() -> None:
 def load_corel5k(folder):
     """Mulan's Corel5k split: dense binary inputs (4500 × 499 and 500 × 499) and label
     matrices (374 labels, the last attributes)."""
-    from distsketch.io.loaders import load_arff
+    from distsketch.io.arff import load_arff
 
     Xtr, Ytr = load_arff(folder / "Corel5k-train-sparse.arff", n_targets=374)
     Xte, Yte = load_arff(folder / "Corel5k-test-sparse.arff", n_targets=374)

@@ -158,7 +158,7 @@ def load(spec: dict):
     """Training and test rows for the scikit-learn baselines, missing values kept (NaN: the
     pipelines impute the training means themselves)."""
     from distsketch.cli.config import read_data
-    from distsketch.io.loaders import load_arff
+    from distsketch.io.arff import load_arff
 
     def read(paths):
         if "n_targets" in spec["data"]:

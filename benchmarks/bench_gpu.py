@@ -35,7 +35,7 @@ densities); the smallest ``sparse`` crossover over the shapes is the value to wr
 
 Without CuPy and a CUDA device the full run stops at once (nothing is measured or written).
 ``--quick`` runs tiny sizes once and writes nothing: on a machine without a GPU it runs the
-CPU path and the CUDA backend's code on numpy (:class:`distsketch.backends.cuda.HostModules`), to
+CPU path and the CUDA backend's code on numpy (:class:`distsketch.testing.devices.HostModules`), to
 check the script end to end — those "device" times are host times and are labelled so.
 
 ``--json PATH`` also writes the figures as JSON to PATH (rewritten after each sparse-rows
@@ -181,7 +181,7 @@ def sparse_crossover(be, shapes, densities, n_landmarks: int, seconds,
     route the host takes with its dense landmark panels) and ``dense`` (threshold 0: both
     densified on the device, then the dense route's GEMM). ``on_row(rows)`` after each row."""
     import distsketch as ds
-    from distsketch.kernels.base import tuned
+    from distsketch.kernels.sparse import tuned
 
     kernel = ds.Gaussian(gamma=0.5)
     rows = []
@@ -315,7 +315,8 @@ def main() -> None:
         device_be, seconds = get_backend("cuda"), _device_seconds
         roof = None if args.sparse_only else gpu_roofline()
     else:
-        from distsketch.backends.cuda import CupyBackend, HostModules
+        from distsketch.backends.cuda import CupyBackend
+        from distsketch.testing.devices import HostModules
 
         device_be = register_backend(CupyBackend(HostModules(), name="cuda-emulated"))
         gpu = {"device": "cpu", "backend": "cuda-emulated"}

@@ -43,7 +43,7 @@ def data_dir() -> Path:
 
 
 def load():
-    from distsketch.io.loaders import load_arff
+    from distsketch.io.arff import load_arff
 
     X, Y = load_arff(data_dir() / "rf1-train.arff", n_targets=8)
     Xt, Yt = load_arff(data_dir() / "rf1-test.arff", n_targets=8)

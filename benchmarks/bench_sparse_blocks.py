@@ -89,9 +89,10 @@ def dense_time(kernel, A, L, out, repeats: int) -> float:
 
 
 def grid(repeats: int, shapes, densities) -> dict:
-    from distsketch.kernels import base as kernels
+    from distsketch.kernels import sparse as kernels
+    from distsketch.kernels.families import Gaussian
 
-    kernel = kernels.Gaussian(gamma=1e-3)
+    kernel = Gaussian(gamma=1e-3)
     rng = np.random.default_rng(0)
     rows = []
     crossovers = {}
@@ -141,8 +142,8 @@ def bibtex_dir() -> Path:
 
 def bibtex(repeats: int, with_full: bool) -> dict | None:
     import distsketch as ds
-    from distsketch.kernels import base as kernels
-    from distsketch.io.loaders import load_arff
+    from distsketch.kernels import sparse as kernels
+    from distsketch.io.arff import load_arff
 
     folder = bibtex_dir()
     if not (folder / "bibtex-train.arff").exists():

@@ -160,7 +160,7 @@ def main() -> None:
         return
     t_start = time.perf_counter()
     import distsketch as ds
-    from distsketch.io.loaders import load_hdf5
+    from distsketch.io.arrays import load_hdf5
 
     train, _ = load_hdf5(path, x_key="train/data", y_key="train/target")
     test, test_labels = load_hdf5(path, x_key="test/data", y_key="test/target")

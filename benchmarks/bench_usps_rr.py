@@ -49,7 +49,7 @@ def main() -> None:
         print(f"skipped: USPS data not found at {path}")
         return
     import distsketch as ds
-    from distsketch.io.loaders import load_hdf5
+    from distsketch.io.arrays import load_hdf5
     from distsketch.metrics import kernel_loss
 
     train, _ = load_hdf5(path, x_key="train/data", y_key="train/target")

@@ -49,10 +49,14 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec):
-        return moved_module(spec.name.rpartition(".")[2])
+        module = moved_module(spec.name.rpartition(".")[2])
+        self._own_spec = module.__spec__  # the import system sets the alias's spec on it
+        return module
 
     def exec_module(self, module):
-        """The module is the new one, already executed."""
+        """The module is the new one, already executed: give it back its own spec (relative
+        imports inside it check ``__package__`` against ``__spec__.parent``)."""
+        module.__spec__ = self._own_spec
 
 
 def install() -> None:

@@ -61,7 +61,7 @@ import numpy as np
 import scipy.sparse as sp
 
 import distsketch as ds
-from distsketch.io.loaders import load_arff
+from distsketch.io.arff import load_arff
 from distsketch.metrics import f1_samples, hamming_loss
 
 N_LABELS = 159

@@ -67,7 +67,7 @@ import numpy as np
 from scipy.spatial.distance import pdist
 
 import distsketch as ds
-from distsketch.io.loaders import load_csv
+from distsketch.io.delimited import load_csv
 
 logger = logging.getLogger(__name__)
 

@@ -54,7 +54,7 @@ import numpy as np
 from scipy.spatial.distance import cdist, pdist
 
 import distsketch as ds
-from distsketch.io.loaders import load_hdf5
+from distsketch.io.arrays import load_hdf5
 from distsketch.metrics import kernel_loss
 
 DEFAULT_DATA = Path(os.environ.get("DISTSKETCH_DATA")

@@ -43,7 +43,7 @@ def sisokr_scores(kx, ky, Rx, Ry, X, Y, Xq, Yc, lam):
 
 def sisokr_linear_predict(kx, Rx, Ry, X, Y, Xq, lam):
     """Linear output kernel: ĥ(x) = Yᵀ Q[:, q] (vectors, no decoding)."""
-    from distsketch.kernels.base import Linear
+    from distsketch.kernels.families import Linear
 
     return (Y.T @ sisokr_inner(kx, Linear(), Rx, Ry, X, Y, Xq, lam)).T
 

@@ -11,7 +11,7 @@ import pytest
 
 import distsketch as ds
 from conftest import data_dir
-from distsketch.io.loaders import load_arff
+from distsketch.io.arff import load_arff
 
 pytestmark = pytest.mark.slow
 

@@ -280,7 +280,7 @@ def _rf1():
     if not (base / "rf1-train.arff").exists():
         pytest.skip(f"real data set not available: {base / 'rf1-train.arff'} "
                     f"(set DISTSKETCH_DATA)")
-    from distsketch.io.loaders import load_arff
+    from distsketch.io.arff import load_arff
 
     X, Y = load_arff(base / "rf1-train.arff", n_targets=8)
     Xt, Yt = load_arff(base / "rf1-test.arff", n_targets=8)

@@ -4,8 +4,8 @@ scipy.sparse rows cross to the device as CSR (the smaller form to copy); a built
 densifies a device CSR operand on the device when its density exceeds the device's threshold,
 ``distsketch.backends.cuda.DEVICE_SPARSE_MAX_DENSITY`` (``Backend.sparse_max_density``; a fit's
 ``Tuning.device_sparse_max_density`` overrides it), at the place the host's rule
-(``Tuning.sparse_max_density``) applies: ``kernels._cheaper_form``. Run
-through the emulated device (:class:`~distsketch.backends.cuda.HostModules`), whose CSR matrices, like
+(``Tuning.sparse_max_density``) applies: ``kernels.sparse.cheaper_form``. Run
+through the emulated device (:class:`~distsketch.testing.devices.HostModules`), whose CSR matrices, like
 cupyx's, are not scipy.sparse matrices, so the kernels take their device routes. The value and
 fit tests also run on real CuPy (marked ``gpu``; skipped with the reason where CuPy or a CUDA
 device is missing), within the issue's tolerances.
@@ -25,10 +25,12 @@ import scipy.sparse as sp
 
 import distsketch as ds
 import distsketch.backends.cuda as dcuda
-import distsketch.kernels.base as dk
+import distsketch.kernels.base as dk_base
+import distsketch.kernels.sparse as dk
 from conftest import CLOSED_FORM_RTOL
 from distsketch.backends.base import backend_of, register_backend
-from distsketch.backends.cuda import CupyBackend, EmulatedCSR, EmulatedDeviceArray, HostModules
+from distsketch.backends.cuda import CupyBackend
+from distsketch.testing.devices import EmulatedCSR, EmulatedDeviceArray, HostModules
 from naive import norm_rel_err
 from gpuhelpers import cupy_skip_reason
 
@@ -66,16 +68,16 @@ def device(request, be):
 
 @pytest.fixture
 def routes(monkeypatch):
-    """Every ``(input, output)`` of ``kernels._cheaper_form`` during the test."""
+    """Every ``(input, output)`` of ``kernels.sparse.cheaper_form`` during the test."""
     seen: list = []
-    original = dk._cheaper_form
+    original = dk.cheaper_form
 
     def spy(A, be):
         out = original(A, be)
         seen.append((A, out))
         return out
 
-    monkeypatch.setattr(dk, "_cheaper_form", spy)
+    monkeypatch.setattr(dk_base, "cheaper_form", spy)  # where Kernel looks it up
     return seen
 
 

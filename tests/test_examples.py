@@ -137,7 +137,7 @@ def test_casp_regression(tmp_path, capsys):
 def test_bibtex_multilabel(capsys):
     folder = data_dir("bibtex")
     out = run("bibtex_multilabel", ["--quick", "--data", str(DATA)], capsys)
-    from distsketch.io.loaders import load_arff
+    from distsketch.io.arff import load_arff
     from distsketch.metrics import f1_samples
 
     _, Y = load_arff(folder / "bibtex-train.arff", n_targets=159)  # Y is always dense
@@ -156,7 +156,7 @@ def test_usps_completion(tmp_path, capsys):
     path = data_dir("usps") / "usps.h5"
     out = run("usps_completion", ["--quick", "--output", str(tmp_path), "--data", str(DATA)], capsys)
     check_png(tmp_path / "usps_completion.png")
-    from distsketch.io.loaders import load_hdf5
+    from distsketch.io.arrays import load_hdf5
 
     train, _ = load_hdf5(path, x_key="train/data", y_key="train/target")
     test, _ = load_hdf5(path, x_key="test/data", y_key="test/target")

@@ -1,7 +1,7 @@
 """The CUDA backend (distsketch.backends.cuda).
 
 Two ways through the same code: :class:`~distsketch.backends.cuda.CupyBackend` built on
-:class:`~distsketch.backends.cuda.HostModules` (numpy dressed as a device: its arrays refuse host ndarrays
+:class:`~distsketch.testing.devices.HostModules` (numpy dressed as a device: its arrays refuse host ndarrays
 in ufuncs and products as CuPy's do, "pinned" staging buffers and streams are host stand-ins)
 runs everywhere and must give bitwise the numpy backend's results, since it performs the same
 numpy operations; the same tests with real CuPy are marked ``gpu`` and skip with the reason
@@ -28,7 +28,8 @@ import distsketch.backends.cuda as dcuda
 from conftest import CLOSED_FORM_RTOL
 from distsketch.linalg import topk
 from distsketch.backends.base import BACKENDS, get_backend, register_backend
-from distsketch.backends.cuda import CupyBackend, EmulatedDeviceArray, HostModules
+from distsketch.backends.cuda import CupyBackend
+from distsketch.testing.devices import EmulatedCSR, EmulatedDeviceArray, HostModules
 from distsketch.decoding.preimage import decode_fixed, decode_ragged
 from distsketch.engine.features import FeatureMap
 from distsketch.options import check_options
@@ -176,8 +177,8 @@ def test_cupy_modules_stage_through_pinned_buffers_and_events(monkeypatch):
                               ("cupyx", "cupyx.scipy", "cupyx.scipy.sparse"))
     cupyx.scipy, scipy_.sparse = scipy_, sparse_
     sparse_.csr_matrix, sparse_.issparse, sparse_.spmatrix = (
-        lambda M: dcuda.EmulatedCSR(sp.csr_matrix(M)),
-        lambda a: isinstance(a, dcuda.EmulatedCSR), dcuda.EmulatedCSR)
+        lambda M: EmulatedCSR(sp.csr_matrix(M)),
+        lambda a: isinstance(a, EmulatedCSR), EmulatedCSR)
     for mod_name, mod in (("cupy", _FakeCupy(log)), ("cupyx", cupyx), ("cupyx.scipy", scipy_),
                           ("cupyx.scipy.sparse", sparse_)):
         monkeypatch.setitem(sys.modules, mod_name, mod)
@@ -354,7 +355,8 @@ def test_mixing_and_projections_cross_to_the_device_once(monkeypatch):
     import gc
 
     import distsketch.backends.cuda
-    from distsketch.sketches.base import SparseSketch, TiledSketch
+    from distsketch.sketches.base import SparseSketch
+    from distsketch.sketches.tiled import TiledSketch
 
     X, _, y = _problem()
     calls = collections.Counter()

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from distsketch.io.loaders import (_arff_header, load_arff, load_csv, load_dataset, load_hdf5,
-    load_npz_or_npy, load_zarr)
+from distsketch.io.arff import arff_header, load_arff
+from distsketch.io.arrays import load_hdf5, load_npz_or_npy, load_zarr
+from distsketch.io.delimited import load_csv
+from distsketch.io.loaders import load_dataset
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 nan = np.nan
@@ -85,7 +87,7 @@ def test_arff_sparse_exact(tmp_path):
 
 def test_arff_header_names_and_dtype(tmp_path):
     path = _write(tmp_path, "d.arff", DENSE_ARFF)
-    names, start = _arff_header(path.read_text().splitlines(), path)
+    names, start = arff_header(path.read_text().splitlines(), path)
     assert names == ["a b", "c,d", "plain", "lab1", "lab 2"]
     assert start == 11  # the line after @DATA
     X, Y = load_arff(path, n_targets=4, dtype=np.float32)
@@ -275,7 +277,7 @@ def test_real_bibtex():
     np.testing.assert_array_equal(np.unique(X.data), [1.0])
     np.testing.assert_array_equal(np.unique(Y), [0.0, 1.0])
     lines = path.read_text().splitlines()
-    names, start = _arff_header(lines, path)
+    names, start = arff_header(lines, path)
     assert names[1836] == "TAG_2005"
     # Y[:, 0] is attribute 1836 (TAG_2005): count the rows holding that sparse entry.
     tagged = [bool(re.search(r"[{,]1836 1[,}]", line)) for line in lines[start:] if line.startswith("{")]

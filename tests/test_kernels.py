@@ -12,10 +12,16 @@ import scipy.sparse as sp
 from numpy.testing import assert_allclose
 
 from distsketch import Tuning
-from distsketch.kernels import base as kernels
+from distsketch.kernels import base as kernel_base
+from distsketch.kernels import families as kernel_families
+from distsketch.kernels import sparse as kernel_sparse
+from distsketch.kernels import standardized as kernel_standardized
 from distsketch.testing.contracts import FLOAT32_EXP_ULPS, KernelContract
-from distsketch.kernels.base import (KERNELS, CallableKernel, Gaussian, GaussianTanimoto, Kernel,
-    Laplacian, Linear, Matern, Polynomial, Tanimoto, check_kernel, kernel_from_config)
+from distsketch.kernels.base import KERNELS, CallableKernel, Kernel, check_kernel, kernel_from_config
+from distsketch.kernels.families import (Gaussian, GaussianTanimoto, Laplacian, Linear, Matern,
+    Polynomial, Tanimoto)
+from distsketch.kernels.sparse import tuned
+from distsketch.kernels.standardized import Standardized
 
 # ---------------------------------------------------------------------------- naive formulas
 
@@ -229,7 +235,7 @@ PRODUCT_KERNELS = [k for k in REGISTERED if not isinstance(k, Laplacian)]
 def test_sparse_operands_are_never_densified(kernel, A, B):
     """With the cost rule's knobs at "always sparse" (these dense fixtures are above any
     density threshold), no product kernel densifies a sparse operand."""
-    with kernels.tuned(Tuning(sparse_max_density=1.0, sparse_panel_bytes=0)):
+    with tuned(Tuning(sparse_max_density=1.0, sparse_panel_bytes=0)):
         expected = kernel(A, B)
         assert_allclose(kernel(_no_densify(A), _no_densify(B)), expected, rtol=1e-13,
                         atol=1e-15)
@@ -246,23 +252,24 @@ def test_standardized_translation_invariant_never_densifies(inner, A, B, monkeyp
     scaled rows derived from them reach ``dense``; a non-translation-invariant kernel
     (Linear) still centres, so it densifies (the guard trips)."""
     mean, scale = A.mean(axis=0), A.std(axis=0) + 0.5
-    st = kernels.Standardized(inner, mean, scale)
+    st = Standardized(inner, mean, scale)
     expected = inner((A - mean) / scale, (B - mean) / scale)
-    real_dense = kernels.dense
+    real_dense = kernel_standardized.dense
 
     def dense_of_dense_only(a):
         if sp.issparse(a) and a.shape in (A.shape, B.shape):
             raise AssertionError("sparse operand densified")
         return real_dense(a)  # the CSR × CSR product's result may be densified
 
-    monkeypatch.setattr(kernels, "dense", dense_of_dense_only)
-    with kernels.tuned(Tuning(sparse_max_density=1.0, sparse_panel_bytes=0)):
+    for module in (kernel_standardized, kernel_families, kernel_sparse):  # where dense is called
+        monkeypatch.setattr(module, "dense", dense_of_dense_only)
+    with tuned(Tuning(sparse_max_density=1.0, sparse_panel_bytes=0)):
         assert_allclose(st(_no_densify(A), _no_densify(B)), expected, rtol=1e-12, atol=1e-15)
         out = np.empty(expected.shape, dtype=np.float32)
         st.fill(_no_densify(A), _no_densify(B), out)
         assert_allclose(out, expected, rtol=1e-6)
         with pytest.raises(AssertionError, match="densified"):
-            kernels.Standardized(Linear(), mean, scale)(_no_densify(A), B)
+            Standardized(Linear(), mean, scale)(_no_densify(A), B)
 
 
 def test_every_exponential_goes_through_the_hook(monkeypatch, A, B):
@@ -334,7 +341,7 @@ def test_gaussian_row_tiles_equal_one_tile(monkeypatch, dtype):
     scale = rng.random(30) + 0.5
     k = Gaussian(gamma=0.3)
     one = k.fill(A, A, np.empty((30, 30), dtype), scale)
-    monkeypatch.setattr(kernels, "_TILE_BYTES", 16)
+    monkeypatch.setattr(kernel_families, "_TILE_BYTES", 16)
     tiled = k.fill(A, A, np.empty((30, 30), dtype), scale)
     assert_allclose(tiled, one, rtol=2e-16 if dtype == np.float64 else 1.2e-7)
     assert_allclose(np.diag(tiled), scale.astype(dtype), rtol=0, atol=0)
@@ -526,7 +533,7 @@ def test_callable_kernel_wrong_shape_raises(A, B):
 
 
 def test_callable_kernel_diag_in_sub_blocks(monkeypatch):
-    monkeypatch.setattr(kernels, "_DIAG_ROWS", 4)
+    monkeypatch.setattr(kernel_base, "_DIAG_ROWS", 4)
     X = np.random.default_rng(4).random((10, 3))
     shapes = []
 

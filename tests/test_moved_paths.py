@@ -8,6 +8,7 @@ import importlib
 import pickle
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -50,5 +51,16 @@ def test_the_finder_knows_only_old_paths():
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("distsketch.no_such_module")
     assert not set(MOVED) & {p.split(".")[0] for p in MOVED.values()}
+    root = Path(ds.__file__).parent
     for old in MOVED:  # no old name is also a module or package that exists today
-        assert importlib.util.find_spec(f"distsketch.{old}").loader.__class__.__name__ == "_Alias"
+        assert not (root / f"{old}.py").exists() and not (root / old).exists(), old
+
+
+def test_a_module_reached_by_its_old_path_keeps_its_own_spec():
+    """Relative imports inside functions of the module still resolve (Python checks
+    ``__package__`` against ``__spec__.parent``)."""
+    sys.modules.pop("distsketch.regressors", None)
+    with pytest.warns(DeprecationWarning):
+        module = importlib.import_module("distsketch.regressors")
+    assert module.__spec__.name == "distsketch.models.regressors"
+    assert module.__spec__.parent == module.__package__

@@ -13,7 +13,8 @@ from naive import norm_rel_err, sisokr_scores
 
 import distsketch as ds
 from distsketch.kernels.base import KERNELS, Kernel, kernel_from_config
-from distsketch.sketches.base import SKETCHES, TILE, Sketch, SparseSketch, sketch_from_config
+from distsketch.sketches.base import SKETCHES, Sketch, SparseSketch, sketch_from_config
+from distsketch.sketches.tiled import TILE
 from distsketch.testing.contracts import KernelContract, SketchContract
 
 #: The papers' estimator (no intercept): what the dense formulas here write.

@@ -19,10 +19,11 @@ import scipy.sparse as sp
 from numpy.testing import assert_allclose, assert_array_equal
 from scipy import stats
 
-from distsketch.kernels import base as kernels
-from distsketch.kernels.base import Gaussian
-from distsketch.sketches.base import (TILE, Accumulation, CountSketch, GaussianSketch, Identity,
-    PSparsified, RealizedSketch, SubSampling, check_sketch, sketch_from_config)
+from distsketch.kernels import families as kernel_families
+from distsketch.kernels.families import Gaussian
+from distsketch.sketches.base import (Accumulation, Identity, RealizedSketch, SubSampling,
+    check_sketch, sketch_from_config)
+from distsketch.sketches.tiled import TILE, CountSketch, GaussianSketch, PSparsified
 from conftest import SKETCH_TYPES, all_sketches, random_sketches
 from distsketch.linalg.blocks import gram_dot
 from distsketch.testing.contracts import (SketchContract, assert_rel_close, assert_same, dense,
@@ -60,7 +61,7 @@ class TestSketchContract(SketchContract):
         L = X[R.support]
         f64 = gram_dot(KERNEL, A, L, R, chunk=7)
         f32 = gram_dot(KERNEL, A, L, R, chunk=7, dtype=np.float32)
-        monkeypatch.setattr(kernels, "_TILE_BYTES", 16)  # the minimum tile: 8 rows
+        monkeypatch.setattr(kernel_families, "_TILE_BYTES", 16)  # the minimum tile: 8 rows
         assert_rel_close(gram_dot(KERNEL, A, L, R, chunk=7), f64, rel=1e-15)
         assert_rel_close(gram_dot(KERNEL, A, L, R, chunk=7, dtype=np.float32), f32, rel=1.2e-7)
 

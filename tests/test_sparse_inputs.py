@@ -24,8 +24,13 @@ import scipy.sparse as sp
 from numpy.testing import assert_allclose
 
 import distsketch as ds
-from distsketch.kernels import base as kernels
-from distsketch.kernels.base import Gaussian, Laplacian, Linear, Matern, Standardized, Tanimoto
+from distsketch.backends.base import backend_of
+from distsketch.kernels import families as kernel_families
+from distsketch.kernels import sparse as kernel_sparse
+from distsketch.kernels import standardized as kernel_standardized
+from distsketch.kernels.base import CallableKernel
+from distsketch.kernels.families import Gaussian, Laplacian, Linear, Matern, Tanimoto
+from distsketch.kernels.standardized import Standardized
 
 EPS = np.finfo(np.float64).eps
 
@@ -35,7 +40,7 @@ def tuning():
     """``tuning(**fields)``: the kernel products of the rest of the test (in this thread) under
     ``Tuning(**fields)`` (:func:`distsketch.kernels.tuned`; a later call wins)."""
     with contextlib.ExitStack() as stack:
-        yield lambda **fields: stack.enter_context(kernels.tuned(ds.Tuning(**fields)))
+        yield lambda **fields: stack.enter_context(kernel_sparse.tuned(ds.Tuning(**fields)))
 
 
 def binary_sparse(n: int, d: int, density: float, seed: int) -> sp.csr_array:
@@ -67,10 +72,10 @@ def test_keep_sparse_threshold(tuning):
     X = binary_sparse(100, 50, 0.1, seed=0)  # exactly 500 stored entries: density 0.1
     assert X.nnz == 500
     tuning(sparse_max_density=0.1)
-    assert kernels._keep_sparse(X)  # at the threshold: sparse
+    assert kernel_sparse._keep_sparse(X)  # at the threshold: sparse
     tuning(sparse_max_density=0.099)
-    assert not kernels._keep_sparse(X)
-    assert kernels._keep_sparse(sp.csr_array((0, 5)))  # empty blocks stay sparse
+    assert not kernel_sparse._keep_sparse(X)
+    assert kernel_sparse._keep_sparse(sp.csr_array((0, 5)))  # empty blocks stay sparse
 
 
 @pytest.mark.parametrize("kernel", [Gaussian(0.05), Matern(1.5, 3.0), Linear(), Tanimoto()], ids=repr)
@@ -84,8 +89,9 @@ def test_density_rule_picks_each_branch_with_equal_values(kernel, monkeypatch, t
     Ad = A.toarray()
     expected_aa = kernel(Ad, Ad)
     seen = []
-    real_dense = kernels.dense
-    monkeypatch.setattr(kernels, "dense", lambda a: (seen.append(sp.issparse(a)), real_dense(a))[1])
+    real_dense = kernel_sparse.dense
+    for module in (kernel_sparse, kernel_families, kernel_standardized):  # where dense is called
+        monkeypatch.setattr(module, "dense", lambda a: (seen.append(sp.issparse(a)), real_dense(a))[1])
     bound = exponent_bound(getattr(kernel, "gamma", 1.0), A, B) + 1e-15
     for threshold, panel_bytes, densified in [(0.0, 4 << 20, True), (1.0, 1, False),
                                               (1.0, 1 << 40, False), (1.0, 0, False)]:
@@ -114,9 +120,9 @@ def test_density_rule_uses_the_block_density(tuning):
     """A block above the threshold is densified, one below it is not (the same kernel call)."""
     tuning(sparse_max_density=0.1)
     sparse_block, dense_block = binary_sparse(40, 30, 0.05, seed=3), binary_sparse(40, 30, 0.3, seed=4)
-    be = kernels.backend_of(sparse_block)
-    assert sp.issparse(kernels._cheaper_form(sparse_block, be))
-    assert isinstance(kernels._cheaper_form(dense_block, be), np.ndarray)
+    be = backend_of(sparse_block)
+    assert sp.issparse(kernel_sparse.cheaper_form(sparse_block, be))
+    assert isinstance(kernel_sparse.cheaper_form(dense_block, be), np.ndarray)
 
 
 def test_callable_kernels_get_their_blocks_as_given():
@@ -129,8 +135,8 @@ def test_callable_kernels_get_their_blocks_as_given():
         return (A @ B.T).toarray()
 
     A = sp.csr_array(np.ones((4, 3)))  # density 1
-    assert not kernels._keep_sparse(A)
-    assert_allclose(kernels.CallableKernel(func)(A, A), np.full((4, 4), 3.0))
+    assert not kernel_sparse._keep_sparse(A)
+    assert_allclose(CallableKernel(func)(A, A), np.full((4, 4), 3.0))
     assert seen == [(True, True)]
 
 
@@ -195,7 +201,7 @@ def test_standardized_translation_invariant_stays_sparse(kernel, tuning):
     Z, S, mean, std = standardise(X)
     st = Standardized(kernel, mean, std)
     assert st._translation_invariant
-    transformed = st._transform(X, kernels.backend_of(X))
+    transformed = st._transform(X, backend_of(X))
     assert sp.issparse(transformed) and transformed.nnz == X.nnz
     A, B = X[:35], X[35:]
     gamma = kernel.gamma if hasattr(kernel, "gamma") else 2 * kernel.nu / kernel.length_scale**2
@@ -219,7 +225,7 @@ def test_standardized_other_kernels_keep_the_densifying_path():
         st = Standardized(kernel, mean, std)
         assert not st._translation_invariant
         assert_allclose(st(X, X[:10]), st(X.toarray(), X[:10].toarray()), rtol=1e-13)
-        assert isinstance(st._transform(X, kernels.backend_of(X)), np.ndarray)
+        assert isinstance(st._transform(X, backend_of(X)), np.ndarray)
     assert not np.allclose(Linear()(Z, Z[:10]), Linear()(S, S[:10]))  # the mean does not cancel
     assert Standardized(Standardized(Gaussian(), mean, std), mean, std)._translation_invariant
 

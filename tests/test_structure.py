@@ -93,7 +93,7 @@ def test_the_graph_sees_function_level_imports():
     inside functions; ``from . import topk`` (decode) is an import of the module."""
     graph = package_graph()
     assert "distsketch.cli.config" in graph["distsketch.cli.commands"]
-    assert "distsketch.kernels.base" in graph["distsketch.engine.rows"]
+    assert "distsketch.kernels.standardized" in graph["distsketch.engine.rows"]
     assert "distsketch.linalg.topk" in graph["distsketch.decoding.preimage"]
 
 
@@ -155,7 +155,8 @@ def test_task_graphs_are_built_in_the_engine_only():
 MODEL_NAMES = {"SISOKR", "SketchedKRR", "SketchedFeatures", "RidgeEstimator"}
 
 
-@pytest.mark.parametrize("module", ["distsketch.io.persist", "distsketch.cli.config",
+@pytest.mark.parametrize("module", ["distsketch.io.persist", "distsketch.io.model_json",
+                                    "distsketch.cli.config",
                                     "distsketch.cli.commands", "distsketch.engine.store",
                                     "distsketch.engine.accumulate"])
 def test_infrastructure_names_no_model(module):

@@ -21,7 +21,8 @@ from naive import norm_rel_err
 
 import distsketch as ds
 import distsketch.model_selection.fold_algebra
-from distsketch.kernels import base as kernels
+from distsketch.kernels import base as kernel_base
+from distsketch.kernels import sparse as kernel_sparse
 from distsketch.solvers.lipschitz.admm import choose_route
 from distsketch.engine.features import FeatureMap
 from distsketch.options import check_options, options_from_dict
@@ -249,7 +250,7 @@ def test_sparse_max_density_keeps_or_densifies_with_the_same_values(monkeypatch)
     kernel = ds.Gaussian(0.5)
     want = kernel(X.toarray(), X[:30].toarray())
     seen = []
-    real = kernels._cheaper_form
+    real = kernel_sparse.cheaper_form
 
     def spy(A, be):
         out = real(A, be)
@@ -257,10 +258,10 @@ def test_sparse_max_density_keeps_or_densifies_with_the_same_values(monkeypatch)
             seen.append(sp.issparse(out))
         return out
 
-    monkeypatch.setattr(kernels, "_cheaper_form", spy)
+    monkeypatch.setattr(kernel_base, "cheaper_form", spy)  # where Kernel looks it up
     for density, kept in ((1.0, True), (0.0, False)):
         seen.clear()
-        with kernels.tuned(ds.Tuning(sparse_max_density=density)):
+        with kernel_sparse.tuned(ds.Tuning(sparse_max_density=density)):
             got = kernel(X, X[:30])
         assert seen and set(seen) == {kept}
         assert norm_rel_err(got, want) <= 1e-14
@@ -285,14 +286,14 @@ def test_sparse_max_density_keeps_or_densifies_with_the_same_values(monkeypatch)
 def test_sparse_panel_bytes_sets_the_panels():
     """``sparse_panel_bytes``: the sparse route's panels of right-operand columns (64 columns
     at least; 0: one CSR × CSR product)."""
-    assert kernels._panels(10, 500) == [(0, 500)]  # 4 MiB: 43 690 columns of d + 2 = 12
-    with kernels.tuned(ds.Tuning(sparse_panel_bytes=1)):
-        assert kernels._panels(10, 500) == [(c, min(c + 64, 500)) for c in range(0, 500, 64)]
-    with kernels.tuned(ds.Tuning(sparse_panel_bytes=0)):
-        assert kernels._panels(10, 500) == [(0, 500)]
-        with kernels.tuned(None):  # None leaves the current ones
-            assert kernels._tuning().sparse_panel_bytes == 0
-    assert kernels._tuning() == ds.Tuning()  # restored on exit
+    assert kernel_sparse._panels(10, 500) == [(0, 500)]  # 4 MiB: 43 690 columns of d + 2 = 12
+    with kernel_sparse.tuned(ds.Tuning(sparse_panel_bytes=1)):
+        assert kernel_sparse._panels(10, 500) == [(c, min(c + 64, 500)) for c in range(0, 500, 64)]
+    with kernel_sparse.tuned(ds.Tuning(sparse_panel_bytes=0)):
+        assert kernel_sparse._panels(10, 500) == [(0, 500)]
+        with kernel_sparse.tuned(None):  # None leaves the current ones
+            assert kernel_sparse._tuning().sparse_panel_bytes == 0
+    assert kernel_sparse._tuning() == ds.Tuning()  # restored on exit
 
 
 @pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")

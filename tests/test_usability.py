@@ -514,7 +514,9 @@ def test_lists_and_globs_of_training_files(tmp_path):
 
 
 def test_drop_columns(tmp_path):
-    from distsketch.io.loaders import load_arff, load_csv, load_table
+    from distsketch.io.arff import load_arff
+    from distsketch.io.delimited import load_csv
+    from distsketch.io.loaders import load_table
 
     X, y = _regression_csv(tmp_path / "d.csv", 20)
     Xd, _ = load_csv(tmp_path / "d.csv", target_columns=["target"], drop_columns=["b"])
@@ -555,7 +557,7 @@ LABELS = """<?xml version="1.0" encoding="utf-8"?>
 
 
 def test_labels_from_mulans_xml(tmp_path):
-    from distsketch.io.loaders import load_arff, mulan_labels
+    from distsketch.io.arff import load_arff, mulan_labels
 
     (tmp_path / "toy-train.arff").write_text(MULAN)
     with pytest.raises(ValueError, match="n_targets is required"):
@@ -585,7 +587,7 @@ def test_shapes_are_logged_at_info(tmp_path, caplog):
 
 
 def test_readme_shows_how_to_load_a_data_set():
-    import distsketch.io.loaders as dio
+    import distsketch.io as dio
 
     readme = (ROOT / "README.md").read_text()
     m = re.search(r"from distsketch\.io import ([\w, ]+)", readme)
@@ -596,7 +598,7 @@ def test_readme_shows_how_to_load_a_data_set():
 
 @pytest.mark.slow
 def test_real_mulan_labels_and_gas_turbine_glob(tmp_path):
-    from distsketch.io.loaders import load_arff
+    from distsketch.io.arff import load_arff
 
     X, Y = load_arff(_data("bibtex", "bibtex-train.arff"))  # bibtex.xml next to it
     assert X.shape == (4880, 1836) and Y.shape == (4880, 159)

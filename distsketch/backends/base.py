@@ -52,8 +52,8 @@ class Backend:
     #: sized for CPU caches; a GPU backend takes far larger tiles).
     tile_bytes: ClassVar[int | None] = None
     #: Density (stored entries / (rows × columns)) above which this backend's own sparse blocks
-    #: are densified before a built-in kernel's product (``kernels._cheaper_form``); None: kept
-    #: sparse (their rates not measured). ``Tuning.device_sparse_max_density``, when set,
+    #: are densified before a built-in kernel's product (``kernels.sparse.cheaper_form``); None:
+    #: kept sparse (their rates not measured). ``Tuning.device_sparse_max_density``, when set,
     #: overrides it; host scipy.sparse blocks follow ``Tuning.sparse_max_density`` whatever
     #: the backend.
     sparse_max_density: ClassVar[float | None] = None

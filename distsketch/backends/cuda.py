@@ -25,11 +25,10 @@ rounding of the device's BLAS and ``exp``: float64 blocks to about 1e-10 relativ
 blocks to about 1e-4 after the solve's amplification (tests/test_gpu.py).
 
 The class takes its array modules as an argument: :class:`CupyModules` (the default, CuPy
-imported on first use) or :class:`HostModules`, numpy dressed as a device — its arrays are a
-distinct ndarray subclass that refuses host ndarrays in ufuncs and products, as CuPy does — so
-the whole code path (staging, streams, sparse operands, device top-k) runs in tests on any
-machine; its CSR matrices (:class:`EmulatedCSR`) are not scipy.sparse matrices, as cupyx's are
-not, so the kernels take their device routes. Importing this module never imports CuPy.
+imported on first use) or, in tests, :class:`~distsketch.testing.devices.HostModules`, numpy
+dressed as a device (its arrays refuse host ndarrays as CuPy's do, its CSR matrices are not
+scipy.sparse matrices), so the whole code path (staging, streams, sparse operands, device
+top-k) runs on any machine. Importing this module never imports CuPy.
 
 Glossary: ``xp`` the device array namespace (``cupy``), ``sparse`` its sparse module
 (``cupyx.scipy.sparse``).
@@ -47,9 +46,8 @@ import scipy.sparse as sp
 
 from .base import Backend, BackendUnavailable, register_backend
 
-__all__ = ["CupyBackend", "CupyModules", "HostModules", "CudaUnavailable", "cuda_backend",
-           "EmulatedDeviceArray", "EmulatedCSR", "GPU_EXTRA", "PINNED_MIN_BYTES",
-           "DEVICE_SPARSE_MAX_DENSITY"]
+__all__ = ["CupyBackend", "CupyModules", "CudaUnavailable", "cuda_backend", "GPU_EXTRA",
+           "PINNED_MIN_BYTES", "DEVICE_SPARSE_MAX_DENSITY"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,15 +59,16 @@ GPU_EXTRA = ('pip install "distsketch[gpu]" (CuPy for CUDA 12, cupy-cuda12x; for
 #: Host arrays smaller than this are copied directly (staging costs more than it saves).
 PINNED_MIN_BYTES = 1 << 20
 
-#: Row-tile size of the kernels' fills on the device (kernels.py tiles host fills at 4 MiB for
-#: the CPU caches; a GPU wants few, large launches: 256 MiB is 16 384 rows × 2048 columns of
-#: float64 exponents, bounding the float64 work array a float32 block is filled through).
+#: Row-tile size of the kernels' fills on the device (kernels/families.py tiles host fills at
+#: 4 MiB for the CPU caches; a GPU wants few, large launches: 256 MiB is 16 384 rows × 2048
+#: columns of float64 exponents, bounding the float64 work array a float32 block is filled
+#: through).
 DEVICE_TILE_BYTES = 256 << 20
 #: Device memory for operands kept between blocks (:meth:`CupyBackend.cached_operand`).
 OPERAND_CACHE_BYTES = 512 << 20
 #: Density (stored entries / (rows × columns)) above which a device CSR operand of a built-in
 #: kernel is densified on the device before its product (:attr:`CupyBackend.sparse_max_density`,
-#: applied where the host rule ``Tuning.sparse_max_density`` is: ``kernels._cheaper_form``;
+#: applied where the host rule ``Tuning.sparse_max_density`` is: ``kernels.sparse.cheaper_form``;
 #: a fit's ``EngineOptions(tuning=Tuning(device_sparse_max_density=…))`` overrides it).
 #: The sparse arrays cross the bus (``12·nnz`` bytes against ``8·n·d``) and ``toarray`` runs on
 #: the device. A PLACEHOLDER, not measured: no CUDA device was available when it was written.
@@ -155,213 +154,6 @@ class CupyModules:
         return self.cupy.asnumpy(a)
 
 
-class EmulatedDeviceArray(np.ndarray):
-    """A host array standing for a device array in tests (:class:`HostModules`).
-
-    Like a CuPy array it refuses host ndarrays (of any dimension > 0) as ufunc operands,
-    outputs and product factors: a block that forgot :meth:`Backend.asarray` fails here as
-    it would on a GPU.
-    """
-
-    def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
-        for x in inputs + (out or ()):
-            if type(x) is np.ndarray and x.ndim > 0:
-                raise TypeError(f"emulated device: {ufunc.__name__} got a host ndarray of shape "
-                                f"{x.shape}; move it with Backend.asarray first")
-        args = [_host_view(x) for x in inputs]
-        if out is not None:
-            kwargs["out"] = tuple(_host_view(o) for o in out)
-        result = getattr(ufunc, method)(*args, **kwargs)
-        if out is not None:
-            return out[0] if len(out) == 1 else out
-        if isinstance(result, tuple):
-            return tuple(_as_device(r) for r in result)
-        return _as_device(result)
-
-    def set(self, arr, stream=None):
-        """CuPy's ``ndarray.set``: copy host ``arr`` into this array (synchronously here)."""
-        np.copyto(self.view(np.ndarray), arr)
-
-
-def _host_view(x):
-    return x.view(np.ndarray) if isinstance(x, EmulatedDeviceArray) else x
-
-
-def _as_device(x):
-    if type(x) is np.ndarray:
-        return x.view(EmulatedDeviceArray)
-    if sp.issparse(x) and not isinstance(x, EmulatedCSR):
-        return EmulatedCSR(x)
-    return x
-
-
-class EmulatedCSR:
-    """A host CSR matrix standing for a ``cupyx.scipy.sparse.csr_matrix`` in tests.
-
-    Like the CuPy class it is *not* a scipy.sparse matrix (``scipy.sparse.issparse`` is False),
-    so the kernels take the routes they take for device sparse blocks on a GPU (the density
-    rule's device threshold, :data:`DEVICE_SPARSE_MAX_DENSITY`; the "another backend's
-    sparse blocks" products), never the host-only scipy routes. It offers what those routes
-    and the backend use of cupyx's CSR (``shape``, ``nnz``, products with device arrays or
-    device CSR, ``multiply``, ``sum``, ``toarray``, ``T``, ``astype``, row slices); host
-    ndarrays are refused as operands, as CuPy refuses them.
-
-    Parameters
-    ----------
-    M : scipy.sparse matrix or array, shape (n, d)
-        The values (converted to CSR).
-    """
-
-    format = "csr"
-    ndim = 2
-    #: numpy defers every binary operator with a device array to this class (as CuPy's ndarray
-    #: defers to cupyx's sparse matrices)
-    __array_ufunc__ = None
-
-    def __init__(self, M):
-        if isinstance(M, EmulatedCSR):
-            M = M._m
-        self._m = sp.csr_matrix(M)
-
-    shape = property(lambda self: self._m.shape)
-    dtype = property(lambda self: self._m.dtype)
-    nnz = property(lambda self: self._m.nnz)
-    data = property(lambda self: _as_device(self._m.data))
-    indices = property(lambda self: _as_device(self._m.indices))
-    indptr = property(lambda self: _as_device(self._m.indptr))
-
-    def __repr__(self) -> str:
-        return f"<emulated device CSR {self.shape}, nnz={self.nnz}, {self.dtype}>"
-
-    @staticmethod
-    def _check(other):
-        if type(other) is np.ndarray and other.ndim > 0:
-            raise TypeError("emulated device: a sparse product got a host ndarray; move it with "
-                            "Backend.asarray first")
-        if sp.issparse(other):
-            raise TypeError("emulated device: a sparse product got a host scipy.sparse matrix; "
-                            "move it with Backend.asarray first")
-        return other._m if isinstance(other, EmulatedCSR) else _host_view(other)
-
-    def __matmul__(self, other):
-        return _as_device(self._m @ self._check(other))
-
-    def __rmatmul__(self, other):
-        return _as_device(self._check(other) @ self._m)
-
-    def __mul__(self, other):
-        if not np.isscalar(other):
-            return NotImplemented  # cupyx: ``*`` of two matrices is a product; not used here
-        return EmulatedCSR(self._m * other)
-
-    __rmul__ = __mul__
-
-    def multiply(self, other):
-        return _as_device(self._m.multiply(self._check(other)))
-
-    def sum(self, axis=None, dtype=None, out=None):
-        return _as_device(np.asarray(self._m.sum(axis=axis, dtype=dtype)))
-
-    def toarray(self, order=None, out=None):
-        return _as_device(self._m.toarray(order=order))
-
-    def tocsr(self, copy=False):
-        return EmulatedCSR(self._m.copy()) if copy else self
-
-    def copy(self):
-        return EmulatedCSR(self._m.copy())
-
-    def __getitem__(self, key):
-        return _as_device(self._m[key])
-
-    @property
-    def T(self):
-        return EmulatedCSR(self._m.T)
-
-    def astype(self, dtype, copy=True):
-        return EmulatedCSR(self._m.astype(dtype, copy=copy))
-
-
-class _EmulatedNamespace:
-    """numpy's namespace returning :class:`EmulatedDeviceArray` results (calls counted)."""
-
-    def __init__(self, counts: collections.Counter):
-        self._counts = counts
-
-    def __getattr__(self, name):
-        f = getattr(np, name)
-        if not callable(f) or isinstance(f, type):
-            return f
-
-        def call(*args, **kwargs):
-            self._counts[f"xp.{name}"] += 1
-            args = [_host_view(a) for a in args]
-            kwargs = {k: _host_view(v) for k, v in kwargs.items()}
-            result = f(*args, **kwargs)
-            if isinstance(result, tuple):
-                return tuple(_as_device(r) for r in result)
-            return _as_device(result)
-
-        call.__name__ = name
-        return call
-
-
-class _EmulatedSparse:
-    """``cupyx.scipy.sparse`` as far as the backend uses it."""
-
-    @staticmethod
-    def csr_matrix(M):
-        return EmulatedCSR(sp.csr_matrix(M, copy=True))  # a copy, as the device's is
-
-    @staticmethod
-    def issparse(a) -> bool:
-        return isinstance(a, EmulatedCSR)
-
-
-class _NullStream:
-    def synchronize(self) -> None:
-        pass
-
-
-class HostModules:
-    """numpy dressed as a device for :class:`CupyBackend` in tests: arrays are
-    :class:`EmulatedDeviceArray`, sparse matrices :class:`EmulatedCSR`, the "pinned" buffers
-    ordinary host memory, streams and events no-ops (numpy runs synchronously)."""
-
-    def __init__(self):
-        #: what the backend did, for tests: ``pinned`` buffer allocations, ``staged`` copies,
-        #: ``to_host`` copies, ``xp.<name>`` namespace calls
-        self.counts: collections.Counter = collections.Counter()
-        self.xp = _EmulatedNamespace(self.counts)
-        self.stable_kind = "stable"
-        self.sparse = _EmulatedSparse()
-        self.array_types = (EmulatedDeviceArray, EmulatedCSR)
-
-    def pinned_empty(self, nbytes: int) -> np.ndarray:
-        self.counts["pinned"] += 1
-        return np.empty(nbytes, np.uint8)
-
-    def stream(self):
-        return _NullStream()
-
-    def event(self):
-        return _NullStream()
-
-    def copy_to_device(self, host: np.ndarray, stream):
-        self.counts["staged"] += 1
-        return np.array(host).view(EmulatedDeviceArray)
-
-    def record(self, event, stream) -> None:
-        pass
-
-    def wait(self, event) -> None:
-        pass
-
-    def to_host(self, a) -> np.ndarray:
-        self.counts["to_host"] += 1
-        return np.array(a.view(np.ndarray))
-
-
 # --------------------------------------------------------------------------- the backend
 
 
@@ -377,11 +169,12 @@ class _Staging(threading.local):
 
 
 class CupyBackend(Backend):
-    """Block math on a CUDA device through CuPy (or on :class:`HostModules` in tests).
+    """Block math on a CUDA device through CuPy (or on
+    :class:`~distsketch.testing.devices.HostModules` in tests).
 
     Parameters
     ----------
-    modules : CupyModules or HostModules, optional
+    modules : CupyModules or distsketch.testing.devices.HostModules, optional
         The array modules; default :class:`CupyModules` (imports CuPy, checks for a device,
         raises :class:`CudaUnavailable` naming the ``gpu`` extra otherwise).
     name : str

@@ -513,7 +513,7 @@ def _data_paths(value: Any, base: Path, key: str, *, must_exist: bool = True) ->
 
 def _check_data(data: dict) -> None:
     """Types of the ``[data]`` format keys (the files are read later)."""
-    from ..io.loaders import MISSING
+    from ..io.tables import MISSING
 
     for flag in ("standardize", "dense"):
         if not isinstance(data.get(flag, False), bool):
@@ -573,7 +573,7 @@ def read_data(path: Path | list[Path], data: dict, *, key: str = "data.train", t
     -------
     DataSet
     """
-    from ..io.loaders import handle_missing
+    from ..io.tables import handle_missing
 
     paths = list(path) if isinstance(path, (list, tuple)) else [Path(path)]
     tables = [_read_one(Path(p), data, key=key, targets=targets, n_features=n_features)
@@ -614,7 +614,8 @@ def _names(paths: list[Path]) -> str:
 
 def _read_one(path: Path, data: dict, *, key: str, targets: bool, n_features: int | None):
     """One file's :class:`distsketch.io.Table`, messages prefixed with ``key``."""
-    from ..io.loaders import count_columns, load_table, mulan_labels
+    from ..io.arff import mulan_labels
+    from ..io.loaders import count_columns, load_table
 
     if not path.exists():
         raise _err(key, f"file not found: {path}")

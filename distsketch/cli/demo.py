@@ -195,10 +195,11 @@ def run_demo(output: str | os.PathLike = "demo-output", *, seed: int = 0, progre
     _require_demo_extras()
     from sklearn.datasets import load_digits
 
-    from ..kernels.base import Gaussian
+    from ..kernels.families import Gaussian
     from ..models.sisokr import SISOKR
     from ..options import EngineOptions
-    from ..sketches.base import PSparsified, SubSampling
+    from ..sketches.base import SubSampling
+    from ..sketches.tiled import PSparsified
 
     stream = sys.stdout if stream is None else stream
     out = Path(output)

@@ -170,7 +170,7 @@ def standardized(kernel, X):
     """:class:`~distsketch.kernels.Standardized` ``kernel`` with the column means and standard
     deviations of ``X`` (numpy, scipy.sparse, dask or zarr; lazy inputs in one reduction
     pass); zero-variance columns get scale 1 (scikit-learn's ``StandardScaler``)."""
-    from ..kernels.base import Standardized
+    from ..kernels.standardized import Standardized
 
     if sp.issparse(X) or isinstance(X, np.ndarray):
         return Standardized.from_data(kernel, X)

@@ -8,11 +8,12 @@ Layout added to a fit's store (see :mod:`distsketch.store`)::
 
 ``class`` names the estimator in the model registry (:mod:`distsketch._registry`); ``params``
 are the constructor arguments as JSON, converted by the kinds the class declares
-(``_param_kinds``: kernels and sketches by config); ``state`` and the arrays are what the
-estimator's ``_get_state`` returns (λ path, realised sketches as their support and mixing
-arrays, …); ``checksums`` a SHA-256 of every array; ``arrays`` every array's shape, dtype and
-whether it is finite; ``token`` names this save; ``manifest`` a SHA-256 of all of these. The
-store's status becomes ``"solved"`` only after everything is written.
+(``_param_kinds``: kernels and sketches by config; :mod:`distsketch.io.model_json`);
+``state`` and the arrays are what the estimator's ``_get_state`` returns (λ path, realised
+sketches as their support and mixing arrays, …); ``checksums`` a SHA-256 of every array;
+``arrays`` every array's shape, dtype and whether it is finite; ``token`` names this save;
+``manifest`` a SHA-256 of all of these. The store's status becomes ``"solved"`` only after
+everything is written.
 
 :func:`load` reads nothing it has not checked: the store holds no symbolic link; the
 metadata are complete and match their manifest; every array's declared shape and dtype (its
@@ -26,14 +27,11 @@ the store is being written. This module names no estimator.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import importlib
 import json
 import math
 import os
 import time
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -41,13 +39,12 @@ import zarr
 
 from .._registry import get_model
 from .._version import __version__
-from ..kernels.base import CallableKernel, check_kernel, kernel_from_config
-from ..options import blas_limit, options_from_dict
-from ..sketches.base import sketch_from_config
-from ..engine.store import (FORMAT_VERSION, FitStore, StoreDirectory, StoreError, new_token,
-    open_fit_store, refuse_links)
+from ..options import blas_limit
+from ..engine.store import (FORMAT_VERSION, FitStore, StoreError, new_token, open_fit_store,
+    refuse_links)
+from .model_json import callables, params_from_json, params_to_json
 
-__all__ = ["MODEL_FORMAT", "save", "load", "kernel_to_json", "kernel_from_json"]
+__all__ = ["MODEL_FORMAT", "save", "load"]
 
 #: Version of the saved-model layout inside a store.
 #: 4: every array's shape, dtype and finiteness recorded (``arrays``), and a token per save;
@@ -55,68 +52,6 @@ __all__ = ["MODEL_FORMAT", "save", "load", "kernel_to_json", "kernel_from_json"]
 #: 2: the input solution is (T, H[, V, evals]); 1 stored (T, V, evals).
 MODEL_FORMAT = 4
 _ATTR = "distsketch_model"
-
-
-# --------------------------------------------------------------------------- values ↔ JSON
-
-
-def _callable_name(kernel: CallableKernel) -> str:
-    f = kernel.func
-    return f"{getattr(f, '__module__', '') or ''}:{getattr(f, '__qualname__', '') or ''}"
-
-
-def check_savable(kernel: Any, *, argument: str) -> None:
-    """Refuse, before any pass, a user-function kernel that a saved model cannot name: a
-    lambda or a nested function (their names are not unique: two lambdas would share one
-    record), or a function of ``__main__`` (no other process can import it)."""
-    if not isinstance(kernel, CallableKernel):
-        return
-    name = _callable_name(kernel)
-    module, _, qual = name.partition(":")
-    if module == "__main__":
-        why = "a function of the __main__ script cannot be imported by another process"
-    elif "<" in qual or not module or not qual:
-        why = "a lambda or nested function has no unique importable name"
-    else:
-        return
-    raise ValueError(f"{argument}: {kernel._label()} cannot be saved with the model ({why}); "
-                     f"define it at module level of an importable module, or fit with "
-                     f"store=None")
-
-
-def kernel_to_json(kernel: Any) -> Any:
-    """A kernel as JSON: its config, or ``{\"callable\": \"module:qualname\"}`` for a function."""
-    if isinstance(kernel, str) or kernel is None:
-        return kernel
-    kernel = check_kernel(kernel, name="kernel")
-    if isinstance(kernel, CallableKernel):
-        check_savable(kernel, argument="kernel")
-        return {"callable": _callable_name(kernel)}
-    return kernel.to_config()
-
-
-def kernel_from_json(cfg: Any) -> Any:
-    """Inverse of :func:`kernel_to_json`. A user function is imported by name: :func:`load`
-    allows that only for a store the caller trusts."""
-    if cfg is None or isinstance(cfg, str):
-        return cfg
-    if "callable" in cfg:
-        module, _, qual = cfg["callable"].partition(":")
-        obj = importlib.import_module(module)
-        for part in qual.split("."):
-            obj = getattr(obj, part)
-        return CallableKernel(obj)
-    return kernel_from_config(cfg)
-
-
-def _callables(obj: Any) -> list[str]:
-    """The user-function names recorded anywhere in saved JSON."""
-    if isinstance(obj, dict):
-        found = [obj["callable"]] if isinstance(obj.get("callable"), str) else []
-        return found + [c for v in obj.values() for c in _callables(v)]
-    if isinstance(obj, list):
-        return [c for v in obj for c in _callables(v)]
-    return []
 
 
 #: The keys of a saved model's metadata its manifest covers, by the formats :func:`load` reads.
@@ -130,70 +65,6 @@ def _manifest(meta: dict) -> str:
     keys = _MANIFEST_KEYS.get(meta.get("model_format"), _MANIFEST_KEYS[MODEL_FORMAT])
     body = {k: meta[k] for k in keys}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-
-
-def _params_to_json(est) -> dict:
-    """Constructor arguments as JSON, each converted by its declared kind."""
-    kinds = type(est)._param_kinds
-    out = {}
-    for name, value in est.get_params(deep=False).items():
-        kind = kinds.get(name, "json")
-        if kind == "kernel":
-            out[name] = {"kernel": kernel_to_json(value)}
-        elif kind == "sketch":
-            out[name] = {"sketch": None if value is None else value.to_config()}
-        elif kind == "options":
-            out[name] = {"options": None if value is None else dataclasses.asdict(value)}
-        elif kind == "random_state":
-            out[name] = value if value is None or isinstance(value, int) else None
-        elif kind == "store":
-            if isinstance(value, StoreDirectory):
-                out[name] = {"store_directory": os.fspath(value.path)}
-            else:
-                out[name] = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
-        elif kind == "lam":
-            out[name] = np.asarray(value, dtype=float).tolist()
-        elif kind == "loss":
-            out[name] = value if isinstance(value, str) else {"loss": value.to_config()}
-        elif kind == "matrix":
-            out[name] = None if value is None else np.asarray(value, dtype=float).tolist()
-        elif kind == "solver":  # a route's name, or a route object by its registered name
-            out[name] = value if value is None or isinstance(value, str) else \
-                {"route": value.to_config()}
-        elif isinstance(value, (np.ndarray, tuple)):
-            out[name] = np.asarray(value).tolist()
-        elif isinstance(value, (np.bool_, np.integer, np.floating)):
-            out[name] = value.item()
-        else:
-            out[name] = value
-    return out
-
-
-def _params_from_json(cls, params: dict) -> dict:
-    kinds = cls._param_kinds
-    out = {}
-    for name, value in params.items():
-        kind = kinds.get(name, "json")
-        if kind == "kernel":
-            out[name] = kernel_from_json(value["kernel"])
-        elif kind == "sketch":
-            out[name] = None if value["sketch"] is None else sketch_from_config(value["sketch"])
-        elif kind == "options":
-            out[name] = (None if value["options"] is None
-                         else options_from_dict(value["options"]))
-        elif kind == "store" and isinstance(value, dict):
-            out[name] = StoreDirectory(value["store_directory"])
-        elif kind == "loss" and isinstance(value, dict):
-            from ..losses import loss_from_config
-
-            out[name] = loss_from_config(value["loss"])
-        elif kind == "solver" and isinstance(value, dict):
-            from ..solvers.routes import route_from_config
-
-            out[name] = route_from_config(value["route"])
-        else:
-            out[name] = value
-    return out
 
 
 # --------------------------------------------------------------------------- arrays
@@ -439,7 +310,7 @@ def save(est, store, *, overwrite: bool = False) -> str:
     """
     est._check_fitted()
     arrays, state = est._get_state()
-    params = _params_to_json(est)
+    params = params_to_json(est)
     json.dumps([params, state])  # fail before writing anything if not serialisable
     if isinstance(store, FitStore):
         return _save(est, store, arrays, params, state, overwrite=overwrite)
@@ -699,7 +570,7 @@ def _check_meta(mmeta: dict, location: str) -> None:
 
 def _load(group: zarr.Group, location: str, mmeta: dict, *, trusted: bool):
     _check_meta(mmeta, location)
-    names = _callables([mmeta["params"], mmeta["state"]])
+    names = callables([mmeta["params"], mmeta["state"]])
     if names and not trusted:
         raise StoreError(f"store {location!r}: the model's kernel is the Python function "
                          f"{names[0]!r}, which loading would import and run; if you trust this "
@@ -712,7 +583,7 @@ def _load(group: zarr.Group, location: str, mmeta: dict, *, trusted: bool):
     model = _Model(group["model"], location, mmeta)
     model.open_all()  # every array's declared metadata checked before any is read
     arrays = {name: model.get(name) for name in sorted({k.split(".")[0] for k in model.checksums})}
-    est = cls(**_params_from_json(cls, mmeta["params"]))
+    est = cls(**params_from_json(cls, mmeta["params"]))
     est._set_state(arrays, mmeta["state"])
     with blas_limit():  # the same BLAS threads as fit and set_lam: bitwise the same coefficients
         est._update_coef()

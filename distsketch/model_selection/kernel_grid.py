@@ -80,7 +80,7 @@ def check_kernels(kernels, *, gammas=None, argument: str = "select") -> list:
 
 
 def has_gamma(kernel) -> bool:
-    from ..kernels.base import Standardized
+    from ..kernels.standardized import Standardized
 
     if isinstance(kernel, Standardized):
         return has_gamma(kernel.kernel)
@@ -100,7 +100,8 @@ def kernel_identity(kernel):
 def describe_kernel(kernel, gamma_column: bool) -> str:
     """A short description of a candidate kernel: its name and parameters (``gamma`` left out
     when it has its own column; a standardisation wrapper left out)."""
-    from ..kernels.base import Standardized, kernel_description
+    from ..kernels.base import kernel_description
+    from ..kernels.standardized import Standardized
 
     if isinstance(kernel, Standardized):
         return describe_kernel(kernel.kernel, gamma_column)
@@ -114,7 +115,7 @@ def describe_kernel(kernel, gamma_column: bool) -> str:
 def inside_standardization(base, kernel):
     """``kernel`` on the inputs of ``base``: wrapped in ``base``'s standardisation when ``base``
     has one and ``kernel`` has none."""
-    from ..kernels.base import Standardized
+    from ..kernels.standardized import Standardized
 
     if isinstance(base, Standardized) and not isinstance(kernel, Standardized):
         return Standardized(kernel, base.mean, base.scale)
@@ -123,7 +124,7 @@ def inside_standardization(base, kernel):
 
 def with_gamma(kernel, gamma: float):
     """A copy of ``kernel`` with width ``gamma`` (through :class:`Standardized`)."""
-    from ..kernels.base import Standardized
+    from ..kernels.standardized import Standardized
 
     if isinstance(kernel, Standardized):
         return Standardized(with_gamma(kernel.kernel, gamma), kernel.mean, kernel.scale)

@@ -19,7 +19,7 @@ import numpy as np
 from .._base import check_lam
 from ..engine.accumulate import fold_ids
 from ..models.base import FitSpec, SketchedEstimator
-from ..kernels.base import Linear
+from ..kernels.families import Linear
 from ..models.sisokr import SISOKR
 from ..solvers.reduced_rank import check_rank
 from ..solvers.direct import input_basis

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..io import persist
+from ..io import model_json, persist
 from .._base import ParamsMixin, check_lam
 from .._registry import register_model
 from ..engine.accumulate import PassResult, fit_pass
@@ -319,7 +319,7 @@ class SketchedEstimator(ParamsMixin):
             sketch.check(Xs.n, argument=name)
         if self.store is not None:
             for name, kernel in kernels.items():
-                persist.check_savable(kernel, argument=name)
+                model_json.check_savable(kernel, argument=name)
         names = feature_names_of(X)  # scikit-learn's feature_names_in_ (data frames)
         if names is None:
             self.__dict__.pop("feature_names_in_", None)
@@ -414,7 +414,7 @@ class SketchedEstimator(ParamsMixin):
                   state: dict) -> None:
         """Save a kernelised side: its kernel (JSON), landmarks and realised sketch (arrays)."""
         arrays[f"{side}_landmarks"] = landmarks
-        state[f"{side}_kernel"] = persist.kernel_to_json(kernel)
+        state[f"{side}_kernel"] = model_json.kernel_to_json(kernel)
         sk_arrays, meta = sketch.get_state()
         for key, value in sk_arrays.items():
             arrays[f"{side}_sketch__{key}"] = value
@@ -425,7 +425,7 @@ class SketchedEstimator(ParamsMixin):
         """Inverse of :meth:`_put_side`: ``(kernel, realised sketch, landmarks)``."""
         prefix = f"{side}_sketch__"
         own = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
-        return (persist.kernel_from_json(state[f"{side}_kernel"]),
+        return (model_json.kernel_from_json(state[f"{side}_kernel"]),
                 RealizedSketch.from_state(own, state[f"{side}_sketch"]),
                 arrays[f"{side}_landmarks"])
 

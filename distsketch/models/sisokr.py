@@ -23,7 +23,7 @@ from ..decoding.routes import (Surrogate, candidate_scores, centred, check_width
 from .._base import check_lam
 from .base import FitSpec, RidgeEstimator, checks_feature_names
 from ..engine.features import FeatureMap
-from ..kernels.base import Linear
+from ..kernels.families import Linear
 from ..options import driver_threads, with_blas_limit
 from ..solvers.routes import fitted_index
 from ..engine.rows import as_row_source

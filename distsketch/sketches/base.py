@@ -12,11 +12,18 @@ R_mix    the ``m × s'`` mixing matrix, so that ``R = R_mix R_sub``
 A *sketch specification* (``SubSampling(m=500)``) holds only its constructor
 arguments. ``spec.realize(n, seed=..., data=None)`` draws a :class:`RealizedSketch`: the
 block operations the pass needs, implemented by :class:`SparseSketch` (support and sparse
-mixing) and :class:`TiledSketch` (dense random matrices generated in fixed tiles of
-:data:`TILE` columns, tile ``t`` from the generator ``default_rng([seed, t])``, so any
-worker can regenerate any block of columns and the draw never depends on how the
-training rows are chunked). The shipped sketches are functions of ``(seed, n)``; ``data``
-is there for data-dependent ones. Adding a sketch: docs/design.md, "How to add a sketch".
+mixing) and :class:`~distsketch.sketches.tiled.TiledSketch` (dense random matrices generated
+in fixed tiles of :data:`~distsketch.sketches.tiled.TILE` columns, tile ``t`` from the
+generator ``default_rng([seed, t])``, so any worker can regenerate any block of columns and
+the draw never depends on how the training rows are chunked). The shipped sketches are
+functions of ``(seed, n)``; ``data`` is there for data-dependent ones. Adding a sketch:
+docs/design.md, "How to add a sketch".
+
+This module holds the two base classes, :class:`SparseSketch`, the registry and the sketches
+drawn in one go (:class:`Identity`, :class:`SubSampling`, :class:`Accumulation`); the
+sketches drawn tile by tile (``PSparsified``, ``GaussianSketch``, ``CountSketch``) and
+``TiledSketch`` are in :mod:`distsketch.sketches.tiled`, ``LeverageScores`` in
+:mod:`distsketch.sketches.leverage`.
 
 =====================  ==============================  =============================
 sketch                 support J                       R_mix
@@ -46,50 +53,29 @@ from __future__ import annotations
 
 import numbers
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy.linalg import solve_triangular
 import scipy.sparse as sp
 
 from .._base import ParamsMixin
 from .._registry import Registry
-from .._hashing import fingerprint, row_hash
 from ..backends.base import backend_of
 
 __all__ = [
-    "TILE",
     "Sketch",
     "Identity",
     "SubSampling",
-    "PSparsified",
     "Accumulation",
-    "GaussianSketch",
-    "CountSketch",
     "RealizedSketch",
     "SparseSketch",
-    "TiledSketch",
     "SKETCHES",
     "check_sketch",
     "sketch_from_config",
 ]
 
-#: Width (in columns of R) of the tiles in which random sketch matrices are generated.
-#: Part of the realisation: changing it changes every drawn sketch.
-TILE = 4096
-
 #: Sketch specifications by registry name; a subclass that sets ``name`` registers itself.
 SKETCHES: Registry = Registry("sketch")
-
-
-def _tile_rng(seed: int, tile: int) -> np.random.Generator:
-    return np.random.default_rng([int(seed), int(tile)])
-
-
-def _tiles(n: int) -> Iterator[tuple[int, int, int]]:
-    for t, start in enumerate(range(0, n, TILE)):
-        yield t, start, min(start + TILE, n)
 
 
 def _positive_int(value: Any, *, owner: str, name: str) -> int:
@@ -330,97 +316,6 @@ class SparseSketch(RealizedSketch):
                    mixing=arrays["mixing"], scale=arrays.get("scale"))
 
 
-class TiledSketch(RealizedSketch):
-    """A dense ``R_mix`` over every training row, generated in tiles of :data:`TILE` columns
-    by ``spec.tile(seed, t, m, width)``, so any worker regenerates any block of columns from
-    ``(seed, t)`` and the whole matrix never exists.
-
-    Parameters
-    ----------
-    spec : Sketch
-        Implements ``tile(seed, t, m, width) -> ndarray (m, width)``.
-    n, seed, m : int
-    """
-
-    kind = "tiled"
-
-    def __init__(self, spec: "Sketch", n: int, seed: int, m: int):
-        self.spec = spec
-        self.n = int(n)
-        self.seed = int(seed)
-        self.m = int(m)
-
-    @property
-    def support(self) -> np.ndarray:
-        return np.arange(self.n, dtype=np.int64)
-
-    @property
-    def support_size(self) -> int:
-        return self.n
-
-    def _support_span(self, start: int, stop: int) -> tuple[int, int]:
-        return start, stop
-
-    @property
-    def mixing(self):
-        return self._dense_columns(0, self.n)
-
-    def mixing_t_block(self, start: int, stop: int):
-        """A transposed view (Fortran-ordered); a device backend keeps that layout
-        (:meth:`CupyBackend.operand <distsketch.cuda.CupyBackend.operand>`)."""
-        return self._dense_columns(start, stop).T
-
-    def columns(self, start: int, stop: int):
-        return self._dense_columns(start, stop)
-
-    def _dense_columns(self, start: int, stop: int) -> np.ndarray:
-        out = np.empty((self.m, stop - start))
-        for t, a, b in _tiles(self.n):
-            lo, hi = max(a, start), min(b, stop)
-            if lo < hi:
-                tile = self.spec.tile(self.seed, t, self.m, b - a)
-                out[:, lo - start : hi - start] = tile[:, lo - a : hi - a]
-        return out
-
-    def support_spans(self, chunk: int) -> list[tuple[int, int]]:
-        """Aligned with the generation tiles, so no tile is drawn twice for one block."""
-        s = self.n
-        step = max(TILE, (max(chunk, 1) // TILE) * TILE)
-        return [(a, min(a + step, s)) for a in range(0, s, step)]
-
-    def left_rows(self, block, start: int, stop: int):
-        be = backend_of(block)
-        return np.arange(self.m), be.operand(self._dense_columns(start, stop)) @ block
-
-    def transpose_dot(self, T: np.ndarray) -> np.ndarray:
-        out = np.empty((self.n, T.shape[1]))
-        for t, a, b in _tiles(self.n):
-            out[a:b] = self.spec.tile(self.seed, t, self.m, b - a).T @ T
-        return out
-
-    def _tile_fingerprints(self) -> list[str]:
-        """Fingerprints of the first and last generation tiles."""
-        tiles = list(_tiles(self.n))
-        return [fingerprint(self.spec.tile(self.seed, t, self.m, b - a))
-                for t, a, b in {tiles[0], tiles[-1]}]
-
-    def _state(self):
-        # The tiles are a pure function of (seed, t): storing the dense m × n mixing would add
-        # nothing but size. What is stored is a fingerprint of two tiles, checked on loading, so
-        # a generator that draws differently (another numpy) is refused, never used silently.
-        return {}, {"tile_fingerprints": sorted(self._tile_fingerprints())}
-
-    @classmethod
-    def _from_state(cls, spec, meta, arrays):
-        sketch = cls(spec, meta["n"], meta["seed"], meta["m"])
-        if sorted(sketch._tile_fingerprints()) != meta.get("tile_fingerprints"):
-            raise ValueError(
-                f"saved sketch: {spec!r} regenerated from its seed differs from the sketch the "
-                f"model was fitted with (a numpy whose random generator draws differently); "
-                f"refit the model with this installation")
-        return sketch
-
-
 # --------------------------------------------------------------------------- specs
 
 
@@ -546,85 +441,6 @@ class SubSampling(Sketch):
                             scale=scale)
 
 
-class PSparsified(Sketch):
-    """p-sparsified sketch: i.i.d. Bernoulli(p) mask times Rademacher or Gaussian entries.
-
-    ``R_ij = b_ij ε_ij / sqrt(m p)`` with ``b_ij ~ Bernoulli(p)`` and ``ε_ij = ±1``
-    (``kind="rademacher"``) or ``N(0, 1)`` (``kind="gaussian"``). Only the non-null
-    columns (expected ``n(1-(1-p)^m)``) form the support (the decomposition trick of
-    El Ahmad et al., TMLR 2023, §3). The mask is drawn sparsely, tile by tile, from
-    geometric gaps between non-zeros, so no dense m × n mask ever exists.
-
-    Parameters
-    ----------
-    m : int
-        Number of rows.
-    p : float in (0, 1]
-        Probability that an entry is non-null.
-    kind : {"rademacher", "gaussian"}
-    """
-
-    name = "p_sparsified"
-
-    def __init__(self, m: int, p: float, kind: str = "rademacher"):
-        self.m = m
-        self.p = p
-        self.kind = kind
-
-    def _checked(self) -> tuple[int, float]:
-        m = self._m()
-        p = self.p
-        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 < float(p) <= 1.0:
-            raise ValueError(f"PSparsified: p must be a probability in (0, 1], got {p!r}")
-        if self.kind not in ("rademacher", "gaussian"):
-            raise ValueError(
-                f"PSparsified: kind must be 'rademacher' or 'gaussian', got {self.kind!r}"
-            )
-        return m, float(p)
-
-    def check(self, n: int, *, argument: str) -> None:
-        try:
-            self._checked()
-        except ValueError as exc:
-            raise ValueError(f"{argument}: {exc}") from None
-        self._check_rows(n, argument=argument)
-
-    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
-        m, p = self._checked()
-        rows, cols, vals = [], [], []
-        for t, a, b in _tiles(n):
-            r, c, v = self._tile_entries(seed, t, b - a, m, p)
-            rows.append(r)
-            cols.append(c + a)
-            vals.append(v)
-        return SparseSketch.from_entries(self, n, seed, m, np.concatenate(rows),
-                                         np.concatenate(cols), np.concatenate(vals))
-
-    def _tile_entries(self, seed: int, tile: int, width: int, m: int, p: float):
-        """Non-zeros of one tile: positions ``pos = col * m + row`` of a Bernoulli(p) mask."""
-        rng = _tile_rng(seed, tile)
-        total = m * width
-        if p == 1.0:
-            pos = np.arange(total, dtype=np.int64)
-        else:
-            chunks, last = [], -1
-            while last < total:
-                expect = (total - last) * p
-                size = int(expect + 6.0 * np.sqrt(expect) + 16)
-                gaps = rng.geometric(p, size=size)
-                pos = last + np.cumsum(gaps, dtype=np.int64)
-                chunks.append(pos)
-                last = int(pos[-1])
-            pos = np.concatenate(chunks)
-            pos = pos[pos < total]
-        if self.kind == "rademacher":
-            vals = rng.integers(0, 2, size=pos.size) * 2.0 - 1.0
-        else:
-            vals = rng.standard_normal(pos.size)
-        vals /= np.sqrt(m * p)
-        return pos % m, pos // m, vals
-
-
 class Accumulation(Sketch):
     """Accumulation sketch: the sum of ``q`` signed uniform sub-sampling matrices.
 
@@ -662,208 +478,6 @@ class Accumulation(Sketch):
         vals = signs * np.sqrt(n / (m * q))
         return SparseSketch.from_entries(self, n, seed, m, np.repeat(np.arange(m), q),
                                          cols.ravel(), vals.ravel())
-
-
-class GaussianSketch(Sketch):
-    """Dense Gaussian sketch ``R_ij ~ N(0, 1/m)``, generated tile by tile, never whole.
-
-    Parameters
-    ----------
-    m : int
-        Number of rows.
-    """
-
-    name = "gaussian"
-
-    def __init__(self, m: int):
-        self.m = m
-
-    def check(self, n: int, *, argument: str) -> None:
-        self._check_rows(n, argument=argument)
-
-    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
-        return TiledSketch(self, n, seed, self._m())
-
-    def tile(self, seed: int, t: int, m: int, width: int) -> np.ndarray:
-        g = _tile_rng(seed, t).standard_normal((m, width))
-        g /= np.sqrt(m)
-        return g
-
-
-class CountSketch(Sketch):
-    """CountSketch: column ``j`` has a single ``±1`` at a uniformly drawn row ``h(j)``.
-
-    Parameters
-    ----------
-    m : int
-        Number of rows (buckets).
-    """
-
-    name = "count"
-
-    def __init__(self, m: int):
-        self.m = m
-
-    def check(self, n: int, *, argument: str) -> None:
-        self._check_rows(n, argument=argument)
-
-    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
-        m = self._m()
-        rows, signs = [], []
-        for t, a, b in _tiles(n):
-            rng = _tile_rng(seed, t)
-            rows.append(rng.integers(0, m, size=b - a))
-            signs.append(rng.integers(0, 2, size=b - a) * 2.0 - 1.0)
-        return SparseSketch.from_entries(self, n, seed, m, np.concatenate(rows), np.arange(n),
-                                         np.concatenate(signs))
-
-
-
-def _uniform01(seed: int, rows: np.ndarray) -> np.ndarray:
-    """A uniform in (0, 1) per row index, a pure function of ``(seed, row)`` (:func:`row_hash`)."""
-    return ((row_hash(seed, rows) >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0**53
-
-
-def approximate_leverage_scores(kernel, X, dictionary, lam: float) -> np.ndarray:
-    """Ridge leverage scores of the rows ``X`` from a dictionary of rows (Alaoui & Mahoney,
-    NeurIPS 2015; the estimator of BLESS, Rudi et al., NeurIPS 2018, eq. 3, with a uniform
-    dictionary of q rows)::
-
-        τ̃_i(λ) = (k(x_i, x_i) − k(x_i, X_J) (K_JJ + λ q I)^{-1} k(X_J, x_i)) / (λ n)
-
-    approximating ``τ_i(λ) = (K (K + nλI)^{-1})_ii`` (``n``: the number of training rows;
-    pass ``lam`` as ``λ n / n`` of the model's scale). Shape (len(X),)."""
-    D = np.asarray(dictionary)
-    q = D.shape[0]
-    Kjj = np.asarray(kernel(D, D), dtype=np.float64)
-    L = np.linalg.cholesky(0.5 * (Kjj + Kjj.T) + lam * q * np.eye(q))
-    Kij = np.asarray(kernel(X, D), dtype=np.float64)
-    Z = solve_triangular(L, Kij.T, lower=True, check_finite=False)  # (q, b)
-    return np.asarray(kernel.diag(X), dtype=np.float64) - np.einsum("ij,ij->j", Z, Z)
-
-
-class LeverageScores(Sketch):
-    """Sub-sampling by approximate ridge leverage scores (data-dependent).
-
-    A first, cheap walk over the rows computes ``τ̃_i(λ)`` (:func:`approximate_leverage_scores`
-    from a uniform dictionary of ``dictionary`` rows), then ``m`` distinct rows are drawn with
-    probabilities proportional to ``τ̃`` (Efraimidis–Spirakis weighted sampling without
-    replacement: the ``m`` largest keys ``u_i^{1/w_i}``, with ``u_i`` a pure function of the
-    seed and the row index, so the draw never depends on chunking) and scaled
-    ``R[r, J_r] = 1/sqrt(m p_{J_r})`` with ``p = w/Σ w`` (Alaoui & Mahoney 2015; Rudi, Carratino &
-    Rosasco, "FALKON", NeurIPS 2017). The weights are a defensive mixture
-    ``w_i = τ̃_i + d̂/n`` (``d̂``: the dictionary's estimate of ``d_eff = Σ τ``), about half
-    leverage and half uniform, so that dense regions keep landmarks when a few sparse rows
-    have most of the leverage (measured: RESULTS.md, "leverage"). The scores need the kernel: the side's kernel, given by the
-    fit. The realised sketch is saved with the model (never redrawn).
-
-    Parameters
-    ----------
-    m : int
-        Number of sampled rows, ``1 <= m <= n``.
-    lam : float > 0 or None
-        Ridge parameter of the scores. ``None`` (default): the λ whose effective dimension
-        ``d_eff(λ) = Σ_i τ_i(λ)`` satisfies ``d_eff log d_eff = m`` — the scale that ``m``
-        leverage-sampled landmarks resolve (``m ≳ d_eff log d_eff`` in the theory of Alaoui &
-        Mahoney 2015, Rudi et al. 2015) — estimated from the dictionary's spectrum,
-        ``d_eff(λ) ≈ Σ_j s_j / (s_j + λq)`` (``s``: eigenvalues of ``K_JJ``), by bisection in
-        ``log λ``. A model λ far below it makes the scores nearly
-        ``1/density`` and over-samples sparse regions (RESULTS.md, "leverage").
-    dictionary : int or None
-        Rows of the uniform dictionary (default ``min(n, 4m)``).
-    """
-
-    name = "leverage_scores"
-    needs_kernel = True
-    selects_landmarks = True
-
-    def __init__(self, m: int, lam: float | None = None, dictionary: int | None = None):
-        self.m = m
-        self.lam = lam
-        self.dictionary = dictionary
-
-    def check(self, n: int, *, argument: str) -> None:
-        self._check_rows(n, argument=argument)
-        lam = self.lam
-        if lam is not None and (isinstance(lam, bool) or not isinstance(lam, numbers.Real)
-                                or not lam > 0 or not np.isfinite(lam)):
-            raise ValueError(f"{argument}: LeverageScores: lam must be a positive number, "
-                             f"got {lam!r}")
-        q = self.dictionary
-        if q is not None and (isinstance(q, bool) or not isinstance(q, numbers.Integral)
-                              or q < 1):
-            raise ValueError(f"{argument}: LeverageScores: dictionary must be None or a "
-                             f"positive integer, got {q!r}")
-
-    def scores(self, n: int, *, seed: int, data, kernel, block_rows: int = 4096) -> np.ndarray:
-        """``τ̃`` of every row (n-sized: for audits and tests; :meth:`realize` streams them)."""
-        return np.concatenate([s for _, s, _ in self._walk(n, seed, data, kernel, block_rows)])
-
-    def _walk(self, n, seed, data, kernel, block_rows):
-        q = min(n, self.dictionary or 4 * self._m())
-        rng = np.random.default_rng([int(seed), 1])
-        J = np.sort(rng.choice(n, size=q, replace=False)).astype(np.int64)
-        D = data.take(J)
-        D = D.toarray() if hasattr(D, "toarray") else np.asarray(D)
-        lam = float(self.lam) if self.lam is not None else self._auto_lam(kernel, D)
-        Kjj = np.asarray(kernel(D, D), dtype=np.float64)
-        sv = np.clip(np.linalg.eigvalsh(0.5 * (Kjj + Kjj.T)), 0.0, None)
-        floor = float(np.sum(sv / (sv + lam * q))) / n  # d_eff(λ)/n: the mean score
-        for i, blk in enumerate(data.blocks(block_rows)):
-            blk = blk.compute() if hasattr(blk, "compute") else blk
-            blk = blk.toarray() if hasattr(blk, "toarray") else np.asarray(blk)
-            yield i * block_rows, np.clip(
-                approximate_leverage_scores(kernel, blk, D, lam), 0.0, None) / (lam * n), floor
-
-    def _auto_lam(self, kernel, D) -> float:
-        """The λ with ``d_eff(λ) = Σ_j s_j/(s_j + λq) = d``, ``d log d = m`` (bisection)."""
-        q = D.shape[0]
-        Kjj = np.asarray(kernel(D, D), dtype=np.float64)
-        s = np.clip(np.linalg.eigvalsh(0.5 * (Kjj + Kjj.T)), 0.0, None)
-        m = float(self._m())
-        a, b = 1.0, max(m, np.e)  # d log d = m, d in [1, m]
-        for _ in range(100):
-            c = 0.5 * (a + b)
-            a, b = (c, b) if c * np.log(c) < m else (a, c)
-        target = max(0.5 * (a + b), 1.0)
-        if np.sum(s > 0) <= target:  # every direction resolvable: the smallest scale
-            return max(float(s[s > 0].min()) / q, 1e-300) if np.any(s > 0) else 1.0
-        lo, hi = np.log(1e-16 * s.max() / q), np.log(s.max() / q * 1e6)
-        for _ in range(100):
-            mid = 0.5 * (lo + hi)
-            if np.sum(s / (s + np.exp(mid) * q)) > target:
-                lo = mid
-            else:
-                hi = mid
-        return float(np.exp(0.5 * (lo + hi)))
-
-    def realize(self, n: int, *, seed: int, data=None, kernel=None) -> RealizedSketch:
-        m = self._m()
-        if data is None or kernel is None:
-            raise ValueError("LeverageScores: the sketch is drawn from the training rows and "
-                             "the kernel (fit passes them)")
-        total = 0.0
-        best_keys = np.empty(0)
-        best_rows = np.empty(0, dtype=np.int64)
-        best_tau = np.empty(0)
-        for start, tau, floor in self._walk(n, seed, data, kernel, 4096):
-            rows = np.arange(start, start + len(tau), dtype=np.int64)
-            tau = tau + floor  # defensive mixture: half the mass uniform (see the class notes)
-            total += float(tau.sum())
-            with np.errstate(divide="ignore"):
-                keys = np.where(tau > 0, np.log(_uniform01(seed, rows)) / tau, -np.inf)
-            keys = np.concatenate([best_keys, keys])
-            rows = np.concatenate([best_rows, rows])
-            tau = np.concatenate([best_tau, tau])
-            top = np.argsort(-keys, kind="stable")[:m]
-            best_keys, best_rows, best_tau = keys[top], rows[top], tau[top]
-        order = np.argsort(best_rows)
-        rows, tau = best_rows[order], best_tau[order]
-        p = np.maximum(tau / max(total, 1e-300), 1e-300)
-        scale = 1.0 / np.sqrt(m * p)
-        return SparseSketch(self, n, seed, m, support=rows, mixing=sp.diags_array(scale),
-                            scale=scale)
-
 
 
 def check_sketch(sketch: Any, *, argument: str) -> Sketch:

@@ -347,7 +347,7 @@ class PCG(Route):
         est._check_pcg(spec)
 
     def run(self, est, spec) -> RouteFit:
-        from ..kernels.base import Linear
+        from ..kernels.families import Linear
         from .pcg import fit_pcg, fit_pcg_sisokr
 
         model = est._pass_model or type(est).__name__

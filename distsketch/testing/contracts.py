@@ -33,8 +33,10 @@ from numpy.testing import assert_allclose, assert_array_equal
 
 from ..backends.base import dense
 from ..linalg.blocks import gram_dot
-from ..kernels.base import Gaussian, Kernel
-from ..sketches.base import TILE, RealizedSketch, sketch_from_config
+from ..kernels.base import Kernel
+from ..kernels.families import Gaussian
+from ..sketches.base import RealizedSketch, sketch_from_config
+from ..sketches.tiled import TILE
 
 __all__ = ["KernelContract", "SketchContract", "dense", "assert_same", "assert_rel_close",
            "gram_inputs", "FLOAT32_EXP_ULPS"]
@@ -404,7 +406,7 @@ class SketchContract:
         blocks). The pseudo-inverse keeps eigenvalues above 1e-10 of the largest, as the
         whitening does; a well-conditioned kernel (Laplacian) keeps the comparison at the
         level of rounding times the condition number of ``R K Rᵀ``, far below 1e-8."""
-        from ..kernels.base import Laplacian
+        from ..kernels.families import Laplacian
         from ..options import EngineOptions
         from ..models.transformers import SketchedFeatures
 
