@@ -88,10 +88,10 @@ def _steal_seconds() -> float:
 def write_costs(folder: Path, *, blocks: int = 24, rows: int = 4096) -> dict:
     """Per ``rows × M`` block: wall, CPU of this process and hypervisor steal of writing it
     to a new file, through the page cache (float64) and the way the store writes it
-    (``store.write_rows``: O_DIRECT) as float64 and float32, the disk idle otherwise."""
+    (``chunkwrite.write_rows``: O_DIRECT) as float64 and float32, the disk idle otherwise."""
     import zarr
 
-    from distsketch.engine.store import write_rows
+    from distsketch.engine.chunkwrite import write_rows
 
     block = np.random.default_rng(0).standard_normal((rows, M))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from distsketch.engine.accumulate import fold_ids
+from distsketch.engine.sums import fold_ids
 
 
 def gauss(A, g):

@@ -25,7 +25,7 @@ import zarr
 
 import distsketch as ds
 from distsketch.losses import Pinball
-from distsketch.engine.store import StoreError
+from distsketch.engine.storeguard import StoreError
 from lipschitzref import data
 
 BLOCK = 64

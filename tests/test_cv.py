@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from distsketch.engine.accumulate import fold_ids
+from distsketch.engine.sums import fold_ids
 from naive import norm_rel_err
 from cvhelpers import gauss, sisokr_brute_force, white
 

@@ -26,7 +26,7 @@ import pytest
 import distsketch as ds
 from distsketch.model_selection import scoring as dcv
 from distsketch.model_selection.grid import GridEdgeWarning
-from distsketch.engine.accumulate import fold_ids
+from distsketch.engine.sums import fold_ids
 from cvhelpers import sisokr_brute_force, white
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ import pytest
 
 import distsketch as ds
 import distsketch.model_selection.fold_algebra
-from distsketch.engine.accumulate import fold_ids
+from distsketch.engine.sums import fold_ids
 from cvhelpers import sisokr_brute_force
 from naive import norm_rel_err
 

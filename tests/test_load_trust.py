@@ -22,7 +22,7 @@ import zarr
 
 import distsketch as ds
 from distsketch.io import persist
-from distsketch.engine.store import StoreError
+from distsketch.engine.storeguard import StoreError
 
 SRC = str(Path(ds.__file__).resolve().parents[1])
 

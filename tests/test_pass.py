@@ -379,7 +379,7 @@ def test_pass_tasks_keep_every_core_busy():
 def test_unique_rows_are_numpys_in_order_of_first_occurrence(dtype):
     """The byte-keyed unique rows equal ``np.unique(axis=0)``'s set, each at its first
     occurrence; ``-0.0`` and ``0.0`` are one row; the block merge keeps the earliest index."""
-    from distsketch.engine.accumulate import _merge_unique, _unique_rows
+    from distsketch.engine.sums import _merge_unique, _unique_rows
 
     rng = np.random.default_rng(0)
     Y = rng.integers(-1, 2, size=(300, 4)).astype(dtype)
@@ -402,24 +402,24 @@ def test_derived_blocks_are_equal_and_a_multiple_of_four(n, width, monkeypatch):
     to a multiple of ``BLOCK_MULTIPLE`` (halved while blocks would fall below
     ``MIN_BLOCK_ROWS``), in equal blocks (the last short by less than one row per block), and
     the same on any machine (no core count involved)."""
-    from distsketch.engine import accumulate
+    from distsketch.engine import fitpass
     from distsketch.options import EngineOptions
 
     opts = EngineOptions()
     per_row = 8 * (opts.gram_chunk + width) + 4 * width
     b_mem = max(64, opts.block_memory // per_row)
-    b = accumulate.choose_block_rows(opts, n, width, None, np.dtype("float32"))
+    b = fitpass.choose_block_rows(opts, n, width, None, np.dtype("float32"))
     k = -(-n // b)
     assert b <= b_mem and k >= -(-n // b_mem)
     assert 0 <= b * k - n < k  # equal blocks
-    if k % accumulate.BLOCK_MULTIPLE:  # rounded up only as far as MIN_BLOCK_ROWS allows
-        assert k == -(-n // b_mem) or 2 * k > n // accumulate.MIN_BLOCK_ROWS
+    if k % fitpass.BLOCK_MULTIPLE:  # rounded up only as far as MIN_BLOCK_ROWS allows
+        assert k == -(-n // b_mem) or 2 * k > n // fitpass.MIN_BLOCK_ROWS
     if n == 4880 and width == 4445:  # Bibtex SISOKR: 4 blocks of 1220 (were 1924, 1924, 1032)
         assert (b, k) == (1220, 4)
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
-    assert accumulate.choose_block_rows(opts, n, width, None, np.dtype("float32")) == b
+    assert fitpass.choose_block_rows(opts, n, width, None, np.dtype("float32")) == b
     # given block_rows is taken as it is
-    assert accumulate.choose_block_rows(EngineOptions(block_rows=100), n, width, None,
+    assert fitpass.choose_block_rows(EngineOptions(block_rows=100), n, width, None,
                                          np.dtype("float32")) == min(100, n)
 
 
@@ -427,7 +427,7 @@ def test_row_sparse_sums_equal_the_dense_sums():
     """``RowSparse``: disjoint parts kept and placed, equal rows added in place, overlapping
     ones merged — always the dense sum (bitwise: adding exact zeros changes no float sum), and
     the parts ``+=`` took from another sum are never written to."""
-    from distsketch.engine.accumulate import RowSparse
+    from distsketch.engine.sums import RowSparse
 
     rng = np.random.default_rng(0)
     m, k = 30, 3

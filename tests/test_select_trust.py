@@ -14,7 +14,7 @@ import pytest
 
 import distsketch as ds
 from distsketch import metrics
-from distsketch.engine.accumulate import fold_ids
+from distsketch.engine.sums import fold_ids
 from distsketch.model_selection.grid import GridEdgeWarning, grid_edges
 from distsketch.model_selection.scoring import auto_scoring
 from distsketch.model_selection.select import fold_splits, select

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import zarr
 
-from distsketch.engine import store as store_mod
-from distsketch.engine.store import write_rows
+from distsketch.engine import chunkwrite
+from distsketch.engine.chunkwrite import write_rows
 
 
 @pytest.mark.parametrize("direct", [True, False])
@@ -104,7 +104,7 @@ def test_direct_write_bypasses_the_page_cache_where_supported(tmp_path, monkeypa
         flags.append(flag)
         return real_open(path, flag, *args, **kwargs)
 
-    monkeypatch.setattr(store_mod.os, "open", spy)
+    monkeypatch.setattr(chunkwrite.os, "open", spy)
     z = zarr.create_array(tmp_path / "a.zarr", shape=(8, 3), chunks=(4, 3), dtype="float64",
                           fill_value=0.0, compressors=None)
     write_rows(z, 0, np.ones((4, 3)))
@@ -115,11 +115,11 @@ def test_direct_write_bypasses_the_page_cache_where_supported(tmp_path, monkeypa
             raise OSError(errno.EINVAL, "Invalid argument")
         return real_open(path, flag, *args, **kwargs)
 
-    monkeypatch.setattr(store_mod.os, "open", refuse)
+    monkeypatch.setattr(chunkwrite.os, "open", refuse)
     write_rows(z, 4, np.full((4, 3), 2.0))
     np.testing.assert_array_equal(z[:], np.r_[np.ones((4, 3)), np.full((4, 3), 2.0)])
-    assert str(z.store_path.store.root) in store_mod._NO_DIRECT
-    store_mod._NO_DIRECT.discard(str(z.store_path.store.root))
+    assert str(z.store_path.store.root) in chunkwrite._NO_DIRECT
+    chunkwrite._NO_DIRECT.discard(str(z.store_path.store.root))
     assert not list(tmp_path.rglob("*.partial"))
 
 
@@ -132,7 +132,7 @@ def test_failed_direct_write_leaves_no_chunk(tmp_path, monkeypatch, direct_io):
     def full(fd, data):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(store_mod.os, "write", full)
+    monkeypatch.setattr(chunkwrite.os, "write", full)
     with pytest.raises(OSError, match="No space"):
         write_rows(z, 0, np.ones((4, 3)))
     assert not (tmp_path / "a.zarr" / "c" / "0" / "0").exists()

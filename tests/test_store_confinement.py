@@ -18,7 +18,8 @@ import pytest
 import zarr
 
 import distsketch as ds
-from distsketch.engine.store import StoreError, open_fit_store
+from distsketch.engine.store import open_fit_store
+from distsketch.engine.storeguard import StoreError
 from passhelpers import N, CountingGaussian, model, problem
 
 

@@ -20,7 +20,8 @@ import zarr
 
 import distsketch as ds
 from distsketch.io import persist
-from distsketch.engine.store import StoreError, open_fit_store
+from distsketch.engine.store import open_fit_store
+from distsketch.engine.storeguard import StoreError
 from passhelpers import N, CountingGaussian, model, problem, sums_of
 
 HERE = Path(__file__).resolve().parent

@@ -156,9 +156,11 @@ MODEL_NAMES = {"SISOKR", "SketchedKRR", "SketchedFeatures", "RidgeEstimator"}
 
 
 @pytest.mark.parametrize("module", ["distsketch.io.persist", "distsketch.io.model_json",
-                                    "distsketch.cli.config",
-                                    "distsketch.cli.commands", "distsketch.engine.store",
-                                    "distsketch.engine.accumulate"])
+                                    "distsketch.cli.config", "distsketch.cli.commands",
+                                    "distsketch.engine.store", "distsketch.engine.storeguard",
+                                    "distsketch.engine.chunkwrite",
+                                    "distsketch.engine.accumulate", "distsketch.engine.sums",
+                                    "distsketch.engine.fitpass"])
 def test_infrastructure_names_no_model(module):
     """persist, config, cli, the store and the pass find models through the registry (and
     each model's declarations): no model class, module or name appears in their code."""

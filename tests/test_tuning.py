@@ -344,7 +344,7 @@ def test_tuning_leaves_a_stores_identity_alone_but_for_the_density_rule(tmp_path
     blocks (its recorded configuration has no tuning at all: stores written before Tuning
     existed resume); the density rule away from its defaults is another pass (as another
     ``gram_chunk`` is), refused without ``overwrite``."""
-    from distsketch.engine.store import StoreError
+    from distsketch.engine.storeguard import StoreError
 
     assert store_config(ds.Tuning()) == {}
     assert store_config(ds.Tuning(fold_route="band", fold_threads=1, fold_band=8,

@@ -120,7 +120,7 @@ def _open_store(store: str, *, solved: bool):
                          f"metadata; a store is the directory `distsketch fit` writes)")
     import zarr
 
-    from ..engine.store import refuse_links
+    from ..engine.storeguard import refuse_links
 
     refuse_links(path, location=str(store))  # info reads nothing through a link either
     try:

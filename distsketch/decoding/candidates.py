@@ -57,7 +57,8 @@ from .preimage import candidate_features
 from ..engine.mapreduce import compute, distributed_client, map_blocks, share
 from ..engine.features import FeatureMap
 from ..engine.rows import RowSource
-from ..engine.store import StoreError, refuse_links, write_rows
+from ..engine.chunkwrite import write_rows
+from ..engine.storeguard import StoreError, refuse_links
 
 __all__ = ["CandidateStore", "candidate_reader", "concatenate_sets", "check_query_sets"]
 

@@ -1,7 +1,9 @@
 """The engine: the block map-reduce (:mod:`.mapreduce`), row access (:mod:`.rows`), feature
-maps (:mod:`.features`), the streaming pass (:mod:`.accumulate`), solver sweeps
-(:mod:`.sweep`) and the zarr store of a fit (:mod:`.store`). Every n-sized computation runs
-here; the package re-exports the map-reduce."""
+maps (:mod:`.features`), the streaming pass (its plan and sums :mod:`.sums`, its block task and
+driver :mod:`.accumulate`, a whole fit's pass :mod:`.fitpass`), solver sweeps (:mod:`.sweep`)
+and the zarr store of a fit (:mod:`.store`; its errors, lock and confinement
+:mod:`.storeguard`; whole-chunk block writes :mod:`.chunkwrite`). Every n-sized computation
+runs here; the package re-exports the map-reduce."""
 
 from .mapreduce import (Reducer, Stored, Workspace, map_blocks, tree_reduce, map_reduce, compute,
     row_blocks, transform_rows, share, map_local, parallel_slots, distributed_client, WorkersLost,

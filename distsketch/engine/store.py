@@ -12,7 +12,7 @@ Layout (one zarr v3 group per fit)::
                                   a nonzero record means the block is done (chunk (1, 5))
         sums/<name>               the reduced sums the model asked for (float64: G, B, M, E,
                                   b; C, D, Y assembled for an exact side), see
-                                  distsketch.accumulate
+                                  distsketch.engine.sums
         sums/U_rows, sums/U_index unique output rows, first training row (a row-set sum)
 
 ``status`` moves ``"pass"`` → ``"pass-complete"`` (all blocks done, sums written)
@@ -24,48 +24,34 @@ or loaded as a model.
 
 What a store guarantees — data identity, checksums, one writer, never deleting what distsketch
 did not write, never reading or writing outside its directory (a local store holding a
-symbolic link is refused when opened: :func:`refuse_links`) — is described in docs/design.md,
-"The store", and README, "What the store guarantees".
+symbolic link is refused when opened:
+:func:`~distsketch.engine.storeguard.refuse_links`) — is described in docs/design.md, "The store",
+and README, "What the store guarantees". The store's errors and its lock are in
+:mod:`distsketch.engine.storeguard`; the pass's block writes in
+:mod:`distsketch.engine.chunkwrite`.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import logging
-import mmap
 import os
 import socket
-import threading
 import time
-import uuid
 import warnings
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import zarr
-from zarr.buffer import default_buffer_prototype
-from zarr.codecs import BytesCodec
 from zarr.storage import LocalStore
-
-try:  # zarr's public synchronous store protocol (zarr 3.1); older stores go through ``set``
-    from zarr.abc.store import SupportsSetSync
-    from zarr.storage import GpuMemoryStore
-except ImportError:  # pragma: no cover - depends on the installed zarr
-    SupportsSetSync = GpuMemoryStore = None
 
 from .._hashing import checksum
 from .._version import __version__
+from .storeguard import StoreError, StoreLock, refuse_links
 
-if TYPE_CHECKING:
-    from zarr.abc.buffer import Buffer
-    from zarr.abc.store import Store
-
-__all__ = ["FORMAT_VERSION", "FitStore", "StoreDirectory", "StoreError", "DataChanged",
-           "StoreLock", "RECORD", "TOKEN", "XFP", "YFP", "CSUM", "DSUM", "expected_store_bytes", "open_fit_store", "read_records",
-           "refuse_links", "write_rows"]
+__all__ = ["FORMAT_VERSION", "FitStore", "StoreDirectory", "RECORD", "TOKEN", "XFP", "YFP", "CSUM",
+           "DSUM", "expected_store_bytes", "new_token", "open_fit_store", "read_records"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,168 +62,6 @@ _ATTR = "distsketch"
 #: The groups distsketch writes at the root of a fit's store: the pass, its sums, the saved
 #: model, solver states.
 _LAYOUT = ("pass", "sums", "model", "solver")
-
-
-#: Alignment of O_DIRECT buffers, file offsets and lengths (a page: at least the logical
-#: block size of any local disk).
-_DIRECT_ALIGN = 4096
-_direct_local = threading.local()
-#: Store roots where O_DIRECT was refused (e.g. tmpfs before Linux 6.6): written through the
-#: page cache.
-_NO_DIRECT: set[str] = set()
-
-
-def _aligned_buffer(nbytes: int) -> mmap.mmap:
-    """This thread's page-aligned scratch buffer of at least ``nbytes`` (kept for reuse)."""
-    buf = getattr(_direct_local, "buffer", None)
-    if buf is None or len(buf) < nbytes:
-        buf = mmap.mmap(-1, nbytes)  # anonymous mappings start on a page boundary
-        _direct_local.buffer = buf
-    return buf
-
-
-def _direct_put(path: Path, block: np.ndarray, dtype: np.dtype) -> bool:
-    """Write ``block`` as little-endian ``dtype`` bytes to ``path``, bypassing the page cache.
-
-    O_DIRECT hands the buffer to the disk by DMA, so a write costs little of this
-    process's CPU (the copy into the aligned buffer included), where a buffered write of
-    a new file costs the CPU of allocating and filling page-cache pages; see the "pass"
-    section of ``benchmarks/RESULTS.md`` for measurements.
-    The block is converted into a page-aligned buffer (unless it is aligned already),
-    padded to a whole page and truncated back, and written to a temporary file renamed
-    into place, as zarr's local store does. Returns False where the file system refuses
-    O_DIRECT (nothing is left behind); the caller then writes through the page cache.
-    """
-    size = block.size * dtype.itemsize
-    padded = -(-size // _DIRECT_ALIGN) * _DIRECT_ALIGN
-    if (block.dtype == dtype and block.flags.c_contiguous and size == padded
-            and block.ctypes.data % _DIRECT_ALIGN == 0):
-        view = memoryview(block).cast("B")
-    else:
-        buf = _aligned_buffer(padded)
-        np.copyto(np.frombuffer(buf, dtype=dtype, count=block.size).reshape(block.shape),
-                  block, casting="same_kind")
-        if padded > size:
-            buf[size:padded] = bytes(padded - size)
-        view = memoryview(buf)[:padded]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{uuid.uuid4().hex}.partial")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_DIRECT | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(tmp, flags, 0o666)
-    except OSError as exc:
-        if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
-            return False
-        raise
-    try:
-        try:
-            done = 0
-            while done < padded:
-                done += os.write(fd, view[done:])
-        except OSError as exc:
-            if exc.errno != errno.EINVAL:
-                raise
-            return False  # finally removes the temporary file
-        if padded > size:
-            os.ftruncate(fd, size)
-        os.close(fd)
-        fd = -1
-        os.replace(tmp, path)
-        tmp = None
-        return True
-    finally:
-        if fd >= 0:
-            os.close(fd)
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
-
-
-def write_rows(array: zarr.Array, start: int, block: np.ndarray, *, direct: bool = True) -> None:
-    """``array[start:start + len(block)] = block``, one whole chunk written without copies.
-
-    The pass writes row blocks that are exactly one chunk of an uncompressed array
-    (``compressors=None``: the codec chain is the little-endian bytes codec alone), so
-    the chunk's encoded form is the block's own memory, converted to the array's dtype.
-    Such a block goes to the store as one object instead of through zarr's codec
-    pipeline, which copies it twice first (much slower for large blocks; see the "pass"
-    section of ``benchmarks/RESULTS.md``): on a local store, by default, as one O_DIRECT
-    file write (:func:`_direct_put`; ``direct`` False, or a file system without O_DIRECT,
-    writes through the page cache), elsewhere with the store's ``set``
-    (:func:`_store_set`). Any other write (a partial last chunk, a compressed, filtered,
-    sharded, big-endian or zarr v2 array) takes zarr's ordinary path. Either way the
-    stored bytes are the same.
-    """
-    rows, cols = array.chunks
-    index = start // rows
-    # the codec chain is the little-endian bytes codec alone (a zarr v2 array has no
-    # serializer; a sharded one reports its inner serializer, hence the shards test)
-    serializer = array.serializer
-    chunked = (
-        start % rows == 0
-        and cols == array.shape[1]
-        and block.shape == (rows, cols)
-        and isinstance(serializer, BytesCodec)
-        and getattr(serializer.endian, "value", None) == "little"
-        and not array.filters
-        and not array.compressors
-        and array.shards is None
-    )
-    if not chunked:
-        array[start:start + len(block)] = block
-        return
-    dtype = np.dtype(array.dtype).newbyteorder("<")
-    store = array.store
-    prefix = array.path
-    key = array.metadata.encode_chunk_key((index, 0))
-    key = f"{prefix}/{key}" if prefix else key
-    if (direct and hasattr(os, "O_DIRECT") and isinstance(store, LocalStore)
-            and not store.read_only and str(store.root) not in _NO_DIRECT):
-        if _direct_put(store.root / key, block, dtype):
-            return
-        logger.debug("store %s: O_DIRECT refused, writing through the page cache", store.root)
-        _NO_DIRECT.add(str(store.root))
-    data = np.ascontiguousarray(block, dtype=dtype)
-    buffer = default_buffer_prototype().buffer.from_bytes(memoryview(data).cast("B"))
-    _store_set(store, key, buffer)
-
-
-def _store_set(store: Store, key: str, buffer: Buffer) -> None:
-    """``store.set(key, buffer)`` from synchronous code (any thread, a dask worker's included).
-
-    Stores with zarr's public synchronous API (:class:`zarr.abc.store.SupportsSetSync`:
-    the local and memory stores) are written with ``set_sync``, which needs no event
-    loop. ``GpuMemoryStore`` inherits ``MemoryStore.set_sync`` without the conversion to
-    a GPU buffer that its ``set`` makes, so it goes through ``set`` like other stores.
-    """
-    if (SupportsSetSync is not None and isinstance(store, SupportsSetSync)
-            and not isinstance(store, GpuMemoryStore)):
-        store.set_sync(key, buffer)
-    else:
-        _run_on_zarr_loop(store.set(key, buffer))
-
-
-def _run_on_zarr_loop(coro: Any) -> Any:
-    """Run a store coroutine to completion on zarr's own event loop; returns its result.
-
-    The one zarr internal used here: zarr (3.1) has no public way to run a coroutine of
-    an async-only store (fsspec, obstore, zip, wrapper stores) from synchronous code.
-    ``asyncio.run`` is no substitute: such stores may hold clients bound to zarr's loop
-    (its I/O thread), and it fails in a thread whose event loop is running. zarr's
-    ``sync`` hands the coroutine to that loop and blocks this thread until it finishes,
-    from any thread but the loop's own, as zarr's synchronous API does itself.
-    """
-    from zarr.core.sync import sync
-
-    return sync(coro)
-
-
-class StoreError(ValueError):
-    """A store that cannot be used as asked: damaged, held by another fit, or not ours.
-    The message names the store and what to do."""
-
-
-class DataChanged(StoreError):
-    """The training data differ from those a stored pass was computed from."""
 
 
 #: Columns of ``pass/blocks``, one uint64 row per row block (0 everywhere: not done).
@@ -273,41 +97,6 @@ def read_records(array: zarr.Array, *, location: str) -> np.ndarray:
 def new_token() -> int:
     """A fit token: a random nonzero 63-bit integer naming one fit attempt's writes."""
     return int.from_bytes(os.urandom(8), "little") >> 1 or 1
-
-
-class StoreLock:
-    """An advisory lock on a local store: ``fcntl.flock`` on the store's directory, held by
-    one fit from opening to its saved model (the holder is named in the store's metadata).
-    The directory itself is locked, so the store holds no file zarr does not know."""
-
-    def __init__(self, directory: str):
-        self.directory = directory
-        self._fd: int | None = None
-
-    def acquire(self, *, location: str, holder) -> None:
-        """Take the lock or raise :class:`StoreError`; ``holder()`` names the current holder."""
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - not POSIX: no lock
-            logger.warning("store %s: no file locking on this platform", location)
-            return
-        os.makedirs(self.directory, exist_ok=True)
-        fd = os.open(self.directory, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise StoreError(
-                    f"store {location!r} is being written by another fit ({holder()}); wait "
-                    f"for it to finish, or fit into another store path") from None
-            raise
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing drops the flock
-            self._fd = None
 
 
 class FitStore:
@@ -626,59 +415,6 @@ def _is_distsketch(group: zarr.Group) -> bool:
         return _ATTR in group.attrs
     except Exception:
         return False
-
-
-def refuse_links(directory: str | os.PathLike, *, location: str, what: str = "store") -> None:
-    """Refuse a store directory holding a symbolic link (or any entry that is neither a plain
-    file nor a directory: a FIFO, a device), anywhere below its root.
-
-    Every path a store reads or writes must resolve inside the store's root: a link could send
-    a resumed fit's block writes, an overwrite's new arrays or a load's reads into a user's
-    files or another store. The walk follows no link; it is called before anything is read
-    or written. The root itself may be a link (the user named it).
-
-    Raises
-    ------
-    StoreError
-        Naming the first offending entry (in sorted order, relative to the root) and the fix.
-    """
-    root = os.fspath(directory)
-    if not os.path.isdir(root):
-        return
-    pending = [""]
-    while pending:
-        rel = pending.pop()
-        try:
-            entries = sorted(os.scandir(os.path.join(root, rel)), key=lambda e: e.name)
-        except FileNotFoundError:
-            if rel:  # removed since it was listed (a writer's reset): it holds no link
-                continue
-            raise StoreError(f"{what} {location!r}: its directory was removed while it was "
-                             f"being opened; open it again") from None
-        except OSError as exc:
-            raise StoreError(f"{what} {location!r}: {os.path.join(rel, '') or 'its root'} "
-                             f"cannot be listed ({exc}); check its permissions or use a new "
-                             f"path") from None
-        subdirs = []
-        for entry in entries:
-            name = os.path.join(rel, entry.name)
-            if entry.is_symlink():
-                try:
-                    target = os.readlink(entry.path)
-                except OSError:
-                    target = "?"
-                raise StoreError(
-                    f"{what} {location!r} contains a symbolic link {name!r} (to {target!r}); "
-                    f"distsketch never reads or writes outside a store's directory: remove the "
-                    f"link (copy what it points to into the store if it belongs there) or use "
-                    f"a new path")
-            if entry.is_dir(follow_symlinks=False):
-                subdirs.append(name)
-            elif not entry.is_file(follow_symlinks=False):
-                raise StoreError(
-                    f"{what} {location!r} contains {name!r}, which is neither a file nor a "
-                    f"directory; remove it or use a new path")
-        pending.extend(reversed(subdirs))
 
 
 def _refuse_foreign(group: zarr.Group | None, location: str, directory: str | None) -> None:

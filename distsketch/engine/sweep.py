@@ -40,7 +40,7 @@ from .mapreduce import (Reducer, Stored, WorkersLost, distributed_client, map_re
 from .features import FeatureMap
 from ..losses import Curvature, Loss
 from .rows import RowSource
-from .store import StoreError
+from .storeguard import StoreError
 
 __all__ = ["SweepData", "Iterate", "SweepSums", "sweep", "block_native", "block_C"]
 

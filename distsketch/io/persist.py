@@ -20,9 +20,9 @@ metadata are complete and match their manifest; every array's declared shape and
 ``zarr.json``) match the record, and all of them fit in the memory the process can take,
 before any value is read; the values then match their checksum and are finite where they
 were. A model saved before the records were kept (format 3) has its arrays bounded by its own
-sizes instead. Every failure is a :class:`~distsketch.store.StoreError` naming the store, the
-array and what to do; one that comes from a writer changing the store while it is read says
-the store is being written. This module names no estimator.
+sizes instead. Every failure is a :class:`~distsketch.engine.storeguard.StoreError` naming the
+store, the array and what to do; one that comes from a writer changing the store while it is
+read says the store is being written. This module names no estimator.
 """
 
 from __future__ import annotations
@@ -384,8 +384,8 @@ def _open_group(store) -> tuple[zarr.Group, str, str | None]:
 
 
 def _refuse_links(directory: str, location: str) -> None:
-    """:func:`~distsketch.store.refuse_links`, once more after a moment if it fails: a writer
-    deleting arrays while the walk lists them is not a link (the status then tells)."""
+    """:func:`~distsketch.engine.storeguard.refuse_links`, once more after a moment if it fails:
+    a writer deleting arrays while the walk lists them is not a link (the status then tells)."""
     for attempt in range(3):
         try:
             refuse_links(directory, location=location)
@@ -432,9 +432,9 @@ def _stamp(group: zarr.Group, directory: str | None) -> tuple:
 
 
 def _writer_holds(directory: str) -> bool:
-    """Whether a writer holds the store's lock (:class:`~distsketch.store.StoreLock`), read
-    from the system's lock table (Linux) without taking the lock: a reader must never make a
-    writer fail."""
+    """Whether a writer holds the store's lock (:class:`~distsketch.engine.storeguard.StoreLock`),
+    read from the system's lock table (Linux) without taking the lock: a reader must never make
+    a writer fail."""
     try:
         st = os.stat(directory)
         with open("/proc/locks") as f:

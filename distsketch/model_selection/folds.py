@@ -27,7 +27,7 @@ def fold_spec(cv, *, argument: str = "cv") -> str:
     as a string, ``"K"`` or ``"K:seed"`` (what :func:`distsketch.select.select` passes: it
     is saved with the model as a plain value)."""
     if isinstance(cv, str):
-        from ..engine.accumulate import parse_folds
+        from ..engine.sums import parse_folds
 
         try:
             parse_folds(cv)

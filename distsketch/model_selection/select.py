@@ -24,7 +24,7 @@ Three routes:
   :data:`distsketch.metrics.METRICS`, then refitted on all rows at the chosen values.
 
 Folds are shuffled by default: row ``i`` in fold ``splitmix64(seed, i) mod K`` (the fold spec
-``"K:seed"`` of :func:`distsketch.accumulate.fold_ids`; ``seed = random_state``), so a file
+``"K:seed"`` of :func:`distsketch.engine.sums.fold_ids`; ``seed = random_state``), so a file
 sorted by a column gives folds that each span it; ``shuffle=False`` gives contiguous folds.
 
 The input kernel itself can be a candidate, as ``kernel`` in a scikit-learn ``GridSearchCV``
@@ -351,8 +351,8 @@ def _auto_metric(model, Y, *, scored: float, settings: int) -> str:
 def fold_splits(n: int, folds: str) -> list[tuple[np.ndarray, np.ndarray]]:
     """``(training rows, validation rows)`` of every fold of the fold spec ``folds`` (``"K"``:
     contiguous, ``"K:seed"``: a seeded hash of the row index; the folds of the one-pass CV
-    estimators, :func:`distsketch.accumulate.fold_ids`)."""
-    from ..engine.accumulate import fold_ids
+    estimators, :func:`distsketch.engine.sums.fold_ids`)."""
+    from ..engine.sums import fold_ids
 
     f = fold_ids(0, n, n, folds)
     K = int(folds.partition(":")[0])

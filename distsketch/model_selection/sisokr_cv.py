@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 
 from .._base import check_lam
-from ..engine.accumulate import fold_ids
+from ..engine.sums import fold_ids
 from ..models.base import FitSpec, SketchedEstimator
 from ..kernels.families import Linear
 from ..models.sisokr import SISOKR

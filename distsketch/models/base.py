@@ -2,7 +2,7 @@
 
 Every estimator subclasses :class:`SketchedEstimator` and fits the same way::
 
-    validate (arguments, then data)  →  pass (accumulate.fit_pass, the sums it declares)
+    validate (arguments, then data)  →  pass (fitpass.fit_pass, the sums it declares)
         →  solve (direct.solve_*)  →  coefficients (λ-dependent)  →  save (kept store)
 
 A model declares what differs — its parameters' kinds (:attr:`SketchedEstimator._param_kinds`,
@@ -29,7 +29,7 @@ import numpy as np
 from ..io import model_json, persist
 from .._base import ParamsMixin, check_lam
 from .._registry import register_model
-from ..engine.accumulate import PassResult, fit_pass
+from ..engine.fitpass import PassResult, fit_pass
 from ..engine.features import FeatureMap
 from ..kernels.base import Kernel, check_kernel
 from ..options import EngineOptions, check_options, with_blas_limit
@@ -286,9 +286,10 @@ class SketchedEstimator(ParamsMixin):
         return self
 
     def run_pass(self, spec: FitSpec) -> PassResult:
-        """The model's streaming pass over ``spec``'s rows (:func:`~distsketch.accumulate.fit_pass`:
-        the sums :meth:`_sums` declares, in a kept store or a temporary one); what a solver
-        route (:mod:`distsketch.routes`) starts from. The result's store is open."""
+        """The model's streaming pass over ``spec``'s rows
+        (:func:`~distsketch.engine.fitpass.fit_pass`: the sums :meth:`_sums` declares, in a kept
+        store or a temporary one); what a solver route (:mod:`distsketch.routes`) starts from.
+        The result's store is open."""
         kx, sx = self._input
         out = self._output
         return fit_pass(
@@ -329,12 +330,12 @@ class SketchedEstimator(ParamsMixin):
 
     # -- what a model implements --------------------------------------------------
     def _sums(self, spec: FitSpec) -> tuple[str, ...]:
-        """Names of the pass sums this model needs (``accumulate.SUM_TERMS``)."""
+        """Names of the pass sums this model needs (``sums.SUM_TERMS``)."""
         raise NotImplementedError
 
     def _x_widths(self, spec: FitSpec) -> tuple:
         """Further input kernels whose sums the same pass computes (``"<sum>~<j>"``, see
-        :func:`~distsketch.accumulate.fit_pass`); none by default."""
+        :func:`~distsketch.engine.fitpass.fit_pass`); none by default."""
         return ()
 
     def _solve(self, spec: FitSpec, res: PassResult) -> None:

@@ -45,7 +45,7 @@ from .lipschitz.problem import SolverState, convergence_warning
 from .preconditioner import LandmarkGram, Preconditioner, factor_kmm
 from ..options import driver_threads
 from ..engine.rows import check_finite_block
-from ..engine.store import DataChanged
+from ..engine.storeguard import DataChanged
 from ..engine.sweep import SweepData, Sweeper, block_native, gram_product
 
 __all__ = ["DIVERGE_GROWTH", "STALL_WINDOW", "PCGStep", "pcg_block", "PCGResult", "pcg_path",

@@ -48,7 +48,7 @@ from .._hashing import fingerprint
 from .conjugate_gradient import PCGResult, lam_path, pcg_block, pcg_path
 from .lipschitz.problem import SolverState, state_key
 from .preconditioner import LandmarkGram, distinct_landmarks, factor_kmm, select_landmarks
-from ..engine.store import DataChanged
+from ..engine.storeguard import DataChanged
 from ..engine.sweep import SweepData, Sweeper
 from ..tuning import check_tuning, store_config
 
@@ -219,7 +219,7 @@ def fit_pcg(spec, *, kernel, sketch, store, reuse_seeds: bool, tol: float, max_i
     ``centre``: the jointly fitted intercept of :class:`~distsketch.SketchedRegressor`
     (:func:`pcg_path`).
     """
-    from ..engine.accumulate import choose_block_rows, jsonable
+    from ..engine.fitpass import choose_block_rows, jsonable
     from ..kernels.base import kernel_description
     from ..engine.store import StoreDirectory, open_fit_store
 
@@ -312,7 +312,7 @@ def fit_pcg_sisokr(spec, *, store, reuse_seeds: bool, tol: float, max_iter: int,
     and ``W(λ) = α(λ)ᵀ`` in the input features ``k(X_J, x)`` is the direct route's
     ``(T_Yᵀ M T_X)(H + nλI)^{-1}`` in its own features when ``K_mm`` has full rank.
 
-    One streaming pass (:func:`~distsketch.accumulate.fit_pass`, nothing stored: no ``C``,
+    One streaming pass (:func:`~distsketch.engine.fitpass.fit_pass`, nothing stored: no ``C``,
     no ``D``) computes ``M``, ``E`` (and ``U``, the default candidates, unless the output
     kernel is linear) — not ``G``; then :func:`lam_path` solves the r_Y columns at once, one
     pass of recomputed kernel blocks per iteration. The sketches are drawn from the same two
@@ -325,7 +325,7 @@ def fit_pcg_sisokr(spec, *, store, reuse_seeds: bool, tol: float, max_iter: int,
     ``spec``: the validated :class:`~distsketch.estimator.FitSpec` of a SISOKR (kernels and
     sketches under ``input_*`` / ``output_*``).
     """
-    from ..engine.accumulate import choose_block_rows, jsonable, fit_pass
+    from ..engine.fitpass import choose_block_rows, jsonable, fit_pass
     from ..kernels.base import kernel_description
     from ..linalg.solve import whitening
     from ..engine.store import StoreDirectory, open_fit_store

@@ -166,7 +166,7 @@ class RouteFit:
         The λ path of an iterative route; None for :class:`Direct`, whose model solves the
         pass's sums itself (its closed form serves every λ).
     result : object
-        The route's own result: the :class:`~distsketch.accumulate.PassResult` of a pass, or
+        The route's own result: the :class:`~distsketch.engine.fitpass.PassResult` of a pass, or
         what :mod:`distsketch.pcg` gives (the output side of SISOKR's PCG fit).
     intercept : ndarray or None
         An intercept the route fitted that does not depend on λ (PCG's target mean).

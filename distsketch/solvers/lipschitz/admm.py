@@ -309,7 +309,7 @@ def admm_block(shared, item, ws) -> dict:
     residual), ``pr`` (``‖F − z‖²``: the primal residual); with stored rows also ``crc_z``,
     ``crc_u`` (n_blocks,): the checksums of the rows written, at this block's index, 0
     elsewhere (sums of exact integers below 2³³ in float64: exact).
-    Raises :class:`~distsketch.store.StoreError` when the rows read do not match
+    Raises :class:`~distsketch.engine.storeguard.StoreError` when the rows read do not match
     ``it.expect``.
     """
     data, it = shared
@@ -326,7 +326,7 @@ def admm_block(shared, item, ws) -> dict:
         if it.expect is not None:
             for key, arr, want in (("z", z_old, it.expect[0][i]), ("u", u_old, it.expect[1][i])):
                 if checksum(arr) != want:
-                    from ...engine.store import StoreError
+                    from ...engine.storeguard import StoreError
 
                     raise StoreError(
                         f"store {data.location!r}: rows {s}–{e - 1} of the ADMM variable {key} "

@@ -1,0 +1,273 @@
+"""A whole fit's pass: sketches drawn, landmarks gathered, the store opened, blocks chosen.
+
+:func:`fit_pass` draws the sketches of a fit, gathers their landmarks, opens (and locks) the
+fit's store, chooses the row blocks (:func:`choose_block_rows`) and the configuration the store
+records (:func:`jsonable`), then runs, resumes or reuses the streaming pass
+(:func:`distsketch.engine.accumulate.run_pass`); the estimator gets a :class:`PassResult`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from .._hashing import fingerprint
+from .accumulate import run_pass, verify_data
+from .features import FeatureMap
+from ..kernels.base import kernel_description
+from ..options import EngineOptions
+from .rows import RowSource
+from ..sketches.base import RealizedSketch, Sketch
+from .store import FitStore, StoreDirectory, open_fit_store
+from .storeguard import DataChanged, StoreError
+from .sums import SUM_TERMS, PassPlan, known_sum, sum_term, width_of
+from ..tuning import store_config
+
+__all__ = ["PassResult", "fit_pass", "choose_block_rows", "jsonable", "BLOCK_MULTIPLE",
+           "MIN_BLOCK_ROWS"]
+
+logger = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------- a whole fit
+
+
+def jsonable(obj: Any) -> Any:
+    """``obj`` as plain JSON values (numpy scalars as Python numbers, anything else as its
+    string): the form a store's recorded configuration is compared in."""
+    return json.loads(json.dumps(obj, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
+
+
+@dataclass
+class PassResult:
+    """What a pass returns to an estimator: realised sketches, landmarks and the sums."""
+
+    n: int
+    x_sketch: RealizedSketch
+    x_landmarks: Any
+    y_sketch: RealizedSketch | None
+    y_landmarks: Any
+    sums: dict
+    store: str | None
+    fs: FitStore | None = None  # open (and locked) until the caller closes it
+
+
+#: A pass's derived block count (``EngineOptions.block_rows=None``) is rounded up to a
+#: multiple of this, in equal blocks: with few blocks, a short last block otherwise runs alone
+#: while the other cores idle (Bibtex, n = 4880: 3 blocks of 1924 rows took two rounds of
+#: 1924-row blocks on 2 cores; 4 blocks of 1220 take two rounds of 1220). A fixed number, not
+#: the machine's core count, so that the blocks, hence the sums' rounding, never depend on the
+#: machine (docs/design.md, "The streaming pass").
+BLOCK_MULTIPLE = 4
+#: The rounding up above stops short of blocks smaller than this (halving the multiple).
+MIN_BLOCK_ROWS = 256
+
+
+def choose_block_rows(options: EngineOptions, n: int, width: int, native: int | None,
+                       dtype: np.dtype) -> int:
+    """Rows per block: ``options.block_rows``, else the most rows ``options.block_memory``
+    allows, split into equal blocks whose count is a multiple of :data:`BLOCK_MULTIPLE`
+    (halved while the blocks would fall below :data:`MIN_BLOCK_ROWS`), and aligned with the
+    input's stored row chunks (``native``) when blocks span whole chunks."""
+    if options.block_rows is not None:
+        return min(int(options.block_rows), n)
+    itemsize = dtype.itemsize
+    per_row = 8 * (options.gram_chunk + width) + itemsize * width
+    b = max(64, options.block_memory // per_row)
+    k_mem = -(-n // b)  # fewest blocks within the memory bound
+    k = -(-k_mem // BLOCK_MULTIPLE) * BLOCK_MULTIPLE
+    while k > max(k_mem, n // MIN_BLOCK_ROWS) and k % 2 == 0:
+        k //= 2
+    b = -(-n // max(k, k_mem))
+    if b >= n:  # one block: the same whatever the input's chunks
+        return int(n)
+    if native and b >= native:  # whole stored chunks per block; smaller blocks split chunks
+        b = (b // native) * native
+    return int(min(b, n))
+
+
+def fit_pass(
+    X: RowSource,
+    Y: RowSource | None,
+    *,
+    x_kernel,
+    x_sketch: Sketch,
+    sums: tuple,
+    y_kernel=None,
+    y_sketch: Sketch | None = None,
+    rng: np.random.Generator,
+    store: Any,
+    options: EngineOptions,
+    model: str,
+    reuse_seeds: bool = False,
+    x_widths: tuple = (),
+    seeds: tuple[int, int] | None = None,
+) -> PassResult:
+    """Draw the sketches, gather landmarks and run (or resume, or reuse) the streaming pass.
+
+    ``y_kernel=None``: ``Y`` holds vector targets (sums ``b``, ``Y``) or is None (input side
+    only); otherwise ``Y`` goes through the output kernel (sums ``M, E, D``). ``sums`` names
+    the :data:`SUM_TERMS` the model needs. ``store`` is the estimator's ``store`` argument
+    (None, a path, a zarr group or a :class:`~distsketch.store.StoreDirectory`): it is opened
+    and locked here and returned open in ``PassResult.fs``; the caller saves its model there
+    and closes it. ``reuse_seeds`` (a fit without a ``random_state``): take the sketch seeds a
+    pass recorded in the store, so that fitting again resumes it. ``x_widths``: further input
+    kernels (other widths of ``x_kernel``) over the same sketch and landmarks, whose sums are
+    named ``"<sum>~<j>"`` (:attr:`PassPlan.x_widths`): one read of the rows for all of them.
+    ``seeds``: the two sketch seeds (input, output) already drawn by the caller, in place of
+    the two this call would draw from ``rng`` (a route that draws them itself to find its
+    own store's state, :func:`distsketch.pcg.fit_pcg_sisokr`).
+    """
+    unknown = {s for s in sums if not known_sum(s) or width_of(s)[1] > len(x_widths)}
+    if unknown:
+        raise ValueError(f"fit_pass: unknown sums {sorted(unknown)}; known: {sorted(SUM_TERMS)}")
+    directory = store if isinstance(store, StoreDirectory) else None
+    fs = None if directory is not None else open_fit_store(store, lock=True)
+    try:
+        return _fit_pass(X, Y, x_kernel=x_kernel, x_sketch=x_sketch, sums=sums,
+                         y_kernel=y_kernel, y_sketch=y_sketch, rng=rng, fs=fs,
+                         directory=directory, options=options, model=model,
+                         reuse_seeds=reuse_seeds, x_widths=tuple(x_widths), seeds=seeds)
+    except BaseException:
+        if fs is not None:
+            fs.close()
+        raise
+
+
+def _pass_seeds(rng, seeds, *, fs, reuse_seeds) -> list[int]:
+    """The two sketch seeds (input, output) of a pass: ``seeds`` if given, else two drawn from
+    ``rng``; with ``reuse_seeds``, those the store recorded take their place."""
+    seeds = ([int(s) for s in rng.integers(0, 2**63 - 1, size=2)] if seeds is None
+             else [int(s) for s in seeds])
+    if reuse_seeds and fs is not None:
+        found = [fs.recorded_seed(side) for side in ("input", "output")]
+        if any(f is not None for f in found):
+            seeds = [s if f is None else f for f, s in zip(found, seeds)]
+            logger.info("store %s: random_state=None, resuming with the sketch seeds it "
+                        "recorded", fs.location)
+    return seeds
+
+
+def _pass_config(X, Y, xs, ys, x_land, y_land, *, x_kernel, y_kernel, sums, model, block_rows,
+                 dtype, options, x_widths) -> dict:
+    """The pass's configuration as the store records it (:func:`jsonable`): a stored pass is
+    reused only under the same one."""
+    needs_d = any(sum_term(s).reads_d for s in sums)
+    if Y is None:
+        output = None
+    elif ys is None:
+        output = {"targets": Y.shape}
+    else:
+        output = {"kernel": kernel_description(y_kernel), "sketch": ys.to_config(),
+                  "shape": Y.shape, "landmarks": fingerprint(y_land)}
+    return jsonable({
+        "model": model,
+        "n": X.n,
+        "block_rows": block_rows,
+        "block_dtype": dtype,
+        "gram_chunk": options.gram_chunk,
+        "m_x": xs.m,
+        "m_y": ys.m if needs_d else None,  # D is stored
+        "input": {"kernel": kernel_description(x_kernel), "sketch": xs.to_config(),
+                  "shape": X.shape, "landmarks": fingerprint(x_land)},
+        "output": output,
+        "unique_outputs": "U" in sums,
+        # further input widths only where there are some: earlier stores keep their config
+        **({"input_widths": [kernel_description(k) for k in x_widths]} if x_widths else {}),
+        # the density rule's knobs only where they are not the defaults (the same reason)
+        **store_config(options.tuning),
+    })
+
+
+def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, directory,
+              options, model, reuse_seeds, x_widths=(), seeds=None) -> PassResult:
+    n = X.n
+    seeds = _pass_seeds(rng, seeds, fs=fs, reuse_seeds=reuse_seeds)
+
+    def draw(sketch, seed, data, kernel):
+        if getattr(sketch, "needs_kernel", False):  # data-dependent: scores from the rows
+            return sketch.realize(n, seed=seed, data=data, kernel=kernel)
+        return sketch.realize(n, seed=seed, data=data)
+
+    xs = draw(x_sketch, seeds[0], X, x_kernel)
+    ys = draw(y_sketch, seeds[1], Y, y_kernel) if y_kernel is not None else None
+    x_land = X.take(xs.support)
+    y_land = Y.take(ys.support) if ys is not None else None
+    width = xs.m + X.shape[1]
+    if Y is not None:
+        width += (ys.m if ys is not None else Y.shape[1]) + Y.shape[1]
+    if x_widths:  # one more block buffer, reused by every further width
+        width += xs.m
+    # An exact side's blocks are used as they are (the n × n Gram matrix K_X + nλI is
+    # factored, or C itself enters the model), where float32 rounding would be amplified by
+    # up to 1/(nλ): they stay float64 (small n, where the pass is cheap anyway).
+    exact = xs.is_identity or (ys is not None and ys.is_identity)
+    dtype = "float64" if exact else options.block_dtype
+    native = X.native_rows or (Y.native_rows if Y is not None else None)
+    b = choose_block_rows(options, n, width, native, np.dtype(dtype))
+    config = _pass_config(X, Y, xs, ys, x_land, y_land, x_kernel=x_kernel, y_kernel=y_kernel,
+                          sums=sums, model=model, block_rows=b, dtype=dtype, options=options,
+                          x_widths=x_widths)
+    if directory is not None:
+        fs = directory.open(config)
+    fs.prepare_pass(config, overwrite=options.overwrite)
+
+    def plan_of():
+        C, D, records = fs.pass_arrays()
+        return PassPlan(
+            n=n, block_rows=b,
+            x=FeatureMap(x_kernel, x_land, xs, options.gram_chunk, options.tuning),
+            y=(FeatureMap(y_kernel, y_land, ys, options.gram_chunk, options.tuning)
+               if ys is not None else None),
+            sums=tuple(sums), C=C, D=D, records=records, dtype=np.dtype(dtype),
+            check_x=X.lazy, check_y=Y is not None and Y.lazy, direct_io=options.direct_io,
+            backend=options.backend, token=0 if fs.temporary else fs.token,
+            location=fs.location,
+            x_widths=tuple(FeatureMap(k, x_land, xs, options.gram_chunk, options.tuning)
+                           for k in x_widths))
+
+    def complete(plan):
+        unrecorded = (verify_data(plan, X, Y, progress=options.progress) if fs.pass_complete
+                      else [])
+        if unrecorded:  # lost records: those blocks are computed again, the others verified
+            logger.warning("store %s: blocks %s have no record although the pass is marked "
+                           "complete (damaged); computing them again, and the sums",
+                           fs.location, unrecorded)
+            fs.mark("pass")
+        elif fs.pass_complete:
+            try:
+                result = fs.read_sums()
+                missing = [s for s in sums if s not in result]
+                if not missing:
+                    logger.info("store %s: pass already complete, reusing its sums",
+                                fs.location)
+                    return result
+                # written by a model that needed other sums: add them from the stored blocks,
+                # keeping those it stored (the other model reuses them)
+                logger.info("store %s: computing the sums %s from the stored blocks",
+                            fs.location, missing)
+                union = tuple(sums) + tuple(k for k in sorted(result) if k not in sums
+                                            and known_sum(k))
+                plan = replace(plan, sums=union)
+                fs.mark("pass")
+            except StoreError as exc:  # damaged sums: recompute them from the verified blocks
+                logger.warning("%s; recomputing the sums from the stored blocks", exc)
+                fs.mark("pass")
+        result = run_pass(plan, X, Y, split_every=options.split_every, progress=options.progress)
+        fs.write_sums(result)
+        return result
+
+    try:
+        result = complete(plan_of())
+    except DataChanged as exc:
+        if not options.overwrite:
+            raise
+        logger.warning("%s; overwrite=True: computing the pass afresh", exc)
+        fs.reset(config)
+        result = complete(plan_of())
+    return PassResult(n=n, x_sketch=xs, x_landmarks=x_land, y_sketch=ys, y_landmarks=y_land,
+                      sums=result, store=None if fs.temporary else fs.location, fs=fs)
