@@ -21,7 +21,7 @@ from scipy.optimize import minimize, minimize_scalar
 import distsketch as ds
 from distsketch.solvers.lipschitz.admm import choose_route, project_dual
 from distsketch.losses import EpsilonInsensitive, Huber, Pinball, Squared
-from lipschitzref import data, reference
+from reference.lipschitz import data, reference
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=64)
 GAMMA = 0.5

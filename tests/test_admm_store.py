@@ -26,7 +26,7 @@ import zarr
 import distsketch as ds
 from distsketch.losses import Pinball
 from distsketch.engine.storeguard import StoreError
-from lipschitzref import data
+from reference.lipschitz import data
 
 BLOCK = 64
 N = 200

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 import distsketch as ds
 from conftest import CLOSED_FORM_RTOL
 from distsketch.backends.base import NUMPY, Backend, backend_of, get_backend, register_backend
-from naive import norm_rel_err
+from reference.errors import norm_rel_err
 
 CALLS: collections.Counter = collections.Counter()
 

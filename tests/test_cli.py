@@ -9,7 +9,7 @@ import pytest
 
 import distsketch as ds
 from distsketch.cli.commands import main
-from clihelpers import CONFIG, toy_data
+from confighelpers import CONFIG, toy_data
 from clusterhelpers import dask_processes
 from distsketch.cli.config import ConfigError, load_config
 

@@ -5,14 +5,14 @@ import functools
 import numpy as np
 import pytest
 from conftest import CLOSED_FORM_RTOL, all_sketches, dtype_options
-from naive import (
+from reference.closed_forms import (
     exact_krr_predict,
     iokr_scores,
-    rel_err,
     sisokr_linear_predict,
     sisokr_scores,
     sketched_krr_predict,
 )
+from reference.errors import rel_err
 
 import distsketch as ds
 from distsketch.solvers.direct import EIGEN_PATH_LENGTH

@@ -7,8 +7,9 @@ import pytest
 
 import distsketch as ds
 from distsketch.engine.sums import fold_ids
-from naive import norm_rel_err
-from cvhelpers import gauss, sisokr_brute_force, white
+from reference.errors import norm_rel_err
+from reference.folds import sisokr_brute_force, whitened_features
+from reference.kernels import gaussian_gram
 
 GAMMA = 0.5
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=64)
@@ -28,7 +29,7 @@ def _brute_force(model, X, y, lams, folds, scoring="neg_mean_squared_error", int
     β = (C_trᵀ C_tr + n_tr λ B)^† C_trᵀ y_tr (Chen & Yang eq. 3 on the training rows); with an
     intercept, of the targets centred by their training mean, which is added back."""
     n = len(X)
-    K = np.exp(-gamma * ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+    K = gaussian_gram(X, gamma=gamma)
     R = model.sketch_.matrix()
     R = R.toarray() if hasattr(R, "toarray") else np.asarray(R)
     C = K @ R.T
@@ -143,7 +144,7 @@ def test_exact_krr_cv_equals_exact_per_fold_krr(intercept):
     lams = [1e-3, 1e-2, 1e-1]
     model = ds.SketchedKRRCV(ds.Gaussian(gamma=1.0), sketch=None, lams=lams, cv=4,
                              fit_intercept=intercept, random_state=0, options=F64).fit(X, y)
-    K = np.exp(-((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+    K = gaussian_gram(X, gamma=1.0)
     f = fold_ids(0, 60, 60, "4")
     want = np.empty((4, len(lams)))
     for k in range(4):
@@ -387,11 +388,7 @@ def test_sisokr_cv_decoded_scores_equal_brute_force(scoring, ranks, route):
                         lams=lams, ranks=ranks, cv=4, scoring=scoring, top_k=3, random_state=0,
                         options=options).fit(X, Y)
 
-    Kx, Ky = gauss(X, gx), gauss(Y, gy)
-    Rx, Ry = (np.asarray(r.toarray() if hasattr(r, "toarray") else r)
-              for r in (model.input_sketch_.matrix(), model.output_sketch_.matrix()))
-    Px = Kx @ Rx.T @ white(Rx @ Kx @ Rx.T)
-    Py = Ky @ Ry.T @ white(Ry @ Ky @ Ry.T)
+    Px, Py, _ = whitened_features(model, X, Y, gx, gy)
     cand_rows = model.candidate_index_
     f = fold_ids(0, n, n, "4")
     for k in range(4):
@@ -466,17 +463,14 @@ def _exact_fold_errors(X, Y, lams, ranks, folds, gx, gy):
     reduced rank: ``α(x) = (K_tr + n_tr λ I)^{-1} k_tr(x)``, ``ĥ(x) = Σ_j α_j(x) ψ(y_j)``;
     rank p projects onto the top-p principal directions of the training predictions, in the
     orthonormal coordinates ``K_Y,tr^{1/2} α`` of H_Y's training span."""
-    def gauss(A, B, g):
-        return np.exp(-g * ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1))
-
     f = fold_ids(0, len(X), len(X), folds)
     grid = [(lam, p) for lam in lams for p in (ranks or [None])]
     out = np.empty((f.max() + 1, len(grid)))
     for k in range(f.max() + 1):
         tr, va = f != k, f == k
         n_tr = tr.sum()
-        Kx, kx = gauss(X[tr], X[tr], gx), gauss(X[tr], X[va], gx)
-        Ky, ky = gauss(Y[tr], Y[tr], gy), gauss(Y[tr], Y[va], gy)
+        Kx, kx = gaussian_gram(X[tr], gamma=gx), gaussian_gram(X[tr], X[va], gamma=gx)
+        Ky, ky = gaussian_gram(Y[tr], gamma=gy), gaussian_gram(Y[tr], Y[va], gamma=gy)
         s, U = np.linalg.eigh(Ky)
         root, iroot = (U * np.sqrt(s)) @ U.T, (U / np.sqrt(s)) @ U.T
         for j, (lam, p) in enumerate(grid):

@@ -27,7 +27,9 @@ import distsketch as ds
 from distsketch.model_selection import scoring as dcv
 from distsketch.model_selection.grid import GridEdgeWarning
 from distsketch.engine.sums import fold_ids
-from cvhelpers import sisokr_brute_force, white
+from reference.closed_forms import white
+from reference.folds import sisokr_brute_force
+from reference.kernels import gaussian_gram
 
 ROOT = Path(__file__).resolve().parents[1]
 RHO = dcv.SCORE_RTOL
@@ -136,7 +138,7 @@ def test_fold_error_is_within_its_bound_of_exact_arithmetic():
     rng = np.random.default_rng(1)
     n_k, m = 64, 12
     X, L = rng.normal(size=(n_k, 3)), rng.normal(size=(m, 3))
-    C = np.exp(-1e-3 * ((X[:, None] - L[None]) ** 2).sum(-1)).astype(np.float32)
+    C = gaussian_gram(X, L, gamma=1e-3).astype(np.float32)
     C = C.astype(np.float64)  # nearly collinear columns: a wide kernel
     # exact null directions (sums of float32 values are exact in float64), which the
     # float64 fold sums do not cancel exactly

@@ -15,6 +15,7 @@ from distsketch.decoding import preimage as decode
 from distsketch.linalg import topk
 from distsketch.decoding.preimage import decode_fixed, fold_costs, fold_route
 from distsketch.engine.features import FeatureMap
+from reference.closed_forms import iokr_scores
 
 KX, KY = ds.Gaussian(gamma=0.5), ds.Gaussian(gamma=0.3)
 SIDES = {"IOKR": (None, None),
@@ -109,11 +110,9 @@ def test_per_query_sets_with_the_coef_fold(tmp_path, data, name):
 def test_iokr_folded_equals_closed_form(data):
     """IOKR: ``score(x, c) = k_Y(c, c) − 2 k_X(x, X) (K_X + nλI)⁻¹ K_Y(Y, c)`` (dense numpy)."""
     X, Y, Xq, C = data
-    lam, n = 1e-3, len(X)
+    lam = 1e-3
     model = fit("IOKR", X, Y, lam=lam)
-    KXX = np.asarray(KX(X, X))
-    Z = np.linalg.solve(KXX + n * lam * np.eye(n), np.asarray(KY(Y, C)))
-    S = 1.0 - 2.0 * np.asarray(KX(Xq, X)) @ Z  # Gaussian: k_Y(c, c) = 1
+    S = iokr_scores(KX, KY, X, Y, Xq, C, lam)
     got = routed(model, "features", Xq, C, k=4)
     np.testing.assert_allclose(got[1], np.sort(S, axis=1)[:, :4], rtol=0, atol=1e-8 * np.abs(S).max())
 

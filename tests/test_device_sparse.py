@@ -31,7 +31,7 @@ from conftest import CLOSED_FORM_RTOL
 from distsketch.backends.base import backend_of, register_backend
 from distsketch.backends.cuda import CupyBackend
 from distsketch.testing.devices import EmulatedCSR, EmulatedDeviceArray, HostModules
-from naive import norm_rel_err
+from reference.errors import norm_rel_err
 from gpuhelpers import cupy_skip_reason
 
 EMU = CupyBackend(HostModules(), name="cuda-sparse-emulated")

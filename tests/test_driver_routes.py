@@ -10,8 +10,10 @@ for the safety test the eigen route too.
 import dask
 import numpy as np
 import pytest
-from naive import pass_sums, rel_err, sisokr_linear_predict, sisokr_scores, \
+from reference.closed_forms import pass_sums, sisokr_linear_predict, sisokr_scores, \
     sketched_krr_predict
+from reference.errors import rel_err
+from reference.kernels import gaussian_gram
 
 import distsketch as ds
 import distsketch.linalg.solve as solve
@@ -304,7 +306,7 @@ def test_distinct_columns_equal_a_brute_force():
     X = rng.normal(size=(40, 3))
     X[[7, 20, 33]] = X[3]
     X[25] = X[5]
-    B = np.exp(-((X[:, None] - X[None]) ** 2).sum(-1))
+    B = gaussian_gram(X, gamma=1.0)
     B[:10, :10] = 0.5  # rows 0..9 share their first 8 entries; only 3 and 7 stay equal
     B[3, 12:] = B[7, 12:] = -0.0
     B[:, 3], B[:, 7] = B[3], B[7]

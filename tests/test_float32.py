@@ -16,7 +16,7 @@ import zarr
 
 import distsketch as ds
 from distsketch.engine.store import open_fit_store
-from naive import norm_rel_err
+from reference.errors import norm_rel_err
 from passhelpers import CountingGaussian, N, model, problem, sums_of
 
 

@@ -33,7 +33,7 @@ from distsketch.testing.devices import EmulatedCSR, EmulatedDeviceArray, HostMod
 from distsketch.decoding.preimage import decode_fixed, decode_ragged
 from distsketch.engine.features import FeatureMap
 from distsketch.options import check_options
-from naive import norm_rel_err
+from reference.errors import norm_rel_err
 from gpuhelpers import cupy_skip_reason
 
 EMU = register_backend(CupyBackend(HostModules(), name="cuda-emulated"))

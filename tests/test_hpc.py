@@ -28,7 +28,7 @@ import pytest
 import zarr
 
 import distsketch as ds
-from clihelpers import CONFIG
+from confighelpers import toy_data
 from clusterhelpers import reap
 
 pytestmark = pytest.mark.hpc
@@ -114,16 +114,13 @@ def mpi():
 def problem(tmp_path_factory):
     """Data, config and the reference model of the default (threaded) fit."""
     d = tmp_path_factory.mktemp("hpc-problem")
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(240, 4)) * [1, 3, 0.5, 2]
-    Y = (rng.random((240, 6)) < 0.4).astype(float)
-    np.savez(d / "train.npz", X=X[:200], Y=Y[:200])
-    np.savez(d / "test.npz", X=X[200:], Y=Y[200:])
-    (d / "fit.toml").write_text(CONFIG)
+    toy_data(d)
     out = _run([sys.executable, "-m", "distsketch", "-q", "fit", d / "fit.toml", "--store", d / "ref.zarr"],
                timeout=300, cwd=d)
     assert out.returncode == 0, out.stderr
-    return {"dir": d, "config": d / "fit.toml", "ref": ds.load(d / "ref.zarr"), "X_test": X[200:]}
+    with np.load(d / "test.npz") as test:
+        X_test = test["X"]
+    return {"dir": d, "config": d / "fit.toml", "ref": ds.load(d / "ref.zarr"), "X_test": X_test}
 
 
 def assert_same_model(store: Path, problem) -> None:

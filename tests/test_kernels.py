@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 
 import numpy as np
@@ -23,46 +22,8 @@ from distsketch.kernels.families import (Gaussian, GaussianTanimoto, Laplacian, 
 from distsketch.kernels.sparse import tuned
 from distsketch.kernels.standardized import Standardized
 
-# ---------------------------------------------------------------------------- naive formulas
-
-
-def naive_gaussian(x, y, gamma):
-    return math.exp(-gamma * sum((x - y) ** 2))
-
-
-def naive_laplacian(x, y, gamma):
-    return math.exp(-gamma * sum(abs(x - y)))
-
-
-def naive_linear(x, y):
-    return sum(x * y)
-
-
-def naive_polynomial(x, y, degree, gamma, coef0):
-    return (gamma * sum(x * y) + coef0) ** degree
-
-
-def naive_matern(x, y, nu, length_scale):
-    r = math.sqrt(sum((x - y) ** 2)) / length_scale
-    if nu == 0.5:
-        return math.exp(-r)
-    if nu == 1.5:
-        return (1 + math.sqrt(3) * r) * math.exp(-math.sqrt(3) * r)
-    return (1 + math.sqrt(5) * r + 5 * r**2 / 3) * math.exp(-math.sqrt(5) * r)
-
-
-def naive_tanimoto(x, y):
-    xy = sum(x * y)
-    den = sum(x * x) + sum(y * y) - xy
-    return 1.0 if den == 0 else xy / den
-
-
-def naive_gaussian_tanimoto(x, y, gamma):
-    return math.exp(-gamma * (2 - 2 * naive_tanimoto(x, y)))
-
-
-def naive_gram(f, A, B, **params):
-    return np.array([[f(a, b, **params) for b in B] for a in A])
+from reference.kernels import (naive_gaussian, naive_gaussian_tanimoto, naive_gram,
+    naive_laplacian, naive_linear, naive_matern, naive_polynomial, naive_tanimoto)
 
 
 def dot_kernel(A, B):

@@ -14,7 +14,7 @@ import distsketch as ds
 from distsketch.solvers.lipschitz import newton
 from distsketch.solvers.lipschitz.direction import newton_direction
 from distsketch.losses import EpsilonInsensitive, Huber, Pinball
-from lipschitzref import held_sweep_data
+from reference.lipschitz import held_sweep_data
 
 
 def _setup(n=230, m=9, rows=50, seed=5):
@@ -124,7 +124,7 @@ def test_fit_with_delta_grams_is_certified_and_cvxpy(monkeypatch, loss, intercep
     them (DELTA_GRAM_BYTES = 0, every Gram whole) both certify the gap and reach CVXPY's
     objective on the same features; the first sweep picks the next one's level from its
     counts, which is the level most rows sit at there."""
-    from lipschitzref import data, reference
+    from reference.lipschitz import data, reference
 
     X, y = data(600, 1, 2, 20)
     kw = dict(loss=loss, sketch=ds.SubSampling(30), lam=1e-4, tol=1e-10, max_iter=300,
@@ -153,7 +153,7 @@ def test_kept_grams_plus_their_change_are_the_full_grams(monkeypatch):
     import dataclasses
 
     from distsketch.solvers.lipschitz import routes as lipschitz_routes
-    from lipschitzref import data
+    from reference.lipschitz import data
 
     X, y = data(600, 1, 2, 20)
     real = lipschitz_routes.HeldSweeps.__call__
@@ -191,7 +191,7 @@ def test_first_level_is_the_commonest_at_the_first_mu(monkeypatch):
     """The level the first Gram sweep subtracts (from the probe's counts) is the one most of
     its rows sit at, as that sweep's own ``at_level`` counts confirm."""
     from distsketch.solvers.lipschitz import routes as lipschitz_routes
-    from lipschitzref import data
+    from reference.lipschitz import data
 
     X, y = data(600, 1, 2, 20)
     outs = []

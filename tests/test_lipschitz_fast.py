@@ -13,7 +13,7 @@ import distsketch as ds
 from distsketch.solvers.lipschitz import newton, polish
 from distsketch.losses import EpsilonInsensitive, Huber, Pinball, _Radial
 
-from lipschitzref import cvx_scalar, held_sweep_data, whole_window
+from reference.lipschitz import cvx_scalar, held_sweep_data, whole_window
 
 cp = pytest.importorskip("cvxpy")
 
@@ -163,7 +163,7 @@ def test_fit_with_held_sweeps_equals_the_dask_sweeps(monkeypatch):
     with the dask sweeper (_held_sweeps disabled) give the bitwise same model, sweeps and
     passes; the fit is certified and its objective is CVXPY's on the same features."""
     from distsketch.solvers.lipschitz import routes as lipschitz_routes
-    from lipschitzref import data, reference
+    from reference.lipschitz import data, reference
 
     X, y = data(600, 1, 2, 20)
     kw = dict(loss=EpsilonInsensitive(0.1), sketch=ds.SubSampling(30), lam=1e-4, tol=1e-10,

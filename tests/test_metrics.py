@@ -8,7 +8,8 @@ import distsketch as ds
 from distsketch.metrics import (f1_samples, hamming_loss, kernel_loss, mean_reciprocal_rank,
     surrogate_mse, topk_accuracy)
 from conftest import CLOSED_FORM_RTOL
-from naive import rel_err, sisokr_inner
+from reference.closed_forms import sisokr_inner
+from reference.errors import rel_err
 
 KX = ds.Gaussian(gamma=1.0)
 KY = ds.Gaussian(gamma=0.5)

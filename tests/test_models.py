@@ -8,7 +8,7 @@ import dask.array as da
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from naive import norm_rel_err
+from reference.errors import norm_rel_err
 
 import distsketch as ds
 

@@ -20,7 +20,8 @@ import pytest
 import distsketch as ds
 from distsketch.losses import Huber
 from killhelpers import run_killed
-from pcghelpers import data as _data, rel as _rel
+from pcghelpers import data as _data
+from reference.errors import norm_rel_err as _rel
 
 GAMMA = 0.5
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=96)
@@ -32,7 +33,9 @@ def _reg(**kw):
 
 def _dense(X, y, landmarks, lam, intercept):
     """The regressor's squared-loss problem solved densely with numpy: ``(α, b₀, P)`` of
-    ``min (1/2n)‖K_nm α + 1b₀ᵀ − Y‖² + (λ/2) Tr(αᵀ K_mm α)``."""
+    ``min (1/2n)‖K_nm α + 1b₀ᵀ − Y‖² + (λ/2) Tr(αᵀ K_mm α)`` (one coefficient per landmark
+    as given, and the objective ``P``: what ``reference.closed_forms.dense_distinct`` does not
+    return)."""
     k = ds.Gaussian(gamma=GAMMA)
     n = len(X)
     Y = np.asarray(y, dtype=np.float64).reshape(n, -1)

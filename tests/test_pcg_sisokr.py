@@ -23,7 +23,7 @@ import pytest
 
 import distsketch as ds
 from killhelpers import run_killed
-from pcghelpers import rel as _rel
+from reference.errors import norm_rel_err as _rel
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=64)
 KX, KY = ds.Gaussian(gamma=0.3), ds.Gaussian(gamma=0.5)

@@ -33,7 +33,9 @@ from distsketch.solvers import conjugate_gradient, preconditioner
 from distsketch.solvers.conjugate_gradient import _solve_lam
 from distsketch.solvers.preconditioner import Preconditioner, factor_kmm
 from killhelpers import run_killed
-from pcghelpers import dense_distinct, distinct, rel as _rel, repeated
+from pcghelpers import repeated
+from reference.closed_forms import dense_distinct, distinct
+from reference.errors import norm_rel_err as _rel
 
 KERNEL = ds.Gaussian(gamma=0.2)
 F64 = ds.EngineOptions(block_dtype="float64")

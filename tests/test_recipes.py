@@ -9,7 +9,8 @@ import json
 
 import numpy as np
 import pytest
-from naive import norm_rel_err, sisokr_scores
+from reference.closed_forms import exact_krr_predict, sisokr_scores
+from reference.errors import norm_rel_err
 
 import distsketch as ds
 from distsketch.kernels.base import KERNELS, Kernel, kernel_from_config
@@ -126,8 +127,7 @@ def test_new_kernel_is_registered_matches_its_formula_and_fits(small_problem):
     np.testing.assert_allclose(Cauchy(2.0)(Xq, X), want, rtol=1e-13)
     y = np.sin(X[:, 0]) + X[:, 1]
     krr = _KRR({"name": "test_cauchy", "gamma": 2.0}, sketch=None, lam=1e-3).fit(X, y)
-    K = Cauchy(2.0)(X, X)
-    dense = Cauchy(2.0)(Xq, X) @ np.linalg.solve(K + len(X) * 1e-3 * np.eye(len(X)), y)
+    dense = exact_krr_predict(Cauchy(2.0), X, y, Xq, 1e-3)
     # the same normal equations solved two ways: rounding times cond(K + nλI) <= 1 + ‖K‖/(nλ)
     # = 1 + 40 / 0.04, relative to the largest prediction
     assert norm_rel_err(krr.predict(Xq), dense) <= 1e-16 * (1 + 40 / 0.04) * 100

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from naive import norm_rel_err, reduced_rank_scores
+from reference.closed_forms import reduced_rank_scores
+from reference.errors import norm_rel_err
 
 KX = ds.Gaussian(gamma=1.0)
 KY = ds.Gaussian(gamma=0.5)

@@ -7,7 +7,8 @@ import pytest
 
 import distsketch as ds
 import distsketch.models.sisokr as models
-from naive import norm_rel_err, reduced_rank_scores
+from reference.closed_forms import reduced_rank_scores
+from reference.errors import norm_rel_err
 
 KX = ds.Gaussian(gamma=1.0)
 KY = ds.Gaussian(gamma=0.5)

@@ -1,4 +1,4 @@
-"""Results bitwise equal to those recorded before the engine was opened (tests/reference_cases.py).
+"""Results bitwise equal to those recorded before the engine was opened (tests/reference/cases.py).
 
 Bitwise equality of floating-point results depends on the BLAS library, its version and the
 CPU kernels it picked, and on numpy's own loops, not only on distsketch's code. Where this
@@ -26,7 +26,7 @@ import dask
 import numpy as np
 import pytest
 
-from reference_cases import REFERENCE, cases, environment
+from reference.cases import REFERENCE, cases, environment
 
 REF = np.load(REFERENCE)
 SAME_ENVIRONMENT = json.loads(bytes(REF["__environment__"])) == environment()

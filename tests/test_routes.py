@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from naive import sketched_krr_predict
+from reference.closed_forms import sketched_krr_predict
 
 import distsketch as ds
 from distsketch.solvers.routes import ROUTES, CoefTable, Route, RouteFit, resolve_route

@@ -5,7 +5,8 @@ import pytest
 
 import distsketch as ds
 import distsketch.linalg.solve as solve
-from naive import rel_err, sisokr_scores
+from reference.closed_forms import sisokr_scores
+from reference.errors import rel_err
 
 
 def _spd(m, cond, seed=0):

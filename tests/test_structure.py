@@ -214,8 +214,9 @@ def test_no_module_is_longer_than_the_limit():
 
 
 def test_no_test_module_imports_another():
-    """Shared helpers live in helper modules (conftest, naive, passhelpers, reference_cases),
-    never in a test module another one imports."""
+    """Shared helpers live in the ``reference`` package (dense formulas, brute-force folds,
+    recorded cases) and in helper modules (conftest, confighelpers, passhelpers, pcghelpers,
+    ...), never in a test module another one imports."""
     tests = Path(__file__).resolve().parent
     for path in sorted(tests.glob("test_*.py")):
         for node in ast.walk(ast.parse(path.read_text())):

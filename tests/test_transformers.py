@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import zarr
 from conftest import all_sketches
-from naive import norm_rel_err
+from reference.errors import norm_rel_err
 
 import distsketch as ds
 

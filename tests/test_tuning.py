@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from naive import norm_rel_err
+from reference.errors import norm_rel_err
 
 import distsketch as ds
 import distsketch.model_selection.fold_algebra
@@ -371,7 +371,7 @@ def test_tuning_leaves_a_stores_identity_alone_but_for_the_density_rule(tmp_path
 def test_a_config_file_sets_tuning_as_an_engine_table(tmp_path):
     """``[engine.tuning]`` in a TOML config: a :class:`Tuning` (lists as pairs), its errors
     naming ``engine.tuning.<field>``."""
-    from clihelpers import CONFIG, toy_data
+    from confighelpers import CONFIG, toy_data
 
     from distsketch.cli.config import ConfigError, load_config
 

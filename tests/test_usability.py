@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from clihelpers import CONFIG, toy_data
+from confighelpers import CONFIG, toy_data
 from distsketch.cli import config
 from distsketch.cli.commands import main
 from distsketch.cli.config import ConfigError, load_config

@@ -1,22 +1,23 @@
-"""Shared by the CV tests: SISOKR refitted densely on each fold's rows (brute force)."""
+"""Cross-validation by brute force: SISOKR refitted densely on each fold's rows."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from distsketch.engine.sums import fold_ids
+from reference.closed_forms import dense, white
+from reference.kernels import gaussian_gram
 
 
-def gauss(A, g):
-    """Gaussian kernel matrix ``exp(−g‖a_i − a_j‖²)`` of the rows of ``A``, densely."""
-    return np.exp(-g * ((A[:, None, :] - A[None, :, :]) ** 2).sum(-1))
-
-
-def white(B):
-    """Eigen whitening of ``B``: ``U_r diag(s_r^{-1/2})``, eigenvalues above 1e-10·max."""
-    s, U = np.linalg.eigh(0.5 * (B + B.T))
-    keep = s > 1e-10 * s[-1]
-    return U[:, keep] / np.sqrt(s[keep])
+def whitened_features(model, X, Y, gx, gy):
+    """``(Φ_X, Φ_Y, K_Y)``: the fixed (whitened) feature maps of a fitted SISOKR(CV)
+    ``model``'s realised sketches with Gaussian kernels of widths ``gx``, ``gy``,
+    ``Φ_X = K_X R_Xᵀ T_X``, ``Φ_Y = K_Y R_Yᵀ T_Y`` (``Tᵀ R K Rᵀ T = I``), densely."""
+    Kx, Ky = gaussian_gram(X, gamma=gx), gaussian_gram(Y, gamma=gy)
+    Rx, Ry = (dense(r) for r in (model.input_sketch_.matrix(), model.output_sketch_.matrix()))
+    Px = Kx @ Rx.T @ white(Rx @ Kx @ Rx.T)
+    Py = Ky @ Ry.T @ white(Ry @ Ky @ Ry.T)
+    return Px, Py, Ky
 
 
 def sisokr_brute_force(model, X, Y, lams, ranks, folds, gx, gy):
@@ -25,11 +26,7 @@ def sisokr_brute_force(model, X, Y, lams, ranks, folds, gx, gy):
     rank p: g ↦ Q_p Q_pᵀ g with Q the principal axes of the training predictions; the
     validation surrogate error ‖ĥ(x) − ψ(y)‖² = k(y,y) − 2 gᵀφ_Y(y) + ‖g‖²."""
     n = len(X)
-    Kx, Ky = gauss(X, gx), gauss(Y, gy)
-    Rx, Ry = (np.asarray(r.toarray() if hasattr(r, "toarray") else r)
-              for r in (model.input_sketch_.matrix(), model.output_sketch_.matrix()))
-    Px = Kx @ Rx.T @ white(Rx @ Kx @ Rx.T)
-    Py = Ky @ Ry.T @ white(Ry @ Ky @ Ry.T)
+    Px, Py, Ky = whitened_features(model, X, Y, gx, gy)
     f = fold_ids(0, n, n, folds)
     grid = [(lam, p) for lam in lams for p in (ranks or [None])]
     out = np.empty((f.max() + 1, len(grid)))

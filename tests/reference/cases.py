@@ -24,7 +24,7 @@ columns are given the record's signs (24 columns came back negated: the output w
 eigenvectors are defined up to sign), and no top-k index changed. On the Haswell kernels
 ``tests/test_reference.py`` now takes its tolerance path.
 
-Run ``python tests/reference_cases.py`` only to *re-record* (never as part of a change that
+Run ``python tests/reference/cases.py`` only to *re-record* (never as part of a change that
 claims to keep results unchanged): it overwrites ``tests/data/reference_predictions.npz``.
 """
 
@@ -37,8 +37,8 @@ import numpy as np
 
 import distsketch as ds
 
-HERE = Path(__file__).resolve().parent
-REFERENCE = HERE / "data" / "reference_predictions.npz"
+TESTS = Path(__file__).resolve().parents[1]
+REFERENCE = TESTS / "data" / "reference_predictions.npz"
 
 #: The papers' estimator (no intercept): what the dense formulas here write.
 _KRR = functools.partial(ds.SketchedKRR, fit_intercept=False)

@@ -1,6 +1,6 @@
 """The Lipschitz-loss problems solved by an independent solver (CVXPY with Clarabel) in the
-feature space of a fitted estimator's realised sketch: the reference of tests/test_lipschitz.py
-and tests/test_admm.py, and their data."""
+feature space of a fitted estimator's realised sketch: the reference of tests/test_lipschitz*.py
+and tests/test_admm*.py, and their data."""
 
 import warnings
 
@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from distsketch.losses import EpsilonInsensitive, Huber, Squared
+from reference.closed_forms import dense, white
+from reference.kernels import gaussian_gram
 
 
 def data(n, d=1, seed=0, outliers=12):
@@ -27,15 +29,10 @@ def reference(est, X, y, loss, lam, M=None, intercept=True, *, gamma):
     cp = pytest.importorskip("cvxpy")
     n = len(X)
     Y = y.reshape(n, -1)
-    K = np.exp(-gamma * ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
-    R = est.sketch_.matrix()
-    R = R.toarray() if hasattr(R, "toarray") else np.asarray(R)
+    K = gaussian_gram(X, gamma=gamma)
+    R = dense(est.sketch_.matrix())
     C = K @ R.T
-    B = R @ C
-    s, U = np.linalg.eigh(0.5 * (B + B.T))
-    keep = s > 1e-10 * s[-1]
-    T = U[:, keep] / np.sqrt(s[keep])
-    Phi = C @ T
+    Phi = C @ white(R @ C)
     d = len(est.output_sqrt_)
     if M is None:
         M = np.eye(d)

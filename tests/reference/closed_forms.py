@@ -1,12 +1,25 @@
 """Naive dense formulas from the papers, the reference every numerical path is tested against.
 
 Everything here is written directly from the closed forms with full n × n Gram matrices and
-pseudo-inverses; none of it shares code with the library's pass or solve.
+pseudo-inverses (the distinct-landmark solve: the n × m kernel matrix formed); none of it
+shares code with the library's pass or solve.
 """
 
 import numpy as np
 
 PINV_RTOL = 1e-10
+
+
+def dense(R):
+    """A sketch matrix (dense or scipy.sparse) as a numpy array."""
+    return R.toarray() if hasattr(R, "toarray") else np.asarray(R)
+
+
+def white(B):
+    """Eigen whitening of ``B``: ``U_r diag(s_r^{-1/2})``, eigenvalues above 1e-10·max."""
+    s, U = np.linalg.eigh(0.5 * (B + B.T))
+    keep = s > 1e-10 * s[-1]
+    return U[:, keep] / np.sqrt(s[keep])
 
 
 def pinv(A):
@@ -30,7 +43,7 @@ def sisokr_inner(kx, ky, Rx, Ry, X, Y, Xq, lam):
     """
     n = X.shape[0]
     Kx, Ky = kx(X, X), ky(Y, Y)
-    Rx, Ry = _dense(Rx), _dense(Ry)
+    Rx, Ry = dense(Rx), dense(Ry)
     left = Ry.T @ pinv(Ry @ Ky @ Ry.T) @ Ry @ Ky
     right = Kx @ Rx.T @ pinv(Rx @ Kx @ Kx @ Rx.T + n * lam * Rx @ Kx @ Rx.T) @ Rx @ kx(X, Xq)
     return left @ right
@@ -52,7 +65,7 @@ def sketched_krr_predict(k, R, X, y, Xq, lam):
     """Chen & Yang eq. 3: f(Xq) = k(Xq, X) Rᵀ (R K² Rᵀ + nλ R K Rᵀ)^† R K y."""
     n = X.shape[0]
     K = k(X, X)
-    R = _dense(R)
+    R = dense(R)
     beta = pinv(R @ K @ K @ R.T + n * lam * R @ K @ R.T) @ R @ K @ y
     return k(Xq, X) @ R.T @ beta
 
@@ -66,32 +79,16 @@ def pass_sums(kx, Rx, X, ky=None, Ry=None, Y=None, targets=None, C=None, D=None)
     """The pass's sums from full matrices: G, B, M, E, b (docs/design/engine.md, "The streaming pass").
 
     ``C = K_X R_Xᵀ`` and ``D = K_Y R_Yᵀ`` unless given (e.g. the blocks a store holds)."""
-    Rx = _dense(Rx)
+    Rx = dense(Rx)
     C = kx(X, X) @ Rx.T if C is None else np.asarray(C, dtype=np.float64)
     out = {"G": C.T @ C, "B": Rx @ C}
     if ky is not None:
-        D = ky(Y, Y) @ _dense(Ry).T if D is None else np.asarray(D, dtype=np.float64)
+        D = ky(Y, Y) @ dense(Ry).T if D is None else np.asarray(D, dtype=np.float64)
         out["M"] = D.T @ C
-        out["E"] = _dense(Ry) @ D
+        out["E"] = dense(Ry) @ D
     if targets is not None:
         out["b"] = C.T @ targets
     return out
-
-
-def rel_err(a, b):
-    """Max elementwise relative error |a − b| / |b|."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    return float(np.max(np.abs(a - b) / np.abs(b)))
-
-
-def norm_rel_err(a, b):
-    """max|a − b| / max|b| (for sums whose entries may be near zero)."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
-
-
-def _dense(R):
-    return R.toarray() if hasattr(R, "toarray") else np.asarray(R)
 
 
 def reduced_rank_inner(kx, ky, Rx, Ry, X, Y, Xq, lam, p, lam1=None):
@@ -120,3 +117,25 @@ def reduced_rank_inner(kx, ky, Rx, Ry, X, Y, Xq, lam, p, lam1=None):
 def reduced_rank_scores(kx, ky, Rx, Ry, X, Y, Xq, Yc, lam, p, lam1=None):
     inner = reduced_rank_inner(kx, ky, Rx, Ry, X, Y, Xq, lam, p, lam1)
     return np.diag(ky(Yc, Yc))[None, :] - 2.0 * inner(Yc)
+
+
+def distinct(L):
+    """The distinct rows of ``L`` (first occurrences, in order)."""
+    _, first = np.unique(np.ascontiguousarray(L), axis=0, return_index=True)
+    return L[np.sort(first)]
+
+
+def dense_distinct(kernel, X, Y, landmarks, lam, *, intercept=True, centre=False):
+    """The sketched KRR problem solved densely in the distinct landmarks ``L_u``:
+    ``(L_u, α_u, b₀)`` with ``(K_cᵀ K_c + nλ K_uu) α_u = K_cᵀ (Y − 1ȳᵀ)``, ``K_c = K_nu``
+    (``− 1 sᵀ/n`` with ``centre``: the jointly fitted intercept, ``b₀ = ȳ − α_uᵀ s/n``; else
+    ``b₀ = ȳ``); predictions ``k(x, L_u) α_u + b₀``."""
+    Lu = distinct(landmarks)
+    n = len(X)
+    Y = np.asarray(Y, dtype=np.float64).reshape(n, -1)
+    Knu, Kuu = np.asarray(kernel(X, Lu)), np.asarray(kernel(Lu, Lu))
+    ybar = Y.mean(axis=0) if intercept else np.zeros(Y.shape[1])
+    Kc = Knu - Knu.mean(axis=0) if centre else Knu
+    alpha = np.linalg.solve(Kc.T @ Kc + n * lam * Kuu, Kc.T @ (Y - ybar))
+    b0 = ybar - Knu.mean(axis=0) @ alpha if centre else ybar
+    return Lu, alpha, b0

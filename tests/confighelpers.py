@@ -1,4 +1,8 @@
-"""Shared pieces of the command-line tests: the SISOKR config they fit and its toy data."""
+"""TOML configs shared by the tests that drive a fit from a config file (the command line,
+tuning tables, HPC scripts): the SISOKR config they fit and the toy data it reads.
+
+Kept apart from the :mod:`reference` package: a config is an input of a test, not a formula
+its results are checked against."""
 
 from pathlib import Path
 
