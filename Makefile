@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.docs-installed
 
-.PHONY: install test test-fast lint demo bench clean gpu-wheels
+.PHONY: install test test-fast lint docs demo bench clean gpu-wheels
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +30,16 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+## The API reference (Sphinx + numpydoc, docs/api/) in docs/_build/html: every warning is an
+## error, broken cross-references included (-n); CI builds it after the lint.
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	rm -rf docs/api/generated
+	$(BIN)/sphinx-build -W --keep-going -n -b html docs/api docs/_build/html
+
 ## Skip the slow real-data tests.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
@@ -50,4 +61,4 @@ gpu-wheels:
 	else echo "gpu-wheels: no wheels under $(GPU_WHEELS_SRC); skipped"; fi
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache docs/_build docs/api/generated

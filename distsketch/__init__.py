@@ -16,6 +16,7 @@ line start fast and scikit-learn is never imported by the package itself.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from . import _moved
 from ._version import __version__
@@ -47,7 +48,7 @@ __all__ = ["__version__", *_NAMES, "NotFittedError", "metrics", "losses", "kerne
            "sketches"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _NAMES:
         value = getattr(importlib.import_module(f".{_NAMES[name]}", __name__), name)
     elif name == "NotFittedError":  # built on first use: see estimator.not_fitted_error
@@ -62,5 +63,5 @@ def __getattr__(name: str):
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))

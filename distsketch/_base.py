@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import numbers
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -42,7 +42,19 @@ class ParamsMixin:
         return sorted(names)
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Constructor arguments as a dict (``deep`` includes nested ``name__param`` keys)."""
+        """Constructor arguments as a dict.
+
+        Parameters
+        ----------
+        deep : bool, default True
+            Also list the parameters of arguments that have ``get_params`` themselves (a
+            kernel or sketch argument), under ``name__param`` keys.
+
+        Returns
+        -------
+        dict
+            Parameter name → value, read from the attributes of the ``__init__`` arguments.
+        """
         out: dict[str, Any] = {}
         for name in self._param_names():
             value = getattr(self, name)
@@ -52,8 +64,25 @@ class ParamsMixin:
             out[name] = value
         return out
 
-    def set_params(self, **params: Any):
-        """Set constructor arguments (``name__param`` reaches into nested objects); returns self."""
+    def set_params(self, **params: Any) -> Self:
+        """Set constructor arguments.
+
+        Parameters
+        ----------
+        **params
+            New values by parameter name; ``name__param`` sets ``param`` of the argument
+            ``name`` (a kernel's ``gamma``: ``kernel__gamma``).
+
+        Returns
+        -------
+        self
+            This object, changed in place.
+
+        Raises
+        ------
+        ValueError
+            A name that is not a constructor parameter.
+        """
         valid = self._param_names()
         nested: dict[str, dict[str, Any]] = {}
         for key, value in params.items():

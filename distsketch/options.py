@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import functools
 import numbers
-from contextlib import nullcontext
-from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 
 import dask.config
@@ -35,8 +35,21 @@ dask.config.update_defaults({"distsketch": {"device": "cpu"}})
 # resuming from the blocks already stored.
 
 
-def blas_limit():
-    """Context manager limiting BLAS threads to ``distsketch.blas-threads`` (dask config)."""
+def blas_limit() -> AbstractContextManager:
+    """Context manager limiting BLAS threads to ``distsketch.blas-threads`` (dask config).
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+        A ``threadpoolctl`` limit, or a null context when the key is unset or null (the
+        BLAS library's own setting is left alone).
+
+    Examples
+    --------
+    >>> from distsketch.options import blas_limit
+    >>> with blas_limit():
+    ...     pass
+    """
     n = dask.config.get("distsketch.blas-threads", None)
     if not n:
         return nullcontext()
@@ -45,8 +58,19 @@ def blas_limit():
     return threadpool_limits(limits=int(n), user_api="blas")
 
 
-def with_blas_limit(method):
-    """Decorator: run an estimator method under :func:`blas_limit`."""
+def with_blas_limit(method: Callable) -> Callable:
+    """Decorator: run an estimator method under :func:`blas_limit`.
+
+    Parameters
+    ----------
+    method : callable
+        The method to wrap.
+
+    Returns
+    -------
+    callable
+        The wrapped method.
+    """
 
     @functools.wraps(method)
     def wrapper(*args, **kwargs):
@@ -103,7 +127,7 @@ class EngineOptions:
         other zarr stores are written the ordinary way either way.
     backend : str
         Compute backend of the block math (kernel blocks, block products, partial sums):
-        a name registered in :mod:`distsketch.backends` (``"numpy"``, the default;
+        a name registered in ``distsketch.backends`` (``"numpy"``, the default;
         ``"cuda"``, as ``device="cuda"`` sets it). The driver's small solves always run on
         the host.
     sweep_memory : int
@@ -115,14 +139,15 @@ class EngineOptions:
         fit's memory stays that of its tasks. 0: always recompute.
     device : {"cpu", "cuda"} or None
         Where the block math runs. ``"cuda"``: on the GPU of each process running a task
-        through CuPy (:mod:`distsketch.cuda`; needs ``pip install "distsketch[gpu]"`` and a
+        through CuPy (``distsketch.backends.cuda``; needs ``pip install "distsketch[gpu]"`` and a
         CUDA device, checked when the options are validated, before anything is written).
         ``None``: the dask config key ``distsketch.device`` (default ``"cpu"``); a value
         given here wins. ``device`` picks the backend: ``"cuda"`` sets ``backend="cuda"``
         (``backend`` left at ``"numpy"`` or set to ``"cuda"``; another backend with
         ``device="cuda"`` is refused as contradictory), ``backend="cuda"`` alone implies
         ``device="cuda"``, and ``device="cpu"`` with ``backend="cuda"`` is refused.
-        :func:`check_options` returns the options with both fields resolved.
+        :func:`~distsketch.options.check_options` returns the options with both fields
+        resolved.
     tuning : Tuning
         The routes' tuning knobs (:class:`~distsketch.Tuning`: the CV fold route, threads and
         band, the driver's fold budget, the ``solver="auto"`` thresholds, the sparse density
@@ -131,6 +156,17 @@ class EngineOptions:
         records only the density rule's knobs, and only when they are not the defaults (they
         change the pass's blocks to rounding, as ``gram_chunk`` does); any other tuning
         resumes the same store.
+
+    See Also
+    --------
+    distsketch.Tuning : The routes' tuning knobs.
+
+    Examples
+    --------
+    >>> from distsketch import EngineOptions
+    >>> options = EngineOptions(block_dtype="float64", block_rows=4096)
+    >>> options.block_dtype, options.split_every
+    ('float64', 4)
     """
 
     block_rows: int | None = None
@@ -150,6 +186,7 @@ class EngineOptions:
 
     @property
     def eig_rtol(self) -> float:
+        """The whitening's relative eigenvalue threshold: ``rtol``, or 1e-10 when it is None."""
         if self.rtol is not None:
             return float(self.rtol)
         return 1e-10
@@ -160,7 +197,36 @@ def _bad(field: str, msg: str) -> ValueError:
 
 
 def check_options(options: EngineOptions | None) -> EngineOptions:
-    """Validate ``options`` (``None`` gives the defaults); errors name the field."""
+    """Validate ``options``; errors name the field.
+
+    Parameters
+    ----------
+    options : EngineOptions or None
+        The options (``None`` gives the defaults).
+
+    Returns
+    -------
+    EngineOptions
+        ``EngineOptions()`` for None; else the options with ``device`` and ``backend``
+        resolved (the dask config key ``distsketch.device`` when ``device`` is None) and
+        ``tuning`` validated.
+
+    Raises
+    ------
+    ValueError
+        A field out of its range, naming it (``options.<field>``).
+
+    Examples
+    --------
+    >>> from distsketch import EngineOptions
+    >>> from distsketch.options import check_options
+    >>> check_options(None) == EngineOptions()
+    True
+    >>> check_options(EngineOptions(split_every=1))
+    Traceback (most recent call last):
+        ...
+    ValueError: options.split_every: must be at least 2, got 1
+    """
     if options is None:
         return EngineOptions()
     if not isinstance(options, EngineOptions):
@@ -191,9 +257,26 @@ def check_options(options: EngineOptions | None) -> EngineOptions:
 
 
 def options_from_dict(values: Mapping) -> EngineOptions:
-    """:class:`EngineOptions` from a mapping of its fields (a saved model's JSON,
-    ``dataclasses.asdict`` of options, a TOML ``[engine]`` table): a ``tuning`` mapping
-    becomes a :class:`Tuning` (absent: the defaults, as options saved before it existed)."""
+    """Options from a mapping of their fields.
+
+    Parameters
+    ----------
+    values : mapping
+        Field name → value (a saved model's JSON, ``dataclasses.asdict`` of options, a TOML
+        ``[engine]`` table); a ``tuning`` mapping becomes a :class:`~distsketch.Tuning`
+        (absent: the defaults, as options saved before it existed).
+
+    Returns
+    -------
+    EngineOptions
+        The options (not validated: see :func:`check_options`).
+
+    Examples
+    --------
+    >>> from distsketch.options import options_from_dict
+    >>> options_from_dict({"block_rows": 1024, "tuning": {"auto_rank": 100}}).tuning.auto_rank
+    100
+    """
     values = dict(values)
     if isinstance(values.get("tuning"), Mapping):
         values["tuning"] = tuning_from_dict(values["tuning"])
@@ -329,7 +412,7 @@ def driver_blas_threads(size: int) -> int:
     return max(1, min(int(cores or 1), int(_IDLE_SAMPLE[1] + 0.25)))
 
 
-def driver_threads(size: int):
+def driver_threads(size: int) -> AbstractContextManager:
     """Context manager: BLAS limited to :func:`driver_blas_threads` threads."""
     from threadpoolctl import threadpool_limits
 

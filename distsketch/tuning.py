@@ -33,12 +33,12 @@ class Tuning:
     Parameters
     ----------
     fold_route : {None, "band", "woodbury"}
-        Route of each fold's algebra in SISOKRCV
-        (:func:`distsketch.model_selection.fold_algebra.sisokr_fold_scores`): ``None`` picks per
-        fold by :func:`distsketch.model_selection.fold_algebra.fold_route`'s flop model
-        (weighted by the measured rate ratio ``fold_algebra.BAND_RATE_WEIGHT``); ``"band"``
-        (congruence ``Pᵀ G_k P`` and one band reduction per fold) or ``"woodbury"`` (pivoted
-        Cholesky of ``G_k`` and a Woodbury solve per λ) forces one. The scores are the same to rounding either way
+        Route of each fold's algebra in :class:`~distsketch.SISOKRCV`
+        (``distsketch.model_selection.fold_algebra.sisokr_fold_scores``): ``None`` picks per fold by
+        the flop model of ``distsketch.model_selection.fold_algebra.fold_route`` (weighted by the
+        measured rate ratio ``BAND_RATE_WEIGHT`` there); ``"band"`` (congruence ``Pᵀ G_k P``
+        and one band reduction per fold) or ``"woodbury"`` (pivoted Cholesky of ``G_k`` and a
+        Woodbury solve per λ) forces one. The scores are the same to rounding either way
         (docs/design.md, "Cross-validation from one pass"); forcing only changes the time.
     fold_threads : int or None
         Threads for the folds' driver work in SISOKRCV: ``None`` = one per core this process
@@ -58,18 +58,19 @@ class Tuning:
         not a measured crossover; raise it on a driver with more memory.
     auto_decode_budget : float
         ``scoring="auto"`` of SISOKRCV (and model selection's default SISOKR metric,
-        :func:`distsketch.model_selection.scoring.auto_scoring`): the largest decode cost, in
-        multiply-adds ``n · |U| · settings · m_Y`` (every row decoded against every unique
-        training output at every (γ, λ, p) grid point, each candidate score an ``r_Y ≤ m_Y``
-        inner product),
+        ``distsketch.model_selection.scoring.auto_scoring``): the largest decode cost, in
+        multiply-adds ``n · n_U · settings · m_Y`` (``n_U`` unique training outputs: every
+        row decoded against every unique training output
+        at every (γ, λ, p) grid point, each candidate score an ``r_Y ≤ m_Y`` inner product),
         at which the folds are decoded and scored by the task's metric; above it, the
-        surrogate error with a warning. Measured: the decode of n = 6000 rows × |U| = 6000 ×
+        surrogate error with a warning. Measured: the decode of n = 6000 rows × n_U = 6000 ×
         6 λ × m_Y = 150 (3.2e10) added 2.4 s to a 0.2 s SISOKRCV fit (5 folds, m_X = 300) on
         two shared cores, about 1.3e10 multiply-adds/s, so 1e11 is some 8 s of decoding there
         (a few on an idle multi-core machine).
     auto_rank : int
         ``solver="auto"`` of the Lipschitz-loss machines takes ADMM from this many whitened
-        features r on, Newton below (:func:`distsketch.admm.choose_route`). A Newton iteration
+        features r on, Newton below (``distsketch.solvers.lipschitz.admm.choose_route``). A
+        Newton iteration
         forms weighted Grams of ``n_band·(m+1)²`` flops (``d²`` of them for radial
         multi-output losses, each ``8(m+1)²`` bytes: 128 MiB at m = 4000) and factorises an
         ``r³/3`` system, while an ADMM iteration costs what the Newton gradient alone does
@@ -77,7 +78,7 @@ class Tuning:
         iteration with a tenth of n = 10⁵ rows in its Gram is ~1.6e11 flops against ~8e8 for
         ADMM's: ADMM's 10–100× more iterations break even there.
     auto_pcg_passes : float
-        ``solver="auto"``'s cost model (:func:`distsketch.pcg.choose_solver`): the passes PCG
+        ``solver="auto"``'s cost model (``distsketch.solvers.pcg.choose_solver``): the passes PCG
         makes. The direct route's pass forms ``G = CᵀC``, ``2nm²`` flops more than one pass
         of kernel blocks; PCG makes about ``auto_pcg_passes`` passes of ``n·m`` kernel values,
         each value costing as much as ``auto_pass_flops`` flops of the direct route. Direct
@@ -112,12 +113,12 @@ class Tuning:
     device_sparse_max_density : float or None
         The same rule for a compute backend's own sparse blocks (device CSR): ``None`` takes
         each backend's threshold (``Backend.sparse_max_density``: for CuPy
-        ``distsketch.cuda.DEVICE_SPARSE_MAX_DENSITY``, a placeholder of 2 % until measured on
+        ``distsketch.backends.cuda.DEVICE_SPARSE_MAX_DENSITY``, a placeholder of 2 % until measured on
         a GPU by ``python benchmarks/bench_gpu.py --sparse-only``); a number overrides it.
     eigen_crossover : tuple of (int, float) pairs
         Path length (number of λ) from which one eigendecomposition beats a Cholesky
         factorisation per λ on a sketched input side, by the rank r of ``H``
-        (:func:`distsketch.solvers.direct.eigen_pays`): pairs ``(r, length)`` with increasing r,
+        (``distsketch.solvers.direct.eigen_pays``): pairs ``(r, length)`` with increasing r,
         interpolated between them, the end values beyond. Measured on a 2-core AMD EPYC
         shared with other work, one BLAS thread, by ``python benchmarks/bench_bibtex.py
         --driver-crossover`` (docs/design.md, "Driver routes"), ``k* = (t_eig − t_safety) /
@@ -126,6 +127,17 @@ class Tuning:
         11.5, 5.5, 8.9, 16.2, 22.0); the eigendecomposition's memory-bound tridiagonal
         reduction slows relative to the Cholesky factorisation as r grows. Both routes give
         the same model to rounding.
+
+    See Also
+    --------
+    distsketch.EngineOptions : The engine options that carry a ``Tuning``.
+
+    Examples
+    --------
+    >>> from distsketch import EngineOptions, Tuning
+    >>> options = EngineOptions(tuning=Tuning(auto_rank=2000))
+    >>> options.tuning.auto_rank
+    2000
     """
 
     fold_route: str | None = None
@@ -184,9 +196,24 @@ def _crossover(v) -> tuple:
 
 
 def check_tuning(tuning: Tuning | None) -> Tuning:
-    """Validate ``tuning`` (``None`` gives the defaults); errors name
-    ``options.tuning.<field>`` and what it accepts. Returns it with ``eigen_crossover`` as a
-    tuple of pairs (a list given is converted)."""
+    """Validate ``tuning``; errors name ``options.tuning.<field>`` and what it accepts.
+
+    Parameters
+    ----------
+    tuning : Tuning or None
+        The knobs (``None`` gives the defaults).
+
+    Returns
+    -------
+    Tuning
+        ``tuning``, with ``eigen_crossover`` as a tuple of pairs (a list given is
+        converted).
+
+    Raises
+    ------
+    ValueError
+        A field out of its range, naming it.
+    """
     if tuning is None:
         return Tuning()
     if not isinstance(tuning, Tuning):
@@ -222,10 +249,20 @@ BLOCK_FIELDS = ("sparse_max_density", "sparse_panel_bytes", "device_sparse_max_d
 
 
 def store_config(tuning: Tuning | None) -> dict:
-    """What a store's recorded configuration holds of ``tuning``: ``{}`` while the
-    :data:`BLOCK_FIELDS` are at their defaults (so stores written before :class:`Tuning`
-    existed, and every fit at the defaults, keep their identity), else
-    ``{"block_tuning": {field: value}}``."""
+    """What a store's recorded configuration holds of ``tuning``.
+
+    Parameters
+    ----------
+    tuning : Tuning or None
+        The knobs (``None``: the defaults).
+
+    Returns
+    -------
+    dict
+        ``{}`` while the ``BLOCK_FIELDS`` are at their defaults (so stores written before
+        ``Tuning`` existed, and every fit at the defaults, keep their identity), else
+        ``{"block_tuning": {field: value}}``.
+    """
     tuning = check_tuning(tuning)
     default = Tuning()
     if all(getattr(tuning, f) == getattr(default, f) for f in BLOCK_FIELDS):
@@ -234,8 +271,23 @@ def store_config(tuning: Tuning | None) -> dict:
 
 
 def tuning_from_dict(values: Mapping) -> Tuning:
-    """A :class:`Tuning` from a mapping of its fields (a saved model's JSON, a TOML table):
-    lists become tuples; an unknown key is refused naming it."""
+    """A ``Tuning`` from a mapping of its fields (a saved model's JSON, a TOML table).
+
+    Parameters
+    ----------
+    values : mapping
+        Field name → value; lists become tuples.
+
+    Returns
+    -------
+    Tuning
+        The knobs (not validated: see :func:`check_tuning`).
+
+    Raises
+    ------
+    ValueError
+        An unknown key, naming it.
+    """
     known = {f.name for f in fields(Tuning)}
     unknown = sorted(set(values) - known)
     if unknown:

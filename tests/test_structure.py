@@ -205,7 +205,10 @@ def test_folders_are_packages_with_a_docstring():
 TOO_LONG = {"distsketch.engine.accumulate", "distsketch.solvers.lipschitz.newton",
             "distsketch.io.persist", "distsketch.io.loaders", "distsketch.engine.store",
             "distsketch.sketches.base", "distsketch.linalg.solve", "distsketch.models.ridge",
-            "distsketch.kernels.base", "distsketch.solvers.pcg", "distsketch.model_selection.cv"}
+            "distsketch.kernels.base", "distsketch.solvers.pcg", "distsketch.model_selection.cv",
+            # over the limit by their numpydoc sections (the API reference): the Loss
+            # interface's methods, the map-reduce's functions
+            "distsketch.losses", "distsketch.engine.mapreduce"}
 
 
 def test_no_module_is_longer_than_the_limit():

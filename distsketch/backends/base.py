@@ -200,9 +200,29 @@ def backend_of(a) -> Backend:
     return NUMPY
 
 
-def dense(a):
-    """``a`` as a dense array of its backend: sparse matrices densified (``toarray``), anything
-    else converted with the backend's ``asarray`` (lists and scalars as numpy)."""
+def dense(a: Any) -> Any:
+    """``a`` as a dense array of its backend.
+
+    Parameters
+    ----------
+    a : array-like or sparse matrix
+        A numpy or scipy.sparse array (or a CuPy one on the CUDA backend), a list or a
+        scalar.
+
+    Returns
+    -------
+    ndarray
+        Sparse matrices densified (``toarray``), anything else converted with the backend's
+        ``asarray`` (lists and scalars as numpy).
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp
+    >>> from distsketch.testing import dense
+    >>> dense(sp.eye(2, format="csr"))
+    array([[1., 0.],
+           [0., 1.]])
+    """
     be = backend_of(a)
     if be.issparse(a):
         return a.toarray()

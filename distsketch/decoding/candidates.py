@@ -89,7 +89,8 @@ def _load_path(item: Any) -> Any:
     return load_dataset(item, x_key="X", y_key=None)[0]
 
 
-def concatenate_sets(sets: Sequence, *, width: int | None = None, argument: str = "candidate_sets"):
+def concatenate_sets(sets: Sequence, *, width: int | None = None, argument: str = "candidate_sets"
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """In-memory ragged collection from a sequence of 2-D arrays (or paths).
 
     Returns
@@ -120,7 +121,7 @@ def concatenate_sets(sets: Sequence, *, width: int | None = None, argument: str 
     return np.concatenate(arrays), offsets
 
 
-def candidate_reader(data) -> Any:
+def candidate_reader(data: Any) -> Any:
     """``read(start, stop)`` → a task argument holding candidate rows ``[start, stop)``.
 
     In-memory arrays are sliced (and scattered once per block on a distributed client);
@@ -141,9 +142,44 @@ class CandidateStore:
 
     Build with :meth:`create`, reopen with :meth:`open`; pass it to
     ``SISOKR.predict_topk(X, candidates=store)`` (fixed) or ``candidate_sets=store`` (ragged).
+    The store also caches each model's candidate features, verified chunk by chunk
+    (:meth:`ensure_features`).
+
+    Parameters
+    ----------
+    group : zarr.Group
+        The store's group, written by :meth:`create`.
+    location : str
+        Its path, for messages.
+
+    Attributes
+    ----------
+    kind : {"fixed", "ragged"}
+        One set for every query, or one set per query.
+    n_candidates : int
+        Candidate rows in all (every set together).
+    width : int
+        Columns of a candidate row.
+    n_sets : int
+        Number of sets (1 for a fixed set).
+
+    Examples
+    --------
+    >>> import os
+    >>> import tempfile
+    >>> import numpy as np
+    >>> from distsketch import CandidateStore
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     store = CandidateStore.create(os.path.join(tmp, "candidates"),
+    ...                                   sets=[np.eye(3), np.ones((2, 3))])
+    ...     print(store.kind, store.n_candidates, store.width, store.n_sets)
+    ...     print(CandidateStore.open(store.location).rows([4, 0]))
+    ragged 5 3 2
+    [[1. 1. 1.]
+     [1. 0. 0.]]
     """
 
-    def __init__(self, group: zarr.Group, *, location: str):
+    def __init__(self, group: zarr.Group, *, location: str) -> None:
         self.group = group
         self.location = location
         meta = dict(group.attrs.get(_ATTR, {}))
@@ -166,8 +202,9 @@ class CandidateStore:
 
     # -- construction ---------------------------------------------------------------
     @classmethod
-    def create(cls, path, candidates=None, *, sets=None, query_sets=None, chunk_rows: int = 16384,
-               overwrite: bool = False) -> "CandidateStore":
+    def create(cls, path: str | os.PathLike, candidates: Any = None, *, sets: Any = None,
+               query_sets: Any = None, chunk_rows: int = 16384,
+               overwrite: bool = False) -> CandidateStore:
         """Write a candidate store.
 
         Parameters
@@ -185,6 +222,11 @@ class CandidateStore:
             Candidate rows per stored chunk (and per decoding task).
         overwrite : bool
             Replace an existing store at ``path``.
+
+        Returns
+        -------
+        CandidateStore
+            The new store, open.
         """
         if (candidates is None) == (sets is None):
             raise ValueError("CandidateStore.create: give exactly one of candidates= (a fixed set) "
@@ -229,8 +271,24 @@ class CandidateStore:
         return cls(group, location=os.fspath(path))
 
     @classmethod
-    def open(cls, path) -> "CandidateStore":
-        """Open an existing store (read-write, so features can be cached)."""
+    def open(cls, path: str | os.PathLike) -> CandidateStore:
+        """Open an existing store (read-write, so features can be cached).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            Directory of the store.
+
+        Returns
+        -------
+        CandidateStore
+            The store.
+
+        Raises
+        ------
+        FileNotFoundError
+            No directory at ``path``.
+        """
         where = os.fspath(path)
         if not os.path.isdir(where):
             raise FileNotFoundError(f"candidate store {where!r} does not exist")
@@ -257,7 +315,18 @@ class CandidateStore:
         return int(self.candidates.chunks[0])
 
     def rows(self, index: np.ndarray) -> np.ndarray:
-        """Candidate rows at global positions ``index`` (each in ``[0, n_candidates)``)."""
+        """Candidate rows at global positions (every set's rows numbered together).
+
+        Parameters
+        ----------
+        index : array-like of int
+            Positions, each in ``[0, n_candidates)``.
+
+        Returns
+        -------
+        ndarray of shape (len(index), width)
+            The rows, in the order of ``index``.
+        """
         index = np.asarray(index, dtype=np.int64)
         order = np.argsort(index, kind="stable")
         out = np.empty((index.size, self.width), dtype=self.candidates.dtype)
@@ -267,11 +336,21 @@ class CandidateStore:
 
     # -- cached features ------------------------------------------------------------
     def cached_features(self, key: str) -> tuple[zarr.Array, zarr.Array] | None:
-        """``(phi, kyy)`` for a model key if computed for every chunk and intact, else None.
+        """A model's cached candidate features, if computed for every chunk and intact.
 
         Every chunk is checked against its record (the fingerprint of its candidate rows, the
         checksums of its features): a damaged chunk, or one whose candidates changed since,
         makes the answer None (:meth:`ensure_features` recomputes it).
+
+        Parameters
+        ----------
+        key : str
+            The model's cache key (``output_key_``).
+
+        Returns
+        -------
+        tuple of zarr.Array or None
+            ``(phi, kyy)``, or None.
         """
         g = self._feature_group(key)
         if g is None or not g.attrs.get("complete"):
@@ -282,7 +361,7 @@ class CandidateStore:
         return g["phi"], g["kyy"]
 
     def ensure_features(self, fmap: FeatureMap, key: str | None = None, *,
-                        progress: bool = False):
+                        progress: bool = False) -> tuple[zarr.Array, zarr.Array]:
         """Compute (or resume, or reuse) the features of every candidate for one model.
 
         Cached chunks are verified first (one task per chunk: the candidate rows' fingerprint
@@ -297,10 +376,15 @@ class CandidateStore:
             The model's output features.
         key : str, optional
             Cache key (default ``fmap.key``).
+        progress : bool, default False
+            Show dask's progress bar.
 
         Returns
         -------
-        (phi, kyy) : zarr arrays of shapes (n_c, r_Y) and (n_c,)
+        phi : zarr.Array of shape (n_c, r_Y)
+            The candidates' features.
+        kyy : zarr.Array of shape (n_c,)
+            ``k_Y(y, y)`` of each candidate.
         """
         key = fmap.key if key is None else key
         g = self._feature_group(key, width=fmap.width)
@@ -578,7 +662,7 @@ def _check_offsets(offsets: np.ndarray, n: int) -> None:
                          f"least one candidate")
 
 
-def check_query_sets(query_sets, n_sets: int, *, n_queries: int | None = None) -> np.ndarray:
+def check_query_sets(query_sets: Any, n_sets: int, *, n_queries: int | None = None) -> np.ndarray:
     """``query_sets`` as an integer array, one set number in ``[0, n_sets)`` per query (and
     ``n_queries`` entries when given); anything else is refused with a ``ValueError``."""
     qs = np.asarray(query_sets)

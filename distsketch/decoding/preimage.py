@@ -23,6 +23,9 @@ cached folds a fitted model uses is :mod:`distsketch.decoding`'s part.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from typing import Any
+
 import numpy as np
 
 from ..linalg import topk
@@ -46,7 +49,7 @@ QUERY_ROWS = 256
 FOLD_MEMORY = 2**30
 
 
-def candidate_features(fmap: FeatureMap, Y, *, parallel: bool = False,
+def candidate_features(fmap: FeatureMap, Y: Any, *, parallel: bool = False,
                        rows: int | None = None) -> np.ndarray:
     """``φ_Y`` of candidate rows ``Y`` (c × r_Y) in fixed-shape tiles of ``rows`` rows (default
     ``topk.SCORE_ROWS``; :meth:`FeatureMap.tiles`), so duplicate candidates tie exactly."""
@@ -57,7 +60,7 @@ def candidate_features(fmap: FeatureMap, Y, *, parallel: bool = False,
 
 
 def fold_costs(*, n_queries: int, n_candidates: int, n_landmarks: int, r_x: int, r_y: int,
-               projected: bool, cached=()) -> dict[str, float]:
+               projected: bool, cached: Collection[str] = ()) -> dict[str, float]:
     """Flops of the four ways to score ``n_queries`` queries against one fixed candidate set.
 
     With ``φ_X(x) = Pᵀ k_X(L, x)`` (``s = n_landmarks`` landmarks, ``P`` (s × r_X), or no ``P``
@@ -94,7 +97,8 @@ def fold_costs(*, n_queries: int, n_candidates: int, n_landmarks: int, r_x: int,
 
 
 def fold_route(*, n_queries: int, n_candidates: int, n_landmarks: int, r_x: int, r_y: int,
-               projected: bool, cached=(), memory: int | None = None) -> str:
+               projected: bool, cached: Collection[str] = (),
+               memory: int | None = None) -> str:
     """The cheapest route of :func:`fold_costs` (ties: in the order ``"unfolded"``,
     ``"coef"``, ``"features"``, ``"kernel"``); a route folding the candidates whose ``Z``
     (``8 · n_c · width`` bytes) exceeds ``memory`` (default :data:`FOLD_MEMORY`) is not
@@ -135,7 +139,7 @@ def local_tile(n: int) -> int:
     return aligned_rows(-(-max(1, int(n)) // t))
 
 
-def fold_candidates(phi, M: np.ndarray, *, rows: int | None = None) -> np.ndarray:
+def fold_candidates(phi: Any, M: np.ndarray, *, rows: int | None = None) -> np.ndarray:
     """Folded candidate matrix ``Z = φ_Y(C) M`` (n_c × w) for ``M`` (r_Y × w).
 
     Computed on all local cores ``rows`` rows at a time (default :func:`local_tile` of
@@ -160,17 +164,17 @@ def fold_candidates(phi, M: np.ndarray, *, rows: int | None = None) -> np.ndarra
 class TopK(Reducer):
     """Merges partial top-k results ``(indices, scores)`` of the same queries."""
 
-    def __init__(self, k: int):
+    def __init__(self, k: int) -> None:
         self.k = int(k)
 
-    def add(self, acc, part):
+    def add(self, acc: tuple, part: tuple) -> tuple:
         return merge_topk(acc, part, k=self.k)
 
 
 class RaggedTopK(TopK):
     """Merges pieces of one large set: ``(queries, indices, scores)`` with the same queries."""
 
-    def add(self, acc, part):
+    def add(self, acc: tuple, part: tuple) -> tuple:
         idx, scores = merge_topk(acc[1:], part[1:], k=self.k)
         return acc[0], idx, scores
 
@@ -239,9 +243,10 @@ def _ragged_block(shared, item, ws):
 # --------------------------------------------------------------------------- orchestration
 
 
-def decode_fixed(fmap: FeatureMap, G: np.ndarray, candidates, *, n_candidates: int, k: int,
+def decode_fixed(fmap: FeatureMap, G: np.ndarray, candidates: Any, *, n_candidates: int, k: int,
                  block_rows: int, split_every: int = 4, query_rows: int | None = None,
-                 progress: bool = False, backend: str = "numpy"):
+                 progress: bool = False, backend: str = "numpy"
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-k over one candidate set for every query.
 
     Parameters
@@ -295,9 +300,10 @@ def decode_fixed(fmap: FeatureMap, G: np.ndarray, candidates, *, n_candidates: i
     return (np.concatenate([r[0] for r in results]), np.concatenate([r[1] for r in results]))
 
 
-def decode_ragged(fmap: FeatureMap, G: np.ndarray, candidates, *, offsets: np.ndarray,
+def decode_ragged(fmap: FeatureMap, G: np.ndarray, candidates: Any, *, offsets: np.ndarray,
                   query_sets: np.ndarray, k: int, block_rows: int, split_every: int = 4,
-                  progress: bool = False, backend: str = "numpy"):
+                  progress: bool = False, backend: str = "numpy"
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Top-k of each query over its own candidate set; indices are positions in that set.
 
     Parameters

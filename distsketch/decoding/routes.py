@@ -73,7 +73,7 @@ class Surrogate:
         M, _ = self.folded("coef", None, None)
         return self._transform(X, projected=False, post=M)
 
-    def queries(self, X, route: str) -> np.ndarray:
+    def queries(self, X: Any, route: str) -> np.ndarray:
         """What a route scores against its candidates: ``g(x)`` (``"unfolded"``, ``"coef"``),
         ``φ_X(x)`` (``"features"``) or ``k_X(L, x)`` (``"kernel"``)."""
         if route in ("unfolded", "coef"):
@@ -93,7 +93,7 @@ class Surrogate:
                            cached=[r for (_, r) in self.cache])
         return "coef" if costs["coef"] < costs["unfolded"] else "unfolded"
 
-    def fixed_route(self, n_queries: int, n_candidates: int, source, *,
+    def fixed_route(self, n_queries: int, n_candidates: int, source: Any, *,
                     foldable: bool = True) -> str:
         """The decoding route for a fixed set (:func:`distsketch.decode.fold_route`);
         ``foldable=False``: the candidates cannot be folded (a dask or zarr array)."""
@@ -111,7 +111,8 @@ class Surrogate:
                           projected=P is not None, memory=None if foldable else 0,
                           cached=[r for (s, r) in self.cache if s == source or r == "coef"])
 
-    def folded(self, route: str, source, features):
+    def folded(self, route: str, source: Any, features: Callable
+               ) -> tuple[np.ndarray, np.ndarray | None]:
         """``(Z, kyy)``: ``Z = φ_Y(C) W`` (n_c × r_X, ``"features"``) or ``φ_Y(C) W Pᵀ``
         (n_c × s_X, ``"kernel"``), so that ``⟨ĥ(x), ψ(c)⟩ = (Z φ_X(x))_c`` or
         ``(Z k_X(L, x))_c``; cached per candidate source (``None``: not cached).
@@ -149,7 +150,7 @@ class FixedSet(NamedTuple):
     features: Callable | None  #: ``() → (φ_Y(C), k_Y(c, c))``; ``None``: cannot be folded
 
 
-def check_width(Y, width: int, argument: str):
+def check_width(Y: Any, width: int, argument: str) -> Any:
     """``Y`` as a 2-D array-like of rows of ``width`` columns (a 1-D row or column reshaped)."""
     if isinstance(Y, (list, tuple)):
         Y = np.asarray(Y)
@@ -163,7 +164,7 @@ def check_width(Y, width: int, argument: str):
     return Y
 
 
-def centred(Y, offset):
+def centred(Y: Any, offset: np.ndarray | None) -> Any:
     """Output rows as the model sees them: ``y − ȳ`` with an intercept ``offset`` (dense), else
     as given; a :class:`CandidateStore` is refused with an intercept."""
     if offset is None or Y is None:
@@ -182,7 +183,8 @@ def default_features(fmap: FeatureMap, candidates: np.ndarray) -> tuple[np.ndarr
             fmap.diag(candidates))
 
 
-def candidate_scores(fmap: FeatureMap, surrogate: Surrogate, X, candidates) -> np.ndarray:
+def candidate_scores(fmap: FeatureMap, surrogate: Surrogate, X: Any, candidates: Any
+                     ) -> np.ndarray:
     """The dense decoding criterion ``k_Y(y, y) − 2⟨g(x), φ_Y(y)⟩`` (n_queries, n_candidates)
     of rows ``candidates`` (as the model sees them), in the fixed-shape tiles of decoding: the
     scores :func:`decode` ranks, bitwise."""
@@ -214,7 +216,7 @@ def _check_finite(a: np.ndarray, argument: str) -> None:
         raise ValueError(f"{argument}: contain NaN or infinity")
 
 
-def take_rows(candidates, index: np.ndarray) -> np.ndarray:
+def take_rows(candidates: Any, index: np.ndarray) -> np.ndarray:
     """Rows ``index`` (any order) of a candidate array, RowSource or store."""
     if isinstance(candidates, CandidateStore):
         return candidates.rows(index)
@@ -226,7 +228,7 @@ def take_rows(candidates, index: np.ndarray) -> np.ndarray:
     return result
 
 
-def fixed_set(candidates, fmap: FeatureMap, *, width: int, key: str, default: Callable,
+def fixed_set(candidates: Any, fmap: FeatureMap, *, width: int, key: str, default: Callable,
               progress: bool = False) -> FixedSet:
     """Check one candidate set for every query: a fixed :class:`CandidateStore` (features
     cached under ``key``), ``None`` (``default(fmap)`` → ``(rows, φ_Y, kyy)``, the model's
@@ -255,8 +257,8 @@ def fixed_set(candidates, fmap: FeatureMap, *, width: int, key: str, default: Ca
                     features)
 
 
-def ragged_sets(candidate_sets, fmap: FeatureMap, *, width: int, key: str,
-                progress: bool = False):
+def ragged_sets(candidate_sets: Any, fmap: FeatureMap, *, width: int, key: str,
+                progress: bool = False) -> tuple:
     """Check per-query sets (a ragged :class:`CandidateStore` or a sequence of arrays):
     ``(source, offsets, read, stored_query_sets)``; ``source`` gives the rows back
     (:func:`take_rows`)."""
@@ -313,9 +315,10 @@ def _decode_fixed(fmap: FeatureMap, surrogate: Surrogate, X, candidates,
     return idx, scores, cands.take
 
 
-def decode(fmap: FeatureMap, surrogate: Surrogate, X, candidates, options: EngineOptions, *,
-           k, candidate_sets=None, query_sets=None, width: int, key: str, default: Callable,
-           offset=None):
+def decode(fmap: FeatureMap, surrogate: Surrogate, X: Any, candidates: Any,
+           options: EngineOptions, *, k: int, candidate_sets: Any = None,
+           query_sets: Any = None, width: int, key: str, default: Callable,
+           offset: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, Callable]:
     """Validate and decode: ``(indices, scores, take)``; ``take(best)`` gives the rows.
 
     Parameters

@@ -106,7 +106,8 @@ class FeatureMap:
         P_u = S @ P
         return L[first], (P_u.tocsr() if sp.issparse(P_u) else np.asarray(P_u))
 
-    def block(self, A, *, dtype=np.float64, out=None):
+    def block(self, A: Any, *, dtype: Any = np.float64, out: np.ndarray | None = None
+              ) -> np.ndarray:
         """Features of one in-memory block of rows, ``k(A, L) P``, shape (len(A), r); a
         repeated landmark's kernel column is computed once (:attr:`_merged`); the kernel
         products under the map's :attr:`tuning`."""
@@ -121,13 +122,14 @@ class FeatureMap:
             return gram_dot(self.kernel, A, self.landmarks, right=self.projection,
                             chunk=self.chunk, dtype=dtype, out=out)
 
-    def block_then(self, A, post=None):
+    def block_then(self, A: Any, post: np.ndarray | None = None) -> np.ndarray:
         """``k(A, L) P post`` of one block (``post`` (r × k) applied per block)."""
         phi = self.block(A)
         return phi if post is None else phi @ post
 
-    def transform(self, X, *, post=None, block_memory: int = 128 * 2**20, argument: str = "X",
-                  n_features: int | None = None, model: str = "the model"):
+    def transform(self, X: Any, *, post: np.ndarray | None = None, block_memory: int = 128 * 2**20,
+                  argument: str = "X", n_features: int | None = None,
+                  model: str = "the model") -> Any:
         """``φ(x)`` of every row, ``(n, r)`` (``(n, k)`` with ``post``), block by block.
 
         A dask array gives a lazy dask array; numpy, scipy.sparse and zarr inputs give an
@@ -142,7 +144,7 @@ class FeatureMap:
                               block_memory=block_memory, argument=argument,
                               n_features=n_features, model=model)
 
-    def tiles(self, Y, *, rows: int, parallel: bool = False) -> np.ndarray:
+    def tiles(self, Y: Any, *, rows: int, parallel: bool = False) -> np.ndarray:
         """``φ`` of the rows of ``Y`` (c × r), ``rows`` at a time, each tile zero-padded to
         ``aligned_rows(rows)`` rows: every BLAS call has the same shape and every row sits in a
         full micro-tile (:data:`~distsketch.blocks.TILE_ALIGN`), so equal rows get
@@ -165,7 +167,7 @@ class FeatureMap:
                 tile(s)
         return out
 
-    def diag(self, A) -> np.ndarray:
+    def diag(self, A: Any) -> np.ndarray:
         """``k(a, a)`` of each row of ``A`` (n,), float64 (integer and boolean rows as float)."""
         return np.asarray(self.kernel.diag(as_float(A)), dtype=np.float64)
 

@@ -18,7 +18,7 @@ the package.
 
 Resuming is per block and belongs to the caller: a block whose result it stored earlier is
 given as ``Stored`` references instead of fresh inputs, so the same block function reduces it
-(the streaming pass, :mod:`distsketch.accumulate`).
+(the streaming pass, ``distsketch.engine.accumulate``).
 
 With many blocks per core, :func:`map_blocks` computes each first-level node of the tree in
 one task (its ``split_every`` blocks in order, added as the node would add them): bitwise the
@@ -34,7 +34,7 @@ import sys
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dask
 import dask.array as da
@@ -43,6 +43,9 @@ import numpy as np
 from dask.delayed import Delayed, delayed
 
 from .rows import as_row_source
+
+if TYPE_CHECKING:
+    import distributed
 
 __all__ = [
     "Reducer", "Stored", "Workspace", "map_blocks", "tree_reduce", "map_reduce", "compute",
@@ -59,8 +62,21 @@ GROUPS_PER_SLOT = 4
 # --------------------------------------------------------------------------- schedulers
 
 
-def distributed_client():
-    """The ``distributed.Client`` that dask would use right now, or None."""
+def distributed_client() -> distributed.Client | None:
+    """The ``distributed.Client`` that dask would use right now.
+
+    Returns
+    -------
+    distributed.Client or None
+        The default client when it is dask's active scheduler; None otherwise (and without
+        importing ``distributed`` when nothing has).
+
+    Examples
+    --------
+    >>> from distsketch.engine import distributed_client
+    >>> distributed_client() is None  # no client started
+    True
+    """
     if "distributed" not in sys.modules:  # no client without it (and no import on a laptop)
         return None
     try:
@@ -74,12 +90,27 @@ def distributed_client():
     return client if dask.base.get_scheduler() == client.get else None
 
 
-def local_scheduler():
-    """The local scheduler's ``get`` when no distributed client can exist (``distributed``
-    not imported: a client needs it): dask's configured ``scheduler`` (a name or a function)
-    or its threaded default for delayed objects. None where dask must decide. Handing dask
-    the function keeps its own lookup from importing ``distributed`` — 0.16 s on the first
-    computation of every process here (benchmarks/bench_import.py)."""
+def local_scheduler() -> Callable | None:
+    """The local scheduler's ``get`` when no distributed client can exist.
+
+    A client needs ``distributed``, so while it is not imported the scheduler is dask's
+    configured ``scheduler`` (a name or a function) or its threaded default for delayed
+    objects. Handing dask the function keeps its own lookup from importing ``distributed``
+    — 0.16 s on the first computation of every process here (benchmarks/bench_import.py).
+
+    Returns
+    -------
+    callable or None
+        The scheduler's ``get``; None where dask must decide (``distributed`` imported).
+
+    Examples
+    --------
+    >>> import dask
+    >>> from distsketch.engine import local_scheduler
+    >>> with dask.config.set(scheduler="synchronous"):
+    ...     local_scheduler() in (dask.local.get_sync, None)
+    True
+    """
     if "distributed" in sys.modules:
         return None
     import dask.threaded
@@ -94,9 +125,28 @@ def local_scheduler():
     return None
 
 
-def parallel_slots(client=None) -> int:
-    """Tasks the active scheduler runs at once: the client's worker threads, dask's local
-    ``num_workers`` or the machine's cores (1 for the synchronous scheduler)."""
+def parallel_slots(client: distributed.Client | None = None) -> int:
+    """Tasks the active scheduler runs at once.
+
+    Parameters
+    ----------
+    client : distributed.Client or None, default None
+        The cluster's client (None: the local scheduler).
+
+    Returns
+    -------
+    int
+        The client's worker threads, dask's local ``num_workers`` or the machine's cores
+        (1 for the synchronous scheduler).
+
+    Examples
+    --------
+    >>> import dask
+    >>> from distsketch.engine import parallel_slots
+    >>> with dask.config.set(scheduler="synchronous"):
+    ...     parallel_slots()
+    1
+    """
     if client is not None:
         try:
             workers = client.scheduler_info().get("workers", {})
@@ -108,8 +158,30 @@ def parallel_slots(client=None) -> int:
     return max(1, int(dask.config.get("num_workers", None) or os.cpu_count() or 1))
 
 
-def share(obj: Any, *, name: str, client=None) -> Any:
-    """Make ``obj`` one graph dependency: scattered to every worker once, or a single key."""
+def share(obj: Any, *, name: str, client: distributed.Client | None = None) -> Any:
+    """Make ``obj`` one graph dependency: scattered to every worker once, or a single key.
+
+    Parameters
+    ----------
+    obj : object
+        What every task needs (landmarks, a kernel, mixing matrices).
+    name : str
+        The graph key (local schedulers).
+    client : distributed.Client or None, default None
+        The cluster to scatter to (None: a ``Delayed`` with key ``name``).
+
+    Returns
+    -------
+    Delayed or distributed.Future
+        The ``shared`` argument of :func:`map_blocks` and :func:`map_reduce`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from distsketch.engine import share
+    >>> share(np.ones(3), name="landmarks").key
+    'landmarks'
+    """
     if client is not None:
         return client.scatter(obj, broadcast=True, hash=False)
     return delayed(obj, name=name, traverse=False)
@@ -118,14 +190,37 @@ def share(obj: Any, *, name: str, client=None) -> Any:
 def compute(objs: list, *, progress: bool | float = False, what: str = "") -> list:
     """Compute delayed objects on the active scheduler, with dask's progress display.
 
-    ``progress``: ``True`` shows dask's progress bar (local schedulers) or distributed's
-    progress and the dashboard's address; a number of seconds shows the local bar only once
-    the computation has run that long (``ProgressBar(minimum=…)``) and nothing on a cluster —
-    for the many short computations of an iterative solver, whose iterations are logged.
+    Parameters
+    ----------
+    objs : list
+        Dask collections or ``Delayed`` objects, computed together.
+    progress : bool or float, default False
+        ``True`` shows dask's progress bar (local schedulers) or distributed's progress and
+        the dashboard's address; a number of seconds shows the local bar only once the
+        computation has run that long (``ProgressBar(minimum=…)``) and nothing on a cluster
+        — for the many short computations of an iterative solver, whose iterations are
+        logged.
+    what : str, default ""
+        What is computed, for messages.
 
-    On a distributed cluster, losing the workers that held this computation's only copy of
-    some data (all of them, or a single worker when data was not replicated) fails with one
-    message saying so and that fitting again on a kept store resumes.
+    Returns
+    -------
+    list
+        The computed values, in the order of ``objs``.
+
+    Raises
+    ------
+    WorkersLost
+        On a distributed cluster, the workers that held this computation's only copy of
+        some data (all of them, or a single worker when data was not replicated) were lost;
+        fitting again on a kept store resumes.
+
+    Examples
+    --------
+    >>> from dask import delayed
+    >>> from distsketch.engine import compute
+    >>> compute([delayed(sum)([1, 2]), delayed(max)(3, 4)])
+    [3, 4]
     """
     if isinstance(progress, (bool, np.bool_)):
         bar, minimum = bool(progress), 0.0
@@ -161,12 +256,35 @@ def compute(objs: list, *, progress: bool | float = False, what: str = "") -> li
 
 
 class WorkersLost(RuntimeError):
-    """A distributed computation lost workers holding data it needed (scattered inputs)."""
+    """A distributed computation lost workers holding data it needed (scattered inputs).
+
+    Raised by :func:`compute`; a fit with a kept store resumes when run again.
+    """
 
 
-def workers_back(client, timeout: float | None = None) -> bool:
-    """Wait (``distsketch.worker-wait`` seconds of dask config by default) until the cluster has
-    a worker again; whether it has."""
+def workers_back(client: distributed.Client, timeout: float | None = None) -> bool:
+    """Wait until the cluster has a worker again.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The cluster's client.
+    timeout : float or None, default None
+        Seconds to wait (None: the dask config key ``distsketch.worker-wait``, 60).
+
+    Returns
+    -------
+    bool
+        Whether a worker is there (False after ``timeout``, or for a closed scheduler).
+
+    Examples
+    --------
+    After a :class:`WorkersLost` on a cluster (``client``: its ``distributed.Client``), a fit
+    with a kept store resumes once workers are back::
+
+        if workers_back(client, timeout=120):
+            model.fit(X, y)
+    """
     if timeout is None:
         timeout = float(dask.config.get("distsketch.worker-wait", 60))
     try:
@@ -187,13 +305,31 @@ def _lost_workers(exc: BaseException) -> bool:
     return isinstance(exc, (CancelledError, KilledWorker)) or "lost dependencies" in str(exc)
 
 
-def map_local(func, items: list) -> list:
+def map_local(func: Callable, items: list) -> list:
     """``[func(item) for item in items]`` on dask's local thread pool, in order.
 
     For work on data already in this process's memory (numpy inputs to ``predict``):
     one task per item on all cores, whatever scheduler is active, with nothing shipped.
     NumPy releases the GIL in BLAS and in ``exp``, so the threads run in parallel; each
     item's result depends only on the item, never on the number of threads.
+
+    Parameters
+    ----------
+    func : callable
+        ``func(item)``.
+    items : list
+        The arguments, one task each.
+
+    Returns
+    -------
+    list
+        ``func(item)`` of each item, in order.
+
+    Examples
+    --------
+    >>> from distsketch.engine import map_local
+    >>> map_local(abs, [-1, 2, -3])
+    [1, 2, 3]
     """
     if len(items) <= 1:
         return [func(item) for item in items]
@@ -209,13 +345,30 @@ def map_local(func, items: list) -> list:
 
 @dataclass(frozen=True)
 class Stored:
-    """Rows ``[start, stop)`` of a stored array (zarr), read inside the task that needs them."""
+    """Rows ``[start, stop)`` of a stored array (zarr), read inside the task that needs them.
+
+    Parameters
+    ----------
+    array : zarr.Array or array-like
+        The stored array.
+    start : int
+        First row.
+    stop : int
+        One past the last row.
+    """
 
     array: Any
     start: int
     stop: int
 
-    def read(self):
+    def read(self) -> Any:
+        """The rows, read from the array.
+
+        Returns
+        -------
+        ndarray
+            ``array[start:stop]``.
+        """
         return self.array[self.start:self.stop]
 
 
@@ -228,7 +381,8 @@ def _resolve(item):
     return item
 
 
-def row_blocks(source, block_rows: int, *, argument: str = "X", client=None) -> list:
+def row_blocks(source: Any, block_rows: int, *, argument: str = "X",
+               client: distributed.Client | None = None) -> list:
     """Task arguments for the row blocks ``[i·b, (i+1)·b)`` of an input.
 
     In-memory rows are sliced (and scattered once each on a distributed ``client``, never put
@@ -236,6 +390,29 @@ def row_blocks(source, block_rows: int, *, argument: str = "X", client=None) -> 
     :class:`WorkersLost`); dask and zarr inputs give one ``Delayed`` per block, read by the task
     (the cluster reads them again if a worker is lost). A stored array whose chunks are the
     blocks can instead be read with :class:`Stored`.
+
+    Parameters
+    ----------
+    source : array-like
+        The rows: a numpy, scipy.sparse, dask or zarr array.
+    block_rows : int
+        Rows per block ``b`` (the last block may be shorter).
+    argument : str, default "X"
+        The argument's name in error messages.
+    client : distributed.Client or None, default None
+        Scatter in-memory blocks to this cluster.
+
+    Returns
+    -------
+    list
+        One item per block, for :func:`map_blocks` and :func:`map_reduce`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from distsketch.engine import row_blocks
+    >>> [b.shape for b in row_blocks(np.zeros((5, 2)), 2)]
+    [(2, 2), (2, 2), (1, 2)]
     """
     src = as_row_source(source, argument=argument)
     blocks = src.blocks(block_rows)
@@ -259,11 +436,28 @@ class Workspace:
     for the same name, shape and dtype.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._arrays: dict[str, Any] = {}
 
-    def get(self, name: str, shape: tuple, dtype, xp=np):
-        """An array of ``shape`` and ``dtype`` from namespace ``xp``, contents undefined."""
+    def get(self, name: str, shape: tuple, dtype: Any, xp: Any = np) -> Any:
+        """A work array, the same one for the same name, shape and dtype.
+
+        Parameters
+        ----------
+        name : str
+            The array's role in the task.
+        shape : tuple of int
+            Its shape.
+        dtype : dtype
+            Its dtype.
+        xp : module, default numpy
+            The array namespace (numpy, or CuPy on a GPU backend).
+
+        Returns
+        -------
+        ndarray
+            An array of ``shape`` and ``dtype`` from ``xp``, contents undefined.
+        """
         key = (name, getattr(xp, "__name__", repr(xp)))
         a = self._arrays.get(key)
         if a is None or a.shape != tuple(shape) or a.dtype != dtype:
@@ -277,18 +471,64 @@ class Reducer:
     :meth:`add` may update ``acc`` in place and returns the result; ``acc`` is always owned by
     the caller (a fresh block result, or what :meth:`own` returned). The default ``own``
     returns the part itself, for reducers whose ``add`` builds a new result.
+
+    Examples
+    --------
+    >>> from distsketch.engine import Reducer
+    >>> class Sum(Reducer):
+    ...     def add(self, acc, part):
+    ...         return acc + part
+    >>> Sum().node([1, 2, 3])
+    6
     """
 
-    def own(self, part):
-        """A copy of ``part`` that :meth:`add` may update in place."""
+    def own(self, part: Any) -> Any:
+        """A copy of ``part`` that :meth:`add` may update in place.
+
+        Parameters
+        ----------
+        part : object
+            A block result.
+
+        Returns
+        -------
+        object
+            The part itself by default.
+        """
         return part
 
-    def add(self, acc, part):
+    def add(self, acc: Any, part: Any) -> Any:
+        """``acc ⊕ part``, possibly updating ``acc`` in place.
+
+        Parameters
+        ----------
+        acc : object
+            The running result, owned by the caller.
+        part : object
+            The next block's (or subtree's) result.
+
+        Returns
+        -------
+        object
+            The combined result.
+        """
         raise NotImplementedError
 
-    def node(self, parts):
-        """One node of the reduction tree: ``parts`` added left to right (a reducer may do it
-        at once, with the same result)."""
+    def node(self, parts: Sequence) -> Any:
+        """One node of the reduction tree: ``parts`` added left to right.
+
+        A reducer may do it at once, with the same result.
+
+        Parameters
+        ----------
+        parts : sequence
+            The node's children, in block order.
+
+        Returns
+        -------
+        object
+            Their combination.
+        """
         acc = self.own(parts[0])
         for p in parts[1:]:
             acc = self.add(acc, p)
@@ -331,6 +571,8 @@ def map_blocks(func: Callable, items: Sequence, *, shared: Any = None, name: str
         ``Delayed``, futures and :class:`Stored` references become their values).
     shared : object, optional
         Passed to every call; give it through :func:`share` for large objects.
+    name : str, default "map"
+        Prefix of the task names (the dashboard's).
     reducer : Reducer, optional
         Needed with ``fuse``: how a fused task adds its blocks.
     split_every : int
@@ -342,11 +584,25 @@ def map_blocks(func: Callable, items: Sequence, *, shared: Any = None, name: str
         a tree node, filling in wherever a core is free. Bitwise the same reduction.
     slots : int, optional
         Tasks the scheduler runs at once (default :func:`parallel_slots`).
+    token : str, optional
+        Unique part of the task names (default: a fresh one); :func:`map_reduce` gives the
+        map and the reduction the same.
 
     Returns
     -------
     list of Delayed
         Leaves for :func:`tree_reduce`, in block order.
+
+    Examples
+    --------
+    >>> import dask
+    >>> import numpy as np
+    >>> from distsketch.engine import map_blocks, row_blocks
+    >>> def column_sums(shared, block, workspace):
+    ...     return block.sum(axis=0)
+    >>> leaves = map_blocks(column_sums, row_blocks(np.ones((5, 2)), 2))
+    >>> [leaf.compute().tolist() for leaf in leaves]
+    [[2.0, 2.0], [2.0, 2.0], [1.0, 1.0]]
     """
     token = token or _token()
     items = list(items)
@@ -378,6 +634,34 @@ def tree_reduce(parts: Sequence, reducer: Reducer, *, split_every: int = 4, name
     """Reduce ``parts`` with ``reducer``, ``split_every`` at a time, in order (the one tree).
 
     The tree's shape depends only on ``len(parts)`` and ``split_every``.
+
+    Parameters
+    ----------
+    parts : sequence
+        The leaves (from :func:`map_blocks`), in block order.
+    reducer : Reducer
+        How the parts combine.
+    split_every : int, default 4
+        Fan-in of each node (at least 2).
+    name : str, default "reduce"
+        Prefix of the task names.
+    token : str, optional
+        Unique part of the task names (default: a fresh one).
+
+    Returns
+    -------
+    Delayed
+        The root of the tree.
+
+    Examples
+    --------
+    >>> from dask import delayed
+    >>> from distsketch.engine import Reducer, tree_reduce
+    >>> class Sum(Reducer):
+    ...     def add(self, acc, part):
+    ...         return acc + part
+    >>> tree_reduce([delayed(v) for v in range(10)], Sum(), split_every=3).compute()
+    45
     """
     if split_every < 2:
         raise ValueError(f"split_every must be >= 2, got {split_every}")
@@ -400,8 +684,54 @@ def map_reduce(func: Callable, items: Sequence, *, reducer: Reducer, shared: Any
                split_every: int = 4, fuse: bool = True, name: str = "map",
                progress: bool | float = False,
                slots: int | None = None) -> Any:
-    """``reduce(reducer.add, (func(shared, item) for item in items))`` as a fixed-order tree of
-    dask tasks on the active scheduler; see :func:`map_blocks` and :func:`tree_reduce`."""
+    """``reduce(reducer.add, (func(shared, item) for item in items))``, computed.
+
+    A fixed-order tree of dask tasks on the active scheduler: :func:`map_blocks`, then
+    :func:`tree_reduce`, then :func:`compute`. The result does not depend on the scheduler,
+    the number of workers or the order in which tasks finish.
+
+    Parameters
+    ----------
+    func : callable
+        ``func(shared, item, workspace)``: module-level (picklable, a readable task name).
+    items : sequence
+        One per block: the block's task argument (:func:`row_blocks`).
+    reducer : Reducer
+        How the block results combine.
+    shared : object, optional
+        Passed to every call; give it through :func:`share` for large objects.
+    split_every : int, default 4
+        Fan-in of the reduction tree.
+    fuse : bool, default True
+        Compute first-level nodes in one task each when there are many blocks per core
+        (:func:`map_blocks`; bitwise the same result).
+    name : str, default "map"
+        Prefix of the task names.
+    progress : bool or float, default False
+        As for :func:`compute`.
+    slots : int, optional
+        Tasks the scheduler runs at once (default :func:`parallel_slots`).
+
+    Returns
+    -------
+    object
+        The reduction of every block's result.
+
+    Examples
+    --------
+    Column sums of a matrix, two rows per task:
+
+    >>> import numpy as np
+    >>> from distsketch.engine import Reducer, map_reduce, row_blocks
+    >>> class Sum(Reducer):
+    ...     def add(self, acc, part):
+    ...         return acc + part
+    >>> def column_sums(shared, block, workspace):
+    ...     return block.sum(axis=0)
+    >>> X = np.arange(12.0).reshape(6, 2)
+    >>> map_reduce(column_sums, row_blocks(X, 2), reducer=Sum())
+    array([30., 36.])
+    """
     token = _token()
     leaves = map_blocks(func, items, shared=shared, name=name, reducer=reducer,
                         split_every=split_every, fuse=fuse, slots=slots, token=token)
@@ -416,16 +746,52 @@ def map_reduce(func: Callable, items: Sequence, *, reducer: Reducer, shared: Any
 TRANSFORM_ROWS = 256
 
 
-def transform_rows(func: Callable, X, *, width: int, post=None, row_bytes: int,
+def transform_rows(func: Callable, X: Any, *, width: int, post: Any = None, row_bytes: int,
                    block_memory: int, argument: str = "X", n_features: int | None = None,
-                   model: str = "the model"):
-    """``func(block, post)`` over the rows of ``X``, stacked: shape (n, width).
+                   model: str = "the model") -> Any:
+    """``func(block, post)`` over the rows of ``X``, stacked.
 
     Dask input gives a lazy dask array (``map_blocks`` over its row chunks); zarr input is
     read through dask and computed; numpy and scipy.sparse input is computed in fixed blocks
     of at most :data:`TRANSFORM_ROWS` rows on the local thread pool (:func:`map_local`), so the
-    result never depends on the number of threads. ``row_bytes``: bytes a block holds per row
-    (with ``block_memory``, bounds the block). Errors name ``argument``.
+    result never depends on the number of threads.
+
+    Parameters
+    ----------
+    func : callable
+        ``func(block, post)``: an array of shape (rows, width) for a block of rows.
+    X : array-like of shape (n, n_features)
+        The rows: a numpy, scipy.sparse, dask or zarr array.
+    width : int
+        Columns of the result.
+    post : object, optional
+        Passed to every call.
+    row_bytes : int
+        Bytes a block holds per row (with ``block_memory``, bounds the block).
+    block_memory : int
+        Bytes a block may hold.
+    argument : str, default "X"
+        The argument's name in error messages.
+    n_features : int or None, default None
+        Columns ``X`` must have (checked).
+    model : str, default "the model"
+        The model's name in error messages.
+
+    Returns
+    -------
+    ndarray or dask array of shape (n, width)
+        Lazy for dask input.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from distsketch.engine import transform_rows
+    >>> def norms(block, post):
+    ...     return np.linalg.norm(block, axis=1, keepdims=True)
+    >>> transform_rows(norms, np.array([[3.0, 4.0], [6.0, 8.0]]), width=1, row_bytes=16,
+    ...                block_memory=2**20)
+    array([[ 5.],
+           [10.]])
     """
     src = as_row_source(X, argument=argument)
     if n_features is not None and src.shape[1] != n_features:

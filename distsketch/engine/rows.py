@@ -7,12 +7,16 @@ both without ever loading a lazy (dask / zarr) input whole.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dask
 import dask.array as da
 import numpy as np
 import scipy.sparse as sp
+
+if TYPE_CHECKING:
+    from ..kernels.base import Kernel
+    from ..kernels.standardized import Standardized
 
 __all__ = ["RowSource", "as_row_source", "check_finite_block", "standardized"]
 
@@ -42,7 +46,7 @@ class RowSource:
         Row chunk of a lazy input, so blocks can be aligned with stored chunks.
     """
 
-    def __init__(self, data: Any, *, argument: str, allow_1d: bool = False):
+    def __init__(self, data: Any, *, argument: str, allow_1d: bool = False) -> None:
         self.argument = argument
         self.input_ndim = getattr(data, "ndim", None)
         if isinstance(data, da.Array):
@@ -130,7 +134,7 @@ class RowSource:
         arr = arr.rechunk({0: b, 1: -1})
         return list(arr.to_delayed().ravel())
 
-    def take(self, rows: np.ndarray):
+    def take(self, rows: np.ndarray) -> Any:
         """Rows ``rows`` (sorted int array) as an in-memory array (landmark gather)."""
         rows = np.asarray(rows, dtype=np.int64)
         if self.kind in ("numpy", "sparse"):
@@ -156,7 +160,7 @@ def _first_bad_row(x) -> int:
     return int(np.flatnonzero(~np.isfinite(x).all(axis=1))[0])
 
 
-def check_finite_block(block, *, argument: str, start: int) -> None:
+def check_finite_block(block: Any, *, argument: str, start: int) -> None:
     """Raise ``ValueError`` naming ``argument`` if a row block holds NaN or infinity."""
     values = block.data if sp.issparse(block) else np.asarray(block)
     if np.issubdtype(values.dtype, np.floating) and not np.isfinite(values).all():
@@ -166,10 +170,36 @@ def check_finite_block(block, *, argument: str, start: int) -> None:
         )
 
 
-def standardized(kernel, X):
-    """:class:`~distsketch.kernels.Standardized` ``kernel`` with the column means and standard
-    deviations of ``X`` (numpy, scipy.sparse, dask or zarr; lazy inputs in one reduction
-    pass); zero-variance columns get scale 1 (scikit-learn's ``StandardScaler``)."""
+def standardized(kernel: Kernel | str, X: Any) -> Standardized:
+    """A kernel on standardised inputs: the column means and standard deviations of ``X``.
+
+    Zero-variance columns get scale 1 (scikit-learn's ``StandardScaler``). Pass the result
+    as an estimator's kernel to standardise its inputs inside the kernel, without a copy of
+    the data.
+
+    Parameters
+    ----------
+    kernel : Kernel or str
+        The kernel on the standardised inputs.
+    X : array-like of shape (n_samples, n_features)
+        The training inputs: numpy, scipy.sparse, dask or zarr (lazy inputs in one
+        reduction pass).
+
+    Returns
+    -------
+    distsketch.kernels.Standardized
+        ``kernel`` with the means and scales of ``X``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from distsketch import standardized
+    >>> from distsketch.kernels import Gaussian
+    >>> X = np.array([[1.0, 10.0], [3.0, 10.0]])
+    >>> k = standardized(Gaussian(gamma=0.5), X)
+    >>> k.mean.tolist(), k.scale.tolist()
+    ([2.0, 10.0], [1.0, 1.0])
+    """
     from ..kernels.standardized import Standardized
 
     if sp.issparse(X) or isinstance(X, np.ndarray):

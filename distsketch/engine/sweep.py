@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import dask
 import numpy as np
@@ -41,6 +42,11 @@ from .features import FeatureMap
 from ..losses import Curvature, Loss
 from .rows import RowSource
 from .storeguard import StoreError
+
+if TYPE_CHECKING:
+    import distributed
+
+    from .mapreduce import Workspace
 
 __all__ = ["SweepData", "Iterate", "SweepSums", "sweep", "block_native", "block_C"]
 
@@ -144,7 +150,7 @@ class SweepSums(Reducer):
         return {k: np.concatenate([acc[k], part[k]]) if k.startswith("E_") else acc[k] + part[k]
                 for k in acc}
 
-    def node(self, parts):
+    def node(self, parts: Sequence[dict]) -> dict:
         """:meth:`add` folded over ``parts`` left to right (the sums in the same order, bitwise
         the same), the band entries concatenated once instead of once per part."""
         if len(parts) == 1:
@@ -169,7 +175,8 @@ SWEEP_SUMS = SweepSums()
 SWEEP_PROGRESS_MINIMUM = 1.0
 
 
-def block_native(data: SweepData, i: int, ref, crc, ws) -> np.ndarray:
+def block_native(data: SweepData, i: int, ref: Any, crc: int | None, ws: Workspace
+                 ) -> np.ndarray:
     """``C_I`` in its own dtype (the block dtype, float32 or float64): the stored block (read
     by the engine from its :class:`Stored` reference; ``crc`` its recorded checksum), the held
     block, or recomputed from the input rows into this thread's work array."""
@@ -185,7 +192,7 @@ def block_native(data: SweepData, i: int, ref, crc, ws) -> np.ndarray:
     return data.x.block(ref, dtype=data.dtype, out=ws.get("C", (e - s, data.m), data.dtype))
 
 
-def block_C(data: SweepData, i: int, ref, crc, ws) -> np.ndarray:
+def block_C(data: SweepData, i: int, ref: Any, crc: int | None, ws: Workspace) -> np.ndarray:
     """``C_I`` as float64 (:func:`block_native`, converted into a work array unless it is
     float64 already)."""
     C = block_native(data, i, ref, crc, ws)
@@ -210,7 +217,7 @@ def product_tile_rows(m: int) -> int:
     return int(min(512, max(8, PRODUCT_TILE_BYTES // (8 * max(m, 1)))))
 
 
-def gram_product(C: np.ndarray, V: np.ndarray, ws) -> np.ndarray:
+def gram_product(C: np.ndarray, V: np.ndarray, ws: Workspace) -> np.ndarray:
     """``Cᵀ (C V)`` in float64 for a block ``C`` (b × m) of either dtype, ``V`` (m × k) float64.
 
     A float32 block is converted tile by tile (:func:`product_tile_rows`, in cache) and
@@ -388,7 +395,8 @@ def _sweep_block(shared, item, ws) -> dict:
     return out
 
 
-def sweep_items(data: SweepData, X: RowSource, Y: RowSource, *, client=None) -> list:
+def sweep_items(data: SweepData, X: RowSource, Y: RowSource, *,
+                client: distributed.Client | None = None) -> list:
     """One item per block: ``(i, Stored C rows or input rows, crc, target rows)``."""
     y_blocks = row_blocks(Y, data.block_rows, argument="y", client=client)
     if data.held is not None:
@@ -405,7 +413,8 @@ class Sweeper:
     """Runs sweeps over a fit's blocks; the items (and scattered rows) are built once."""
 
     def __init__(self, data: SweepData, X: RowSource, Y: RowSource, *, split_every: int,
-                 progress: bool = False, block=None, name: str = "sweep"):
+                 progress: bool = False, block: Callable | None = None,
+                 name: str = "sweep") -> None:
         self.data, self.X, self.Y = data, X, Y
         self.split_every, self.progress = split_every, progress
         # the block function (default: the Lipschitz machines'); another solver's sweep

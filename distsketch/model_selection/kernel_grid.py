@@ -1,12 +1,16 @@
 """Candidate input kernels for model selection: a list of kernels (names, config tables,
 kernels), each crossed with a grid of widths ``gamma`` where it has one; shared by
-:mod:`distsketch.select` (``[select] kernels``, ``gammas``) and the CV estimators of
-:mod:`distsketch.model_selection.krr_cv` and :mod:`distsketch.model_selection.sisokr_cv`
+``distsketch.model_selection.select`` (``[select] kernels``, ``gammas``) and the CV estimators
+of ``distsketch.model_selection.krr_cv`` and ``distsketch.model_selection.sisokr_cv``
 (``kernels=``, ``gammas=``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..kernels.base import Kernel
 
 __all__ = ["check_kernels", "has_gamma", "kernel_identity", "describe_kernel",
            "inside_standardization", "with_gamma"]
@@ -16,7 +20,8 @@ _KERNELS_FIX = ('a non-empty list of kernels: names ("linear"), tables ({name = 
                 'gamma = 0.1}) or distsketch kernels')
 
 
-def check_kernels(kernels, *, gammas=None, argument: str = "select") -> list:
+def check_kernels(kernels: Sequence, *, gammas: Sequence[float] | None = None,
+                  argument: str = "select") -> list:
     """The candidate input kernels of ``kernels`` (validated, before any work).
 
     Parameters
@@ -79,7 +84,8 @@ def check_kernels(kernels, *, gammas=None, argument: str = "select") -> list:
     return out
 
 
-def has_gamma(kernel) -> bool:
+def has_gamma(kernel: Any) -> bool:
+    """Whether a kernel (inside its standardisation) has a width parameter ``gamma``."""
     from ..kernels.standardized import Standardized
 
     if isinstance(kernel, Standardized):
@@ -88,7 +94,8 @@ def has_gamma(kernel) -> bool:
     return "gamma" in params
 
 
-def kernel_identity(kernel):
+def kernel_identity(kernel: Any) -> Hashable:
+    """What makes two candidate kernels the same: their parameters' key, or the object."""
     try:
         key = kernel._key()
         hash(key)
@@ -97,7 +104,7 @@ def kernel_identity(kernel):
         return id(kernel)
 
 
-def describe_kernel(kernel, gamma_column: bool) -> str:
+def describe_kernel(kernel: Any, gamma_column: bool) -> str:
     """A short description of a candidate kernel: its name and parameters (``gamma`` left out
     when it has its own column; a standardisation wrapper left out)."""
     from ..kernels.base import kernel_description
@@ -112,7 +119,7 @@ def describe_kernel(kernel, gamma_column: bool) -> str:
     return name + (f"({', '.join(f'{k}={v!r}' for k, v in cfg.items())})" if cfg else "")
 
 
-def inside_standardization(base, kernel):
+def inside_standardization(base: Kernel, kernel: Kernel) -> Kernel:
     """``kernel`` on the inputs of ``base``: wrapped in ``base``'s standardisation when ``base``
     has one and ``kernel`` has none."""
     from ..kernels.standardized import Standardized
@@ -122,7 +129,7 @@ def inside_standardization(base, kernel):
     return kernel
 
 
-def with_gamma(kernel, gamma: float):
+def with_gamma(kernel: Kernel, gamma: float) -> Kernel:
     """A copy of ``kernel`` with width ``gamma`` (through :class:`Standardized`)."""
     from ..kernels.standardized import Standardized
 

@@ -1,7 +1,7 @@
 """Model selection over λ (and rank, the input kernel, and a small grid of its widths γ) for the
 CLI's ``[select]`` table and for scripts: K-fold cross-validation or a hold-out split, every
 chosen value at an edge of its grid named in a
-:class:`~distsketch.model_selection.grid.GridEdgeWarning`.
+:class:`~distsketch.model_selection.GridEdgeWarning`.
 
 Three routes:
 
@@ -24,7 +24,7 @@ Three routes:
   :data:`distsketch.metrics.METRICS`, then refitted on all rows at the chosen values.
 
 Folds are shuffled by default: row ``i`` in fold ``splitmix64(seed, i) mod K`` (the fold spec
-``"K:seed"`` of :func:`distsketch.engine.sums.fold_ids`; ``seed = random_state``), so a file
+``"K:seed"`` of ``distsketch.engine.sums.fold_ids``; ``seed = random_state``), so a file
 sorted by a column gives folds that each span it; ``shuffle=False`` gives contiguous folds.
 
 The input kernel itself can be a candidate, as ``kernel`` in a scikit-learn ``GridSearchCV``
@@ -44,6 +44,7 @@ import dataclasses
 import logging
 import numbers
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -87,7 +88,9 @@ class Selection:
     metric : str
         The metric's name (cv: the CV estimator's scoring, e.g. ``neg_mean_squared_error``).
     greater_is_better : bool
+        Whether the metric's larger values are better.
     route : {"cv", "validation"}
+        How the candidates were scored.
     """
 
     model: Any
@@ -98,9 +101,23 @@ class Selection:
     route: str
 
 
-def check_selection(*, cv=None, validation=None, metric=None, gammas=None, kernels=None,
-                    argument: str = "select") -> None:
-    """Validate the arguments of :func:`select` (``ValueError`` naming ``argument.key``)."""
+def check_selection(*, cv: int | None = None, validation: float | None = None,
+                    metric: str | None = None, gammas: Sequence[float] | None = None,
+                    kernels: Sequence | None = None, argument: str = "select") -> None:
+    """Validate the arguments of :func:`select` before any work.
+
+    Parameters
+    ----------
+    cv, validation, metric, gammas, kernels
+        As for :func:`select`.
+    argument : str, default "select"
+        Prefix of the names in error messages (``argument.key``).
+
+    Raises
+    ------
+    ValueError
+        An invalid argument, naming ``argument.key``.
+    """
     if (cv is None) == (validation is None):
         raise ValueError(f"{argument}: give exactly one of cv (folds, e.g. cv = 5) or "
                          f"validation (a held-out fraction, e.g. validation = 0.2)")
@@ -184,8 +201,9 @@ def _take(A, idx: np.ndarray):
     return da.asarray(A)[idx]
 
 
-def select(model, X, Y, *, cv: int | None = None, validation: float | None = None,
-           metric: str | None = None, gammas=None, kernels=None,
+def select(model: Any, X: Any, Y: Any, *, cv: int | None = None,
+           validation: float | None = None, metric: str | None = None,
+           gammas: Sequence[float] | None = None, kernels: Sequence | None = None,
            random_state: int = 0, shuffle: bool = True) -> Selection:
     """Choose λ (the model's ``lam`` grid), the rank (SISOKR's ``rank`` grid) and optionally
     the input kernel (``kernels``) and its γ (``gammas``), then fit on all rows at the chosen
@@ -204,7 +222,10 @@ def select(model, X, Y, *, cv: int | None = None, validation: float | None = Non
     model : unfitted estimator
         SketchedKRR, SISOKR, SketchedRegressor or SketchedQuantileRegressor; its ``lam`` (and
         ``rank``) hold the grids. Its ``store`` receives the final model.
-    X, Y : arrays of shape (n, d) and (n, t)
+    X : array-like of shape (n_samples, n_features)
+        Training inputs.
+    Y : array-like of shape (n_samples,) or (n_samples, n_targets)
+        Training targets.
     cv : int, optional
         Folds of the cross-validation, any model (module notes: from one pass for SketchedKRR
         and SISOKR with their CV estimators' metrics, else one fit per fold).
@@ -213,8 +234,8 @@ def select(model, X, Y, *, cv: int | None = None, validation: float | None = Non
     metric : str, optional
         A name of :data:`~distsketch.metrics.METRICS`. Default: ``rmse`` (regression),
         ``pinball`` (quantiles); SISOKR: the task's metric where decoding the scored rows is
-        affordable (:func:`distsketch.model_selection.scoring.auto_scoring`: ``f1_samples``
-        for binary outputs, else ``kernel_loss``), else ``surrogate_mse`` with a warning.
+        affordable (``distsketch.model_selection.scoring.auto_scoring``: ``f1_samples`` for
+        binary outputs, else ``kernel_loss``), else ``surrogate_mse`` with a warning.
     gammas : sequence of float, optional
         Values of the input kernel's ``gamma`` to try (a width for gaussian / laplacian /
         gaussian_tanimoto, the scale of ``⟨x, x'⟩`` for polynomial). Without ``kernels``, the
@@ -230,7 +251,8 @@ def select(model, X, Y, *, cv: int | None = None, validation: float | None = Non
         :class:`~distsketch.kernels.Standardized` (``[data] standardize = true``,
         :func:`distsketch.standardized`), each entry is applied to the same standardised
         inputs (unless it is a ``Standardized`` itself). The table's ``kernel`` column
-        describes each. Validated before any work (:func:`check_kernels`). A ``linear`` kernel
+        describes each. Validated before any work
+        (``distsketch.model_selection.kernel_grid.check_kernels``). A ``linear`` kernel
         with ``fit_intercept=True`` on standardised inputs is ridge regression on the raw
         features.
     random_state : int
@@ -244,18 +266,37 @@ def select(model, X, Y, *, cv: int | None = None, validation: float | None = Non
     Returns
     -------
     Selection
+        The refitted model, the table of scores and the chosen values.
 
     Warns
     -----
     GridEdgeWarning
         Once per parameter whose chosen value is the smallest or largest of its grid
         (``model.lam``, ``select.gammas``, ``model.rank`` below the full rank), naming the
-        value and the fix (:func:`distsketch.model_selection.grid.grid_edges`).
+        value and the fix (``distsketch.model_selection.grid.grid_edges``).
 
     Examples
     --------
+    λ and the Gaussian kernel's width by 3-fold cross-validation, from one pass per width:
+
+    >>> import numpy as np
+    >>> from distsketch import SketchedKRR
+    >>> from distsketch.kernels import Gaussian
+    >>> from distsketch.model_selection.select import select
+    >>> from distsketch.sketches import SubSampling
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.uniform(-3, 3, size=(300, 1))
+    >>> y = np.sin(2 * X[:, 0]) + 0.3 * rng.normal(size=300)
+    >>> model = SketchedKRR(Gaussian(), sketch=SubSampling(60), random_state=0,
+    ...                     lam=[1e-1, 1e-2, 1e-3, 1e-4, 1e-5])
+    >>> selection = select(model, X, y, cv=3, gammas=[0.1, 1.0, 10.0])
+    >>> selection.best
+    {'gamma': 1.0, 'lam': 0.001}
+    >>> selection.model.lam_
+    0.001
+
     A Gaussian kernel at three widths against ridge regression on the raw features (one
-    pass)::
+    pass each)::
 
         select(SketchedKRR(standardized(Gaussian(), X), sketch=SubSampling(1000),
                            lam=[1e-3, 1e-5, 1e-7]),

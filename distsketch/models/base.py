@@ -10,7 +10,7 @@ which also drive saved-model JSON and TOML configs), its kernelised sides, the p
 needs (:meth:`~SketchedEstimator._sums`), how it solves them (:meth:`~SketchedEstimator._solve`)
 and its fitted state for saving (:meth:`~SketchedEstimator._get_state` /
 :meth:`~SketchedEstimator._set_state`). Defining the class registers it
-(:mod:`distsketch._registry`): :mod:`distsketch.persist`, :mod:`distsketch.config` and
+(:mod:`distsketch._registry`): :mod:`distsketch.io.persist`, :mod:`distsketch.cli.config` and
 :mod:`distsketch.cli` find it by name and name no model. docs/design.md, "How to add a model".
 """
 
@@ -20,9 +20,11 @@ import contextvars
 import dataclasses
 import functools
 import numbers
+import os
 import warnings
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
@@ -36,6 +38,9 @@ from ..options import EngineOptions, check_options, with_blas_limit
 from ..engine.rows import RowSource, as_row_source
 from ..sketches.base import RealizedSketch, Sketch, check_sketch
 from ..linalg.solve import InputSolution
+
+if TYPE_CHECKING:
+    import zarr
 
 __all__ = ["SketchedEstimator", "RidgeEstimator", "not_fitted_error", "FitSpec", "check_lam",
            "check_random_state", "feature_names_of", "checks_feature_names"]
@@ -75,7 +80,7 @@ def __getattr__(name: str):
 # --------------------------------------------------------------------------- feature names
 
 
-def feature_names_of(X) -> np.ndarray | None:
+def feature_names_of(X: Any) -> np.ndarray | None:
     """The column names of a data frame (pandas, dask) when every one is a string, as an object
     array; else None (arrays, frames with integer or mixed column labels). scikit-learn's
     rule for ``feature_names_in_``."""
@@ -91,7 +96,7 @@ def feature_names_of(X) -> np.ndarray | None:
 _CHECKING: contextvars.ContextVar[bool] = contextvars.ContextVar("distsketch_names", default=False)
 
 
-def check_feature_names(est, X) -> None:
+def check_feature_names(est: SketchedEstimator, X: Any) -> None:
     """Columns are matched by position, so a data frame whose names differ from the fit's —
     other columns, or the same in another order — is refused (a silently wrong prediction
     otherwise); names on one side only warn, as scikit-learn does."""
@@ -127,7 +132,7 @@ def check_feature_names(est, X) -> None:
     raise ValueError(message + "Columns are matched by position: pass X[model.feature_names_in_].")
 
 
-def checks_feature_names(method):
+def checks_feature_names(method: Callable) -> Callable:
     """Decorator of a fitted estimator's methods whose first argument is ``X``:
     :func:`check_feature_names` once per call (not again in the methods it calls)."""
 
@@ -163,7 +168,7 @@ def check_random_state(random_state: Any) -> np.random.Generator:
     raise ValueError(f"random_state: expected None, an int or a numpy Generator, got {random_state!r}")
 
 
-def check_data(X, Y, *, y_name: str | None, model: str) -> tuple[RowSource, RowSource | None]:
+def check_data(X: Any, Y: Any, *, y_name: str | None, model: str) -> tuple[RowSource, RowSource | None]:
     """Row sources of the training data (``y_name=None``: unsupervised, ``Y`` is ignored)."""
     if y_name is not None and Y is None:
         raise ValueError(f"{y_name}: {model} requires y to be passed, but the target y is None")
@@ -209,7 +214,7 @@ class SketchedEstimator(ParamsMixin):
     _param_kinds : dict
         Constructor parameter → kind: ``"kernel"``, ``"sketch"``, ``"lam"``, ``"rank"``,
         ``"loss"``, ``"matrix"``, ``"solver"`` (a route's name or a
-        :class:`~distsketch.routes.Route`), ``"random_state"``, ``"store"``, ``"options"`` (or
+        ``distsketch.Route``), ``"random_state"``, ``"store"``, ``"options"`` (or
         ``"json"`` for plain values). Kernels are validated in order, then sketches; saved models and
         configs convert and validate each by its kind, never by its name.
     _input : (kernel param, sketch param)
@@ -231,10 +236,10 @@ class SketchedEstimator(ParamsMixin):
         whose passes are the same (sketched KRR and the Lipschitz-loss machines) share it, so
         a store written by one is reused by the other.
     _routes : tuple of str
-        The built-in solver routes (:mod:`distsketch.routes`) its ``solver`` parameter may
+        The built-in solver routes (``distsketch.solvers.routes``) its ``solver`` parameter may
         name, the first the default; a model without a ``solver`` parameter takes
         ``"direct"``. A model that takes iterative routes implements ``_adopt_path`` (the
-        fitted state from a :class:`~distsketch.routes.CoefTable`) and ``_auto_route``.
+        fitted state from a ``distsketch.CoefTable``) and ``_auto_route``.
     _pcg_centre : bool
         Whether the PCG route fits its intercept jointly (``fit_pcg(centre=True)``) rather
         than by centring the targets.
@@ -259,13 +264,25 @@ class SketchedEstimator(ParamsMixin):
 
     # -- the template -------------------------------------------------------------
     @with_blas_limit
-    def fit(self, X, Y=None):
-        """Fit on inputs ``X`` (and targets ``Y`` where the model has them); returns self.
+    def fit(self, X: Any, Y: Any = None) -> Self:
+        """Fit on inputs ``X`` (and targets ``Y`` where the model has them).
 
-        ``X``, ``Y``: numpy, scipy.sparse, dask or zarr arrays with the same rows. The
-        ``solver`` route (:mod:`distsketch.routes`; :class:`~distsketch.routes.Direct` for a
-        model without one) makes the passes and solves; the fitted model is saved into a kept
-        ``store``.
+        The ``solver`` route (:class:`~distsketch.Route`;
+        :class:`~distsketch.solvers.routes.Direct` for a model without one) makes the passes
+        and solves; the fitted model is saved into a kept ``store``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training inputs: a numpy, scipy.sparse, dask or zarr array (or a data frame,
+            whose string column names become ``feature_names_in_``).
+        Y : array-like of shape (n_samples,) or (n_samples, n_targets), optional
+            Training targets with the rows of ``X``, for a model that has them.
+
+        Returns
+        -------
+        self
+            The fitted estimator.
         """
         from ..solvers.routes import resolve_route
 
@@ -286,10 +303,23 @@ class SketchedEstimator(ParamsMixin):
         return self
 
     def run_pass(self, spec: FitSpec) -> PassResult:
-        """The model's streaming pass over ``spec``'s rows
-        (:func:`~distsketch.engine.fitpass.fit_pass`: the sums :meth:`_sums` declares, in a kept
-        store or a temporary one); what a solver route (:mod:`distsketch.routes`) starts from.
-        The result's store is open."""
+        """The model's streaming pass over the rows of a validated fit.
+
+        What a solver route (:class:`~distsketch.Route`) starts from: the sums the model
+        declares, computed by ``distsketch.engine.fitpass.fit_pass`` in a kept store or a
+        temporary one.
+
+        Parameters
+        ----------
+        spec : FitSpec
+            The validated fit: row sources, resolved kernels and sketches, options, the
+            random generator.
+
+        Returns
+        -------
+        PassResult
+            The pass's sums, realised sketches and landmarks; its store is open.
+        """
         kx, sx = self._input
         out = self._output
         return fit_pass(
@@ -335,7 +365,7 @@ class SketchedEstimator(ParamsMixin):
 
     def _x_widths(self, spec: FitSpec) -> tuple:
         """Further input kernels whose sums the same pass computes (``"<sum>~<j>"``, see
-        :func:`~distsketch.engine.fitpass.fit_pass`); none by default."""
+        ``distsketch.engine.fitpass.fit_pass``); none by default."""
         return ()
 
     def _solve(self, spec: FitSpec, res: PassResult) -> None:
@@ -345,7 +375,7 @@ class SketchedEstimator(ParamsMixin):
 
     def _auto_route(self, X):
         """The route ``solver="auto"`` takes for the data ``X`` (a
-        :class:`~distsketch.routes.Route`); arguments that fail validation are left to
+        :class:`~distsketch.Route`); arguments that fail validation are left to
         :meth:`_validate`, in its order."""
         from ..solvers.routes import Direct
 
@@ -386,11 +416,23 @@ class SketchedEstimator(ParamsMixin):
         return []
 
     # -- shared machinery -----------------------------------------------------------
-    def save(self, store, *, overwrite: bool = False) -> str:
-        """Save the fitted model into a store (path or zarr group); see :func:`distsketch.load`.
+    def save(self, store: str | os.PathLike | zarr.Group, *, overwrite: bool = False) -> str:
+        """Save the fitted model into a store; :func:`distsketch.load` reads it back.
 
         ``fit`` already saves into a kept ``store``; use this for a model fitted with
-        ``store=None`` or to copy it elsewhere. Returns the store location.
+        ``store=None`` or to copy it elsewhere.
+
+        Parameters
+        ----------
+        store : str, path or zarr.Group
+            Where to save: a directory path or a zarr group.
+        overwrite : bool, default False
+            Replace a different model saved there.
+
+        Returns
+        -------
+        str
+            The store's location.
         """
         return persist.save(self, store, overwrite=overwrite)
 
@@ -442,24 +484,34 @@ class SketchedEstimator(ParamsMixin):
 
 class RidgeEstimator(SketchedEstimator):
     """Base of the ridge models: ``(1/n) Σ_i ‖h(x_i) − y_i‖² + λ ‖h‖²`` over the sketched
-    space, every λ of a path solved from one pass (:class:`~distsketch.solve.InputSolution`).
+    space, every λ of a path solved from one pass (``distsketch.linalg.solve.InputSolution``).
 
     Its fitted λ path is ``path_``, one object whatever the route: the model's closed form
-    (the direct route: any λ > 0) or a :class:`~distsketch.routes.CoefTable` (an iterative
+    (the direct route: any λ > 0) or a :class:`~distsketch.CoefTable` (an iterative
     route: its fitted λ), each with ``coef(λ)``, ``fitted_lam(λ)``, ``n_iter(λ)`` and
     ``iterations(lams)``; ``input_solution_`` is the closed form's, None after an iterative
     route.
     """
 
     @with_blas_limit
-    def set_lam(self, lam: float):
-        """Switch the active λ without touching the data; returns self.
+    def set_lam(self, lam: float) -> Self:
+        """Switch the active λ without touching the data.
 
         After a direct fit any positive λ is allowed, not only those of the fitted ``lam``
         sequence: the fit's ``H`` serves every λ (its eigendecomposition, or a Cholesky
         factorisation of ``K_X + nλI`` with an exact input side). After an iterative route's
         fit (``solver="pcg"``), one of the fitted ``lams_`` (another λ needs new passes over
         the data: fit again with ``lam=[...]``).
+
+        Parameters
+        ----------
+        lam : float
+            The ridge parameter λ > 0 to predict with.
+
+        Returns
+        -------
+        self
+            The estimator, with ``lam_`` and the coefficients of ``lam``.
         """
         self._check_fitted()
         (value,) = check_lam(lam)
@@ -472,7 +524,7 @@ class RidgeEstimator(SketchedEstimator):
         self.lam_ = spec.lams[0]
 
     def _table(self, table):
-        """The model's view of an iterative route's :class:`~distsketch.routes.CoefTable`
+        """The model's view of an iterative route's :class:`~distsketch.CoefTable`
         (the table itself by default)."""
         return table
 

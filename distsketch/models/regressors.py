@@ -6,7 +6,7 @@
 - :class:`SketchedQuantileRegressor` — joint quantile regression: one output per quantile
   level, ``M_ij = exp(−γ_τ (τ_i − τ_j)²)``, the summed pinball losses.
 
-Both minimise (docs/design.md, "Lipschitz losses"; :mod:`distsketch.newton`)::
+Both minimise (docs/design.md, "Lipschitz losses"; ``distsketch.solvers.lipschitz.newton``)::
 
     (1/n) Σ_i ℓ(f(x_i) − y_i) + (λ/2) ‖f‖²,   f(x) = k(x, X) Rᵀ Γ M + b₀
 
@@ -19,6 +19,9 @@ duality gap.
 from __future__ import annotations
 
 import numbers
+import os
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
@@ -30,6 +33,14 @@ from .krr import SketchedKRR
 from .ridge import kernel_expansion
 from ..options import with_blas_limit
 from ..linalg.solve import whitening
+
+if TYPE_CHECKING:
+    import zarr
+
+    from ..kernels.base import Kernel
+    from ..options import EngineOptions
+    from ..sketches.base import Sketch
+    from ..solvers.routes import Route
 
 __all__ = ["SketchedRegressor", "SketchedQuantileRegressor"]
 
@@ -131,13 +142,14 @@ class SketchedRegressor(SketchedEstimator):
         ``None``: exact for d ≤ 8 while the d² Grams of size (m+1)² take at most 256 MiB.
     solver : {"newton", "admm", "pcg", "auto"}, a registered route's name or a Route
         ``"newton"``: (semismooth, smoothed) Newton iterations, weighted Grams per sweep
-        (:mod:`distsketch.newton`). ``"admm"``: ADMM reusing the eigendecomposition of the
-        feature Gram, no Gram per sweep, ``O(r²d)`` driver work per iteration and more
-        iterations (:mod:`distsketch.admm`; without a ``store`` only on the local
-        scheduler). Both stop on the same certified gap. ``"pcg"``: the squared loss only
-        (scalar or multi-output), ``output_matrix`` None or the identity, a sketch that picks
-        landmarks (``SubSampling``, ``LeverageScores``): Falkon's preconditioned conjugate
-        gradient of :class:`~distsketch.SketchedKRR` (:mod:`distsketch.pcg`; no streaming
+        (``distsketch.solvers.lipschitz.newton``). ``"admm"``: ADMM reusing the
+        eigendecomposition of the feature Gram, no Gram per sweep, ``O(r²d)`` driver work per
+        iteration and more iterations (``distsketch.solvers.lipschitz.admm``; without a
+        ``store`` only on the local scheduler). Both stop on the same certified gap.
+        ``"pcg"``: the squared loss only (scalar or multi-output), ``output_matrix`` None or
+        the identity, a sketch that picks landmarks (``SubSampling``, ``LeverageScores``):
+        Falkon's preconditioned conjugate gradient of :class:`~distsketch.SketchedKRR`
+        (``distsketch.solvers.pcg``; no streaming
         pass, no ``G``, no ``C`` stored, one pass of recomputed kernel blocks per iteration),
         with the intercept fitted jointly (the features' mean removed, as on the other
         routes); it stops on the relative residual, not a duality gap. A general
@@ -146,7 +158,7 @@ class SketchedRegressor(SketchedEstimator):
         with ``λ/ν_j`` each (``ν_j = 0``: the output's mean), i.e. one λ, hence one
         preconditioner and one CG, per eigenvalue of M, which this route does not do.
         ``"auto"``: for the squared loss with M the identity, PCG when
-        :func:`distsketch.pcg.choose_solver` picks it (as ``SketchedKRR(solver="auto")``:
+        ``distsketch.solvers.pcg.choose_solver`` picks it (as ``SketchedKRR(solver="auto")``:
         ``m > 8100`` landmarks, or a kept store's ``C`` over 32 GiB); otherwise ADMM from
         r ≥ 4000 whitened features (``EngineOptions(tuning=Tuning(auto_rank=...))``), else Newton.
     random_state, store, options
@@ -189,6 +201,35 @@ class SketchedRegressor(SketchedEstimator):
         The route taken: ``"newton"``, ``"admm"`` or ``"pcg"``.
     lam_, lams_, n_features_in_, feature_names_in_, store_
         As for :class:`~distsketch.SketchedKRR`.
+
+    See Also
+    --------
+    SketchedQuantileRegressor : Joint quantile regression with the pinball loss.
+    SketchedKRR : The squared loss's closed form, from the same streaming pass.
+
+    References
+    ----------
+    .. [1] T. El Ahmad, P. Laforgue and F. d'Alché-Buc, "Fast Kernel Methods for Generic
+       Lipschitz Losses via p-Sparsified Sketches", Transactions on Machine Learning
+       Research, 2023.
+
+    Examples
+    --------
+    Robust (κ-Huber) regression on 50 sub-sampled landmarks:
+
+    >>> import numpy as np
+    >>> from distsketch import SketchedRegressor
+    >>> from distsketch.kernels import Gaussian
+    >>> from distsketch.sketches import SubSampling
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(200, 3))
+    >>> y = np.sin(X[:, 0]) + 0.1 * rng.standard_t(2, size=200)
+    >>> model = SketchedRegressor(Gaussian(gamma=0.5), loss="huber", sketch=SubSampling(50),
+    ...                           lam=1e-3, random_state=0).fit(X, y)
+    >>> model.predict(X[:3]).shape
+    (3,)
+    >>> model.solver_, model.duality_gap_ <= 1e-6 * model.objective_
+    ('newton', True)
     """
 
     _estimator_type = "regressor"
@@ -201,10 +242,14 @@ class SketchedRegressor(SketchedEstimator):
     _aliases = ("regressor",)
     _pass_model = "SketchedKRR"  # the same pass: stores are shared with SketchedKRR
 
-    def __init__(self, kernel="gaussian", *, loss="squared", sketch=None, lam=1e-6,
-                 output_matrix=None, fit_intercept=True, tol=1e-6, max_iter=100,
-                 exact_hessian=None, solver="newton", random_state=None, store=None,
-                 options=None):
+    def __init__(self, kernel: Kernel | str | Callable = "gaussian", *,
+                 loss: str | Loss | dict = "squared", sketch: Sketch | None = None,
+                 lam: float | Sequence[float] = 1e-6, output_matrix: Any = None,
+                 fit_intercept: bool = True, tol: float = 1e-6, max_iter: int = 100,
+                 exact_hessian: bool | None = None, solver: str | Route = "newton",
+                 random_state: int | np.random.Generator | None = None,
+                 store: str | os.PathLike | zarr.Group | None = None,
+                 options: EngineOptions | None = None) -> None:
         self.kernel = kernel
         self.loss = loss
         self.sketch = sketch
@@ -262,13 +307,13 @@ class SketchedRegressor(SketchedEstimator):
                              "rotate y by M's eigenvectors and fit one model per output")
         check_pcg_sketch(spec.sketches["sketch"], solver="pcg")
 
-    # -- the solver routes (distsketch.routes, distsketch.lipschitz_routes) ----------------
+    # -- the solver routes (solvers/routes.py, solvers/lipschitz/routes.py) --------------
     _routes = ("newton", "admm", "pcg")
     _pcg_centre = True  # PCG fits the intercept jointly (the features' mean removed)
 
     def _auto_route(self, X):
         """PCG for the squared loss with M the identity when
-        :func:`distsketch.pcg.choose_solver` picks it (as :class:`~distsketch.SketchedKRR`);
+        ``distsketch.solvers.pcg.choose_solver`` picks it (as :class:`~distsketch.SketchedKRR`);
         else the sweeps, Newton or ADMM by the features' rank (decided after the pass)."""
         from ..solvers.lipschitz.routes import NewtonOrADMM
         from ..solvers.pcg import choose_solver
@@ -290,7 +335,7 @@ class SketchedRegressor(SketchedEstimator):
         return PCG() if route == "pcg" else NewtonOrADMM()
 
     def _lipschitz_problem(self, spec: FitSpec, res) -> tuple[Problem, np.ndarray]:
-        """The sweeps' problem from the pass ``res`` (:class:`~distsketch.lipschitz.Problem`:
+        """The sweeps' problem from the pass ``res`` (``solvers.lipschitz.problem.Problem``:
         the whitening ``T`` of ``B``, ``M^{1/2}``, the bordered Gram ``G̃`` with the intercept's
         row, ``b``, ``Σy``, the loss) and ``M``."""
         d = self._n_outputs(spec)
@@ -367,7 +412,7 @@ class SketchedRegressor(SketchedEstimator):
 
     def _update_coef(self) -> None:
         k = self.lams_.index(self.lam_)
-        if self.whitening_ is None:  # PCG: the dual coefficients themselves (distsketch.pcg)
+        if self.whitening_ is None:  # PCG: the dual coefficients themselves (solvers/pcg.py)
             self.dual_coef_ = self.coefs_[k]
         else:
             self.dual_coef_ = self.sketch_.transpose_dot(self.whitening_ @ self.coefs_[k]
@@ -380,8 +425,19 @@ class SketchedRegressor(SketchedEstimator):
         self.objective_ = float(self.objectives_[k])
         self.duality_gap_ = float(self.duality_gaps_[k])
 
-    def set_lam(self, lam: float):
-        """Switch the active λ to one of the fitted ``lams_``; returns self."""
+    def set_lam(self, lam: float) -> Self:
+        """Switch the active λ to one of the fitted ``lams_``.
+
+        Parameters
+        ----------
+        lam : float
+            One of the fitted ``lams_`` (compared to a relative 1e-12).
+
+        Returns
+        -------
+        self
+            The estimator, with ``lam_`` and the coefficients of ``lam``.
+        """
         self._check_fitted()
         matches = [v for v in self.lams_ if np.isclose(v, lam, rtol=1e-12, atol=0)]
         if not matches:
@@ -428,10 +484,19 @@ class SketchedRegressor(SketchedEstimator):
     # -- prediction -------------------------------------------------------------------
     @checks_feature_names
     @with_blas_limit
-    def predict(self, X):
-        """``f(x) = k(x, landmarks_) @ dual_coef_ + intercept_``: shape (n,) or (n, d).
+    def predict(self, X: Any) -> Any:
+        """Predict ``f(x) = k(x, landmarks_) @ dual_coef_ + intercept_``.
 
-        A dask array input gives a lazy dask array.
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Inputs: a numpy, scipy.sparse, dask or zarr array.
+
+        Returns
+        -------
+        ndarray or dask array of shape (n_samples,) or (n_samples, d)
+            One value per output (1-D for 1-D training targets); a dask array input gives
+            a lazy dask array.
         """
         out = kernel_expansion(self, X) + self.intercepts_[self.lams_.index(self.lam_)]
         return out[:, 0] if self._y_1d else out
@@ -465,6 +530,7 @@ class SketchedQuantileRegressor(SketchedRegressor):
     Parameters
     ----------
     kernel : kernel, str or callable
+        Input kernel (:mod:`distsketch.kernels`).
     quantiles : sequence of float
         Strictly increasing levels in (0, 1).
     quantile_gamma : float >= 0
@@ -475,7 +541,41 @@ class SketchedQuantileRegressor(SketchedRegressor):
     Attributes
     ----------
     quantiles_ : ndarray of shape (d,)
-    As for :class:`SketchedRegressor`; ``predict`` returns (n, d) quantiles.
+        The levels, one output each: ``predict`` returns (n, d) quantiles.
+    sketch_, kernel_, landmarks_, whitening_, output_sqrt_, coefs_, intercepts_, dual_coef_
+        As for :class:`SketchedRegressor`.
+    intercept_, n_iter_, objective_, duality_gap_, n_passes_, solver_, lam_, lams_
+        As for :class:`SketchedRegressor`.
+    n_features_in_, feature_names_in_, store_
+        As for :class:`SketchedRegressor`.
+
+    See Also
+    --------
+    SketchedRegressor : One output per target column, any Lipschitz loss.
+
+    References
+    ----------
+    .. [1] M. Sangnier, O. Fercoq and F. d'Alché-Buc, "Joint quantile regression in
+       vector-valued RKHSs", Advances in Neural Information Processing Systems 29, 2016.
+    .. [2] T. El Ahmad, P. Laforgue and F. d'Alché-Buc, "Fast Kernel Methods for Generic
+       Lipschitz Losses via p-Sparsified Sketches", Transactions on Machine Learning
+       Research, 2023.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from distsketch import SketchedQuantileRegressor
+    >>> from distsketch.kernels import Gaussian
+    >>> from distsketch.sketches import SubSampling
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(200, 3))
+    >>> y = np.sin(X[:, 0]) + 0.3 * rng.normal(size=200)
+    >>> model = SketchedQuantileRegressor(Gaussian(gamma=0.5), quantiles=[0.1, 0.5, 0.9],
+    ...                                   sketch=SubSampling(50), lam=1e-3,
+    ...                                   random_state=0).fit(X, y)
+    >>> Q = model.predict(X[:4])
+    >>> Q.shape
+    (4, 3)
     """
 
     _param_kinds = {k: v for k, v in _PARAMS.items() if k not in ("loss", "output_matrix")}
@@ -483,9 +583,14 @@ class SketchedQuantileRegressor(SketchedRegressor):
                         tol="json", max_iter="json")
     _aliases = ("quantile",)
 
-    def __init__(self, kernel="gaussian", *, quantiles=(0.1, 0.3, 0.5, 0.7, 0.9),
-                 quantile_gamma=1.0, sketch=None, lam=1e-6, fit_intercept=True, tol=1e-6,
-                 max_iter=200, random_state=None, store=None, options=None):
+    def __init__(self, kernel: Kernel | str | Callable = "gaussian", *,
+                 quantiles: Sequence[float] = (0.1, 0.3, 0.5, 0.7, 0.9),
+                 quantile_gamma: float = 1.0, sketch: Sketch | None = None,
+                 lam: float | Sequence[float] = 1e-6, fit_intercept: bool = True,
+                 tol: float = 1e-6, max_iter: int = 200,
+                 random_state: int | np.random.Generator | None = None,
+                 store: str | os.PathLike | zarr.Group | None = None,
+                 options: EngineOptions | None = None) -> None:
         self.kernel = kernel
         self.quantiles = quantiles
         self.quantile_gamma = quantile_gamma
@@ -541,8 +646,21 @@ class SketchedQuantileRegressor(SketchedRegressor):
         return ["pinball", "crossing"]
 
     @checks_feature_names
-    def score(self, X, y) -> float:
-        """Minus the mean summed pinball loss of ``predict(X)`` (higher is better)."""
+    def score(self, X: Any, y: Any) -> float:
+        """Minus the mean summed pinball loss of ``predict(X)`` (higher is better).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Inputs.
+        y : array-like of shape (n_samples,)
+            True targets.
+
+        Returns
+        -------
+        float
+            ``−(1/n) Σ_i Σ_j ρ_{τ_j}(y_i − Q_ij)``.
+        """
         from ..metrics import pinball_loss
 
         return -pinball_loss(np.asarray(y, dtype=np.float64), np.asarray(self.predict(X)),

@@ -164,7 +164,7 @@ class SISOKR(RidgeEstimator):
     intercept_ : ndarray of shape (d_Y,) or None
         ``ȳ`` with ``fit_intercept=True``, else None.
     n_features_in_ : int
-    feature_names_in_ : ndarray of str, shape (n_features_in_,)
+    feature_names_in_ : ndarray of str, shape (``n_features_in_``,)
         Column names of a data frame ``X`` given at fit (pandas, dask; only when all are
         strings). Prediction methods refuse a frame whose names differ or come in another
         order, and warn when names are on one side only (scikit-learn's rule).

@@ -8,12 +8,23 @@ that ``φ(x)ᵀ φ(x') = k(x, X) Rᵀ (R K Rᵀ)^† R k(X, x')`` is the sketche
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Self
+
 import numpy as np
 
 from .base import FitSpec, SketchedEstimator, checks_feature_names
 from ..engine.features import FeatureMap
 from ..options import with_blas_limit
 from ..solvers.direct import feature_sums, solve_features
+
+if TYPE_CHECKING:
+    import zarr
+
+    from ..kernels.base import Kernel
+    from ..options import EngineOptions
+    from ..sketches.base import Sketch
 
 __all__ = ["SketchedFeatures"]
 
@@ -52,7 +63,8 @@ class SketchedFeatures(SketchedEstimator):
     random_state : None, int or numpy.random.Generator
         Seeds the sketch (one generator per fit).
     store : None, path or zarr.Group
-        Where the pass is written (and the fitted transformer saved); see ``SISOKR``.
+        Where the pass is written (and the fitted transformer saved); see
+        :class:`~distsketch.SISOKR`.
     options : EngineOptions or None
         Engine knobs; they do not change the features.
 
@@ -69,11 +81,37 @@ class SketchedFeatures(SketchedEstimator):
     n_components_ : int
         ``r``, the number of features (the retained rank of ``R K Rᵀ``).
     n_features_in_ : int
-    feature_names_in_ : ndarray of str, shape (n_features_in_,)
+        Number of input columns seen at fit.
+    feature_names_in_ : ndarray of str of shape (``n_features_in_``,)
         Column names of a data frame ``X`` given at fit (pandas, dask; only when all are
         strings). Prediction methods refuse a frame whose names differ or come in another
         order, and warn when names are on one side only (scikit-learn's rule).
     store_ : str or None
+        Path of the kept store.
+
+    See Also
+    --------
+    SketchedKRR : Ridge regression on the same features, from the same pass.
+
+    References
+    ----------
+    .. [1] C. K. I. Williams and M. Seeger, "Using the Nyström method to speed up kernel
+       machines", Advances in Neural Information Processing Systems 13, 2001.
+    .. [2] Y. Yang, M. Pilanci and M. J. Wainwright, "Randomized sketches for kernels: fast
+       and optimal nonparametric regression", The Annals of Statistics 45(3), 2017.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from distsketch import SketchedFeatures
+    >>> from distsketch.kernels import Gaussian
+    >>> from distsketch.sketches import SubSampling
+    >>> X = np.random.default_rng(0).normal(size=(200, 3))
+    >>> features = SketchedFeatures(Gaussian(gamma=0.5), sketch=SubSampling(50),
+    ...                             random_state=0).fit(X)
+    >>> Z = features.transform(X[:4])
+    >>> Z.shape == (4, features.n_components_)
+    True
     """
 
     _estimator_type = "transformer"
@@ -82,16 +120,32 @@ class SketchedFeatures(SketchedEstimator):
     _input = ("kernel", "sketch")
     _targets = None
 
-    def __init__(self, kernel="gaussian", *, sketch=None, random_state=None, store=None,
-                 options=None):
+    def __init__(self, kernel: Kernel | str | Callable = "gaussian", *,
+                 sketch: Sketch | None = None,
+                 random_state: int | np.random.Generator | None = None,
+                 store: str | os.PathLike | zarr.Group | None = None,
+                 options: EngineOptions | None = None) -> None:
         self.kernel = kernel
         self.sketch = sketch
         self.random_state = random_state
         self.store = store
         self.options = options
 
-    def fit(self, X, y=None):
-        """Fit on ``X`` (n, d); ``y`` is ignored. Returns self."""
+    def fit(self, X: Any, y: Any = None) -> Self:
+        """Fit the features on ``X``: one streaming pass and the whitening of ``R K Rᵀ``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training inputs: a numpy, scipy.sparse, dask or zarr array (or a data frame).
+        y : None
+            Ignored (scikit-learn's transformer signature).
+
+        Returns
+        -------
+        self
+            The fitted transformer.
+        """
         return super().fit(X, None)
 
     def _sums(self, spec: FitSpec) -> tuple[str, ...]:
@@ -109,10 +163,20 @@ class SketchedFeatures(SketchedEstimator):
 
     @checks_feature_names
     @with_blas_limit
-    def transform(self, X):
-        """``φ_X(x)`` of every row: shape (n, n_components_). Dask in, dask out (lazy); a
-        pandas or polars frame with :meth:`set_output` (columns
-        :meth:`get_feature_names_out`, a pandas input's index kept)."""
+    def transform(self, X: Any) -> Any:
+        """The features ``φ_X(x)`` of every row.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Inputs: a numpy, scipy.sparse, dask or zarr array (or a data frame).
+
+        Returns
+        -------
+        ndarray, dask array or data frame of shape (n_samples, ``n_components_``)
+            Dask in, dask out (lazy); a pandas or polars frame with :meth:`set_output`
+            (columns :meth:`get_feature_names_out`, a pandas input's index kept).
+        """
         self._check_fitted()
         container = getattr(self, "_sklearn_output_config", {}).get("transform", "default")
         if container != "default" and _is_dask(X):
@@ -133,7 +197,7 @@ class SketchedFeatures(SketchedEstimator):
 
         return pl.DataFrame(np.asarray(Z), schema=columns)
 
-    def set_output(self, *, transform=None):
+    def set_output(self, *, transform: str | None = None) -> Self:
         """Output container of :meth:`transform` and :meth:`fit_transform` (scikit-learn's
         ``set_output`` API, so ``Pipeline(...).set_output(transform="pandas")`` reaches it).
 
@@ -146,6 +210,7 @@ class SketchedFeatures(SketchedEstimator):
         Returns
         -------
         self
+            The transformer, configured.
         """
         if transform is None:
             return self
@@ -162,12 +227,36 @@ class SketchedFeatures(SketchedEstimator):
                                        "transform": transform}
         return self
 
-    def fit_transform(self, X, y=None):
-        """``fit(X).transform(X)``."""
+    def fit_transform(self, X: Any, y: Any = None) -> Any:
+        """Fit on ``X`` and return its features: ``fit(X).transform(X)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training inputs.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        ndarray, dask array or data frame of shape (n_samples, ``n_components_``)
+            The features of the training rows (as :meth:`transform`).
+        """
         return self.fit(X, y).transform(X)
 
-    def get_feature_names_out(self, input_features=None) -> np.ndarray:
-        """``sketchedfeatures0, …``: one name per output feature (scikit-learn's convention)."""
+    def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
+        """Names of the output features (scikit-learn's convention).
+
+        Parameters
+        ----------
+        input_features : None
+            Ignored: the features do not correspond to input columns.
+
+        Returns
+        -------
+        ndarray of str of shape (``n_components_``,)
+            ``sketchedfeatures0, sketchedfeatures1, …``.
+        """
         self._check_fitted()
         return np.asarray([f"sketchedfeatures{i}" for i in range(self.n_components_)],
                           dtype=object)

@@ -1,6 +1,6 @@
 """Solver routes: how a fit turns the data into a model's fitted state.
 
-Every estimator fits with one template (:meth:`distsketch.estimator.SketchedEstimator.fit`)::
+Every estimator fits with one template (``distsketch.models.base.SketchedEstimator.fit``)::
 
     route = resolve_route(est, X)      # solver= : a registered name, "auto" or a Route object
     spec = est._validate(X, Y)         # every argument, then the data
@@ -12,8 +12,8 @@ Every estimator fits with one template (:meth:`distsketch.estimator.SketchedEsti
 A route is an object (as scikit-learn's GLM takes a ``NewtonSolver`` class and Falkon an
 ``optimizer``): :class:`Direct` (one pass, the closed form from its sums), :class:`PCG`
 (Falkon's preconditioned conjugate gradient, one pass of recomputed kernel blocks per
-iteration, :mod:`distsketch.pcg`), and the Lipschitz losses' :class:`~distsketch.lipschitz_routes.Newton`
-and :class:`~distsketch.lipschitz_routes.ADMM` (one pass, then one sweep over the blocks per
+iteration, ``distsketch.solvers.pcg``), and the Lipschitz losses' ``Newton`` and ``ADMM``
+(``distsketch.solvers.lipschitz.routes``: one pass, then one sweep over the blocks per
 iteration). Defining a subclass with a ``name`` registers it (:data:`ROUTES`), so
 ``solver="<name>"`` finds it, in Python and in TOML configs; an instance can be passed as
 ``solver=`` directly. A model lists the built-in routes it accepts (``_routes``) and how it
@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 import numbers
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -45,9 +46,28 @@ PACKAGE = __name__.split(".")[0]
 BUILTIN_ROUTES = ("solvers.routes", "solvers.lipschitz.routes")
 
 
-def fitted_index(lams, lam, *, argument: str) -> int:
-    """Position of ``lam`` in a fitted λ path (``rtol = 1e-12``); a ValueError naming
-    ``argument`` otherwise (another λ needs new passes over the data)."""
+def fitted_index(lams: Sequence[float], lam: float, *, argument: str) -> int:
+    """Position of ``lam`` in a fitted λ path (``rtol = 1e-12``).
+
+    Parameters
+    ----------
+    lams : sequence of float
+        The fitted λ path.
+    lam : float
+        The λ to find.
+    argument : str
+        The argument's name in the error message.
+
+    Returns
+    -------
+    int
+        The index of ``lam`` in ``lams``.
+
+    Raises
+    ------
+    ValueError
+        ``lam`` was not fitted (another λ needs new passes over the data).
+    """
     for k, v in enumerate(lams):
         if np.isclose(v, lam, rtol=1e-12, atol=0):
             return k
@@ -56,9 +76,21 @@ def fitted_index(lams, lam, *, argument: str) -> int:
                      f"solver='direct', which serves any λ)")
 
 
-def check_iterations(tol, max_iter) -> tuple[float, int]:
-    """``tol`` in (0, 1) and ``max_iter`` a positive int, the iterative routes' stopping
-    arguments; each error names its argument."""
+def check_iterations(tol: float, max_iter: int) -> tuple[float, int]:
+    """Validate the iterative routes' stopping arguments; each error names its argument.
+
+    Parameters
+    ----------
+    tol : float
+        Relative residual at which to stop, in (0, 1).
+    max_iter : int
+        Most iterations per λ, positive.
+
+    Returns
+    -------
+    tuple of (float, int)
+        ``(tol, max_iter)``.
+    """
     if (isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not np.isfinite(tol)
             or not 0 < tol < 1):
         raise ValueError(f"tol: the relative residual PCG stops at must lie in (0, 1), got "
@@ -102,6 +134,8 @@ class CoefTable:
     output_sqrt : ndarray of shape (d, d) or None
         ``M^{1/2}`` of a decomposable output kernel (the regressors).
 
+    Notes
+    -----
     A table serves its fitted λ only: :meth:`fitted_lam` refuses another.
     """
 
@@ -118,10 +152,10 @@ class CoefTable:
 
     #: Whether any λ > 0 is served (a closed form), not only the fitted ones.
     any_lam: ClassVar[bool] = False
-    #: The input side's closed form (:class:`~distsketch.solve.InputSolution`): none.
+    #: The input side's closed form (``distsketch.linalg.solve.InputSolution``): none.
     solution: ClassVar[Any] = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.lams = tuple(float(v) for v in self.lams)
         self.n_iters = np.asarray(self.n_iters, dtype=np.int64)
         if len(self.coefs) != len(self.lams) or len(self.n_iters) != len(self.lams):
@@ -129,25 +163,76 @@ class CoefTable:
                              f"sets and {len(self.n_iters)} iteration counts")
 
     def fitted_lam(self, lam: float, *, argument: str = "lam") -> float:
-        """The fitted λ equal to ``lam`` (to ``rtol = 1e-12``); a ValueError otherwise."""
+        """The fitted λ equal to ``lam`` (to ``rtol = 1e-12``).
+
+        Parameters
+        ----------
+        lam : float
+            The λ asked for.
+        argument : str, default "lam"
+            The argument's name in the error message.
+
+        Returns
+        -------
+        float
+            The fitted value.
+
+        Raises
+        ------
+        ValueError
+            ``lam`` was not fitted.
+        """
         return self.lams[fitted_index(self.lams, lam, argument=argument)]
 
     def coef(self, lam: float) -> np.ndarray:
-        """The coefficients at the fitted ``lam``."""
+        """The coefficients at a fitted λ.
+
+        Parameters
+        ----------
+        lam : float
+            One of the fitted ``lams``.
+
+        Returns
+        -------
+        ndarray
+            ``coefs`` of that λ.
+        """
         return self.coefs[fitted_index(self.lams, lam, argument="lam")]
 
     def n_iter(self, lam: float) -> int:
-        """Iterations the fitted ``lam`` took."""
+        """Iterations a fitted λ took.
+
+        Parameters
+        ----------
+        lam : float
+            One of the fitted ``lams``.
+
+        Returns
+        -------
+        int
+            Its iterations.
+        """
         return int(self.n_iters[fitted_index(self.lams, lam, argument="lam")])
 
-    def iterations(self, lams) -> np.ndarray:
-        """Iterations of each fitted λ (``lams``: the model's ``lams_``, the table's own)."""
+    def iterations(self, lams: Sequence[float]) -> np.ndarray:
+        """Iterations of each fitted λ.
+
+        Parameters
+        ----------
+        lams : sequence of float
+            The model's ``lams_`` (the table's own).
+
+        Returns
+        -------
+        ndarray of int of shape (n_lams,)
+            ``n_iters``.
+        """
         return self.n_iters
 
 
 @dataclass
 class RouteFit:
-    """What :meth:`Route.run` gives the model (:meth:`Route.adopt`).
+    """What :meth:`Route.run` gives the model, which :meth:`Route.adopt` reads.
 
     Parameters
     ----------
@@ -160,14 +245,18 @@ class RouteFit:
         The route taken (``solver_``).
     n_passes : int
         Passes over the training rows the fit made (a resumed fit makes fewer).
-    x_sketch, x_landmarks
-        The input side's realised sketch and its landmarks (the rows of its support).
+    x_sketch : RealizedSketch or None
+        The input side's realised sketch.
+    x_landmarks : array or None
+        Its landmarks (the rows of its support).
     path : CoefTable or None
-        The λ path of an iterative route; None for :class:`Direct`, whose model solves the
-        pass's sums itself (its closed form serves every λ).
+        The λ path of an iterative route; None for
+        :class:`~distsketch.solvers.routes.Direct`, whose model solves the pass's sums itself
+        (its closed form serves every λ).
     result : object
-        The route's own result: the :class:`~distsketch.engine.fitpass.PassResult` of a pass, or
-        what :mod:`distsketch.pcg` gives (the output side of SISOKR's PCG fit).
+        The route's own result: the ``PassResult`` of a pass
+        (``distsketch.engine.fitpass``), or what ``distsketch.solvers.pcg`` gives (the
+        output side of SISOKR's PCG fit).
     intercept : ndarray or None
         An intercept the route fitted that does not depend on λ (PCG's target mean).
     """
@@ -183,10 +272,28 @@ class RouteFit:
     intercept: np.ndarray | None = None
 
     @classmethod
-    def from_pass(cls, res, *, solver: str, path: CoefTable | None = None,
-                  n_passes: int = 1, intercept=None) -> "RouteFit":
-        """A route's fit after the model's streaming pass ``res``
-        (:meth:`~distsketch.estimator.SketchedEstimator.run_pass`)."""
+    def from_pass(cls, res: Any, *, solver: str, path: CoefTable | None = None,
+                  n_passes: int = 1, intercept: np.ndarray | None = None) -> RouteFit:
+        """A route's fit after the model's streaming pass.
+
+        Parameters
+        ----------
+        res : PassResult
+            The pass (the estimator's ``run_pass``), its store open.
+        solver : str
+            The route taken.
+        path : CoefTable or None, default None
+            The λ path of an iterative route.
+        n_passes : int, default 1
+            Passes over the training rows.
+        intercept : ndarray or None, default None
+            An intercept the route fitted that does not depend on λ.
+
+        Returns
+        -------
+        RouteFit
+            The fit, holding the pass's store, sketch and landmarks.
+        """
         return cls(res.fs, res.store, solver, n_passes, res.x_sketch, res.x_landmarks,
                    path, res, intercept)
 
@@ -197,9 +304,10 @@ class RouteFit:
 class Route:
     """Base of the solver routes.
 
-    A subclass sets ``name`` (registering it in :data:`ROUTES`) and implements :meth:`run`;
-    it may refine :meth:`accepts`, :meth:`prepare`, :meth:`check` and :meth:`adopt`. Routes
-    hold no data: a model's ``solver`` may be an instance, cloned and pickled with it.
+    A subclass sets ``name`` (registering it in :data:`~distsketch.solvers.routes.ROUTES`) and
+    implements :meth:`run`; it may refine :meth:`accepts`, :meth:`prepare`, :meth:`check` and
+    :meth:`adopt`. Routes hold no data: a model's ``solver`` may be an instance, cloned and
+    pickled with it.
     """
 
     #: The registered name (``solver="<name>"``, ``solver_``, saved models).
@@ -211,32 +319,99 @@ class Route:
         super().__init_subclass__(**kwargs)
         ROUTES.register_class(cls)
 
-    def accepts(self, est) -> bool:
-        """Whether ``est`` can adopt this route's result: a built-in route the model lists in
-        its ``_routes``; another route needs a model that adopts a :class:`CoefTable`
-        (``_adopt_path``)."""
+    def accepts(self, est: Any) -> bool:
+        """Whether an estimator can adopt this route's result.
+
+        Parameters
+        ----------
+        est : estimator
+            The model being fitted.
+
+        Returns
+        -------
+        bool
+            For a built-in route: whether the model lists it in its ``_routes``; for
+            another route: whether the model adopts a :class:`CoefTable`
+            (``_adopt_path``).
+        """
         if type(self).__module__.startswith(PACKAGE + "."):
             return self.name in type(est)._routes
         return callable(getattr(est, "_adopt_path", None))
 
-    def prepare(self, est, X) -> None:
-        """Checks of the route's own arguments before the model's validation (none)."""
+    def prepare(self, est: Any, X: Any) -> None:
+        """Checks of the route's own arguments before the model's validation (none).
 
-    def check(self, est, spec) -> None:
-        """What the route needs of this model and data, after validation, before anything
-        is written: a ValueError naming the argument and the fix (nothing by default)."""
+        Parameters
+        ----------
+        est : estimator
+            The model being fitted.
+        X : array-like
+            The training inputs, not validated yet.
+        """
 
-    def run(self, est, spec) -> RouteFit:
-        """Make the passes and solve the λ path of ``spec``; the store stays open."""
+    def check(self, est: Any, spec: Any) -> None:
+        """What the route needs of this model and data, after validation.
+
+        Runs before anything is written (nothing by default).
+
+        Parameters
+        ----------
+        est : estimator
+            The model being fitted.
+        spec : FitSpec
+            The validated fit.
+
+        Raises
+        ------
+        ValueError
+            What the route cannot do, naming the argument and the fix.
+        """
+
+    def run(self, est: Any, spec: Any) -> RouteFit:
+        """Make the passes and solve the λ path of a validated fit.
+
+        Parameters
+        ----------
+        est : estimator
+            The model being fitted.
+        spec : FitSpec
+            The validated fit.
+
+        Returns
+        -------
+        RouteFit
+            The fit; its store stays open.
+        """
         raise NotImplementedError
 
-    def adopt(self, est, spec, fitted: RouteFit) -> None:
-        """Set ``est``'s fitted state from ``fitted`` (the model's ``_adopt_path``)."""
+    def adopt(self, est: Any, spec: Any, fitted: RouteFit) -> None:
+        """Set the estimator's fitted state from the route's fit (its ``_adopt_path``).
+
+        Parameters
+        ----------
+        est : estimator
+            The model being fitted.
+        spec : FitSpec
+            The validated fit.
+        fitted : RouteFit
+            What :meth:`run` gave.
+        """
         est._adopt_path(spec, fitted)
 
     def to_config(self) -> dict:
-        """``{"name": …, "params": …}``: the registered name and the constructor's arguments
-        (what saved models record of a route object; :func:`route_from_config`)."""
+        """What saved models record of a route object.
+
+        Returns
+        -------
+        dict
+            ``{"name": …, "params": …}``: the registered name and the constructor's
+            arguments; :func:`~distsketch.solvers.routes.route_from_config` is the inverse.
+
+        Raises
+        ------
+        ValueError
+            The route's class has no registered name.
+        """
         if not self.name or ROUTES.get(self.name) is not type(self):
             raise ValueError(f"solver: {self!r} has no registered name; a route saved with a "
                              f"model needs one (set the class attribute name = '...')")
@@ -246,7 +421,7 @@ class Route:
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
         return f"{type(self).__name__}({args})"
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and vars(self) == vars(other)
 
     def __hash__(self) -> int:
@@ -254,7 +429,29 @@ class Route:
 
 
 def get_route(name: str) -> type[Route]:
-    """The route class registered as ``name`` (the package's routes loaded first)."""
+    """The route class registered as ``name`` (the package's routes loaded first).
+
+    Parameters
+    ----------
+    name : str
+        A registered route name (``"direct"``, ``"pcg"``, ``"newton"``, …).
+
+    Returns
+    -------
+    type
+        The :class:`~distsketch.Route` subclass.
+
+    Raises
+    ------
+    KeyError
+        No route is registered under ``name``.
+
+    Examples
+    --------
+    >>> from distsketch.solvers.routes import get_route
+    >>> get_route("pcg")
+    <class 'distsketch.solvers.routes.PCG'>
+    """
     if name not in ROUTES:
         for mod in BUILTIN_ROUTES:
             importlib.import_module(f"{PACKAGE}.{mod}")
@@ -271,8 +468,31 @@ def _user_route(name: str) -> bool:
 
 
 def route_from_config(config: dict) -> Route:
-    """The route :meth:`Route.to_config` described (its class found by name, never imported
-    from the saved text)."""
+    """The route :meth:`~distsketch.Route.to_config` described.
+
+    Its class is found by registered name, never imported from the saved text.
+
+    Parameters
+    ----------
+    config : dict
+        ``{"name": …, "params": …}``.
+
+    Returns
+    -------
+    Route
+        A new route object.
+
+    Raises
+    ------
+    ValueError
+        The name is not registered.
+
+    Examples
+    --------
+    >>> from distsketch.solvers.routes import PCG, route_from_config
+    >>> route_from_config(PCG().to_config())
+    PCG()
+    """
     name = config.get("name")
     try:
         cls = get_route(name)
@@ -282,12 +502,41 @@ def route_from_config(config: dict) -> Route:
     return cls(**config.get("params", {}))
 
 
-def resolve_route(est, X) -> Route:
-    """The route ``est.solver`` names, for the data ``X``: the one place a ``solver`` value
-    becomes a route. A model without a ``solver`` parameter takes :class:`Direct`;
-    ``"auto"`` asks the model (``_auto_route``, a route for the data); a :class:`Route`
-    instance is used as given.
-    The route's own arguments are checked here (:meth:`Route.prepare`)."""
+def resolve_route(est: Any, X: Any) -> Route:
+    """The route an estimator's ``solver`` names, for the data: where a ``solver`` becomes a route.
+
+    A model without a ``solver`` parameter takes :class:`Direct`; ``"auto"`` asks the model
+    (``_auto_route``, a route for the data); a :class:`Route` instance is used as given. The
+    route's own arguments are checked here (:meth:`~distsketch.Route.prepare`).
+
+    Parameters
+    ----------
+    est : estimator
+        The model being fitted.
+    X : array-like
+        The training inputs.
+
+    Returns
+    -------
+    Route
+        The route to run.
+
+    Raises
+    ------
+    ValueError
+        A ``solver`` the model does not take.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from distsketch import SketchedKRR
+    >>> from distsketch.sketches import SubSampling
+    >>> from distsketch.solvers.routes import resolve_route
+    >>> resolve_route(SketchedKRR(sketch=SubSampling(5), solver="pcg"), np.zeros((10, 2)))
+    PCG()
+    >>> resolve_route(SketchedKRR(), np.zeros((10, 2)))
+    Direct()
+    """
     accepted = list(type(est)._routes)
     if "solver" not in type(est)._param_kinds:  # the model's one route (SketchedKRRCV: direct)
         return get_route(accepted[0])()
@@ -324,15 +573,15 @@ class Direct(Route):
     name = "direct"
     iterative = False
 
-    def run(self, est, spec) -> RouteFit:
+    def run(self, est: Any, spec: Any) -> RouteFit:
         return RouteFit.from_pass(est.run_pass(spec), solver=self.name)
 
-    def adopt(self, est, spec, fitted: RouteFit) -> None:
+    def adopt(self, est: Any, spec: Any, fitted: RouteFit) -> None:
         est._solve(spec, fitted.result)
 
 
 class PCG(Route):
-    """Falkon's preconditioned conjugate gradient (:mod:`distsketch.pcg`): no ``G``, no stored
+    """Falkon's preconditioned conjugate gradient (``distsketch.solvers.pcg``): no ``G``, no stored
     blocks; one pass of recomputed kernel blocks per iteration. The input side's ridge
     problem — on the targets (SketchedKRR, the squared-loss regressor, its intercept fitted
     jointly when the model declares ``_pcg_centre``), or on the whitened output features
@@ -340,13 +589,13 @@ class PCG(Route):
 
     name = "pcg"
 
-    def prepare(self, est, X) -> None:
+    def prepare(self, est: Any, X: Any) -> None:
         est._check_pcg_args()
 
-    def check(self, est, spec) -> None:
+    def check(self, est: Any, spec: Any) -> None:
         est._check_pcg(spec)
 
-    def run(self, est, spec) -> RouteFit:
+    def run(self, est: Any, spec: Any) -> RouteFit:
         from ..kernels.families import Linear
         from .pcg import fit_pcg, fit_pcg_sisokr
 
@@ -381,8 +630,8 @@ class Auto(Route):
 
     name = "auto"
 
-    def accepts(self, est) -> bool:
+    def accepts(self, est: Any) -> bool:
         return True
 
-    def run(self, est, spec) -> RouteFit:  # pragma: no cover - resolved before a fit
+    def run(self, est: Any, spec: Any) -> RouteFit:  # pragma: no cover - resolved before a fit
         raise RuntimeError("solver='auto' is resolved to a route before the fit")

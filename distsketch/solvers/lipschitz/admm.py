@@ -47,7 +47,8 @@ import logging
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -59,6 +60,11 @@ from ...losses import Loss
 from .direction import warm_start
 from ...engine.sweep import block_C
 from ...tuning import check_tuning
+
+if TYPE_CHECKING:
+    from ...engine.mapreduce import Workspace
+    from ...tuning import Tuning
+    from .problem import SolverState
 
 __all__ = ["AdmmIterate", "RowState", "solve_lam", "solve_path", "choose_route", "supports",
            "admm_block"]
@@ -90,7 +96,7 @@ def supports(loss: Loss) -> bool:
     return bool(loss.projects_dual and loss.has_prox)
 
 
-def choose_route(solver: str, r: int, *, tuning=None) -> str:
+def choose_route(solver: str, r: int, *, tuning: Tuning | None = None) -> str:
     """``"newton"`` or ``"admm"`` for ``solver`` (``"auto"``: ADMM when
     ``r ≥ tuning.auto_rank``; ``tuning``: the fit's ``options.tuning``, None: the defaults)."""
     if solver == "auto":
@@ -116,7 +122,7 @@ class RowState:
     block matches it (:meth:`resume`); the sweeps check each block they read against it too.
     """
 
-    def __init__(self, arrays: dict, group=None, block_rows: int | None = None):
+    def __init__(self, arrays: dict, group: Any = None, block_rows: int | None = None) -> None:
         self.arrays = arrays  # {"z_0", "z_1", "u_0", "u_1"}
         self.group = group  # the driver's handle on the solver group (None: in memory)
         self.stored = group is not None
@@ -132,7 +138,7 @@ class RowState:
         return cls({f"{k}_{g}": np.zeros((n, d)) for k in ("z", "u") for g in (0, 1)})
 
     @classmethod
-    def in_group(cls, group, n: int, d: int, block_rows: int, *, fresh: bool) -> "RowState":
+    def in_group(cls, group: Any, n: int, d: int, block_rows: int, *, fresh: bool) -> RowState:
         """Arrays ``z_0, z_1, u_0, u_1`` in ``group`` (created when absent or when ``fresh``;
         kept as they are on a resume). Creating one drops both generations' records."""
         arrays, created = {}, False
@@ -172,7 +178,7 @@ class RowState:
             record[name] = checksum(arr)
         self.group.attrs[f"rows_{gen}"] = record  # last: a killed commit leaves no record
 
-    def expected(self, gen: int):
+    def expected(self, gen: int) -> Any:
         """The checksums the blocks' rows of generation ``gen`` must match (None: in memory
         or not recorded)."""
         return self.crcs.get(gen) if self.stored else None
@@ -300,7 +306,7 @@ def _dual_sums(C: np.ndarray, Y: np.ndarray, alpha: np.ndarray, prefix: str, out
     out[prefix + "ya"] = np.einsum("ij,ij->j", Y, alpha)
 
 
-def admm_block(shared, item, ws) -> dict:
+def admm_block(shared: Any, item: Any, ws: Workspace) -> dict:
     """One block's ADMM z- and u-updates at the iterate, and its partial sums (module notes).
 
     Returns float64 sums: ``loss`` (``Σ h(F_i − y_i)``), the dual sums at ``α = ρu`` (``Ca``,
@@ -363,7 +369,7 @@ class XUpdate:
     """The x-update's eigenbasis, computed once per problem: ``H_c/n = V Λ Vᵀ`` (centred
     feature Gram with an intercept, ``ΦᵀΦ/n`` without), ``φ̄ = Φᵀ1/n``."""
 
-    def __init__(self, prob: Problem):
+    def __init__(self, prob: Problem) -> None:
         fg = prob.feature_gram()
         r = prob.r
         H = fg[:r, :r].copy()
@@ -407,8 +413,9 @@ def _feature_norm(prob: Problem, Cx: np.ndarray, sx: np.ndarray) -> float:
     return math.sqrt(total)
 
 
-def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_iter: int,
-              rows: RowState, state=None, xupdate: XUpdate | None = None) -> Solution:
+def solve_lam(prob: Problem, lam: float, sweeper: Any, *, Xi0: np.ndarray, b00: np.ndarray,
+              tol: float, max_iter: int, rows: RowState, state: SolverState | None = None,
+              xupdate: XUpdate | None = None) -> Solution:
     """ADMM iterations for one λ, one sweep each (see the module's notes)."""
     loss = prob.loss
     xup = xupdate if xupdate is not None else XUpdate(prob)
@@ -481,8 +488,9 @@ def _save(state, v: dict) -> None:
     save_state(state, v)
 
 
-def solve_path(prob: Problem, lams, sweeper, *, tol: float, max_iter: int, rows,
-               states=None) -> list[Solution]:
+def solve_path(prob: Problem, lams: Sequence[float], sweeper: Any, *, tol: float, max_iter: int,
+               rows: Callable[..., RowState],
+               states: Callable[[int], SolverState | None] | None = None) -> list[Solution]:
     """Every λ in decreasing order, each warm-started from the one before (the first from
     the squared-loss closed form); ``rows(k)``: the :class:`RowState` of λ number k."""
     order = sorted(range(len(lams)), key=lambda k: -lams[k])

@@ -34,6 +34,7 @@ import json
 import logging
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -195,7 +196,7 @@ class SolverState:
     ARRAYS = ("Xi", "b0", "dXi", "db0", "fix_C", "fix_col", "fix_y", "fix_beta", "best_Xi",
               "best_b0", "Q", "Q_Xi", "Q_b0")
 
-    def __init__(self, group):
+    def __init__(self, group: Any) -> None:
         self.group = group
 
     def load(self) -> dict | None:
@@ -253,7 +254,7 @@ def save_state(state: SolverState | None, v: dict) -> None:
         state.save({**v, "done": False})
 
 
-def finish(prob: Problem, lam: float, v: dict, tol: float, state: SolverState | None, result,
+def finish(prob: Problem, lam: float, v: dict, tol: float, state: SolverState | None, result: Any,
            why: str | None = None) -> Solution:
     """The solution of this λ (saved as done) from the driver state ``v`` (a dict with
     ``Xi``, ``b0``, ``n_iter``, ``history`` and, when recorded, the best certified point

@@ -9,6 +9,8 @@ problem, their states kept in the fit store's ``solver/`` group (a killed fit re
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from .admm import RowState, admm_block, choose_route, supports
@@ -20,6 +22,10 @@ from .newton import solve_path
 from ..routes import CoefTable, Route, RouteFit
 from ...engine.store import CSUM
 from ...engine.sweep import SWEEP_SUMS, SweepData, Sweeper, sweep_items
+
+if TYPE_CHECKING:
+    from ...losses import Loss
+    from .problem import Problem
 
 __all__ = ["Newton", "ADMM", "NewtonOrADMM", "HeldSweeps", "held_sweeps", "local_memory_ok"]
 
@@ -46,7 +52,7 @@ class HeldSweeps:
     block work at m = 200). ``count`` is the sweeper's (``n_passes_``).
     """
 
-    def __init__(self, sweeper: Sweeper, slots: int):
+    def __init__(self, sweeper: Sweeper, slots: int) -> None:
         self.sweeper = sweeper
         self.slots = int(slots)
         self._pool = None
@@ -88,7 +94,7 @@ class HeldSweeps:
             self._pool = None
 
 
-def held_sweeps(sweeper: Sweeper, data: SweepData, spec):
+def held_sweeps(sweeper: Sweeper, data: SweepData, spec: Any) -> HeldSweeps | None:
     """A :class:`HeldSweeps` over ``sweeper`` when its blocks are held in memory, no cluster
     runs the fit and the targets are in memory; else None. Held sweeps show no progress bar
     (a dask sweep would show one only past :data:`~distsketch.sweep.SWEEP_PROGRESS_MINIMUM`)."""
@@ -115,11 +121,11 @@ class Newton(Route):
 
     name = "newton"
 
-    def choose(self, prob, loss, fs, spec) -> str:
+    def choose(self, prob: Problem, loss: Loss, fs: Any, spec: Any) -> str:
         """The sweeps' solver for ``prob``: this route's own."""
         return self.name
 
-    def run(self, est, spec) -> RouteFit:
+    def run(self, est: Any, spec: Any) -> RouteFit:
         res = est.run_pass(spec)
         try:
             table, taken, sweeps = sweep_path(self, est, spec, res)
@@ -136,14 +142,14 @@ class ADMM(Newton):
 
     name = "admm"
 
-    def prepare(self, est, X) -> None:
+    def prepare(self, est: Any, X: Any) -> None:
         if est.store is None and not local_memory_ok():
             raise ValueError("solver: 'admm' without a store keeps its per-row variables in "
                              "memory, which needs the local threaded or synchronous scheduler; "
                              "give store=... (a fit store on shared storage) to run it on a "
                              "cluster or with processes")
 
-    def check(self, est, spec) -> None:
+    def check(self, est: Any, spec: Any) -> None:
         loss = est._loss(est._n_outputs(spec))
         if not supports(loss):
             raise ValueError(f"solver: 'admm' needs a loss with a proximal operator (squared, "
@@ -158,7 +164,7 @@ class NewtonOrADMM(Newton):
 
     name = None
 
-    def choose(self, prob, loss, fs, spec) -> str:
+    def choose(self, prob: Problem, loss: Loss, fs: Any, spec: Any) -> str:
         route = choose_route("auto", prob.r, tuning=spec.options.tuning)
         if route == "admm" and ((fs.temporary and not local_memory_ok()) or not supports(loss)):
             route = "newton"  # on a cluster without a store (nowhere to keep Z, U), or a loss
@@ -169,7 +175,7 @@ class NewtonOrADMM(Newton):
         return "NewtonOrADMM()"
 
 
-def sweep_path(route: Newton, est, spec, res) -> tuple[CoefTable, str, int]:
+def sweep_path(route: Newton, est: Any, spec: Any, res: Any) -> tuple[CoefTable, str, int]:
     """Solve ``spec``'s λ path by sweeps over the pass ``res``'s blocks: ``(table, the solver
     taken, sweeps made)``. The blocks are the store's ``C``, the blocks the pass held in
     memory, or recomputed from the landmarks; each λ's state is kept in the store's
