@@ -44,7 +44,7 @@ docs: $(DOCS_STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
 
-## Benchmarks replace their sections of benchmarks/RESULTS.md (about 40 minutes in all here).
+## Benchmarks replace their sections of benchmarks/RESULTS.md or ENGINE.md (about 40 minutes in all here).
 ## benchmarks/bench_compare.py --base REV (not in this list) compares the tree with a revision.
 BENCHMARKS := pass scaling casp bibtex usps decode rss store lipschitz pipelines friedman rf1 huber_scale quantile leverage cv usps_rr bibtex_rr import cli_regression
 bench: $(STAMP)

@@ -2,7 +2,8 @@
 
 Compared, in the same run, with in-memory NumPy versions of the four models written as the
 SISOKR authors' reference code computes them (``Methods/SketchedIOKR.py`` and
-``Methods/Sketch.py`` of tamim-el/sisokr): IOKR fit = Gram matrix + ``np.linalg.inv(K_X + nλI)``,
+``Methods/Sketch.py`` of tamim-el/sisokr; "authors' code" below is this transcription of their
+algorithm, not their own classes): IOKR fit = Gram matrix + ``np.linalg.inv(K_X + nλI)``,
 inference = ``k_X(X_te, X) M k_Y(Y, Y_c)``, argmax over the unique training label vectors
 ``Y_c``; the sketched ones with their sub-sampling (``√(n/m)``-scaled columns) and
 p-sparsified Gaussian sketches (decomposition trick over the non-null columns), the input side
@@ -11,7 +12,7 @@ Also listed: the paper's Table 3 (other hardware).
 
 Protocol
 --------
-- Data: ``bibtex/`` of ``../shared/data`` (or ``$DISTSKETCH_DATA``), the Mulan train / test
+- Data: ``bibtex/`` of the data folder (``_common.data_root``), the Mulan train / test
   split (4 880 / 2 515 rows, 1 836 binary features, 159 labels). Inputs standardised with the
   training mean and standard deviation (constant columns left as they are).
 - Hyper-parameters of the authors' ``run_bibtex.py`` (as ``examples/bibtex_multilabel.py``):
@@ -35,16 +36,15 @@ Protocol
   scheduler and gives the driver's solve the cores it finds idle; the NumPy reference and the
   authors' code use the BLAS library's default threads.
 
-Writes the ``bibtex`` section of RESULTS.md and results/bibtex.jsonl (not with ``--quick``).
+Writes the ``bibtex`` section of RESULTS.md and results/bibtex.jsonl (not with ``--quick`` or
+``--no-record``).
 
-    python benchmarks/bench_bibtex.py [--repeats 3] [--quick] [--dense]
+    python benchmarks/bench_bibtex.py [--repeats 3] [--quick] [--no-record] [--dense]
     python benchmarks/bench_bibtex.py --driver-crossover   # distsketch.Tuning.eigen_crossover
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -52,9 +52,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import _common
-from bibtex_multilabel import load  # the example's loader: the same data protocol
 
 REFERENCE = "NumPy IOKR (authors' reference)"
 # SISOKR paper (El Ahmad et al., AISTATS 2024), Bibtex: Table 3 wall times (s) and F1 (%).
@@ -62,13 +60,6 @@ REFERENCE = "NumPy IOKR (authors' reference)"
 PAPER = {"IOKR": {"fit_s": 2.54, "predict_s": 1.18, "f1": 44.9},
          "SIOKR": {}, "ISOKR": {},
          "SISOKR": {"fit_s": 1.41, "predict_s": 0.46, "f1": 44.1}}
-
-
-def data_dir() -> Path:
-    """``$DISTSKETCH_DATA/bibtex``, else ``../shared/data/bibtex``."""
-    root = os.environ.get("DISTSKETCH_DATA")
-    base = Path(root) if root else Path(__file__).resolve().parents[1].parent / "shared" / "data"
-    return base / "bibtex"
 
 
 def specs(n: int, m_in: int, m_out: int) -> list[dict]:
@@ -225,13 +216,10 @@ def driver_crossover(sizes=(250, 500, 1000, 2000, 3000), r_y: int = 200) -> None
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3, help="rounds (≥ 3; sketch seed = round)")
+    ap = _common.parser(__doc__, quick="1 000 training rows, m_in = 500, m_out = 100, 1 round "
+                        "(< 30 s)", repeats=3, repeats_help="rounds (≥ 3; sketch seed = round)")
     ap.add_argument("--m-in", type=int, default=2250, help="input sub-sampling size")
     ap.add_argument("--m-out", type=int, default=200, help="rows of the output p-sparsified sketch")
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke run (< 30 s): 1 000 training rows, m_in = 500, m_out = 100, "
-                         "1 round, nothing written")
     ap.add_argument("--dense", action="store_true",
                     help="distsketch's models on the dense standardised rows instead of CSR rows scaled "
                          "by 1/std (the same Gaussian kernel); baselines always get the dense rows")
@@ -242,16 +230,13 @@ def main() -> None:
         driver_crossover()
         return
 
-    folder = data_dir()
-    if not (folder / "bibtex-train.arff").exists():
-        print(f"skipped: Bibtex data not found in {folder} (set DISTSKETCH_DATA to the folder holding bibtex/)")
-        return
+    _common.require(_common.bibtex_dir() / "bibtex-train.arff", "Bibtex data")
     if args.quick:
         args.repeats, args.m_in, args.m_out = 1, 500, 100
     t_start = time.perf_counter()
-    load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    X, Y, Xte, Yte = load(folder)
-    Xs, _, Xtes, _ = (X, Y, Xte, Yte) if args.dense else load(folder, sparse=True)
+    load_start = _common.load_average()
+    X, Y, Xte, Yte = _common.load_bibtex()
+    Xs, _, Xtes, _ = (X, Y, Xte, Yte) if args.dense else _common.load_bibtex(sparse=True)
     if args.quick:
         rows = np.sort(np.random.default_rng(0).choice(len(X), 1000, replace=False))
         X, Y, Xs = X[rows], Y[rows], Xs[rows]
@@ -307,12 +292,9 @@ def main() -> None:
     print("paper (AISTATS 2024, Table 3, other hardware): IOKR 2.54 s / 1.18 s, F1 44.9; "
           "SISOKR 1.41 s / 0.46 s, F1 44.1; SIOKR / ISOKR: not available here")
     total = time.perf_counter() - t_start
-    load_end = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    load_end = _common.load_average()
     print(f"total {total:.0f} s; 1-minute load average {load_start:.1f} at the start, "
           f"{load_end:.1f} at the end")
-    if args.quick:
-        print("quick run: RESULTS.md and results/bibtex.jsonl not written")
-        return
 
     def paper_cell(name, key, fmt):
         v = (PAPER.get(name) or {}).get(key)
@@ -323,7 +305,7 @@ def main() -> None:
              "SIOKR": f"SIOKR (SubSampling({args.m_in}) / exact)",
              "ISOKR": f"ISOKR (exact / PSparsified({args.m_out}, p=20/n))",
              "SISOKR": f"SISOKR (SubSampling({args.m_in}) / PSparsified({args.m_out}, p=20/n))"}
-    label.update({name: f"authors' code: {name.split()[0]}" for name in authors})
+    label.update({name: f"authors' code (transcribed): {name.split()[0]}" for name in authors})
     rows = []
     for name, s in summary.items():
         ratio_p = (f"{s['fit_vs_paper']:.2f} | {s['predict_vs_paper']:.2f}" if "fit_vs_paper" in s else " | ")
@@ -364,7 +346,8 @@ def main() -> None:
         "\n\nPaper = El Ahmad et al., *Sketch In, Sketch Out* (AISTATS 2024), Bibtex, Table 3 for times and "
         "the reported F1; SIOKR / ISOKR paper figures are not in the project's notes (only IOKR and SISOKR) and are left blank. "
         "`/ authors' code`: distsketch's model against the same model as the authors' code computes it, "
-        "in the same run (their IOKR is the NumPy IOKR row). "
+        "in the same run (their IOKR is the NumPy IOKR row); \"authors' code\" is a NumPy transcription "
+        "of their algorithm (`Methods/SketchedIOKR.py`, `Methods/Sketch.py`), not their own classes. "
         "The paper's hardware differs: the NumPy reference row measures this machine against the paper's "
         f"IOKR (×{hw['fit_vs_paper']:.2f} train, ×{hw['predict_vs_paper']:.2f} inference), so the columns "
         "`/ NumPy IOKR` are the hardware-independent comparison."
@@ -373,7 +356,7 @@ def main() -> None:
                          "m_out": args.m_out, "repeats": args.repeats, "sparse_inputs": not args.dense},
             "runs": runs, "summary": summary, "paper": PAPER, "gemm_gflops": gemm, "total_s": total,
             "load_average": [load_start, load_end]}
-    _common.record("bibtex", md, data)
+    _common.record("bibtex", md, data, args=args)
 
 
 if __name__ == "__main__":

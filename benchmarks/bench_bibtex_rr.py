@@ -1,11 +1,11 @@
 """Reduced-rank IOKR on Bibtex (or Corel5k) in the small regime (first 2 000 training rows) or on
-the full training set, both protocols (issue 15; Brogat-Motte et al., JMLR 2022, Table 7:
+the full training set, both protocols (Brogat-Motte et al., JMLR 2022, Table 7:
 Bibtex-2000 IOKR 35.9, RR 39.7 F1; Corel5k-2000 13.7, 16.1; full Bibtex RR 43.8 at p = 130,
 IOKR 44.0).
 
 Protocol
 --------
-- Data: Bibtex (``bench_bibtex.load``: standardised inputs) or Corel5k (mulan's sparse ARFF,
+- Data: Bibtex (``_common.load_bibtex``: standardised inputs) or Corel5k (mulan's sparse ARFF,
   499 binary features, 374 labels; the paper's Corel5k features differ), the first ``--n``
   training rows (``--n 0``: all), the whole test set; candidates = the unique training label
   vectors; metric: example-based F1 (``f1_samples``).
@@ -15,50 +15,45 @@ Protocol
 - Selection: 5-fold ``SISOKRCV`` on the training rows over λ ∈ ``--lams`` × p ∈ ``--ranks``
   plus full rank, scored by the surrogate error in H_Y (no decoding) and, separately, by the
   decoded F1 of each fold (``scoring="f1_samples"``).
-- Two protocols, as issue 15 asks: *tuned* — IOKR at its own best λ (full rank) and RR at its
+- Two protocols: *tuned* — IOKR at its own best λ (full rank) and RR at its
   best (λ, p); *shared λ* — IOKR at RR's λ (the paper's Table 7 reuses the RR λ for IOKR).
 - Decoding time of each (``predict`` over the candidates, features included), median of
   ``--repeats``.
 
 Writes the ``bibtex_rr`` section of RESULTS.md and results/bibtex_rr.jsonl (``corel5k_rr``
-for Corel5k; ``…_full`` for ``--n 0``).
+for Corel5k; ``…_full`` for ``--n 0``); not with ``--quick`` or ``--no-record``.
 
     python benchmarks/bench_bibtex_rr.py [--dataset bibtex|corel5k] [--n 2000] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
 
-from _common import record
-from bench_bibtex import data_dir, load
+from _common import data_path, load_bibtex, load_corel5k, parser, record, require
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, quick="300 training rows, 200 test rows, 1 decoding run", repeats=3,
+                repeats_help="decoding runs (median)")
     ap.add_argument("--dataset", choices=["bibtex", "corel5k"], default="bibtex")
     ap.add_argument("--n", type=int, default=2000, help="training rows (0: all)")
     ap.add_argument("--lams", type=float, nargs="+", default=[1e-6, 1e-5, 1e-4, 1e-3, 1e-2])
     ap.add_argument("--ranks", type=int, nargs="+", default=[10, 20, 40, 80, 130, 200])
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
-    folder = data_dir() if args.dataset == "bibtex" else data_dir().parent / "corel5k"
-    first = "bibtex-train.arff" if args.dataset == "bibtex" else "Corel5k-train-sparse.arff"
-    if not (folder / first).exists():
-        print(f"skipped: {args.dataset} data not found in {folder}")
-        return
+    first = ("bibtex", "bibtex-train.arff") if args.dataset == "bibtex" else (
+        "corel5k", "Corel5k-train-sparse.arff")
+    require(data_path(*first), f"{args.dataset} data")
     import distsketch as ds
     from distsketch.metrics import f1_samples
 
     if args.dataset == "bibtex":
-        X, Y, Xte, Yte = load(folder)
+        X, Y, Xte, Yte = load_bibtex()
         sx2 = 1e4
     else:
-        X, Y, Xte, Yte = load_corel5k(folder)
+        X, Y, Xte, Yte = load_corel5k()
     n = 300 if args.quick else (args.n or len(X))
     X, Y = X[:n], Y[:n]
     if args.dataset == "corel5k":
@@ -98,14 +93,12 @@ def main() -> None:
     rows.update(iokr_f1cv=evaluate(iokr_lam_f1, n), rr_f1cv=evaluate(rr_f1["lam"], rr_f1["rank"]))
     for k, v in rows.items():
         print(k, v, flush=True)
-    if args.quick:
-        return
 
     def line(name, r):
         p = "full" if r["rank"] >= n else r["rank"]
         return f"| {name} | {r['lam']:g} | {p} | {r['f1']:.1f} | {r['decode_s']:.2f} |"
 
-    full_set = n == len(load(folder)[0]) if args.dataset == "bibtex" else n == 4500
+    full_set = n == len(load_bibtex()[0]) if args.dataset == "bibtex" else n == 4500
     rows_text = "all" if full_set else f"the first {n}"
     paper = {("bibtex", False): "Paper (Table 7): IOKR 35.9, RR 39.7.",
              ("bibtex", True): "Paper (full Bibtex): IOKR 44.0, RR 43.8 at p = 130.",
@@ -129,18 +122,7 @@ def main() -> None:
           + f"\n\nCV time: surrogate {cv_s:.1f} s, decoded F1 {cv_f1_s:.1f} s.")
     section = f"{args.dataset}_rr" + ("_full" if full_set else "")
     record(section, md, {"rows": rows, "n": n, "cv_seconds": cv_s, "cv_f1_seconds": cv_f1_s,
-                         "lams": args.lams, "ranks": ranks, "sx2": sx2})
-
-
-def load_corel5k(folder):
-    """Mulan's Corel5k split: dense binary inputs (4500 × 499 and 500 × 499) and label
-    matrices (374 labels, the last attributes)."""
-    from distsketch.io.arff import load_arff
-
-    Xtr, Ytr = load_arff(folder / "Corel5k-train-sparse.arff", n_targets=374)
-    Xte, Yte = load_arff(folder / "Corel5k-test-sparse.arff", n_targets=374)
-    dense = lambda A: A.toarray() if hasattr(A, "toarray") else np.asarray(A)  # noqa: E731
-    return dense(Xtr), dense(Ytr), dense(Xte), dense(Yte)
+                         "lams": args.lams, "ranks": ranks, "sx2": sx2}, args=args)
 
 
 def median_sq_distance(X, sample: int = 1000) -> float:

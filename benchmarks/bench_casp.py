@@ -1,11 +1,11 @@
-"""CASP regression: SketchedKRR vs scikit-learn Nystroem + Ridge (issue "Performance").
+"""CASP regression: SketchedKRR vs scikit-learn Nystroem + Ridge.
 
 Targets, measured in the same run (this machine is shared and noisy): distsketch's fit wall
 time ≤ 1.0 × scikit-learn's, and test RMSE within 1 % of scikit-learn's.
 
 Protocol
 --------
-- Data: ``casp/CASP.csv`` of ``../shared/data`` (or ``$DISTSKETCH_DATA``): 45 730 proteins,
+- Data: ``casp/CASP.csv`` of the data folder (``_common.load_casp``): 45 730 proteins,
   target RMSD (column 0), 9 physicochemical features. One seeded permutation
   (``--split-seed``): 80 % training rows, the rest test. Features standardised with the
   training mean and standard deviation.
@@ -33,14 +33,14 @@ Protocol
 - Optional reference: exact KRR on a ``--exact-n``-row training subset, distsketch
   ``sketch=None`` vs scikit-learn ``KernelRidge(alpha=n_sub·λ)``.
 
-Writes the ``casp`` section of RESULTS.md and results/casp.jsonl (not with ``--quick``).
+Writes the ``casp`` section of RESULTS.md and results/casp.jsonl (not with ``--quick`` or
+``--no-record``).
 
-    python benchmarks/bench_casp.py [--m 1000] [--repeats 5] [--quick]
+    python benchmarks/bench_casp.py [--m 1000] [--repeats 5] [--quick] [--no-record]
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -57,28 +57,6 @@ import _common
 LAM_GRID = (1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9)
 GAMMA_ROWS = 2_000  # training rows of the median heuristic
 ICPT_DEFAULT = "Ridge(fit_intercept=True) (scikit-learn default)"
-
-
-def data_path() -> Path:
-    """``$DISTSKETCH_DATA/casp/CASP.csv``, else ``../shared/data/casp/CASP.csv``."""
-    root = os.environ.get("DISTSKETCH_DATA")
-    base = Path(root) if root else Path(__file__).resolve().parents[1].parent / "shared" / "data"
-    return base / "casp" / "CASP.csv"
-
-
-def load(path: Path, split_seed: int, n_rows: int | None):
-    """Standardised train / test split: ``(X, y, Xt, yt)``."""
-    A = np.loadtxt(path, delimiter=",", comments="#")
-    if n_rows is not None:  # --quick: a random subset of the rows
-        A = A[np.sort(np.random.default_rng(split_seed + 1).choice(len(A), n_rows, replace=False))]
-    y, X = A[:, 0], A[:, 1:]
-    perm = np.random.default_rng(split_seed).permutation(len(A))
-    n_train = int(0.8 * len(A))
-    tr, te = perm[:n_train], perm[n_train:]
-    mean, std = X[tr].mean(axis=0), X[tr].std(axis=0)
-    std[std == 0] = 1.0
-    Xs = (X - mean) / std
-    return Xs[tr], y[tr], Xs[te], y[te]
 
 
 def rmse(y: np.ndarray, p: np.ndarray) -> float:
@@ -277,24 +255,19 @@ def exact_subset(X, y, Xt, yt, *, gamma, n_sub, repeats, seed) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = _common.parser(__doc__, quick="6 000 rows, m = 300, 2 rounds (< 30 s)", repeats=5,
+                        repeats_help="timing rounds (≥ 3; medians reported)")
     ap.add_argument("--m", type=int, default=1000, help="landmarks (SubSampling(m) / n_components)")
-    ap.add_argument("--repeats", type=int, default=5, help="timing rounds (≥ 3; medians reported)")
     ap.add_argument("--split-seed", type=int, default=0)
     ap.add_argument("--exact-n", type=int, default=2000,
                     help="rows of the exact-KRR reference (0 to skip)")
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke run (< 30 s): 6 000 rows, m = 300, 2 rounds, nothing written")
     args = ap.parse_args()
 
-    path = data_path()
-    if not path.exists():
-        print(f"skipped: CASP data not found at {path} (set DISTSKETCH_DATA to the folder holding casp/)")
-        return
+    _common.require(_common.casp_path(), "CASP data")
     if args.quick:
         args.m, args.repeats, args.exact_n = 300, 2, 0
     t_start = time.perf_counter()
-    X, y, Xt, yt = load(path, args.split_seed, 6_000 if args.quick else None)
+    X, y, Xt, yt = _common.load_casp(args.split_seed, 6_000 if args.quick else None)
     n, m = len(X), args.m
     gamma, med = median_gamma(X, args.split_seed)
     gemm = _common.gemm_gflops()
@@ -358,9 +331,6 @@ def main() -> None:
               f"{exact['rmse_sk']:.4f}; ‖Δp‖/‖p‖ = {exact['rel_l2']:.1e}")
     total = time.perf_counter() - t_start
     print(f"total {total:.0f} s")
-    if args.quick:
-        print("quick run: RESULTS.md and results/casp.jsonl not written")
-        return
 
     rows = [(f"| distsketch `SketchedKRR(Gaussian(γ), sketch=SubSampling({m}))`, `store=None` | "
              f"{ds_['fit_s']:.2f} | – | {ds_['predict_s']:.2f} | {ds_['rmse']:.4f} |"),
@@ -422,7 +392,7 @@ def main() -> None:
             "time_ratio": time_ratio, "rmse_rel_diff": rmse_rel,
             "targets": {"time": pass_time, "rmse": pass_rmse}, "same_landmarks": eq, "exact": exact,
             "gemm_gflops": gemm, "total_s": total}
-    _common.record("casp", md, data)
+    _common.record("casp", md, data, args=args)
 
 
 if __name__ == "__main__":

@@ -8,16 +8,20 @@ the Nyström features and the SVD-stable ridge of the same features (``w = V Σ 
 Then the user-facing defaults: distsketch ``fit_intercept=True`` (centres y) vs ``Ridge()``
 with its intercept, for the current and the proposed options.
 
+Prints one JSON record per line; writes them to ``--out`` (and the prototype's to
+/tmp/casp_proto.jsonl) unless ``--no-record``. It writes no section: ENGINE.md's
+"casp_parity" notes are written by hand from these records.
+
     python benchmarks/bench_casp_parity.py --m 1000 2000 4000 --seeds 0 [--out results.jsonl]
     CASP_SEEDS=0,1 python benchmarks/bench_casp_parity.py --prototype 1000 2000 4000   # whiten-first prototype
 
-(DISTSKETCH_DATA=/work/shared/data when run from a worktree outside /work.)
+(Data: ``casp/CASP.csv`` of ``$DISTSKETCH_DATA``, else of ``../shared/data`` beside the clone.)
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+import os
 import sys
 import time
 import warnings
@@ -26,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
 import bench_casp as bc  # noqa: E402
 
 import distsketch as ds  # noqa: E402
@@ -51,13 +56,24 @@ def kept(model) -> tuple[int, str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = _common.parser(__doc__, quick="m = 200, seed 0, on 6 000 rows")
     ap.add_argument("--m", type=int, nargs="+", default=[1000, 2000, 4000])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--only", nargs="*", default=None, help="substrings of variant names to run")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--prototype", type=int, nargs="+", metavar="M", default=None,
+                    help="the whiten-first prototype at these m instead (seeds: $CASP_SEEDS)")
     args = ap.parse_args()
-    out = open(args.out, "a") if args.out else None
+    _common.require(_common.casp_path(), "CASP data")
+    if args.prototype:
+        prototype(args.prototype, [int(v) for v in os.environ.get("CASP_SEEDS", "0").split(",")],
+                  {1000: 1e-8, 2000: 1e-8, 4000: 1e-8},
+                  out=None if not _common.recording(args) else "/tmp/casp_proto.jsonl")
+        return
+    rows = 6_000 if args.quick else None
+    if args.quick:
+        args.m, args.seeds = [200], [0]
+    out = open(args.out, "a") if args.out and _common.recording(args) else None
 
     def emit(rec):
         print(json.dumps(rec), flush=True)
@@ -68,7 +84,7 @@ def main() -> None:
     from sklearn.kernel_approximation import Nystroem
     from sklearn.linear_model import Ridge
 
-    X, y, Xt, yt = bc.load(bc.data_path(), 0, None)
+    X, y, Xt, yt = _common.load_casp(0, rows)
     n = len(X)
     gamma, _ = bc.median_gamma(X, 0)
     rmse = bc.rmse
@@ -149,7 +165,7 @@ def main() -> None:
 
 
 def prototype(m_list, seeds, lam_of, out=None):
-    X, y, Xt, yt = bc.load(bc.data_path(), 0, None)
+    X, y, Xt, yt = _common.load_casp(0, None)
     n = len(X)
     gamma, _ = bc.median_gamma(X, 0)
     from scipy.spatial.distance import cdist
@@ -209,14 +225,6 @@ def prototype(m_list, seeds, lam_of, out=None):
 
 
 rmse = bc.rmse
-
-if __name__ == "__main__" and "--prototype" in sys.argv:
-    import os
-
-    prototype([int(a) for a in sys.argv[sys.argv.index("--prototype") + 1:]],
-              [int(v) for v in os.environ.get("CASP_SEEDS", "0").split(",")],
-              {1000: 1e-8, 2000: 1e-8, 4000: 1e-8}, out="/tmp/casp_proto.jsonl")
-    sys.exit(0)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
-"""New-user regression through the command line, kernel, λ and γ chosen by ``[select]`` (issue 16):
+"""New-user regression through the command line, kernel, λ and γ chosen by ``[select]``:
 rf1 (mulan, 8 targets, missing values) and the gas-turbine NOx target (UCI).
 
 Protocol
 --------
-- rf1: ``../shared/data/mtr/rf1-{train,test}.arff`` (4108 / 5017 rows, 64 features, 8 targets);
+- rf1: ``mtr/rf1-{train,test}.arff`` of the data folder (``_common.data_root``) (4108 / 5017 rows, 64 features, 8 targets);
   missing inputs set to the training means (``[data] missing = "impute-mean"``).
-- Gas turbine: ``../shared/data/gas_turbine_ppgas/gt_*.csv``, 9 ambient/process features,
+- Gas turbine: ``gas_turbine_ppgas/gt_*.csv``, 9 ambient/process features,
   target NOX (CO dropped, ``drop_columns``). Two protocols: the data set's own (train on
   2011–2013, 22 191 rows; test on 2014–2015, whose NOx level drifts), and all five years'
   rows shuffled (seed 0), 60 % train / 40 % test.
@@ -24,16 +24,14 @@ Protocol
   space.
 
 Writes the ``cli_regression`` section of RESULTS.md and results/cli_regression.jsonl (not with
-``--quick``).
+``--quick`` or ``--no-record``).
 
     python benchmarks/bench_cli_regression.py [--m 1000] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -42,10 +40,9 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import record
+from _common import data_root, parser, record
 
-DATA = Path(os.environ.get("DISTSKETCH_DATA") or
-            Path(__file__).resolve().parents[1].parent / "shared" / "data")
+DATA = data_root()
 LAMS = [1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8]
 KERNELS = ["gaussian", "linear"]  # [select] kernels: the γ grid applies to the Gaussian
 
@@ -202,9 +199,8 @@ def _rmse(Y, P) -> float:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, quick="m = 100, rf1 only")
     ap.add_argument("--m", type=int, default=1000)
-    ap.add_argument("--quick", action="store_true", help="m = 100, rf1 only, nothing written")
     ap.add_argument("--resume", metavar="LOG",
                     help="the printed output of an interrupted run (same --m): its data sets "
                          "are taken from it, the others measured")
@@ -232,7 +228,7 @@ def main(argv=None) -> None:
                          "n": len(X), "n_test": len(Xt), "d": X.shape[1],
                          "targets": Y.shape[1] if Y.ndim == 2 else 1}
         print(name, json.dumps(results[name]), flush=True)
-    if args.quick or not results:
+    if not results:
         return
     md = render(results, m)
     if args.resume:
@@ -240,7 +236,7 @@ def main(argv=None) -> None:
                f"limit (its printed output, `{args.resume}`, resumed here with `--resume`), the "
                f"rest by this one; the measuring code is the same.\n")
     record("cli_regression", md, {"m": m, "lams": LAMS, "results": results,
-                                  "resumed": args.resume})
+                                  "resumed": args.resume}, args=args)
 
 
 def resumed(log: str) -> dict:

@@ -9,6 +9,9 @@ tree, alternately (the order flips every repeat), on the threaded scheduler (als
 ``LocalCluster``. The base revision is checked out with ``git worktree`` into a
 temporary directory and imported through ``PYTHONPATH`` with the same virtualenv.
 
+Writes the ``compare`` section of ENGINE.md and results/compare.jsonl (not with ``--quick`` or
+``--no-record``).
+
     python benchmarks/bench_compare.py --base 8498ec0 [--repeats 5] [--n 200000]
 """
 
@@ -64,9 +67,8 @@ def child(mode: str, n: int, workdir: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = _common.parser(__doc__, quick="n = 20 000, 1 repeat", repeats=5)
     ap.add_argument("--base", help="git revision to compare with (required)")
-    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--n", type=int, default=200_000)
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -75,6 +77,8 @@ def main() -> None:
         return
     if not args.base:
         ap.error("--base: give the git revision to compare with")
+    if args.quick:
+        args.n, args.repeats = 20_000, 1
     base = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT, check=True,
                           capture_output=True, text=True).stdout.strip()
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
@@ -131,8 +135,8 @@ ratios show the run-to-run noise.
 |---|---:|---:|---:|---|
 {chr(10).join(rows)}
 """
-    print(md)
-    _common.record("compare", md, {"base": base, "this": this, "gemm_gflops": gemm, **data})
+    _common.record("compare", md, {"base": base, "this": this, "gemm_gflops": gemm, **data},
+                   args=args)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
-"""What cross-validation from one pass costs: SISOKRCV against one plain SISOKR fit (issue 15).
+"""What cross-validation from one pass costs: SISOKRCV against one plain SISOKR fit.
 
 Protocol
 --------
-- Data: Bibtex (``bench_bibtex.load``: 4 880 training rows, 1 836 → 159), the paper's SISOKR
+- Data: Bibtex (``_common.load_bibtex``: 4 880 training rows, 1 836 → 159), the paper's SISOKR
   setting: ``SubSampling(--m-in)`` in, ``PSparsified(--m-out, 20/n, gaussian)`` out,
   σ²_x = σ²_y = 1e4.
 - Plain: ``SISOKR(lam=1e-5)`` fit. CV: ``SISOKRCV(lams=10 values in [1e-7, 1e-3],
@@ -25,9 +25,9 @@ Protocol
   (``fit_pass``), the driver solve (``solve_sisokr``: whitening, for SISOKRCV the
   eigendecomposition of H), the fold scores (``sisokr_fold_scores``) and the rest; wall and
   process CPU seconds, medians over the fits.
-- Issue 15's target: 5 folds × 10 λ × 10 p in ≤ 2× one plain fit's time.
+- Target: 5 folds × 10 λ × 10 p in ≤ 2× one plain fit's time.
 
-Writes the ``cv`` section of RESULTS.md and results/cv.jsonl (not with ``--quick`` or
+Writes the ``cv`` section of ENGINE.md and results/cv.jsonl (not with ``--quick`` or
 ``--no-record``, which prints the section: runs on a loaded machine).
 
     python benchmarks/bench_cv.py [--repeats 3] [--fold-repeats 2] [--quick] [--no-record]
@@ -35,35 +35,26 @@ Writes the ``cv`` section of RESULTS.md and results/cv.jsonl (not with ``--quick
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
 import numpy as np
 
-from _common import record
-from bench_bibtex import data_dir, load
+from _common import bibtex_dir, load_bibtex, parser, record, require
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3)
+    ap = parser(__doc__, quick="800 training rows, m_in = 200, m_out = 40, 1 fit of each",
+                repeats=3, repeats_help="timed fits of each kind (median)")
     ap.add_argument("--m-in", type=int, default=2250)
     ap.add_argument("--m-out", type=int, default=200)
     ap.add_argument("--fold-repeats", type=int, default=2)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--no-record", action="store_true",
-                    help="print the section instead of writing RESULTS.md and results/cv.jsonl "
-                         "(a run on a loaded machine)")
     args = ap.parse_args()
-    folder = data_dir()
-    if not (folder / "bibtex-train.arff").exists():
-        print(f"skipped: Bibtex data not found in {folder}")
-        return
+    require(bibtex_dir() / "bibtex-train.arff", "Bibtex data")
     import distsketch as ds
     from distsketch.metrics import f1_samples
 
-    X, Y, Xte, Yte = load(folder)
+    X, Y, Xte, Yte = load_bibtex()
     if args.quick:
         rows = np.sort(np.random.default_rng(0).choice(len(X), 800, replace=False))
         X, Y, args.m_in, args.m_out, args.repeats = X[rows], Y[rows], 200, 40, 1
@@ -133,11 +124,9 @@ def main() -> None:
            "best_params": cv.best_params_, "plain_f1": f1_samples(Yte, plain.predict(Xte)),
            "cv_f1": f1_samples(Yte, cv.predict(Xte))}
     print(row, flush=True)
-    if args.quick:
-        return
     md = (f"Bibtex (n = {n}), SISOKR with SubSampling({args.m_in}) in and "
           f"PSparsified({args.m_out}, 20/n) out; medians of {args.repeats} fits from the raw "
-          f"rows. Issue 15's target: 5 folds × 10 λ × 10 p in ≤ 2× one plain fit. The driver "
+          f"rows. Target: 5 folds × 10 λ × 10 p in ≤ 2× one plain fit. The driver "
           f"runs single-threaded BLAS in every fit; SISOKRCV computes its folds' algebra "
           f"(per fold by the route `fold_route` picks: a pivoted Cholesky factor of G_k and a "
           f"Woodbury solve per λ, or the congruence P^T G_k P, one band reduction and a banded "
@@ -177,10 +166,7 @@ def main() -> None:
           f"{routes[-1]['fold0_factor_cpu_s']:.2f} CPU-s (an eigendecomposition of G_0 with vectors: "
           f"{routes[-1]['fold0_eigh_cpu_s']:.2f} CPU-s, "
           f"{routes[-1]['fold0_eigs_above_1e-13']} above 1e-13·max).")
-    if args.no_record:
-        print(md)
-        return
-    record("cv", md, {**row, "lams": lams, "ranks": ranks})
+    record("cv", md, {**row, "lams": lams, "ranks": ranks}, args=args)
 
 
 class part_timer:

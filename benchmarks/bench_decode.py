@@ -16,7 +16,10 @@ Reported: wall time, scores per second, the GEMM-equivalent rate ``2 r_Y`` flops
 next to numpy's float64 GEMM rate measured in the same run, peak RSS (target < 2 GiB), and
 top-1 / top-10 accuracy of recovering the hidden true fingerprint.
 
-    python benchmarks/bench_decode.py [--candidates 2000000] [--queries 1000]
+Writes the ``decode`` section of RESULTS.md and results/decode.jsonl (not with ``--quick`` or
+``--no-record``).
+
+    python benchmarks/bench_decode.py [--candidates 2000000] [--queries 1000] [--quick]
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ def child(root: str, mode: str, k: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = _common.parser(__doc__, quick="20 000 candidates, 50 queries")
     ap.add_argument("--candidates", type=int, default=2_000_000)
     ap.add_argument("--queries", type=int, default=1_000)
     ap.add_argument("--k", type=int, default=10)
@@ -114,6 +117,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         return child(args.child[0], args.child[1], args.k)
+    if args.quick:
+        args.candidates, args.queries = 20_000, 50
     root = Path(tempfile.mkdtemp(prefix="distsketch-decode-"))
     try:
         t = time.perf_counter()
@@ -154,7 +159,8 @@ def main() -> None:
           "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n" + table +
           f"\n\nPeak RSS target < 2 GiB: **{verdict}** (max {worst:.0f} MiB). Top-k: fraction of "
           f"queries whose hidden true fingerprint is ranked first / in the top 10.")
-    _common.record("decode", md, {"rows": rows, "gemm_gflops": gemm, "n_scores": n_scores})
+    _common.record("decode", md, {"rows": rows, "gemm_gflops": gemm, "n_scores": n_scores},
+                   args=args)
 
 
 if __name__ == "__main__":

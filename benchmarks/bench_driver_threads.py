@@ -1,8 +1,8 @@
-"""What the driver's BLAS-thread rule buys once the pass is over (issue 18, item 1).
+"""What the driver's BLAS-thread rule buys once the pass is over.
 
 Protocol
 --------
-- Data and model: Bibtex (``bench_bibtex.load``: 4 880 rows, 1 836 → 159), SISOKR with
+- Data and model: Bibtex (``_common.load_bibtex``: 4 880 rows, 1 836 → 159), SISOKR with
   ``SubSampling(--m-in)`` in and ``PSparsified(--m-out, 20/n, gaussian)`` out, σ²_x = σ²_y = 1e4,
   λ = 1e-5 (the paper's setting, as ``bench_bibtex.py``).
 - Three settings of ``distsketch.driver-threads`` (dask config): ``1``, the number of cores,
@@ -15,22 +15,20 @@ Protocol
 - Also: one Cholesky factorisation and one ``eigh`` of an m × m SPD matrix with 1 and with all
   BLAS threads (the rates the rule bets on), and the 1-minute load average at start and end.
 
-Writes the ``driver_threads`` section of RESULTS.md and results/driver_threads.jsonl
-(not with ``--quick``).
+Writes the ``driver_threads`` section of ENGINE.md and results/driver_threads.jsonl
+(not with ``--quick`` or ``--no-record``).
 
     python benchmarks/bench_driver_threads.py [--repeats 3] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
 import numpy as np
 
-from _common import record
-from bench_bibtex import data_dir, load
+from _common import bibtex_dir, load_average, load_bibtex, parser, record, require
 
 
 def _factor_times(m: int, threads: int) -> tuple[float, float]:
@@ -54,16 +52,12 @@ def _factor_times(m: int, threads: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3)
+    ap = parser(__doc__, quick="600 training rows, m_in = 200, m_out = 40, 1 round", repeats=3,
+                repeats_help="rounds (rotated order; medians reported)")
     ap.add_argument("--m-in", type=int, default=2250)
     ap.add_argument("--m-out", type=int, default=200)
-    ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
-    folder = data_dir()
-    if not (folder / "bibtex-train.arff").exists():
-        print(f"skipped: Bibtex data not found in {folder}")
-        return
+    require(bibtex_dir() / "bibtex-train.arff", "Bibtex data")
     import dask
 
     import distsketch as ds
@@ -71,8 +65,8 @@ def main() -> None:
     import distsketch.options as options
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    load_start = os.getloadavg()[0]
-    X, Y, _, _ = load(folder)
+    load_start = load_average()
+    X, Y, _, _ = load_bibtex()
     if args.quick:
         X, Y, args.m_in, args.m_out, args.repeats = X[:600], Y[:600], 200, 40, 1
     n = len(X)
@@ -126,14 +120,14 @@ def main() -> None:
     m = args.m_in
     f1 = _factor_times(m, 1)
     fk = _factor_times(m, cores)
-    load_end = os.getloadavg()[0]
+    load_end = load_average()
     med = {s: (float(np.median([a for a, _ in v])), float(np.median([b for _, b in v])))
            for s, v in times.items()}
     rows = [f"| {s if s != 'auto' else 'auto (chose ' + ', '.join(map(str, chosen)) + ')'} "
             f"| {med[s][0]:.2f} | {med[s][1]:.2f} | {med[1][1] / med[s][1]:.2f}× |"
             for s in settings]
     md = (
-        f"Bibtex (n = {n}, dense standardised rows: `bench_bibtex.load`), SISOKR with SubSampling({m}) in and PSparsified({args.m_out}, 20/n) "
+        f"Bibtex (n = {n}, dense standardised rows: `_common.load_bibtex`), SISOKR with SubSampling({m}) in and PSparsified({args.m_out}, 20/n) "
         f"out, λ = 1e-5; medians of {args.repeats} rounds (rotated order). Driver = "
         f"`SISOKR._solve` + `_update_coef` (whitening route, factorisations, basis products), "
         f"after the pass. `distsketch.driver-threads` = 1, {cores} (all cores) and \"auto\" "
@@ -144,13 +138,11 @@ def main() -> None:
         f"The rates the rule bets on, same run (m = {m}, SPD): Cholesky {f1[0]:.3f} s with one "
         f"BLAS thread, {fk[0]:.3f} s with {cores} ({f1[0] / fk[0]:.2f}×); eigh {f1[1]:.2f} s vs "
         f"{fk[1]:.2f} s ({f1[1] / fk[1]:.2f}×).\n")
-    print(md)
-    if not args.quick:
-        record("driver_threads", md, {"n": n, "m_in": m, "m_out": args.m_out, "cores": cores,
-                                       "median": {str(k): v for k, v in med.items()},
-                                       "auto_chose": chosen, "cholesky_s": [f1[0], fk[0]],
-                                       "eigh_s": [f1[1], fk[1]],
-                                       "load_average": [load_start, load_end]})
+    record("driver_threads", md, {"n": n, "m_in": m, "m_out": args.m_out, "cores": cores,
+                                   "median": {str(k): v for k, v in med.items()},
+                                   "auto_chose": chosen, "cholesky_s": [f1[0], fk[0]],
+                                   "eigh_s": [f1[1], fk[1]],
+                                   "load_average": [load_start, load_end]}, args=args)
 
 
 if __name__ == "__main__":

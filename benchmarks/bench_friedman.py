@@ -1,5 +1,5 @@
 """κ-Huber on Friedman #1 with outliers: test error and time against m and the sketch's p
-(the synthetic study of El Ahmad, Laforgue & d'Alché-Buc, TMLR 2023, Fig. 1; issue 14).
+(the synthetic study of El Ahmad, Laforgue & d'Alché-Buc, TMLR 2023, Fig. 1).
 
 Protocol (ours; the paper's figure is the model, not its exact settings)
 -------------------------------------------------------------------------
@@ -18,20 +18,19 @@ Protocol (ours; the paper's figure is the model, not its exact settings)
   wall time (median), sweeps (median).
 
 Writes the ``friedman`` section of RESULTS.md and results/friedman.jsonl (not with
-``--quick``).
+``--quick`` or ``--no-record``).
 
     python benchmarks/bench_friedman.py [--n 10000] [--ms 50 100 200 400 800] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 import warnings
 
 import numpy as np
 
-from _common import record
+from _common import parser, record
 
 
 def make_data(n, n_test, outliers, seed):
@@ -62,7 +61,7 @@ def sketches(m, ps):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, quick="n = 1 000, 500 test rows, m = 50, 1 seed")
     ap.add_argument("--n", type=int, default=10000)
     ap.add_argument("--n-test", type=int, default=5000)
     ap.add_argument("--ms", type=int, nargs="+", default=[50, 100, 200, 400, 800])
@@ -72,7 +71,6 @@ def main() -> None:
     ap.add_argument("--lam", type=float, default=1e-5)
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     import distsketch as ds
     from distsketch.losses import Huber
@@ -104,8 +102,6 @@ def main() -> None:
                        "seconds": float(np.median(secs)), "sweeps": int(np.median(sweeps))}
                 rows.append(row)
                 print(row, flush=True)
-    if args.quick:
-        return
     names = [name for name, _ in sketches(ms[0], args.p)]
     lines = []
     for loss_name in ("κ-Huber", "squared"):
@@ -127,7 +123,7 @@ def main() -> None:
           f"{len(seeds)} sketch seeds, median fit time. The paper's Fig. 1 shows the same "
           f"shape of study (κ-Huber, error and time against m and p).\n\n" + "\n".join(lines))
     record("friedman", md, {"rows": rows, "gamma": gamma, "kappa": args.kappa,
-                            "lam": args.lam, "outliers": args.outliers, "n": n})
+                            "lam": args.lam, "outliers": args.outliers, "n": n}, args=args)
 
 
 if __name__ == "__main__":

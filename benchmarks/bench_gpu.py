@@ -11,7 +11,7 @@ Roofline of the GPU pass: the slower of the GEMM-bound time (kernel GEMM ``2·n�
 ``G = CᵀC`` ``2·n·m²``, both float64 on the device, plus ``b = Cᵀy``, at the float64 GEMM rate
 measured in this run) and the exp-bound time (``n·m`` float32 exponentials at the measured
 ``cupy.exp`` rate). Decoding's reference is the measured float32 GEMM rate (``2·q·c·r``
-flops). Targets (issue 17): pass ≥ 60 % of the roofline, ≥ 20× the CPU path on the same
+flops). Targets: pass ≥ 60 % of the roofline, ≥ 20× the CPU path on the same
 machine, decoding ≥ 50 % of the float32 GEMM rate; printed with PASS/FAIL.
 
 Sparse rows on the device (section ``gpu_sparse``): the crossover density behind
@@ -40,13 +40,13 @@ check the script end to end — those "device" times are host times and are labe
 
 ``--json PATH`` also writes the figures as JSON to PATH (rewritten after each sparse-rows
 measurement, with ``"complete": false`` until the run ends, so a run cut short keeps what it
-measured); ``--no-record`` leaves benchmarks/RESULTS.md and results/ alone (a borrowed
-machine's copy of the tree: benchmarks/gpu_check.sh passes both).
+measured); ``--no-record`` leaves benchmarks/RESULTS.md, ENGINE.md and results/ alone (a
+borrowed machine's copy of the tree: benchmarks/gpu_check.sh passes both). Sections: ``gpu``
+(RESULTS.md) and ``gpu_sparse`` (ENGINE.md).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -267,7 +267,9 @@ def decode_seconds(q: int, c: int, r: int, k: int, backend: str, candidate_rows:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = _common.parser(__doc__, quick="n = 20 000, m = 200, 50 × 20 000 decoding, one sparse "
+                        "shape", repeats=5,
+                        repeats_help="timed repetitions of each sparse-rows block fill (median)")
     ap.add_argument("--n", default="1000000,10000000", help="training rows, comma-separated")
     ap.add_argument("--m", default="1000,4000", help="sketch sizes, comma-separated")
     ap.add_argument("--queries", type=int, default=1000)
@@ -277,18 +279,12 @@ def main() -> None:
                     help="EngineOptions.block_memory of the GPU fits (bytes)")
     ap.add_argument("--gpu-threads", type=int, default=2,
                     help="threads of the scheduler feeding the one GPU")
-    ap.add_argument("--quick", action="store_true",
-                    help="n = 20 000, m = 200, 50 × 20 000 decoding, nothing recorded")
     ap.add_argument("--sparse-only", action="store_true",
                     help="only the sparse-rows crossover (section gpu_sparse)")
     ap.add_argument("--densities", default=SPARSE_DENSITIES,
                     help="densities of the sparse-rows crossover, comma-separated")
-    ap.add_argument("--repeats", type=int, default=5,
-                    help="timed repetitions of each sparse-rows block fill (median)")
     ap.add_argument("--json", metavar="PATH",
                     help="also write the figures as JSON to PATH (partial ones while running)")
-    ap.add_argument("--no-record", action="store_true",
-                    help="write nothing under benchmarks/ (RESULTS.md, results/*.jsonl)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     import dask
@@ -359,7 +355,8 @@ SpMM against dense: """
 {dcuda.DEVICE_SPARSE_MAX_DENSITY} during this run (set it to the smallest sparse×sparse
 crossover; if SpMM wins by far, densify the landmarks' operand on the device instead).
 
-""" + sparse_md, {"machine_gpu": machine, "rows": sparse_rows_s, "crossover": sparse_cross})
+""" + sparse_md, {"machine_gpu": machine, "rows": sparse_rows_s, "crossover": sparse_cross},
+                       args=args)
     if args.sparse_only:
         write_json(args.json, {**out, "complete": True})
         if args.quick or args.no_record:
@@ -430,7 +427,7 @@ Decoding {q} queries × {c:,} candidates (r = {r}, k = 10, precomputed features)
 CPU {c_dec:.2f} s.
 """
     _common.record("gpu", md, {"machine_gpu": machine, "roofline": roof, "pass": results,
-                               "decode": dec})
+                               "decode": dec}, args=args)
 
 
 if __name__ == "__main__":

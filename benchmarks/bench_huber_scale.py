@@ -1,4 +1,4 @@
-"""A large κ-Huber fit (issue 14): time, passes and peak RSS against n, d = 20 outputs.
+"""A large κ-Huber fit: time, passes and peak RSS against n, d = 20 outputs.
 
 Protocol
 --------
@@ -12,7 +12,7 @@ Protocol
   gap, peak RSS, and the RSS of the stored ``C`` it would take to hold in memory.
 
 Writes the ``huber_scale`` section of RESULTS.md and results/huber_scale.jsonl (not with
-``--quick``).
+``--quick`` or ``--no-record``).
 
     python benchmarks/bench_huber_scale.py [--sizes 100000 1000000] [--m 1000] [--quick]
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import peak_rss_mib, record, run_child
+from _common import parser, peak_rss_mib, record, run_child
 
 D_IN, D_OUT = 10, 20
 ROOT = Path(__file__).resolve().parent.parent / ".benchmarks-tmp"
@@ -78,10 +78,9 @@ def child(n: int, m: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, quick="n = 20 000, m = 200")
     ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--m", type=int, default=1000)
-    ap.add_argument("--quick", action="store_true")
     ap.add_argument("--child", nargs=2, type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -95,17 +94,15 @@ def main() -> None:
         shutil.rmtree(ROOT / f"huber-{n}", ignore_errors=True)
         rows.append(row)
         print(row, flush=True)
-    if args.quick:
-        return
     lines = ["| n | fit (s) | passes (pass + sweeps) | certified relative gap | peak RSS (MiB) | "
              "C on disk (MiB, float32) |", "|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['n']} | {r['fit_s']:.1f} | {r['passes']} (1 + {r['sweeps']}) | "
                      f"{r['rel_gap']:.1e} | {r['peak_rss_mib']:.0f} | {r['C_mib']:.0f} |")
     md = (f"κ-Huber (κ = 1), d = {D_OUT} outputs, m = {m}, zarr input on local disk, store on "
-          f"local disk. Issue 14's target: a 1e6-row fit in < 5 minutes with flat peak RSS.\n\n"
+          f"local disk. Target: a 1e6-row fit in < 5 minutes with flat peak RSS.\n\n"
           + "\n".join(lines))
-    record("huber_scale", md, {"rows": rows})
+    record("huber_scale", md, {"rows": rows}, args=args)
 
 
 if __name__ == "__main__":

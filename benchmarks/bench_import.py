@@ -1,4 +1,4 @@
-"""Start-up cost: ``import distsketch`` and ``distsketch --help`` (issue 16).
+"""Start-up cost: ``import distsketch`` and ``distsketch --help``.
 
 Protocol
 --------
@@ -13,25 +13,25 @@ the machine's load hits every command alike, ``--repeats`` times; medians report
 - ``python -m distsketch --help`` and ``--version``: the CLI's start, against the bare
   interpreter.
 
-Targets (issue 16): ``import distsketch`` ≤ 1.0 s beyond its dependencies; ``--help`` ≤ 0.5 s
+Targets: ``import distsketch`` ≤ 1.0 s beyond its dependencies; ``--help`` ≤ 0.5 s
 beyond Python's own start. Also listed: whether scikit-learn / distributed were imported, by
 the import and by a first (tiny) fit and prediction, and what importing distributed costs.
 
-Writes the ``import`` section of RESULTS.md and results/import.jsonl (not with ``--quick``).
+Writes the ``import`` section of RESULTS.md and results/import.jsonl (not with ``--quick`` or
+``--no-record``).
 
     python benchmarks/bench_import.py [--repeats 9] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
 import sys
 import time
 
-from _common import record
+from _common import parser, record
 
 DEPS = "import numpy, scipy.linalg, scipy.sparse, dask.array, zarr"
 COMMANDS = {
@@ -65,9 +65,8 @@ def _time(args: list[str]) -> float:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=9)
-    ap.add_argument("--quick", action="store_true", help="2 repeats, nothing written")
+    ap = parser(__doc__, quick="2 repeats", repeats=9,
+                repeats_help="runs of each command, interleaved (medians reported)")
     args = ap.parse_args(argv)
     repeats = 2 if args.quick else args.repeats
     times: dict[str, list[float]] = {k: [] for k in COMMANDS}
@@ -88,8 +87,6 @@ def main(argv=None) -> None:
                       "estimators_beyond_deps_s": used, "help_beyond_python_s": cli,
                       "first_fit_beyond_deps_s": fit, "distributed_beyond_deps_s": dist,
                       "imported": loaded, "imported_by_a_fit": fit_loaded}, indent=1))
-    if args.quick:
-        return
     rows = "\n".join(f"| {k} | {v:.3f} |" for k, v in med.items())
     md = f"""Fresh interpreters, commands interleaved, medians of {repeats} runs (seconds).
 
@@ -105,14 +102,14 @@ def main(argv=None) -> None:
 - Modules loaded by `import distsketch`: {", ".join(f"{k} {'yes' if v else 'no'}" for k, v in loaded.items())}.
 - A first fit and prediction (`SISOKR` on 300 rows, the estimators' imports included) beyond
   the dependencies: **{fit:.3f} s**; modules it loaded: {", ".join(f"{k} {'yes' if v else 'no'}" for k, v in fit_loaded.items())}.
-  Importing `distributed` (what dask's own scheduler lookup did on a first computation,
-  before `engine.local_scheduler`) costs **{dist:.3f} s** beyond the dependencies.
+  Importing `distributed` (which a fit without a cluster does not do: `engine.local_scheduler`)
+  costs **{dist:.3f} s** beyond the dependencies.
 """
     record("import", md, {"median_s": med, "import_beyond_deps_s": own,
                           "estimators_beyond_deps_s": used,
                           "help_beyond_python_s": cli, "first_fit_beyond_deps_s": fit,
                           "distributed_beyond_deps_s": dist, "imported": loaded,
-                          "imported_by_a_fit": fit_loaded, "repeats": repeats})
+                          "imported_by_a_fit": fit_loaded, "repeats": repeats}, args=args)
 
 
 if __name__ == "__main__":

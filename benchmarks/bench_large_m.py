@@ -1,4 +1,4 @@
-"""Large m: ``SketchedKRR(solver="pcg")`` (Falkon's PCG) against the direct route (issue 18).
+"""Large m: ``SketchedKRR(solver="pcg")`` (Falkon's PCG) against the direct route.
 
 Synthetic regression, d = 20, ``X ~ N(0, I)``, ``y = sin(X w) + 0.1·noise`` (w = 1/√d),
 Gaussian kernel γ = 1/(2d), ``SubSampling(m)`` landmarks, λ = 1e-6, default engine options
@@ -19,8 +19,11 @@ Gaussian kernel γ = 1/(2d), ``SubSampling(m)`` landmarks, λ = 1e-6, default en
     m = 1 000 and 5 000 for comparison. Long (targets: ≤ 20 min, ≤ 8 GB).
 
 (c) ``--part none --probe --n 200000``: one PCG pass's wall time per kernel value at
-    m = ``--probe-m`` (20 000), with ``gram_product``'s cache-sized tiles against the former
-    fixed 256 rows, alternated (a few iterations each; the section keeps the last (a), (b)).
+    m = ``--probe-m`` (20 000), with ``gram_product``'s cache-sized tiles against fixed
+    256-row tiles, alternated (a few iterations each; the section keeps the last (a), (b)).
+
+Writes the ``large_m`` section of RESULTS.md and results/large_m.jsonl (not with ``--quick``
+or ``--no-record``).
 
     python benchmarks/bench_large_m.py [--n 100000] [--ms 2000 4000 ...]
                                        [--part a|b|ab|none] [--probe] [--quick]
@@ -80,9 +83,8 @@ def pass_flops(n: int, m: int) -> float:
 
 
 def rates() -> tuple[float, float]:
-    from bench_pass import exp_rate_all_cores
-
-    return _common.gemm_gflops(repeats=3), exp_rate_all_cores(repeats=3, dtype=np.float32)
+    return (_common.gemm_gflops(repeats=3),
+            _common.exp_rate_all_cores(repeats=3, dtype=np.float32))
 
 
 def part_a(args, report=None) -> dict:
@@ -215,14 +217,14 @@ def part_b(args) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = _common.parser(__doc__, quick="part (a) at n = 4 000, m = 100 and 200")
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--n-b", type=int, default=1_000_000)
     ap.add_argument("--ms", type=int, nargs="+", default=[2000, 4000, 6000, 8000, 10_000])
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--tol-b", type=float, default=None,
-                    help="(b): PCG tolerance of the largest m (default --tol); see RESULTS.md's "
-                         "notes for the test RMSE of each iterate against the tolerance")
+                    help="(b): PCG tolerance of the largest m (default --tol); see (d) of the "
+                         "section for the test RMSE against the tolerance")
     ap.add_argument("--part", default="a", choices=["a", "b", "ab", "none"])
     ap.add_argument("--block-dtype", default="float32", choices=["float32", "float64"],
                     help="kernel blocks' dtype (the engine's default float32; float64 shows how "
@@ -238,7 +240,6 @@ def main() -> None:
                     help="(d): PCG fits at n = --n, m = --tols-m for each of these tolerances: "
                          "iterations and test RMSE against the smallest tolerance's")
     ap.add_argument("--tols-m", type=int, default=4000)
-    ap.add_argument("--quick", action="store_true", help="n = 4000, m = 100, 200; no RESULTS.md")
     ap.add_argument("--ms-b", type=int, nargs="+", default=[1000, 5000, 20_000],
                     help="m of part (b): the largest with PCG, the others with solver='auto'")
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
@@ -253,9 +254,9 @@ def main() -> None:
     out = {"n": args.n, "n_b": args.n_b, "d": D, "lam": LAM, "tol": args.tol,
            "block_dtype": args.block_dtype}
 
-    def partial(a):
-        if not args.quick:
-            write({**out, "a": a, "partial": True})
+    def partial(a):  # written after each m: a run cut short keeps what it measured
+        if _common.recording(args):
+            write({**out, "a": a, "partial": True}, args)
 
     if "a" in args.part:
         out["a"] = part_a(args, report=partial if len(args.ms) > 1 else None)
@@ -265,8 +266,7 @@ def main() -> None:
         out["probe"] = probe(args)
     if args.tols:
         out["tols"] = tolerances(args)
-    if not args.quick:
-        write(out)
+    write(out, args)
 
 
 def last_grid(part: str = "a") -> tuple[str | None, dict | None]:
@@ -289,7 +289,7 @@ def _with_last(out: dict, part: str) -> dict:
     return out if rec is None else {**out, part: {**rec[part], "date": date}}
 
 
-def write(out: dict) -> None:
+def write(out: dict, args) -> None:
     """Replace RESULTS.md's ``large_m`` section (and append the record) with ``out``."""
     measured = out  # the record holds this run's parts only, not the ones shown from earlier runs
     md = [f"Synthetic d = {D}, Gaussian γ = 1/(2d), SubSampling(m), λ = {LAM:g}, "
@@ -363,7 +363,7 @@ def write(out: dict) -> None:
         md.append(f"\n(c) `--probe`: one PCG pass's cost at n = {pr['n']:,}, m = {pr['m']:,} "
                   f"({pr['iterations']} iterations, float32 blocks): median wall time of the "
                   "passes after the first, per kernel value, with `gram_product`'s tiles sized "
-                  "to the cache (`sweep.PRODUCT_TILE_BYTES`) and with the former fixed 256 rows "
+                  "to the cache (`sweep.PRODUCT_TILE_BYTES`) and with fixed 256-row tiles "
                   "(alternated fits)" + (f" (from the run of {pr['date']})" if pr.get("date")
                                          else "") + "\n\n| tiles | fit (s) | s / pass | ns per value (wall) |\n"
                   "|---|---|---|---|")
@@ -381,7 +381,7 @@ def write(out: dict) -> None:
         for r in tl["rows"]:
             md.append(f"| {r['tol']:g} | {r['iterations']} | {r['seconds']:.1f} | "
                       f"{r['rmse']:.6f} | {r['rmse_rel_diff']:.1e} |")
-    _common.record("large_m", "\n".join(md), measured)
+    _common.record("large_m", "\n".join(md), measured, args=args)
 
 
 if __name__ == "__main__":

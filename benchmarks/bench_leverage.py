@@ -1,8 +1,8 @@
-"""Leverage-score sub-sampling against uniform sub-sampling at equal m (issue 15).
+"""Leverage-score sub-sampling against uniform sub-sampling at equal m.
 
 Protocol
 --------
-- Two data sets: CASP (``bench_casp.load``: 80/20 split, standardised features; the first
+- Two data sets: CASP (``_common.load_casp``: 80/20 split, standardised features; the first
   ``--n`` training rows, the whole test set; γ = 1/median distance²) and a synthetic set with a
   very non-uniform input density: 95 % of the rows in a tight cluster ``N(0, 0.3²)`` and 5 % in
   a wide one ``N(4, 2²)`` (2-D), target ``sin(2 x₁) + cos(x₂)`` plus noise 0.1, test rows drawn
@@ -12,22 +12,23 @@ Protocol
   ``d_eff log d_eff = m``, defensive mixture with uniform weights), for each m in ``--ms`` and
   ``--seeds`` seeds; the model's λ = ``--lam``. Reported: test RMSE (mean ± std over seeds) and the fit's
   wall time (median; the leverage-score walk is included).
-- With matplotlib, the accuracy-vs-m plot goes to ``results/leverage_vs_m.png``.
+- With matplotlib, the accuracy-vs-m plot goes to ``results/leverage_vs_m.png`` (not with
+  ``--quick`` or ``--no-record``).
 
-Writes the ``leverage`` section of RESULTS.md and results/leverage.jsonl (not with ``--quick``).
+Writes the ``leverage`` section of RESULTS.md and results/leverage.jsonl (not with ``--quick``
+or ``--no-record``).
 
     python benchmarks/bench_leverage.py [--n 20000] [--ms 25 50 100 200 400] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
 
-from _common import RESULTS_DIR, record
-from bench_casp import data_path, load, median_gamma
+from _common import RESULTS_DIR, casp_path, load_casp, parser, record, recording
+from bench_casp import median_gamma
 
 
 def synthetic(n, n_test, seed):
@@ -65,26 +66,48 @@ def run(name, X, y, Xt, yt, gamma, ms, seeds, lam):
     return rows
 
 
+def plot(rows) -> list[str]:
+    """The accuracy-vs-m plot to results/leverage_vs_m.png (with matplotlib): its link line."""
+    try:
+        import matplotlib
+    except ImportError:
+        return []
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    datas = list(dict.fromkeys(r["data"] for r in rows))
+    fig, axes = plt.subplots(1, len(datas), figsize=(5 * len(datas), 3.5))
+    for ax, data in zip(np.atleast_1d(axes), datas):
+        for label in ("SubSampling", "LeverageScores"):
+            sel = [r for r in rows if r["data"] == data and r["sketch"] == label]
+            ax.errorbar([r["m"] for r in sel], [r["rmse"] for r in sel],
+                        yerr=[r["rmse_std"] for r in sel], marker="o", label=label)
+        ax.set_xscale("log")
+        ax.set_xlabel("m")
+        ax.set_ylabel("test RMSE")
+        ax.set_title(data)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS_DIR / "leverage_vs_m.png", dpi=110)
+    return ["Plot: [results/leverage_vs_m.png](results/leverage_vs_m.png)."]
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, quick="n = 1 000, m = 25, 1 seed (CASP: 3 000 rows)")
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--ms", type=int, nargs="+", default=[25, 50, 100, 200, 400])
     ap.add_argument("--lam", type=float, default=1e-6)
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     ms = [25] if args.quick else args.ms
     seeds = range(1 if args.quick else args.seeds)
     n = 1000 if args.quick else args.n
     rows = run("synthetic", *synthetic(n, 5000, 0), 0.5, ms, seeds, args.lam)
-    path = data_path()
-    if path.exists():
-        X, y, Xt, yt = load(path, 0, 3000 if args.quick else None)
+    if casp_path().exists():
+        X, y, Xt, yt = load_casp(0, 3000 if args.quick else None)
         X, y = X[:n], y[:n]
         gamma, _ = median_gamma(X, 0)
         rows += run("CASP", X, y, Xt, yt, gamma, ms, seeds, args.lam)
-    if args.quick:
-        return
     lines = []
     for data in dict.fromkeys(r["data"] for r in rows):
         lines += [f"**{data}**: test RMSE (fit seconds)", "",
@@ -96,36 +119,15 @@ def main() -> None:
                           and r["sketch"] == label) for m in ms]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         lines.append("")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        datas = list(dict.fromkeys(r["data"] for r in rows))
-        fig, axes = plt.subplots(1, len(datas), figsize=(5 * len(datas), 3.5))
-        for ax, data in zip(np.atleast_1d(axes), datas):
-            for label in ("SubSampling", "LeverageScores"):
-                sel = [r for r in rows if r["data"] == data and r["sketch"] == label]
-                ax.errorbar([r["m"] for r in sel], [r["rmse"] for r in sel],
-                            yerr=[r["rmse_std"] for r in sel], marker="o", label=label)
-            ax.set_xscale("log")
-            ax.set_xlabel("m")
-            ax.set_ylabel("test RMSE")
-            ax.set_title(data)
-            ax.legend()
-        fig.tight_layout()
-        fig.savefig(RESULTS_DIR / "leverage_vs_m.png", dpi=110)
-        lines.append("Plot: [results/leverage_vs_m.png](results/leverage_vs_m.png).")
-    except ImportError:
-        pass
+    if recording(args):
+        lines += plot(rows)
     md = (f"SketchedKRR with uniform sub-sampling against approximate ridge-leverage-score "
           f"sub-sampling (`LeverageScores(m)`: uniform dictionary of 4m rows, the scores' λ "
           f"from d_eff log d_eff = m, half uniform weights) at equal m; the model's "
           f"λ = {args.lam:g}; n = {n} training rows; mean ± std over {len(seeds)} seeds, "
           f"median fit time (the score walk included). Synthetic: 95 % of the rows in a tight "
           f"cluster, 5 % in a wide one.\n\n" + "\n".join(lines))
-    record("leverage", md, {"rows": rows, "lam": args.lam, "n": n})
+    record("leverage", md, {"rows": rows, "lam": args.lam, "n": n}, args=args)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Lipschitz-loss machines against what users run today (issue 14): scikit-learn's SVR on CASP.
+"""Lipschitz-loss machines against what users run today: scikit-learn's SVR on CASP.
 
 Protocol
 --------
@@ -18,21 +18,20 @@ Protocol
   sweeps (``EngineOptions.sweep_memory``).
 
 Writes the ``lipschitz_svr`` section of RESULTS.md and results/lipschitz_svr.jsonl
-(not with ``--quick``).
+(not with ``--quick`` or ``--no-record``).
 
     python benchmarks/bench_lipschitz.py [--sizes 5000 10000 20000] [--m 200 1000] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 import warnings
 
 import numpy as np
 
-from _common import record
-from bench_casp import data_path, load, median_gamma
+from _common import casp_path, load_casp, parser, record, require
+from bench_casp import median_gamma
 
 C_SVR = 1.0
 EPSILON = 0.5
@@ -67,19 +66,15 @@ def _median_fit(fit, repeats):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, quick="3 000 CASP rows, n = 1 000, m = 200, 1 run", repeats=3,
+                repeats_help="fits of each (median time)")
     ap.add_argument("--sizes", type=int, nargs="+", default=[5000, 10000, 20000])
     ap.add_argument("--m", type=int, nargs="+", default=[200, 300, 1000])
     ap.add_argument("--tol", type=float, default=1e-3)
-    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--split-seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
-    path = data_path()
-    if not path.exists():
-        print(f"skipped: {path} not found")
-        return
-    X, y, Xt, yt = load(path, args.split_seed, 3000 if args.quick else None)
+    require(casp_path(), "CASP data")
+    X, y, Xt, yt = load_casp(args.split_seed, 3000 if args.quick else None)
     sizes = [min(s, len(X)) for s in ([1000] if args.quick else args.sizes)]
     ms = [min(args.m[0], 200)] if args.quick else args.m
     repeats = 1 if args.quick else args.repeats
@@ -97,8 +92,6 @@ def main() -> None:
                    "rel_gap": float(ds_est.duality_gap_ / ds_est.objective_)}
             rows.append(row)
             print(row, flush=True)
-    if args.quick:
-        return
     lines = ["| n | m | SVR fit (s) | distsketch fit (s) | speed-up | SVR test MAE | distsketch "
              "test MAE | MAE difference | sweeps | certified relative gap |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -112,10 +105,10 @@ def main() -> None:
           f"subsets; distsketch `SketchedRegressor(loss=EpsilonInsensitive({EPSILON}), "
           f"sketch=SubSampling(m), lam=1/(C n), tol={args.tol})` (no store: the blocks held in "
           f"memory for the sweeps) vs scikit-learn `SVR` (libsvm, exact kernel); fit times "
-          f"are medians of {repeats} runs. Issue 14's target at n = 20 000: ≥ 20× faster with "
+          f"are medians of {repeats} runs. Target at n = 20 000: ≥ 20× faster with "
           f"test MAE within 2 %.\n\n" + "\n".join(lines))
     record("lipschitz_svr", md, {"rows": rows, "tol": args.tol, "epsilon": EPSILON, "C": C_SVR,
-                                 "repeats": repeats})
+                                 "repeats": repeats}, args=args)
 
 
 if __name__ == "__main__":

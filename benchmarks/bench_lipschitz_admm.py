@@ -1,4 +1,4 @@
-"""ADMM against Newton for a κ-Huber fit at large m (issue 14, ``SketchedRegressor(solver=)``).
+"""ADMM against Newton for a κ-Huber fit at large m (``SketchedRegressor(solver=)``).
 
 Protocol
 --------
@@ -12,10 +12,11 @@ Protocol
   and certified relative duality gap, each fit's peak RSS (its process), the time of the
   first fit (pass + Newton) and the 1-minute load average before and after.
 
-Writes the ``lipschitz_admm`` section of RESULTS.md and results/lipschitz_admm.jsonl at
+Writes the ``lipschitz_admm`` section of ENGINE.md and results/lipschitz_admm.jsonl at
 n = 20 000; at another n its own section ``lipschitz_admm_<n>`` (n = 10⁵: ``lipschitz_admm_1e5``)
 and results/lipschitz_admm_<n>.jsonl, rewritten after each m (a run cut short keeps the m
-done). Nothing is written with ``--quick``.
+done). Nothing is written with ``--quick`` or ``--no-record`` (the section is printed once, at
+the end).
 
     python benchmarks/bench_lipschitz_admm.py [--n 20000] [--ms 1000 4000] [--quick]
     python benchmarks/bench_lipschitz_admm.py --n 100000 --ms 1000 4000
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import time
 import warnings
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import peak_rss_mib, record, run_child
+from _common import load_average, parser, peak_rss_mib, record, recording, run_child
 
 D_IN, D_OUT = 10, 20
 ROOT = Path(__file__).resolve().parent.parent / ".benchmarks-tmp"
@@ -83,10 +83,9 @@ def section_name(n: int) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, quick="n = 5 000, m = 200 and 400")
     ap.add_argument("--n", type=int, default=20_000)
     ap.add_argument("--ms", type=int, nargs="+", default=[1000, 4000])
-    ap.add_argument("--quick", action="store_true")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -94,7 +93,7 @@ def main() -> None:
         return
     n, ms = (5000, [200, 400]) if args.quick else (args.n, args.ms)
     rows, first = [], []
-    load0 = os.getloadavg()[0]
+    load0 = load_average()
     for m in ms:
         shutil.rmtree(ROOT / f"admm-{n}-{m}.zarr", ignore_errors=True)
         # a first fit makes the pass; the timed fits reuse it (their solver's time)
@@ -114,12 +113,14 @@ def main() -> None:
             rows.append(row)
             print(row, flush=True)
         shutil.rmtree(ROOT / f"admm-{n}-{m}.zarr", ignore_errors=True)
-        if not args.quick:  # after each m: a run cut short keeps what it measured
-            write(n, ms, rows, first, load0)
+        if recording(args):  # after each m: a run cut short keeps what it measured
+            write(n, ms, rows, first, load0, args)
+    if not recording(args):
+        write(n, ms, rows, first, load0, args)
 
 
-def write(n: int, ms: list, rows: list, first: list, load0: float) -> None:
-    load1 = os.getloadavg()[0]
+def write(n: int, ms: list, rows: list, first: list, load0: float, args) -> None:
+    load1 = load_average()
     big = n != 20_000
     lines = ["| m | solver | fit on the stored pass (s) | sweeps | objective | certified "
              "relative gap |" + (" peak RSS (MiB) |" if big else ""),
@@ -142,7 +143,7 @@ def write(n: int, ms: list, rows: list, first: list, load0: float) -> None:
                + (f"; m = {', '.join(str(m) for m in ms if m not in done)} "
                   f"not finished in this run" if set(done) != set(ms) else "") + ".")
     record(section_name(n), md, {"rows": rows, "first_fits": first, "load_start": load0,
-                                 "load_end": load1})
+                                 "load_end": load1}, args=args)
 
 
 if __name__ == "__main__":

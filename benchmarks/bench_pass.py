@@ -6,7 +6,7 @@ pass computes, per row, one kernel row against the m landmarks (m exponentials a
 rank update, one triangle) and ``2m`` to
 ``b = Σ C_Iᵀ y_I``, and writes the m-wide row of ``C`` to the zarr store.
 
-Roofline (issue #5): the slower of the GEMM-bound time ``flops / R_gemm`` at the numpy
+Roofline: the slower of the GEMM-bound time ``flops / R_gemm`` at the numpy
 float64 GEMM rate measured in this run, and the exp-bound time ``n·m / R_exp`` at the
 all-cores ``numpy.exp`` rate measured in this run (one thread per core, each on its own
 array). Throughput is reported as roofline time / measured time, for the pass as
@@ -25,18 +25,19 @@ block) against float64, one whole-block call, the textbook numpy expansion and n
 when installed (why distsketch needs no numexpr here: numpy's SIMD ``exp`` is faster than
 numexpr's on this machine, and its float32 ``exp`` 3–4× its float64 one).
 
+Writes the ``pass`` section of ENGINE.md and results/pass.jsonl (not with ``--quick`` or
+``--no-record``).
+
     python benchmarks/bench_pass.py [--n 200000] [--repeats 5] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -54,26 +55,6 @@ def data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     X = rng.standard_normal((n, D))
     y = np.sin(X @ (np.ones(D) / np.sqrt(D))) + 0.1 * rng.standard_normal(n)
     return X, y
-
-
-def exp_rate_all_cores(size: int = 4_000_000, repeats: int = 5, dtype=np.float64) -> float:
-    """Aggregate ``numpy.exp`` rate with one thread per core, each on its own array (1/s)."""
-    import os
-
-    cores = os.cpu_count() or 1
-    arrays = [np.random.default_rng(i).standard_normal(size).astype(dtype) for i in range(cores)]
-    outs = [np.empty(size, dtype=dtype) for _ in range(cores)]
-    rates = []
-    for _ in range(repeats):
-        threads = [threading.Thread(target=np.exp, args=(a,), kwargs={"out": o})
-                   for a, o in zip(arrays, outs)]
-        t = time.perf_counter()
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        rates.append(cores * size / (time.perf_counter() - t))
-    return float(np.median(rates))
 
 
 def _steal_seconds() -> float:
@@ -234,10 +215,8 @@ def kernel_variants(repeats: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = _common.parser(__doc__, quick="n = 20 000, 1 repeat", repeats=5)
     ap.add_argument("--n", type=int, default=200_000)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--quick", action="store_true", help="n = 20 000, 1 repeat, no RESULTS.md")
     args = ap.parse_args()
     if args.quick:
         args.n, args.repeats = 20_000, 1
@@ -266,8 +245,8 @@ def main() -> None:
         # LocalCluster's scheduler and idle workers would share the 2 cores with the others)
         for r in range(args.repeats):
             gemm.append(_common.gemm_gflops(repeats=3))
-            expr.append(exp_rate_all_cores(repeats=3))
-            expr32.append(exp_rate_all_cores(repeats=3, dtype=np.float32))
+            expr.append(_common.exp_rate_all_cores(repeats=3))
+            expr32.append(_common.exp_rate_all_cores(repeats=3, dtype=np.float32))
             for name, (workers, where, options) in contenders.items():
                 if workers:
                     runs[name].append(cluster_fit_seconds(X, y, where, workers, **options))
@@ -314,8 +293,6 @@ def main() -> None:
               f"CPU {w['cpu_s'] * 1e3:.1f} ms, steal {w['steal_s'] * 1e3:.1f} ms")
     print("kernel block 4096 x 1000 (ms): " +
           ", ".join(f"{k} {v * 1e3:.1f}" for k, v in kernels.items()))
-    if args.quick:
-        return
     krows = "\n".join(f"| {k} | {v * 1e3:.1f} |" for k, v in kernels.items())
     wrows = "\n".join(f"| {k} | {w['wall_s'] * 1e3:.1f} | {w['cpu_s'] * 1e3:.1f} | "
                       f"{w['steal_s'] * 1e3:.1f} |" for k, w in writes.items())
@@ -375,7 +352,7 @@ above takes the float64 `exp` rate; it is GEMM-bound either way:
                                 "fit_fraction_of_roofline": fraction_fit,
                                 "speedup_2_workers": speedup, "fit_speedup_2_workers": speedup_fit,
                                 "speedup_2_workers_no_store": speedup_mem,
-                                "kernel_block_s": kernels, "block_writes": writes})
+                                "kernel_block_s": kernels, "block_writes": writes}, args=args)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Lipschitz-loss machines against scikit-learn's Nystroem pipelines at equal m (issue 14).
+"""Lipschitz-loss machines against scikit-learn's Nystroem pipelines at equal m.
 
 Protocol
 --------
@@ -37,21 +37,20 @@ Protocol
 - Test metric: MAE (Huber, ε-insensitive) or mean pinball loss at τ (quantile).
 
 Writes the ``pipelines`` section of RESULTS.md and results/pipelines.jsonl (not with
-``--quick``).
+``--quick`` or ``--no-record``, nor when ``--problems`` leaves a problem out).
 
     python benchmarks/bench_pipelines.py [--n 20000] [--m 200] [--quick] [--problems svr]
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 import warnings
 
 import numpy as np
 
-from _common import record
-from bench_casp import data_path, load, median_gamma
+from _common import casp_path, load_casp, parser, record, require
+from bench_casp import median_gamma
 
 EPS_HUBER = 1.35
 ALPHA_HUBER = 1e-4
@@ -78,7 +77,8 @@ def objective(loss, lam, f, y, norm_sq):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, quick="3 000 CASP rows, n = 1 000, m = 100, 1 fit each", repeats=3,
+                repeats_help="fits of each (median time)")
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--m", type=int, default=200)
     ap.add_argument("--tol", type=float, default=1e-6)
@@ -86,9 +86,7 @@ def main() -> None:
     ap.add_argument("--quantile-n", type=int, default=5000,
                     help="training rows of the quantile problem (HiGHS on 20 000 rows x 200 "
                          "features took over 10 minutes per fit here)")
-    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--split-seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true")
     ap.add_argument("--problems", default="huber,svr,quantile",
                     help="comma-separated subset of huber, svr, quantile to run (RESULTS.md is "
                          "written only when all three run)")
@@ -97,10 +95,7 @@ def main() -> None:
     unknown = sorted(set(chosen) - {"huber", "svr", "quantile"})
     if unknown or not chosen:
         ap.error(f"--problems: expected names among huber, svr, quantile, got {args.problems!r}")
-    path = data_path()
-    if not path.exists():
-        print(f"skipped: {path} not found")
-        return
+    require(casp_path(), "CASP data")
     from sklearn.kernel_approximation import Nystroem
     from sklearn.linear_model import HuberRegressor, QuantileRegressor
     from sklearn.pipeline import make_pipeline
@@ -109,7 +104,7 @@ def main() -> None:
     import distsketch as ds
     from distsketch.losses import EpsilonInsensitive, Huber, Pinball
 
-    X, y, Xt, yt = load(path, args.split_seed, 3000 if args.quick else None)
+    X, y, Xt, yt = load_casp(args.split_seed, 3000 if args.quick else None)
     n = min(1000 if args.quick else args.n, len(X))
     m = min(args.m, 100) if args.quick else args.m
     repeats = 1 if args.quick else args.repeats
@@ -182,7 +177,8 @@ def main() -> None:
                "sklearn_test": test_metric(pipe.predict(Xt))}
         rows.append(row)
         print(row, flush=True)
-    if args.quick or len(problems) < len(keys):
+    if len(problems) < len(keys):
+        print(f"--problems {args.problems}: RESULTS.md is written only when all three run")
         return
     lines = ["| problem | n | scikit-learn pipeline fit (s) | distsketch fit (s) | speed-up | "
              "objective, scikit-learn on the same features | objective, distsketch | "
@@ -204,10 +200,10 @@ def main() -> None:
           f"σ̂ = {sigma:.4g} gives κ = {EPS_HUBER} σ̂ and λ = α σ̂ / n; ε-insensitive: "
           f"LinearSVR(epsilon={EPSILON}, C={C_SVR}, fit_intercept=False), λ = 1/(C n); "
           f"quantile: QuantileRegressor(quantile={TAU}, alpha=0, solver='highs'), "
-          f"λ = {args.quantile_lam:g} (theirs unpenalised). Issue 14's target: faster than "
+          f"λ = {args.quantile_lam:g} (theirs unpenalised). Target: faster than "
           f"every pipeline at equal m with an objective ≤ theirs.\n\n" + "\n".join(lines))
     record("pipelines", md, {"rows": rows, "sigma": sigma, "tol": args.tol,
-                             "repeats": repeats})
+                             "repeats": repeats}, args=args)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Joint quantile regression (issue 14): 10 random 70/30 splits, test pinball and crossing loss.
+"""Joint quantile regression: 10 random 70/30 splits, test pinball and crossing loss.
 
 Protocol
 --------
@@ -15,21 +15,21 @@ Protocol
 - Reported: mean ± std over splits of the test pinball loss (summed over levels), the test
   crossing loss ``mean_x Σ_j max(0, q_j − q_{j+1})``, fit time.
 
-Writes the ``quantile`` section of RESULTS.md and results/quantile.jsonl (not with ``--quick``).
+Writes the ``quantile`` section of RESULTS.md and results/quantile.jsonl (not with ``--quick``
+or ``--no-record``).
 
     python benchmarks/bench_quantile.py [--rows 3000] [--m 200] [--splits 10] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 import warnings
 
 import numpy as np
 
-from _common import record
-from bench_casp import data_path, median_gamma
+from _common import casp_path, parser, read_casp, record, require
+from bench_casp import median_gamma
 
 TAUS = (0.1, 0.3, 0.5, 0.7, 0.9)
 
@@ -46,22 +46,18 @@ def split(A, rows, seed):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, quick="600 rows, m = 50, 2 splits")
     ap.add_argument("--rows", type=int, default=3000)
     ap.add_argument("--m", type=int, default=200)
     ap.add_argument("--splits", type=int, default=10)
     ap.add_argument("--lam", type=float, default=1e-4)
     ap.add_argument("--tol", type=float, default=1e-4)
-    ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
-    path = data_path()
-    if not path.exists():
-        print(f"skipped: {path} not found")
-        return
+    require(casp_path(), "CASP data")
     import distsketch as ds
     from distsketch.metrics import crossing_loss, pinball_loss
 
-    A = np.loadtxt(path, delimiter=",", comments="#")
+    A = read_casp()
     rows, m, splits = (600, 50, 2) if args.quick else (args.rows, args.m, args.splits)
     res: dict[str, list] = {}
     for s in range(splits):
@@ -102,8 +98,6 @@ def main() -> None:
                "rel_gap_max": float(a[:, 4].max())}
         rows_out.append(row)
         print(row, flush=True)
-    if args.quick:
-        return
     lines = ["| model | test pinball (Σ over 5 levels) | test crossing | fit (s, median) | sweeps "
              "(median) | max certified relative gap |", "|---|---|---|---|---|---|"]
     for r in rows_out:
@@ -116,7 +110,7 @@ def main() -> None:
           f"γ = 1/median distance²; SubSampling({m}) / Nystroem({m}); λ = {args.lam} "
           f"(scikit-learn: L1 alpha = {args.lam}, a different penalty); tol = {args.tol}. "
           f"Mean ± std over splits.\n\n" + "\n".join(lines))
-    record("quantile", md, {"rows": rows_out, "n": rows, "m": m, "lam": args.lam})
+    record("quantile", md, {"rows": rows_out, "n": rows, "m": m, "lam": args.lam}, args=args)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """rf1 multi-target regression (El Ahmad et al., TMLR 2023, Table 2): square, κ-Huber and
-ε-insensitive losses, exact and p-sparsified (issue 14).
+ε-insensitive losses, exact and p-sparsified.
 
 Protocol
 --------
@@ -18,28 +18,26 @@ Protocol
   same sketch. Sketched models: ``--seeds`` sketch seeds, mean ± std. Fit time and sweeps
   reported.
 
-Writes the ``rf1`` section of RESULTS.md and results/rf1.jsonl (not with ``--quick``).
+Writes the ``rf1`` section of RESULTS.md and results/rf1.jsonl (not with ``--quick`` or
+``--no-record``).
 
     python benchmarks/bench_rf1.py [--seeds 5] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 
-from _common import record
+from _common import data_path, parser, record, require
 
 
 def data_dir() -> Path:
-    root = os.environ.get("DISTSKETCH_DATA")
-    base = Path(root) if root else Path(__file__).resolve().parents[1].parent / "shared" / "data"
-    return base / "mtr"
+    """``mtr/`` of the data folder: rf1's train / test ARFF files."""
+    return data_path("mtr")
 
 
 def load():
@@ -101,13 +99,10 @@ def select(X, Y, *, quick: bool):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, quick="800 training rows, a 2 × 5 (γ, λ) grid, 1 seed")
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
-    if not (data_dir() / "rf1-train.arff").exists():
-        print(f"skipped: {data_dir()} not found")
-        return
+    require(data_dir() / "rf1-train.arff", "rf1 data")
     import distsketch as ds
     from distsketch.losses import EpsilonInsensitive, Huber
 
@@ -140,8 +135,6 @@ def main() -> None:
                "rel_gap_max": float(a[:, 3].max()), "runs": len(res)}
         rows.append(row)
         print(row, flush=True)
-    if args.quick:
-        return
     lines = ["| loss | sketch | test ARRMSE | fit (s, median) | sweeps (median) | max certified "
              "relative gap |", "|---|---|---|---|---|---|"]
     for r in rows:
@@ -153,7 +146,7 @@ def main() -> None:
           f"{gamma:.4g}, λ = {lam:.0e} (CV ARRMSE {cv:.3f}); sketched rows: {seeds} sketch "
           f"seeds, mean ± std. Paper (Table 2): 0.575 exact, 0.583–0.592 sketched (s = 100).\n\n"
           + "\n".join(lines))
-    record("rf1", md, {"rows": rows, "gamma": gamma, "lam": lam, "cv_arrmse": cv})
+    record("rf1", md, {"rows": rows, "gamma": gamma, "lam": lam, "cv_arrmse": cv}, args=args)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
-"""Peak RSS and wall time of SketchedKRR fits vs n (issue: memory must not grow with n).
+"""Peak RSS and wall time of SketchedKRR fits vs n: memory must not grow with n.
 
 Synthetic regression, d = 20, SubSampling(500), Gaussian kernel. The data are written to a
 zarr store on disk first; each fit then runs in a fresh process that reads them lazily, so
 the peak RSS is the pipeline's own (blocks, landmarks, m × m sums), not a copy of the data.
 Target: peak RSS at n = 400 000 within 1.3× of n = 50 000.
 
-    python benchmarks/bench_rss.py [--sizes 50000 400000] [--repeats 3]
+Writes the ``rss`` section of RESULTS.md and results/rss.jsonl (not with ``--quick`` or
+``--no-record``).
+
+    python benchmarks/bench_rss.py [--sizes 50000 400000] [--repeats 3] [--quick]
 """
 
 from __future__ import annotations
@@ -61,13 +64,15 @@ def child(path: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = _common.parser(__doc__, quick="n = 5 000 and 20 000, 1 process each", repeats=3,
+                        repeats_help="fresh processes per n (medians reported)")
     ap.add_argument("--sizes", type=int, nargs="+", default=[50_000, 400_000])
-    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child(args.child)
+    if args.quick:
+        args.sizes, args.repeats = [5_000, 20_000], 1
     gemm = _common.gemm_gflops()
     rows = []
     tmp = Path(tempfile.mkdtemp(prefix="distsketch-bench-"))
@@ -99,7 +104,7 @@ def main() -> None:
           "|---:|---:|---:|---:|---:|---:|\n" + table +
           f"\n\nPeak RSS ratio n = {large['n']:,} / n = {small['n']:,}: **{ratio:.3f}** "
           f"(target ≤ 1.3: **{verdict}**).")
-    _common.record("rss", md, {"rows": rows, "rss_ratio": ratio, "gemm_gflops": gemm})
+    _common.record("rss", md, {"rows": rows, "rss_ratio": ratio, "gemm_gflops": gemm}, args=args)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Part 1 (time and memory vs n): ``SketchedKRR(Gaussian, SubSampling(1000))`` on synthetic
 regression data (d = 20) stored in zarr on disk, each fit in a fresh process reading the
-data lazily, for n = 1e5 … 1e6. Targets (issue #5): the log-log slope of fit time vs n
+data lazily, for n = 1e5 … 1e6. Targets: the log-log slope of fit time vs n
 ≤ 1.1, peak RSS at n = 1e6 within 1.3× of n = 1e5, and the n = 1e6 fit under 3 minutes.
 
 Part 2 (accuracy vs time, like the SISOKR paper's Fig. 2): at n = 100 000, test RMSE and fit
@@ -11,10 +11,11 @@ time of distsketch for m ∈ {125, 250, 500, 1000, 2000} side by side with sciki
 (``alpha = n·λ``, no intercept: the same estimator, so the same accuracy is expected).
 
 Writes ``results/scaling_time.png``, ``results/scaling_rss.png``,
-``results/accuracy_vs_time.png`` and the ``scaling`` section of RESULTS.md.
+``results/accuracy_vs_time.png``, results/scaling.jsonl and the ``scaling`` section of
+RESULTS.md (not with ``--quick`` or ``--no-record``).
 
     python benchmarks/bench_scaling.py [--sizes 100000 200000 500000 1000000] [--repeats 3]
-    python benchmarks/bench_scaling.py --quick      # small sizes, no RESULTS.md
+    python benchmarks/bench_scaling.py --quick      # small sizes, nothing written
 """
 
 from __future__ import annotations
@@ -129,11 +130,10 @@ def plots(rows: list[dict], acc: list[dict], slope: float) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = _common.parser(__doc__, quick="n = 10 000 and 20 000, one repeat", repeats=3,
+                        repeats_help="fresh processes per fit (medians reported)")
     ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 200_000, 500_000, 1_000_000])
-    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--accuracy-n", type=int, default=100_000)
-    ap.add_argument("--quick", action="store_true", help="small sizes, one repeat, no RESULTS.md")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--sklearn-child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -188,9 +188,7 @@ def main() -> None:
     v_time = "PASS" if largest["seconds"] < 180 else "FAIL"
     print(f"log-log slope {slope:.3f} ({v_slope}); peak RSS ratio {rss_ratio:.3f} ({v_rss}); "
           f"n={largest['n']:,} in {largest['seconds']:.1f} s ({v_time})")
-    if args.quick:
-        return
-    pngs = plots(rows, acc, slope)
+    pngs = plots(rows, acc, slope) if _common.recording(args) else []
     table = "\n".join(f"| {r['n']:,} | {r['seconds']:.2f} | {r['n'] / r['seconds']:,.0f} | "
                       f"{r['peak_rss_mib']:.0f} | {r['test_rmse']:.4f} |" for r in rows)
     atable = "\n".join(
@@ -217,11 +215,11 @@ its blocks to disk):
 | m | distsketch fit (s) | distsketch RMSE | sklearn Nystroem+Ridge fit (s) | sklearn RMSE | time ratio |
 |---:|---:|---:|---:|---:|---:|
 {atable}
-
+""" + (f"""
 Plots: {", ".join(f"[{p}]({p})" for p in pngs)}
-"""
+""" if pngs else "")
     _common.record("scaling", md, {"rows": rows, "accuracy": acc, "slope": slope,
-                                   "rss_ratio": rss_ratio, "gemm_gflops": gemm})
+                                   "rss_ratio": rss_ratio, "gemm_gflops": gemm}, args=args)
 
 
 if __name__ == "__main__":

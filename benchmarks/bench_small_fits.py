@@ -23,17 +23,19 @@ Protocol
 - Reported: median over ``--repeats`` runs (distsketch and the baseline alternate in the same
   run: the machine is shared) of the wall time, distsketch's sweeps, and the ratio.
 
+Prints its table and writes nothing (``--no-record`` changes nothing): the ``small_fits``
+section of RESULTS.md is written by hand from that table.
+
     python benchmarks/bench_small_fits.py [--repeats 5] [--quick] [--cases eps quantile select]
 """
 
 from __future__ import annotations
 
-import argparse
-import time
 import warnings
-from pathlib import Path
 
 import numpy as np
+
+from _common import cpu_name, parser, timed
 
 C_SVR = 1.0
 EPSILON = 0.1
@@ -42,28 +44,12 @@ Q_LAMS = [1e-2, 1e-3, 1e-4, 1e-6]
 S_LAMS = [1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6]
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
 def data(n: int, d: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, d))
     y = np.sin(2 * X[:, 0]) + 0.5 * X[:, 1] + 0.2 * rng.standard_normal(n)
     X = (X - X.mean(axis=0)) / X.std(axis=0)
     return X, y
-
-
-def timed(fn):
-    t = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t
 
 
 def fit_predict(est, X, y):
@@ -174,13 +160,12 @@ def run(name, case, repeats):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=5)
+    ap = parser(__doc__, quick="one repeat, the ε-insensitive model's validation route only in "
+                "select", repeats=5,
+                repeats_help="runs of each case, alternating with the baseline (medians)")
     ap.add_argument("--features", type=int, default=5)
     ap.add_argument("--cases", nargs="+", default=["eps", "huber", "squared", "quantile",
                                                    "select"])
-    ap.add_argument("--quick", action="store_true",
-                    help="one repeat, the ε-insensitive model's validation route only in select")
     args = ap.parse_args()
     repeats = 1 if args.quick else args.repeats
     d = args.features

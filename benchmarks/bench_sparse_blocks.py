@@ -1,7 +1,7 @@
 """Sparse input blocks: when is a kernel block cheaper from the CSR rows than from dense ones?
 
-Measures the crossover density behind ``distsketch.Tuning.sparse_max_density`` (issue 18,
-item 4) and the Bibtex kernel blocks of the pass and of prediction.
+Measures the crossover density behind ``distsketch.Tuning.sparse_max_density`` and the
+Bibtex kernel blocks of the pass and of prediction.
 
 (a) Synthetic grid, the block shapes of a pass: rows ``b`` ∈ {1 000, 4 000}, features
     ``d`` ∈ {1 000, 2 000}, ``n_b = 2 000`` landmarks; binary rows of uniform random density
@@ -22,22 +22,20 @@ item 4) and the Bibtex kernel blocks of the pass and of prediction.
     ``sparse×dense`` time meets the ``dense`` time (linear interpolation between the grid
     densities); the smallest one over the shapes is the default to write into
     ``Tuning.sparse_max_density`` (below it the sparse route wins on every shape measured). Rates: ``2·b·d·n_b`` flops / time for dense, ``2·nnz·n_b`` for sparse.
-(b) Bibtex (``bibtex/`` of ``$DISTSKETCH_DATA`` or ``../shared/data``; skipped when absent):
+(b) Bibtex (``bibtex/`` of the data folder, ``_common.bibtex_dir``; skipped when absent):
     Gaussian γ = 1/(2·10⁴) blocks ``K(X, X_J)`` with ``X_J`` = 2 250 training rows drawn with
     seed 0, ``K(X_test, X_J)`` and ``K(X, X)``, from the sparse rows scaled by 1/std (the
     library's default rule) against the dense standardised rows ``(X − mean)/std``; the same
     kernel values (the mean cancels in ``x − x'``), max |difference| reported.
 
-Writes the ``sparse_blocks`` section of RESULTS.md and results/sparse_blocks.jsonl (not with
-``--quick``).
+Writes the ``sparse_blocks`` section of ENGINE.md and results/sparse_blocks.jsonl (not with
+``--quick`` or ``--no-record``).
 
     python benchmarks/bench_sparse_blocks.py [--repeats 3] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -134,18 +132,12 @@ def _knobs(kernels, *, max_density: float, panel_bytes: int):
     return kernels.tuned(Tuning(sparse_max_density=max_density, sparse_panel_bytes=panel_bytes))
 
 
-def bibtex_dir() -> Path:
-    root = os.environ.get("DISTSKETCH_DATA")
-    base = Path(root) if root else Path(__file__).resolve().parents[1].parent / "shared" / "data"
-    return base / "bibtex"
-
-
 def bibtex(repeats: int, with_full: bool) -> dict | None:
     import distsketch as ds
     from distsketch.kernels import sparse as kernels
     from distsketch.io.arff import load_arff
 
-    folder = bibtex_dir()
+    folder = _common.bibtex_dir()
     if not (folder / "bibtex-train.arff").exists():
         print(f"skipped (b): Bibtex data not found in {folder}")
         return None
@@ -189,25 +181,22 @@ def bibtex(repeats: int, with_full: bool) -> dict | None:
 def main() -> None:
     from threadpoolctl import threadpool_limits
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3, help="least CPU time of this many runs")
-    ap.add_argument("--quick", action="store_true",
-                    help="one small shape, three densities, no K(X, X); nothing written")
+    ap = _common.parser(__doc__, quick="one small shape, three densities, one run each, no "
+                        "K(X, X)", repeats=3, repeats_help="least CPU time of this many runs")
     args = ap.parse_args()
+    if args.quick:
+        args.repeats = 1
     shapes, densities = (SHAPES, DENSITIES) if not args.quick else ([(1000, 1000)], [0.02, 0.08, 0.16])
     t0 = time.perf_counter()
-    load_start = os.getloadavg()[0]
+    load_start = _common.load_average()
     gemm = _common.gemm_gflops()
     with threadpool_limits(1, "blas"):
         g = grid(args.repeats, shapes, densities)
         bib = bibtex(args.repeats, with_full=not args.quick)
     total = time.perf_counter() - t0
-    load_end = os.getloadavg()[0]
+    load_end = _common.load_average()
     print(f"crossover densities: {g['crossovers']}; threshold (smallest) {g['threshold']}")
     print(f"total {total:.0f} s; load average {load_start:.1f} → {load_end:.1f}")
-    if args.quick:
-        print("quick run: RESULTS.md and results/sparse_blocks.jsonl not written")
-        return
 
     def fmt_cross(c):
         return "none in the grid" if c is None else f"{100 * c:.1f} %"
@@ -250,7 +239,7 @@ def main() -> None:
                          for b in bib["blocks"]) + "\n")
     _common.record("sparse_blocks", md, {"grid": g, "bibtex": bib, "repeats": args.repeats,
                                          "gemm_gflops": gemm, "total_s": total,
-                                         "load_average": [load_start, load_end]})
+                                         "load_average": [load_start, load_end]}, args=args)
 
 
 if __name__ == "__main__":

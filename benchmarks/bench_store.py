@@ -7,7 +7,10 @@ store (the data read once and every block's fingerprint checked, the sums' check
 kernel evaluation); and the same fit with ``store=None`` (nothing hashed). Each a fresh process,
 interleaved, medians of 3. The hashing rates of this machine are measured in the same run.
 
-    python benchmarks/bench_store.py [--n 200000] [--repeats 3]
+Writes the ``store`` section of ENGINE.md and results/store.jsonl (not with ``--quick`` or
+``--no-record``).
+
+    python benchmarks/bench_store.py [--n 200000] [--repeats 3] [--quick]
 """
 
 from __future__ import annotations
@@ -62,14 +65,16 @@ def rates(repeats: int = 5) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = _common.parser(__doc__, quick="n = 20 000, 1 repeat", repeats=3,
+                        repeats_help="fresh processes per kind of fit (medians reported)")
     ap.add_argument("--n", type=int, default=200_000)
-    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(args.child[0], int(args.child[1]), args.child[2])
         return
+    if args.quick:
+        args.n, args.repeats = 20_000, 1
     root = Path(__file__).resolve().parent.parent / ".benchmarks-tmp"
     root.mkdir(exist_ok=True)
     hashing = rates()
@@ -111,10 +116,9 @@ of C (CRC-32, in the I/O thread beside the sums) = {hash_s:.2f} s of one core at
 spread over the pass's tasks. Reusing a complete pass costs {med['reuse'] / med['fresh']:.2f}× a fresh
 fit here.
 """
-    print(md)
     _common.record("store", md, {"n": args.n, "median_fit": med, "median_pass": med_pass,
                                  "hashing_gbs": hashing, "gemm_gflops": gemm,
-                                 "runs": runs})
+                                 "runs": runs}, args=args)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ to us, so this script fixes its own protocol (below) and its figures are indicat
 
 Protocol
 --------
-- Data: ``usps.h5`` of ``../shared/data/usps`` (or ``$DISTSKETCH_DATA/usps``): 7291 training
+- Data: ``usps/usps.h5`` of the data folder (``_common.load_usps``): 7291 training
   and 2007 test images, row-major 16 × 16 in [0, 1]. ``x`` = first 128 pixels (top 8 rows),
   ``y`` = last 128 pixels (bottom 8 rows).
 - Splits, from one seeded permutation of the 7291 training images (``--split-seed``):
@@ -27,15 +27,14 @@ Protocol
   column, all 7291 training bottom halves. References in the same run: 1-NN (copy the bottom
   of the training image whose top half is nearest) and the oracle (best candidate in the set).
 
-Writes the ``usps`` section of RESULTS.md, results/usps.jsonl and results/usps_completion.png.
+Writes the ``usps`` section of RESULTS.md, results/usps.jsonl and results/usps_completion.png
+(not with ``--quick`` or ``--no-record``).
 
-    python benchmarks/bench_usps.py [--n 1000] [--seeds 5] [--m-in 500] [--m-out 200]
+    python benchmarks/bench_usps.py [--n 1000] [--seeds 5] [--m-in 500] [--m-out 200] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -50,13 +49,6 @@ PAPER_IOKR_LOSS = 0.751  # reduced-rank IOKR paper, Table 3, USPS completion, n 
 C_GRID = (0.25, 0.5, 1.0, 2.0, 4.0)
 LAM_GRID = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2)
 N_FIGURE = 10  # test digits shown in the PNG
-
-
-def data_path() -> Path:
-    """``$DISTSKETCH_DATA/usps/usps.h5``, else ``../shared/data/usps/usps.h5`` (as tests/conftest.py)."""
-    root = os.environ.get("DISTSKETCH_DATA")
-    base = Path(root) if root else Path(__file__).resolve().parents[1].parent / "shared" / "data"
-    return base / "usps" / "usps.h5"
 
 
 def median_sq_dist(Z: np.ndarray) -> float:
@@ -145,7 +137,8 @@ def figure(path: Path, Xt, Yt, P_iokr, P_sisokr, index, labels) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = _common.parser(__doc__, quick="n = 300 training and 300 validation images, m_in = 100, "
+                        "m_out = 50, 1 SISOKR seed")
     ap.add_argument("--n", type=int, default=1000, help="training images")
     ap.add_argument("--n-val", type=int, default=1000, help="validation images (other training images)")
     ap.add_argument("--seeds", type=int, default=5, help="sketch seeds of SISOKR")
@@ -154,17 +147,13 @@ def main() -> None:
     ap.add_argument("--split-seed", type=int, default=0)
     args = ap.parse_args()
 
-    path = data_path()
-    if not path.exists():
-        print(f"skipped: USPS data not found at {path} (set DISTSKETCH_DATA to the folder holding usps/)")
-        return
+    _common.require(_common.usps_path(), "USPS data")
+    if args.quick:
+        args.n, args.n_val, args.seeds, args.m_in, args.m_out = 300, 300, 1, 100, 50
     t_start = time.perf_counter()
     import distsketch as ds
-    from distsketch.io.arrays import load_hdf5
 
-    train, _ = load_hdf5(path, x_key="train/data", y_key="train/target")
-    test, test_labels = load_hdf5(path, x_key="test/data", y_key="test/target")
-    train, test = train.astype(np.float64), test.astype(np.float64)
+    train, test, test_labels = _common.load_usps()
     perm = np.random.default_rng(args.split_seed).permutation(len(train))
     tr, va = perm[: args.n], perm[args.n : args.n + args.n_val]
     X, Y = train[tr, :128], train[tr, 128:]
@@ -225,9 +214,12 @@ def main() -> None:
     png = _common.RESULTS_DIR / "usps_completion.png"
     index = np.random.default_rng(args.split_seed).choice(len(Xt), N_FIGURE, replace=False)
     index = index[np.argsort(test_labels[index], kind="stable")]
-    figure(png, Xt, Yt, results["IOKR"][0]["pred"], results["SISOKR"][0]["pred"], index, test_labels)
+    if _common.recording(args):
+        figure(png, Xt, Yt, results["IOKR"][0]["pred"], results["SISOKR"][0]["pred"], index,
+               test_labels)
+        print(f"figure: {png}")
     total = time.perf_counter() - t_start
-    print(f"figure: {png}\ntotal {total:.0f} s")
+    print(f"total {total:.0f} s")
 
     def cell(s, k, digits=4):
         return f"{s[k]['mean']:.{digits}f} ± {s[k]['std']:.{digits}f}" if s[k]["std"] > 0 else f"{s[k]['mean']:.{digits}f}"
@@ -274,7 +266,7 @@ def main() -> None:
             "selected": selected, "summary": summ, "references": ref,
             "paper_iokr_loss": PAPER_IOKR_LOSS, "gemm_gflops": gemm, "total_s": total,
             "figure": str(png.relative_to(_common.HERE))}
-    _common.record("usps", md, data)
+    _common.record("usps", md, data, args=args)
 
 
 if __name__ == "__main__":

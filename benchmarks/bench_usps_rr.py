@@ -1,8 +1,8 @@
-"""Reduced-rank IOKR on USPS completion, λ, p and the input width chosen by SISOKRCV (issue 15;
-Brogat-Motte et al., JMLR 2022, Tables 3 and 6).
+"""Reduced-rank IOKR on USPS completion, λ, p and the input width chosen by SISOKRCV
+(Brogat-Motte et al., JMLR 2022, Tables 3 and 6).
 
-Protocol (the conventions under which the paper's figures reproduce, issue 15)
-------------------------------------------------------------------------------
+Protocol (the conventions under which the paper's figures reproduce)
+--------------------------------------------------------------------
 - Data: ``usps.h5`` (as ``bench_usps.py``), pixels in [0, 1]; ``x`` = top 8 rows, ``y`` =
   bottom 8 rows. n = ``--n`` training images (the first of a seeded permutation of the 7291),
   the 2007 test images; candidates = all 7291 training bottom halves.
@@ -17,44 +17,37 @@ Protocol (the conventions under which the paper's figures reproduce, issue 15)
   of each (``predict``, candidate features included), median of ``--repeats``.
 
 Paper: IOKR 0.751, RR 0.734 at p = 64 (Table 3); decoding 9 s → 1 s (Table 6, other hardware).
-Writes the ``usps_rr`` section of RESULTS.md and results/usps_rr.jsonl.
+Writes the ``usps_rr`` section of RESULTS.md and results/usps_rr.jsonl (not with ``--quick``
+or ``--no-record``).
 
     python benchmarks/bench_usps_rr.py [--n 1000] [--c 0.5 1 2 4] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
 
-from _common import record
-from bench_usps import data_path, median_sq_dist
+from _common import load_usps, parser, record, require, usps_path
+from bench_usps import median_sq_dist
 
 LAMS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
 RANKS = (8, 16, 32, 64, 128, 256)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, quick="n = 200, the first c, 100 test images, 1 000 candidates, 1 "
+                "decoding run", repeats=3, repeats_help="decoding runs (median)")
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--c", type=float, nargs="+", default=[0.5, 1.0, 2.0, 4.0])
-    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--split-seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
-    path = data_path()
-    if not path.exists():
-        print(f"skipped: USPS data not found at {path}")
-        return
+    require(usps_path(), "USPS data")
     import distsketch as ds
-    from distsketch.io.arrays import load_hdf5
     from distsketch.metrics import kernel_loss
 
-    train, _ = load_hdf5(path, x_key="train/data", y_key="train/target")
-    test, _ = load_hdf5(path, x_key="test/data", y_key="test/target")
-    train, test = train.astype(np.float64), test.astype(np.float64)
+    train, test, _ = load_usps()
     n = 200 if args.quick else args.n
     cs = args.c[:1] if args.quick else args.c
     repeats = 1 if args.quick else args.repeats
@@ -97,8 +90,6 @@ def main() -> None:
                        "cv_score": best[which][0], "test_loss": float(kernel_loss(ky, Yt, P)),
                        "decode_s": float(np.median(times))}
         print(which, rows[which], flush=True)
-    if args.quick:
-        return
     r, i = rows["rr"], rows["iokr"]
     md = (f"USPS completion, n = {n} training images, {len(Xt)} test, candidates = the "
           f"{len(cand)} training bottom halves; pixels in [0, 1]; output and loss kernel "
@@ -112,7 +103,8 @@ def main() -> None:
           f"| reduced-rank IOKR | {r['c']} | {r['lam']:g} | "
           f"{r['rank'] if r['rank'] < n else 'full'} | {r['test_loss']:.4f} | "
           f"{r['decode_s']:.2f} | 0.734 at p = 64, 1 s |")
-    record("usps_rr", md, {"rows": rows, "n": n, "cv_seconds": [f["cv_s"] for f in fits]})
+    record("usps_rr", md, {"rows": rows, "n": n, "cv_seconds": [f["cv_s"] for f in fits]},
+           args=args)
 
 
 if __name__ == "__main__":
