@@ -73,7 +73,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     args = ap.parse_args()
     import distsketch as ds
-    from distsketch.losses import Huber
+    from distsketch.losses.radial import Huber
 
     n = 1000 if args.quick else args.n
     ms = [50] if args.quick else args.ms

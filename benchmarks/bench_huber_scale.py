@@ -57,7 +57,7 @@ def child(n: int, m: int) -> None:
     import zarr
 
     import distsketch as ds
-    from distsketch.losses import Huber
+    from distsketch.losses.radial import Huber
 
     data = ROOT / f"huber-{n}"
     X, Y = zarr.open_array(data / "X", mode="r"), zarr.open_array(data / "Y", mode="r")

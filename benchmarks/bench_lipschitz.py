@@ -39,7 +39,7 @@ EPSILON = 0.5
 
 def fit_distsketch(X, y, *, gamma, m, tol, seed):
     import distsketch as ds
-    from distsketch.losses import EpsilonInsensitive
+    from distsketch.losses.radial import EpsilonInsensitive
 
     est = ds.SketchedRegressor(ds.Gaussian(gamma=gamma), loss=EpsilonInsensitive(EPSILON),
                                sketch=ds.SubSampling(m), lam=1.0 / (C_SVR * len(X)), tol=tol,

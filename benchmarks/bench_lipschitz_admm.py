@@ -55,7 +55,7 @@ def make_data(n: int, seed: int = 0):
 
 def child(n: int, m: int, solver: str) -> None:
     import distsketch as ds
-    from distsketch.losses import Huber
+    from distsketch.losses.radial import Huber
 
     X, Y = make_data(n)
     store = ROOT / f"admm-{n}-{m}.zarr"

@@ -102,7 +102,8 @@ def main() -> None:
     from sklearn.svm import LinearSVR
 
     import distsketch as ds
-    from distsketch.losses import EpsilonInsensitive, Huber, Pinball
+    from distsketch.losses.quantile import Pinball
+    from distsketch.losses.radial import EpsilonInsensitive, Huber
 
     X, y, Xt, yt = load_casp(args.split_seed, 3000 if args.quick else None)
     n = min(1000 if args.quick else args.n, len(X))

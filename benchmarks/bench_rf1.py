@@ -104,7 +104,7 @@ def main() -> None:
     args = ap.parse_args()
     require(data_dir() / "rf1-train.arff", "rf1 data")
     import distsketch as ds
-    from distsketch.losses import EpsilonInsensitive, Huber
+    from distsketch.losses.radial import EpsilonInsensitive, Huber
 
     X, Y, Xt, Yt = load()
     if args.quick:

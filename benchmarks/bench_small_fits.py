@@ -68,7 +68,7 @@ def svr(X, y, *, gamma, C=C_SVR, epsilon=EPSILON):
 
 def case_regressor(loss, n, m, d, seed=0):
     import distsketch as ds
-    from distsketch.losses import EpsilonInsensitive, Huber, Squared
+    from distsketch.losses.radial import EpsilonInsensitive, Huber, Squared
 
     X, y = data(n, d, seed)
     gamma = 1.0 / d
@@ -108,7 +108,7 @@ def case_quantile(n, m, d, seed=0):
 
 def case_select(model, route, n, m, d, seed=0):
     import distsketch as ds
-    from distsketch.losses import EpsilonInsensitive
+    from distsketch.losses.radial import EpsilonInsensitive
     from distsketch.model_selection.select import select
 
     X, y = data(n, d, seed)

@@ -20,7 +20,8 @@ from scipy.optimize import minimize, minimize_scalar
 
 import distsketch as ds
 from distsketch.solvers.lipschitz.admm import choose_route, project_dual
-from distsketch.losses import EpsilonInsensitive, Huber, Pinball, Squared
+from distsketch.losses.quantile import Pinball
+from distsketch.losses.radial import EpsilonInsensitive, Huber, Squared
 from reference.lipschitz import data, reference
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=64)
@@ -179,7 +180,7 @@ _KILL_SCRIPT = textwrap.dedent("""
     import numpy as np
     import dask
     import distsketch as ds, distsketch.lipschitz_routes as rg
-    from distsketch.losses import Pinball
+    from distsketch.losses.quantile import Pinball
     X = np.load({x!r}); y = np.load({y!r})
     block = rg.admm_block
     count = [0]

@@ -24,7 +24,7 @@ import pytest
 import zarr
 
 import distsketch as ds
-from distsketch.losses import Pinball
+from distsketch.losses.quantile import Pinball
 from distsketch.engine.storeguard import StoreError
 from reference.lipschitz import data
 

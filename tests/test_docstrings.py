@@ -11,7 +11,8 @@ import pytest
 #: Modules whose docstrings hold examples (the public objects of docs/api/).
 MODULES = [
     "distsketch.backends.base", "distsketch.decoding.candidates", "distsketch.engine.mapreduce",
-    "distsketch.engine.rows", "distsketch.losses", "distsketch.metrics",
+    "distsketch.engine.schedulers", "distsketch.engine.transform", "distsketch.engine.rows",
+    "distsketch.losses.base", "distsketch.metrics",
     "distsketch.model_selection.select", "distsketch.models.regressors",
     "distsketch.models.transformers", "distsketch.options", "distsketch.solvers.routes",
     "distsketch.testing.contracts", "distsketch.tuning",

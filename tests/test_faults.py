@@ -186,7 +186,7 @@ def test_workers_lost_again_while_resending_blocks_is_retried(monkeypatch):
     the same loss and is retried within the ``distsketch.pass-retries`` budget; past it, the
     error names the loss (not the send)."""
     from distsketch.engine import accumulate
-    from distsketch.engine.mapreduce import WorkersLost
+    from distsketch.engine.schedulers import WorkersLost
 
     calls = {"items": 0, "reduce": 0}
     real_items, real_reduce = accumulate._pass_items, accumulate.map_reduce

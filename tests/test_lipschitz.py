@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from distsketch.losses import EpsilonInsensitive, Huber, Pinball, Squared
+from distsketch.losses.quantile import Pinball
+from distsketch.losses.radial import EpsilonInsensitive, Huber, Squared
 from reference.kernels import gaussian_gram
 from reference.lipschitz import data, reference
 from killhelpers import run_killed
@@ -330,7 +331,8 @@ _KILL_SCRIPT = textwrap.dedent("""
     import sys
     import numpy as np
     import distsketch as ds
-    from distsketch.losses import EpsilonInsensitive, Pinball
+    from distsketch.losses.quantile import Pinball
+    from distsketch.losses.radial import EpsilonInsensitive
     sys.path.insert(0, {tests!r})
     from test_lipschitz import _data
     X, y = _data(n=200, d={d})
@@ -531,7 +533,7 @@ def test_cli_bad_loss_names_the_key(tmp_path):
 def test_no_gram_when_every_row_is_at_the_base_curvature():
     """Squared loss (or Huber without outliers): the d × d Grams of a block are not formed
     (a 0-d zero), so a multi-output fit never holds d²(m+1)² numbers for nothing."""
-    from distsketch.losses import Curvature
+    from distsketch.losses.base import Curvature
     from distsketch.engine.sweep import _grams
 
     C = np.ones((5, 4))

@@ -13,7 +13,8 @@ import pytest
 import distsketch as ds
 from distsketch.solvers.lipschitz import newton
 from distsketch.solvers.lipschitz.direction import newton_direction
-from distsketch.losses import EpsilonInsensitive, Huber, Pinball
+from distsketch.losses.quantile import Pinball
+from distsketch.losses.radial import EpsilonInsensitive, Huber
 from reference.lipschitz import held_sweep_data
 
 

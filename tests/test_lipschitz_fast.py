@@ -11,7 +11,8 @@ import pytest
 
 import distsketch as ds
 from distsketch.solvers.lipschitz import newton, polish
-from distsketch.losses import EpsilonInsensitive, Huber, Pinball, _Radial
+from distsketch.losses.quantile import Pinball
+from distsketch.losses.radial import EpsilonInsensitive, Huber, _Radial
 
 from reference.lipschitz import cvx_scalar, held_sweep_data, whole_window
 

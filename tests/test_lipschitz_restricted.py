@@ -11,7 +11,8 @@ import pytest
 
 import distsketch as ds
 from distsketch.solvers.lipschitz import polish
-from distsketch.losses import EpsilonInsensitive, Pinball
+from distsketch.losses.quantile import Pinball
+from distsketch.losses.radial import EpsilonInsensitive
 from reference.kernels import gaussian_gram
 from reference.lipschitz import cvx_scalar, data, reference, whole_window
 

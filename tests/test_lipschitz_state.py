@@ -7,7 +7,8 @@ import pytest
 
 import distsketch as ds
 from distsketch.solvers.lipschitz import problem as lipschitz
-from distsketch.losses import EpsilonInsensitive, Huber, Pinball
+from distsketch.losses.quantile import Pinball
+from distsketch.losses.radial import EpsilonInsensitive, Huber
 from distsketch.solvers.lipschitz.newton import NewtonState
 
 

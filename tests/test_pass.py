@@ -358,7 +358,7 @@ def test_leaf_task_sums_blocks_as_the_tree_node_would(tmp_path, kind):
 
 def test_pass_tasks_keep_every_core_busy():
     """Few blocks per core: one task per block (fused leaves would idle cores)."""
-    from distsketch.engine.mapreduce import parallel_slots
+    from distsketch.engine.schedulers import parallel_slots
 
     assert parallel_slots() == (os.cpu_count() or 1)
     with dask.config.set(scheduler="synchronous"):

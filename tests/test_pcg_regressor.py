@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from distsketch.losses import Huber
+from distsketch.losses.radial import Huber
 from killhelpers import run_killed
 from pcghelpers import data as _data
 from reference.errors import norm_rel_err as _rel

@@ -139,7 +139,8 @@ def test_a_loss_defined_here_registers_itself_and_declares_its_capabilities():
     its capabilities, not its class: ADMM needs ``has_prox`` and ``projects_dual``, PCG
     ``normal_equations``."""
     from distsketch.solvers.lipschitz import admm
-    from distsketch.losses import LOSSES, Huber, Loss, Squared, check_loss, loss_from_config
+    from distsketch.losses.base import LOSSES, Loss, check_loss, loss_from_config
+    from distsketch.losses.radial import Huber, Squared
 
     class _Base(Huber):
         pass
@@ -177,7 +178,7 @@ import textwrap  # noqa: E402
 
 from distsketch.solvers.lipschitz import admm  # noqa: E402
 from distsketch.cli.config import ConfigError, load_config  # noqa: E402
-from distsketch.losses import LOSSES, Curvature, Loss, check_loss, loss_from_config  # noqa: E402
+from distsketch.losses.base import LOSSES, Curvature, Loss, check_loss, loss_from_config  # noqa: E402
 
 
 class SquaredEpsilonInsensitive(Loss):

@@ -208,7 +208,7 @@ def test_auto_decode_budget_picks_the_scoring():
 def test_auto_rank_moves_the_admm_threshold():
     """``auto_rank``: ``solver="auto"`` of the Lipschitz machines takes ADMM from that many
     whitened features."""
-    from distsketch.losses import Huber
+    from distsketch.losses.radial import Huber
 
     assert choose_route("auto", 3999) == "newton" and choose_route("auto", 4000) == "admm"
     assert choose_route("auto", 10, tuning=ds.Tuning(auto_rank=10)) == "admm"

@@ -800,7 +800,7 @@ def test_compute_progress_numpy_true_is_a_plain_bar(capsys):
     a number of seconds is a threshold (a short computation then shows none)."""
     import dask
 
-    from distsketch.engine.mapreduce import compute
+    from distsketch.engine.schedulers import compute
 
     task = dask.delayed(sum)([1, 2])
     capsys.readouterr()

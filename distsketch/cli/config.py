@@ -428,7 +428,7 @@ def _model_params(model: dict, kinds: dict) -> dict[str, Any]:
         elif kind == "lam":
             params[k] = _lam(model.get(k, 1e-6), f"model.{k}")
         elif kind == "loss" and k in model:
-            from ..losses import check_loss
+            from ..losses.base import check_loss
 
             value = model[k]
             try:  # a name, or a table {type = "huber", kappa = 1.0}
@@ -438,7 +438,7 @@ def _model_params(model: dict, kinds: dict) -> dict[str, Any]:
                     raise _err(f"model.{k}", str(exc).removeprefix("loss: ")) from None
             params[k] = dict(value) if isinstance(value, dict) else value
             if isinstance(value, dict):
-                from ..losses import loss_from_config
+                from ..losses.base import loss_from_config
 
                 params[k] = loss_from_config(dict(value))
         elif kind == "rank" and k in model:

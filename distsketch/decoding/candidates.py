@@ -54,7 +54,8 @@ from ..linalg import topk
 from .._hashing import checksum, data_fingerprint
 from ..backends.base import dense
 from .preimage import candidate_features
-from ..engine.mapreduce import compute, distributed_client, map_blocks, share
+from ..engine.mapreduce import map_blocks, share
+from ..engine.schedulers import compute, distributed_client
 from ..engine.features import FeatureMap
 from ..engine.rows import RowSource
 from ..engine.chunkwrite import write_rows

@@ -30,9 +30,9 @@ import numpy as np
 
 from ..linalg import topk
 from ..linalg.blocks import aligned_rows, pad_rows
-from ..engine.mapreduce import (Reducer, compute, distributed_client, map_blocks, map_local,
-    parallel_slots, share, tree_reduce)
+from ..engine.mapreduce import Reducer, map_blocks, map_local, share, tree_reduce
 from ..engine.features import FeatureMap
+from ..engine.schedulers import compute, distributed_client, parallel_slots
 from ..linalg.topk import merge_topk, score_topk
 
 __all__ = ["candidate_features", "decode_fixed", "decode_ragged", "TopK", "fold_costs",

@@ -13,8 +13,13 @@ the package.
   pass over stored blocks).
 - :func:`map_blocks` / :func:`tree_reduce` — the two halves as graphs, when several reductions
   are computed together (decoding: one merge tree per query chunk).
-- :func:`compute` — on the active dask scheduler, with dask's progress display.
-- :func:`transform_rows` — a row function over an input's rows (dask in → dask out).
+- :func:`row_blocks` — the task arguments of an input's row blocks; :func:`share` — an object
+  every task needs, one graph dependency; :func:`map_local` — a function over items on dask's
+  local thread pool.
+
+The active scheduler, its parallel slots and :func:`~distsketch.engine.schedulers.compute` are
+in :mod:`distsketch.engine.schedulers`; a row function over an input's rows
+(:func:`~distsketch.engine.transform.transform_rows`) in :mod:`distsketch.engine.transform`.
 
 Resuming is per block and belongs to the caller: a block whose result it stored earlier is
 given as ``Stored`` references instead of fresh inputs, so the same block function reduces it
@@ -28,134 +33,28 @@ of one such task share a :class:`Workspace`, so block-sized arrays are allocated
 
 from __future__ import annotations
 
-import logging
-import os
-import sys
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import dask
-import dask.array as da
-import dask.local
 import numpy as np
 from dask.delayed import Delayed, delayed
 
 from .rows import as_row_source
+from .schedulers import compute, distributed_client, parallel_slots
 
 if TYPE_CHECKING:
     import distributed
 
-__all__ = [
-    "Reducer", "Stored", "Workspace", "map_blocks", "tree_reduce", "map_reduce", "compute",
-    "row_blocks", "transform_rows", "share", "map_local", "parallel_slots", "distributed_client",
-    "WorkersLost", "workers_back",
-]
-
-logger = logging.getLogger(__name__)
+__all__ = ["Reducer", "Stored", "Workspace", "map_blocks", "tree_reduce", "map_reduce",
+           "row_blocks", "share", "map_local", "GROUPS_PER_SLOT"]
 
 #: Fuse first-level nodes only with at least this many of them per core.
 GROUPS_PER_SLOT = 4
 
 
-# --------------------------------------------------------------------------- schedulers
-
-
-def distributed_client() -> distributed.Client | None:
-    """The ``distributed.Client`` that dask would use right now.
-
-    Returns
-    -------
-    distributed.Client or None
-        The default client when it is dask's active scheduler; None otherwise (and without
-        importing ``distributed`` when nothing has).
-
-    Examples
-    --------
-    >>> from distsketch.engine import distributed_client
-    >>> distributed_client() is None  # no client started
-    True
-    """
-    if "distributed" not in sys.modules:  # no client without it (and no import on a laptop)
-        return None
-    try:
-        from distributed import default_client
-    except ImportError:  # pragma: no cover - distributed is a dependency
-        return None
-    try:
-        client = default_client()
-    except ValueError:
-        return None
-    return client if dask.base.get_scheduler() == client.get else None
-
-
-def local_scheduler() -> Callable | None:
-    """The local scheduler's ``get`` when no distributed client can exist.
-
-    A client needs ``distributed``, so while it is not imported the scheduler is dask's
-    configured ``scheduler`` (a name or a function) or its threaded default for delayed
-    objects. Handing dask the function keeps its own lookup from importing ``distributed``
-    — 0.16 s on the first computation of every process here (benchmarks/bench_import.py).
-
-    Returns
-    -------
-    callable or None
-        The scheduler's ``get``; None where dask must decide (``distributed`` imported).
-
-    Examples
-    --------
-    >>> import dask
-    >>> from distsketch.engine import local_scheduler
-    >>> with dask.config.set(scheduler="synchronous"):
-    ...     local_scheduler() in (dask.local.get_sync, None)
-    True
-    """
-    if "distributed" in sys.modules:
-        return None
-    import dask.threaded
-
-    setting = dask.config.get("scheduler", None)
-    if setting is None:
-        return dask.threaded.get
-    if callable(setting):
-        return setting
-    if isinstance(setting, str):
-        return dask.base.named_schedulers.get(setting.lower())
-    return None
-
-
-def parallel_slots(client: distributed.Client | None = None) -> int:
-    """Tasks the active scheduler runs at once.
-
-    Parameters
-    ----------
-    client : distributed.Client or None, default None
-        The cluster's client (None: the local scheduler).
-
-    Returns
-    -------
-    int
-        The client's worker threads, dask's local ``num_workers`` or the machine's cores
-        (1 for the synchronous scheduler).
-
-    Examples
-    --------
-    >>> import dask
-    >>> from distsketch.engine import parallel_slots
-    >>> with dask.config.set(scheduler="synchronous"):
-    ...     parallel_slots()
-    1
-    """
-    if client is not None:
-        try:
-            workers = client.scheduler_info().get("workers", {})
-            return max(1, sum(int(w.get("nthreads", 1)) for w in workers.values()))
-        except Exception:  # pragma: no cover - an unreachable scheduler fails later anyway
-            return 1
-    if (local_scheduler() or dask.base.get_scheduler()) is dask.local.get_sync:
-        return 1
-    return max(1, int(dask.config.get("num_workers", None) or os.cpu_count() or 1))
+# --------------------------------------------------------------------------- shared inputs and local maps
 
 
 def share(obj: Any, *, name: str, client: distributed.Client | None = None) -> Any:
@@ -185,124 +84,6 @@ def share(obj: Any, *, name: str, client: distributed.Client | None = None) -> A
     if client is not None:
         return client.scatter(obj, broadcast=True, hash=False)
     return delayed(obj, name=name, traverse=False)
-
-
-def compute(objs: list, *, progress: bool | float = False, what: str = "") -> list:
-    """Compute delayed objects on the active scheduler, with dask's progress display.
-
-    Parameters
-    ----------
-    objs : list
-        Dask collections or ``Delayed`` objects, computed together.
-    progress : bool or float, default False
-        ``True`` shows dask's progress bar (local schedulers) or distributed's progress and
-        the dashboard's address; a number of seconds shows the local bar only once the
-        computation has run that long (``ProgressBar(minimum=…)``) and nothing on a cluster
-        — for the many short computations of an iterative solver, whose iterations are
-        logged.
-    what : str, default ""
-        What is computed, for messages.
-
-    Returns
-    -------
-    list
-        The computed values, in the order of ``objs``.
-
-    Raises
-    ------
-    WorkersLost
-        On a distributed cluster, the workers that held this computation's only copy of
-        some data (all of them, or a single worker when data was not replicated) were lost;
-        fitting again on a kept store resumes.
-
-    Examples
-    --------
-    >>> from dask import delayed
-    >>> from distsketch.engine import compute
-    >>> compute([delayed(sum)([1, 2]), delayed(max)(3, 4)])
-    [3, 4]
-    """
-    if isinstance(progress, (bool, np.bool_)):
-        bar, minimum = bool(progress), 0.0
-    else:
-        bar, minimum = True, float(progress)
-    on_cluster = bar and isinstance(progress, (bool, np.bool_))  # no threshold there
-    client = distributed_client()
-    if client is not None:
-        if on_cluster:
-            logger.warning("%s: dask dashboard %s", what or "distsketch", client.dashboard_link)
-        futures = client.compute(objs)
-        if on_cluster:
-            from distributed import progress as show
-
-            show(futures)
-        try:
-            return client.gather(futures)
-        except Exception as exc:
-            if _lost_workers(exc):
-                raise WorkersLost(
-                    f"{what or 'distsketch'}: the dask cluster lost the workers holding this "
-                    f"computation's data ({type(exc).__name__}: {str(exc)[:200]}); run it again "
-                    f"once workers are back: a fit with a kept store resumes from the blocks "
-                    f"already written") from exc
-            raise
-    local = {} if (get := local_scheduler()) is None else {"scheduler": get}
-    if bar:
-        from dask.diagnostics import ProgressBar
-
-        with ProgressBar(minimum=minimum):
-            return list(dask.compute(*objs, **local))
-    return list(dask.compute(*objs, **local))
-
-
-class WorkersLost(RuntimeError):
-    """A distributed computation lost workers holding data it needed (scattered inputs).
-
-    Raised by :func:`compute`; a fit with a kept store resumes when run again.
-    """
-
-
-def workers_back(client: distributed.Client, timeout: float | None = None) -> bool:
-    """Wait until the cluster has a worker again.
-
-    Parameters
-    ----------
-    client : distributed.Client
-        The cluster's client.
-    timeout : float or None, default None
-        Seconds to wait (None: the dask config key ``distsketch.worker-wait``, 60).
-
-    Returns
-    -------
-    bool
-        Whether a worker is there (False after ``timeout``, or for a closed scheduler).
-
-    Examples
-    --------
-    After a :class:`WorkersLost` on a cluster (``client``: its ``distributed.Client``), a fit
-    with a kept store resumes once workers are back::
-
-        if workers_back(client, timeout=120):
-            model.fit(X, y)
-    """
-    if timeout is None:
-        timeout = float(dask.config.get("distsketch.worker-wait", 60))
-    try:
-        client.wait_for_workers(1, timeout=timeout)
-        return True
-    except Exception:  # TimeoutError, or a closed scheduler
-        return False
-
-
-def _lost_workers(exc: BaseException) -> bool:
-    """Whether a distributed failure means workers (and the data only they held) were lost."""
-    from concurrent.futures import CancelledError
-
-    try:
-        from distributed.scheduler import KilledWorker
-    except ImportError:  # pragma: no cover
-        KilledWorker = ()
-    return isinstance(exc, (CancelledError, KilledWorker)) or "lost dependencies" in str(exc)
 
 
 def map_local(func: Callable, items: list) -> list:
@@ -738,80 +519,3 @@ def map_reduce(func: Callable, items: Sequence, *, reducer: Reducer, shared: Any
     total = tree_reduce(leaves, reducer, split_every=split_every, name=name, token=token)
     (result,) = compute([total], progress=progress, what=name)
     return result
-
-
-# --------------------------------------------------------------------------- row maps
-
-#: Rows per block of :func:`transform_rows` on in-memory input (BLAS-efficient, many blocks).
-TRANSFORM_ROWS = 256
-
-
-def transform_rows(func: Callable, X: Any, *, width: int, post: Any = None, row_bytes: int,
-                   block_memory: int, argument: str = "X", n_features: int | None = None,
-                   model: str = "the model") -> Any:
-    """``func(block, post)`` over the rows of ``X``, stacked.
-
-    Dask input gives a lazy dask array (``map_blocks`` over its row chunks); zarr input is
-    read through dask and computed; numpy and scipy.sparse input is computed in fixed blocks
-    of at most :data:`TRANSFORM_ROWS` rows on the local thread pool (:func:`map_local`), so the
-    result never depends on the number of threads.
-
-    Parameters
-    ----------
-    func : callable
-        ``func(block, post)``: an array of shape (rows, width) for a block of rows.
-    X : array-like of shape (n, n_features)
-        The rows: a numpy, scipy.sparse, dask or zarr array.
-    width : int
-        Columns of the result.
-    post : object, optional
-        Passed to every call.
-    row_bytes : int
-        Bytes a block holds per row (with ``block_memory``, bounds the block).
-    block_memory : int
-        Bytes a block may hold.
-    argument : str, default "X"
-        The argument's name in error messages.
-    n_features : int or None, default None
-        Columns ``X`` must have (checked).
-    model : str, default "the model"
-        The model's name in error messages.
-
-    Returns
-    -------
-    ndarray or dask array of shape (n, width)
-        Lazy for dask input.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from distsketch.engine import transform_rows
-    >>> def norms(block, post):
-    ...     return np.linalg.norm(block, axis=1, keepdims=True)
-    >>> transform_rows(norms, np.array([[3.0, 4.0], [6.0, 8.0]]), width=1, row_bytes=16,
-    ...                block_memory=2**20)
-    array([[ 5.],
-           [10.]])
-    """
-    src = as_row_source(X, argument=argument)
-    if n_features is not None and src.shape[1] != n_features:
-        raise ValueError(f"{argument} has {src.shape[1]} features, but {model} is expecting "
-                         f"{n_features} features as input")
-    data = src.data
-    if isinstance(data, da.Array):
-        data = data.rechunk({1: -1})
-        return data.map_blocks(func, post, dtype=np.float64, chunks=(data.chunks[0], (width,)))
-    if src.lazy:
-        return np.asarray(transform_rows(func, da.from_zarr(data), width=width, post=post,
-                                         row_bytes=row_bytes, block_memory=block_memory,
-                                         argument=argument))
-    src.check_finite()
-    b = max(1, block_memory // max(row_bytes, 1))
-    b = min(b, TRANSFORM_ROWS)  # several blocks for the cores; fixed, so results never depend on them
-    out = np.empty((src.n, width))
-
-    def block(s: int) -> None:
-        out[s:s + b] = func(src.data[s:s + b], post)
-
-    map_local(block, list(range(0, src.n, b)))
-    return out

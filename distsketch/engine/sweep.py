@@ -36,11 +36,11 @@ from scipy.linalg.blas import dsyrk as _dsyrk
 
 from .._hashing import checksum
 from ..backends.base import dense
-from .mapreduce import (Reducer, Stored, WorkersLost, distributed_client, map_reduce, row_blocks,
-    share, workers_back)
+from .mapreduce import Reducer, Stored, map_reduce, row_blocks, share
 from .features import FeatureMap
-from ..losses import Curvature, Loss
+from ..losses.base import Curvature, Loss
 from .rows import RowSource
+from .schedulers import WorkersLost, distributed_client, workers_back
 from .storeguard import StoreError
 
 if TYPE_CHECKING:

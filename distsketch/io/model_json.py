@@ -140,7 +140,7 @@ def params_from_json(cls, params: dict) -> dict:
         elif kind == "store" and isinstance(value, dict):
             out[name] = StoreDirectory(value["store_directory"])
         elif kind == "loss" and isinstance(value, dict):
-            from ..losses import loss_from_config
+            from ..losses.base import loss_from_config
 
             out[name] = loss_from_config(value["loss"])
         elif kind == "solver" and isinstance(value, dict):

@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
-from ..engine.mapreduce import distributed_client
+from ..engine.schedulers import distributed_client
 from .base import FitSpec, SketchedEstimator, checks_feature_names
 from ..solvers.lipschitz.problem import Problem
-from ..losses import Loss, Pinball, check_loss
+from ..losses.base import Loss, check_loss
+from ..losses.quantile import Pinball
 from .krr import SketchedKRR
 from .ridge import kernel_expansion
 from ..options import with_blas_limit

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from distsketch.losses import EpsilonInsensitive, Huber, Squared
+from distsketch.losses.radial import EpsilonInsensitive, Huber, Squared
 from reference.closed_forms import dense, white
 from reference.kernels import gaussian_gram
 
@@ -64,7 +64,7 @@ def cvx_scalar(Phi, y, lam, loss, intercept):
     """``(objective, x, b)`` of ``min (1/n) Σ ℓ(Φx + b − y) + (λ/2)‖x‖²`` for a scalar
     ε-insensitive or pinball ``loss`` (every entry kept exact), by CVXPY (Clarabel): the
     reference of the restricted polish."""
-    from distsketch.losses import Pinball
+    from distsketch.losses.quantile import Pinball
 
     cp = pytest.importorskip("cvxpy")
     n, r = Phi.shape

@@ -56,7 +56,7 @@ from ..._hashing import checksum
 from ...backends.base import dense
 from .problem import (Problem, Solution, convergence_warning, dual_values, finish, objective,
     save_state)
-from ...losses import Loss
+from ...losses.base import Loss
 from .direction import warm_start
 from ...engine.sweep import block_C
 from ...tuning import check_tuning

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from ..._hashing import checksum
-from ...losses import Loss
+from ...losses.base import Loss
 
 __all__ = ["Problem", "Solution", "SolverState", "state_key", "objective", "dual_values",
            "save_state", "finish", "convergence_warning", "STATE_VERSION"]

@@ -15,7 +15,7 @@ import numpy as np
 
 from .admm import RowState, admm_block, choose_route, supports
 from .admm import solve_path as admm_path
-from ...engine.mapreduce import distributed_client
+from ...engine.schedulers import distributed_client
 from ...engine.features import FeatureMap
 from .problem import SolverState, state_key
 from .newton import solve_path
@@ -24,7 +24,7 @@ from ...engine.store import CSUM
 from ...engine.sweep import SWEEP_SUMS, SweepData, Sweeper, sweep_items
 
 if TYPE_CHECKING:
-    from ...losses import Loss
+    from ...losses.base import Loss
     from .problem import Problem
 
 __all__ = ["Newton", "ADMM", "NewtonOrADMM", "HeldSweeps", "held_sweeps", "local_memory_ok"]
@@ -100,7 +100,7 @@ def held_sweeps(sweeper: Sweeper, data: SweepData, spec: Any) -> HeldSweeps | No
     (a dask sweep would show one only past :data:`~distsketch.sweep.SWEEP_PROGRESS_MINIMUM`)."""
     import dask
 
-    from ...engine.mapreduce import parallel_slots
+    from ...engine.schedulers import parallel_slots
 
     if data.held is None or distributed_client() is not None:
         return None
