@@ -193,6 +193,20 @@ def test_each_unit_imports_only_earlier_layers():
     assert wrong == []
 
 
+def test_the_layout_page_shows_the_layers():
+    """docs/design/layout.md's table of folders by layer is :data:`LAYERS`: a unit added,
+    moved or removed here without the page (or the reverse) fails."""
+    page = (PACKAGE.parent / "docs" / "design" / "layout.md").read_text()
+    rows = [line.split("|")[1:3] for line in page.splitlines()
+            if line.startswith("|") and line.split("|")[1].strip().isdigit()]
+    shown = [sorted(u.strip("`").removesuffix("/").removesuffix(".py")
+                    .replace("distsketch/__init__", "").replace("__init__", "")
+                    for u in cell.split(", "))
+             for _, cell in rows for cell in [cell.strip()]]
+    assert [int(layer) for layer, _ in rows] == list(range(len(LAYERS)))
+    assert shown == [sorted(units) for units in LAYERS]
+
+
 def test_folders_are_packages_with_a_docstring():
     """Every folder is a package whose ``__init__`` says what it holds."""
     for folder in sorted(p for p in PACKAGE.rglob("*") if p.is_dir() and p.name != "__pycache__"):
