@@ -38,7 +38,7 @@ $(DOCS_STAMP): $(STAMP)
 
 docs: $(DOCS_STAMP)
 	rm -rf docs/api/generated
-	$(BIN)/sphinx-build -W --keep-going -n -b html docs/api docs/_build/html
+	$(BIN)/sphinx-build -E -W --keep-going -n -b html docs/api docs/_build/html
 
 ## Skip the slow real-data tests.
 test-fast: $(STAMP)

@@ -6,7 +6,8 @@ Estimators: :class:`SISOKR` (IOKR / SIOKR / ISOKR / SISOKR by choice of sketches
 :class:`SketchedQuantileRegressor` (losses in :mod:`distsketch.losses`) and the transformer :class:`SketchedFeatures`. Kernels live in
 :mod:`distsketch.kernels`, sketches in :mod:`distsketch.sketches`, engine knobs in
 :class:`EngineOptions` (the routes' tuning knobs in its :class:`Tuning`), the block map-reduce
-in :mod:`distsketch.engine`. The layout and how to extend each part: docs/design.md.
+in :mod:`distsketch.engine`. The layout and how to extend each part: docs/design/layout.md and
+docs/guide/extending.md.
 
 The package is imported lazily (PEP 562): ``import distsketch`` loads nothing but this file, and
 each name below loads its module on first use, so that ``import distsketch`` and the command

@@ -100,7 +100,7 @@ class EngineOptions:
         uninterrupted one and ``store=None`` fits the same model, for either dtype.
         float32 (default) halves the store and its I/O and evaluates the exponentials of
         the Gaussian, Laplacian and GaussianTanimoto kernels in float32 (several times numpy's
-        float64 ``exp`` rate: benchmarks/RESULTS.md, "pass"): kernel values to float32
+        float64 ``exp`` rate: benchmarks/ENGINE.md, "pass"): kernel values to float32
         rounding (relative about 1e-7), which the solve amplifies by its conditioning
         (tests: within 1e-4 of every closed form, the same test error). float64 gives the closed forms to rounding. An exact
         (identity) side always uses float64 blocks: its n × n Gram matrix is factored as
@@ -119,7 +119,7 @@ class EngineOptions:
     direct_io : bool
         Write the sketched blocks to a local store with O_DIRECT, bypassing the page
         cache: a block write then costs a fraction of this process's CPU that filling new
-        page-cache pages costs (measured: benchmarks/RESULTS.md, "pass"), and a store
+        page-cache pages costs (measured: benchmarks/ENGINE.md, "pass"), and a store
         larger than memory does not evict everything else. (A virtual machine's disk
         emulation may still take CPU from the vCPUs, either way.) False writes through the
         page cache, which is faster only when the disk is much slower than the pass and the
@@ -327,7 +327,7 @@ def _resolve_device(options: EngineOptions) -> EngineOptions:
 # machine, so it may use the cores that are idle NOW — on a machine shared with other work a
 # second BLAS thread is far slower than one (measured on this 2-core machine under load:
 # Cholesky of 2250² 0.135 s → 1.2 s, eigh 5 s → 20 s). The rule, from the measurements in
-# docs/design.md ("Driver routes"): below _DRIVER_THREADS_MIN_SIZE one thread (the
+# docs/design/math.md ("Driver routes"): below _DRIVER_THREADS_MIN_SIZE one thread (the
 # factorisations are too small to share); above, as many threads as cores found idle over a
 # _IDLE_WINDOW-second sample of /proc/stat (Linux; elsewhere one thread). Configuration
 # ``distsketch.driver-threads`` (dask config): "auto" (this rule, the default) or a number.

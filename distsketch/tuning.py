@@ -39,12 +39,13 @@ class Tuning:
         measured rate ratio ``BAND_RATE_WEIGHT`` there); ``"band"`` (congruence ``Pᵀ G_k P``
         and one band reduction per fold) or ``"woodbury"`` (pivoted Cholesky of ``G_k`` and a
         Woodbury solve per λ) forces one. The scores are the same to rounding either way
-        (docs/design.md, "Cross-validation from one pass"); forcing only changes the time.
+        (docs/design/model-selection.md, "Cross-validation from one pass"); forcing only changes
+        the time.
     fold_threads : int or None
         Threads for the folds' driver work in SISOKRCV: ``None`` = one per core this process
         may use (at most the number of folds). Each thread runs single-threaded BLAS; the
         folds are independent and each is computed the same way on any thread, so the scores
-        are bitwise independent of it. Measured (benchmarks/RESULTS.md, ``cv``): folds on
+        are bitwise independent of it. Measured (benchmarks/ENGINE.md, ``cv``): folds on
         both cores of the 2-core machine 2.18× one plain fit, on one thread 2.78×.
     fold_band : int
         Bandwidth of the per-fold band reduction (the band route): the reduction's panels are
@@ -97,7 +98,7 @@ class Tuning:
         Density (stored entries / (rows × columns)) above which a scipy.sparse operand of a
         built-in kernel is densified before its product (:func:`distsketch.kernels.tuned`);
         at or below it stays sparse. Measured by ``python benchmarks/bench_sparse_blocks.py``
-        (benchmarks/RESULTS.md, ``sparse_blocks``): Gaussian blocks of b ∈ {1000, 4000} CSR
+        (benchmarks/ENGINE.md, ``sparse_blocks``): Gaussian blocks of b ∈ {1000, 4000} CSR
         rows, d ∈ {1000, 2000}, against 2000 landmarks, one BLAS thread; the CSR route
         (``2·nnz·n_b`` flops at 0.9–5.5 GFLOP/s) meets the dense GEMM (``2·b·d·n_b`` flops at
         32–38 GFLOP/s) at densities 8.0 % (1000 × 1000), 12.5 % (1000 × 2000), 13.1 %
@@ -108,7 +109,7 @@ class Tuning:
         sparse route): small enough to stay in cache while every stored entry of the CSR block
         reads a row of it (4 MiB, the kernels' tile size). One panel of the whole operand
         costs each stored entry a row of ``n_b`` values from memory: measured 1.3–2.4× slower
-        at d = 2 000 from 4 % density on (benchmarks/RESULTS.md, ``sparse_blocks``). 0 turns
+        at d = 2 000 from 4 % density on (benchmarks/ENGINE.md, ``sparse_blocks``). 0 turns
         densification of the right operand off (CSR × CSR products).
     device_sparse_max_density : float or None
         The same rule for a compute backend's own sparse blocks (device CSR): ``None`` takes
@@ -121,7 +122,7 @@ class Tuning:
         (``distsketch.solvers.direct.eigen_pays``): pairs ``(r, length)`` with increasing r,
         interpolated between them, the end values beyond. Measured on a 2-core AMD EPYC
         shared with other work, one BLAS thread, by ``python benchmarks/bench_bibtex.py
-        --driver-crossover`` (docs/design.md, "Driver routes"), ``k* = (t_eig − t_safety) /
+        --driver-crossover`` (docs/design/math.md, "Driver routes"), ``k* = (t_eig − t_safety) /
         t_per-λ`` with r_Y = 200 (one right-hand side, KRR, moves it up 1.2–3.5×) at load
         average 5: r = 250: 5.2, 500: 7.1, 1000: 7.2, 2000: 19.6, 3000: 18.2 (at load 9:
         11.5, 5.5, 8.9, 16.2, 22.0); the eigendecomposition's memory-bound tridiagonal

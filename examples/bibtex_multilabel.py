@@ -39,7 +39,7 @@ Run
 The inputs are kept sparse (CSR, 3.7 % of the entries stored), columns scaled by ``1/std``
 instead of standardised: the same Gaussian kernel, since the mean cancels in ``x − x'``
 (:func:`load`; docs/design/engine.md, "Sparse inputs"), with the same F1, and kernel blocks about
-2.6–2.8× cheaper (benchmarks/RESULTS.md, "sparse_blocks"). ``--dense`` uses the dense
+2.6–2.8× cheaper (benchmarks/ENGINE.md, "sparse_blocks"). ``--dense`` uses the dense
 standardised inputs of the authors' protocol.
 
 ``--quick`` fits IOKR on a 1000-row random subset of the training set and SISOKR (on all

@@ -8,7 +8,7 @@ import textwrap
 
 _PATCH = textwrap.dedent("""
     import os as _os, signal as _signal
-    import distsketch.sweep as _sw
+    import distsketch.engine.sweep as _sw
     _call = _sw.Sweeper.__call__
     _count = [0]
     def _killing(self, it):

@@ -179,7 +179,7 @@ _KILL_SCRIPT = textwrap.dedent("""
     import os, signal
     import numpy as np
     import dask
-    import distsketch as ds, distsketch.lipschitz_routes as rg
+    import distsketch as ds, distsketch.solvers.lipschitz.routes as rg
     from distsketch.losses.quantile import Pinball
     X = np.load({x!r}); y = np.load({y!r})
     block = rg.admm_block

@@ -11,11 +11,16 @@ import pytest
 #: Modules whose docstrings hold examples (the public objects of docs/api/).
 MODULES = [
     "distsketch.backends.base", "distsketch.decoding.candidates", "distsketch.engine.mapreduce",
-    "distsketch.engine.schedulers", "distsketch.engine.transform", "distsketch.engine.rows",
-    "distsketch.losses.base", "distsketch.metrics",
-    "distsketch.model_selection.select", "distsketch.models.regressors",
-    "distsketch.models.transformers", "distsketch.options", "distsketch.solvers.routes",
-    "distsketch.testing.contracts", "distsketch.tuning",
+    "distsketch.engine.rows", "distsketch.engine.schedulers", "distsketch.engine.transform",
+    "distsketch.io.arff", "distsketch.io.arrays", "distsketch.io.delimited",
+    "distsketch.io.loaders", "distsketch.io.persist", "distsketch.io.tables",
+    "distsketch.kernels.base", "distsketch.kernels.sparse", "distsketch.kernels.standardized",
+    "distsketch.losses.base", "distsketch.metrics", "distsketch.model_selection.krr_cv",
+    "distsketch.model_selection.select", "distsketch.model_selection.sisokr_cv",
+    "distsketch.models.krr", "distsketch.models.regressors", "distsketch.models.sisokr",
+    "distsketch.models.transformers", "distsketch.options", "distsketch.sketches.base",
+    "distsketch.sketches.leverage", "distsketch.solvers.routes", "distsketch.testing.contracts",
+    "distsketch.tuning",
 ]
 
 

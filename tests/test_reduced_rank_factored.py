@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-import distsketch.models.sisokr as models
+import distsketch.models.sisokr_state as sisokr_state
 from reference.closed_forms import reduced_rank_scores
 from reference.errors import norm_rel_err
 
@@ -41,7 +41,7 @@ def test_factored_route_equals_the_metric_route(monkeypatch):
     for p in (1, 2, 5, 12, 29, 40, 200):
         factored = model.set_rank(p).score_candidates(Xq, Yc)
         with monkeypatch.context() as mp:
-            mp.setattr(models.SISOKR, "_factored_rank", lambda self: False)
+            mp.setattr(ds.SISOKR, "_factored_rank", lambda self: False)
             metric = model.set_rank(p).score_candidates(Xq, Yc)
         assert norm_rel_err(factored, metric) <= 1e-8, p
         if p >= 30:  # r_X = 30: the predictions span at most 30 directions
@@ -54,7 +54,7 @@ def test_output_gram_in_row_blocks_never_n_by_n(monkeypatch):
     scores equal the paper's dense algorithm (1e-8)."""
     X, Y, Xq, Yc = _problem(seed=1)
     n = len(X)
-    monkeypatch.setattr(models, "OUTPUT_GRAM_BYTES", 8 * n * 7)  # 7 rows per block
+    monkeypatch.setattr(sisokr_state, "OUTPUT_GRAM_BYTES", 8 * n * 7)  # 7 rows per block
     shapes = []
     inner = ds.Gaussian.__call__
 

@@ -10,9 +10,10 @@ the arrays it was given and calls that backend's ``xp`` namespace — the array-
 
 Only the numpy backend is built here. Another backend is a new module that subclasses
 :class:`Backend` and calls :func:`register_backend` — nothing else in the package changes
-(docs/design.md, "How to add a backend"; tests/test_backends.py builds one in its test file).
+(docs/guide/extending.md, "How to add a backend"; tests/test_backends.py builds one in its
+test file).
 A backend shipped with the package but needing an optional dependency is listed in
-:data:`LAZY_BACKENDS` and made on first use: ``"cuda"`` (:mod:`distsketch.cuda`, CuPy), so
+:data:`LAZY_BACKENDS` and made on first use: ``"cuda"`` (:mod:`distsketch.backends.cuda`, CuPy), so
 importing distsketch never imports CuPy.
 
 This module imports neither dask nor anything but numpy and scipy.

@@ -5,7 +5,7 @@ pass's kernel block fills, block products and partial sums, and decoding's score
 on the GPU of the process that runs the task: one GPU per dask worker
 (``dask_cuda.LocalCUDACluster``, or ``CUDA_VISIBLE_DEVICES`` per worker in ``cluster/``).
 
-What moves (docs/design.md, "The CUDA backend"):
+What moves (docs/design/engine.md, "The CUDA backend"):
 
 - host → device: a row block, landmarks, the sketch's mixing columns, targets. A plain
   ndarray above :data:`PINNED_MIN_BYTES` is staged through one of two reused page-locked
@@ -78,12 +78,12 @@ OPERAND_CACHE_BYTES = 512 << 20
 #: fraction of that peak, plus the distance expansion's elementwise passes; the crossover
 #: ``nnz / (n·d)`` is about the ratio of the two rates, so it is expected at a few percent —
 #: below the host's 8 %, where the GEMM is only 6–42× scipy's single-threaded CSR rate
-#: (benchmarks/RESULTS.md "sparse_blocks"). The one
+#: (benchmarks/ENGINE.md "sparse_blocks"). The one
 #: public data point found (Stack Overflow question 30118673, "Why cuSPARSE is much slower than
 #: cuBLAS for sparse matrix multiplication": cusparseScsrmm 1.4 ms against cublasSgemm
 #: 0.21 ms at 50 % density, 192 × 2400 by 2400 × 256 on a Titan Black) only says the crossover
 #: is far below 50 %. Set it from ``python benchmarks/bench_gpu.py --sparse-only`` on the GPU
-#: the fits run on (RESULTS.md section "gpu_sparse": the smallest sparse × sparse crossover
+#: the fits run on (ENGINE.md section "gpu_sparse": the smallest sparse × sparse crossover
 #: over the shapes).
 DEVICE_SPARSE_MAX_DENSITY = 0.02
 

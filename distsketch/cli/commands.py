@@ -571,8 +571,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     f = sub.add_parser("fit", parents=[common], help="fit the model described by a TOML config",
                        description="Fit the model described by a TOML config (schema: the "
-                                   "docstring of distsketch.config) and save it in its store.")
-    f.add_argument("config", help="TOML configuration (see distsketch.config)")
+                                   "docstring of distsketch.cli.config) and save it in its store.")
+    f.add_argument("config", help="TOML configuration (see distsketch.cli.config)")
     f.add_argument("--store", help="override [store] path (a new or empty directory, or a "
                                    "distsketch store)")
     f.add_argument("--json", action="store_true",

@@ -128,7 +128,7 @@ Every key, by table (anything else is refused, naming the key and the allowed on
     :data:`distsketch.metrics.METRICS` names; default by task).
 
 ``[select]`` (model selection over ``model.lam``, ``model.rank``, ``kernels`` and ``gammas``;
-:mod:`distsketch.select`)
+:mod:`distsketch.model_selection.select`)
     ``cv``: K-fold cross-validation, any model (SketchedKRR and SISOKR with a metric their
     CV estimators score — ``rmse`` / ``r2``, ``surrogate_mse`` / ``f1_samples`` /
     ``kernel_loss`` — from one pass; SketchedRegressor, the quantile model and other metrics
@@ -460,7 +460,8 @@ def _model_params(model: dict, kinds: dict) -> dict[str, Any]:
 
 
 def _select(value: Any, mtype: str) -> dict | None:
-    """The validated ``[select]`` table as keyword arguments of :func:`distsketch.select.select`."""
+    """The validated ``[select]`` table as keyword arguments of
+    :func:`distsketch.model_selection.select.select`."""
     if value is None:
         return None
     from ..model_selection.select import check_selection

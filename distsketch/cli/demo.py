@@ -50,7 +50,8 @@ M_INPUT, M_OUTPUT = 300, 100  # SISOKR sketch sizes
 LAM_GRID = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2)
 N_FIGURE = 10  # test digits shown in the PNG: the first of each class
 FIGURE_NAME = "digits_completion.png"
-_COMPLETE = ("pass-complete", "solved")  # store statuses of a finished pass (distsketch.store)
+# store statuses of a finished pass (distsketch.engine.store)
+_COMPLETE = ("pass-complete", "solved")
 
 
 def _require_demo_extras() -> None:

@@ -20,7 +20,7 @@ Layout (one zarr v3 group)::
 
 A *fixed* store holds one candidate set shared by all queries; a *ragged* store holds per-query
 sets concatenated. Features depend only on the model's output side (kernel, landmarks,
-projection: the model's output :class:`~distsketch.features.FeatureMap`), not on λ, so they
+projection: the model's output :class:`~distsketch.engine.features.FeatureMap`), not on λ, so they
 are computed once per fitted model (keyed by the feature map's ``key``, ``SISOKR.output_key_``)
 and reused by every prediction; a killed feature pass resumes (one engine task per block).
 

@@ -1,13 +1,13 @@
 """Decoding at scale: top-k pre-images over fixed or per-query candidate sets.
 
-Glossary (docs/design.md, "Decoding")
--------------------------------------
+Glossary (docs/design/decoding.md)
+----------------------------------
 g(x) = W φ_X(x)          query surrogate, shape (r_Y,) — :meth:`SISOKR.surrogate`
 φ_Y(y)                   candidate output features (the model's output :class:`FeatureMap`)
 score(x, y) = k_Y(y, y) − 2 φ_Y(y)ᵀ g(x)    smaller is better
 
 Decoding is a block map-reduce (:mod:`distsketch.engine`): map tasks score (query chunk ×
-candidate block) blocks into partial top-k results (:mod:`distsketch.topk`), merged by the
+candidate block) blocks into partial top-k results (:mod:`distsketch.linalg.topk`), merged by the
 engine's fixed-order tree, so the full ``n_queries × n_candidates`` score matrix never exists
 and the result does not depend on chunking or scheduling.
 
@@ -15,7 +15,8 @@ Per-query candidate sets (metabolite identification: each spectrum has its own l
 ragged collection: concatenated candidates plus offsets. Queries are grouped by set; a task
 scores a contiguous span of candidates holding several small sets, or one piece of a large
 set (pieces merged like the fixed case). Candidate features are computed once per task for
-all the queries sharing the set, or read from a :class:`~distsketch.candidates.CandidateStore`.
+all the queries sharing the set, or read from a
+:class:`~distsketch.decoding.candidates.CandidateStore`.
 
 This module is the block work and the fold's cost rule; which candidates, which route and which
 cached folds a fitted model uses is :mod:`distsketch.decoding`'s part.
@@ -133,8 +134,8 @@ FOLD_ROWS = 512
 def local_tile(n: int) -> int:
     """Rows per tile of an in-memory candidate computation on all local cores: ``n`` cut into
     ``⌈n / FOLD_ROWS⌉`` equal tiles, rounded up to a multiple of
-    :data:`~distsketch.blocks.TILE_ALIGN` (a function of ``n`` only, and no row in a BLAS edge
-    kernel, so equal rows get bitwise-equal results whatever the number of cores)."""
+    :data:`~distsketch.linalg.blocks.TILE_ALIGN` (a function of ``n`` only, and no row in a BLAS
+    edge kernel, so equal rows get bitwise-equal results whatever the number of cores)."""
     t = -(-max(1, int(n)) // FOLD_ROWS)
     return aligned_rows(-(-max(1, int(n)) // t))
 
@@ -267,10 +268,11 @@ def decode_fixed(fmap: FeatureMap, G: np.ndarray, candidates: Any, *, n_candidat
         tiles (:func:`query_tile`). Default: the queries split into as many tasks as it takes,
         with the candidate blocks, to give every parallel slot of the scheduler work (at most
         65 536 queries per task). Every GEMM has the shape of one query tile by one score tile
-        (:func:`distsketch.topk.tile_rows`), so the split does not change a bit of the result.
+        (:func:`distsketch.linalg.topk.tile_rows`), so the split does not change a bit of the
+        result.
     backend : str
         Compute backend of the scores and top-k (``EngineOptions.backend``; ``"cuda"``: on
-        the device, only the winners come back — :mod:`distsketch.topk`).
+        the device, only the winners come back — :mod:`distsketch.linalg.topk`).
 
     Returns
     -------

@@ -1,7 +1,7 @@
 """Decoding routes of a fitted model: candidate checks, route choice and fold caches.
 
-Glossary (docs/design.md, "Decoding")
--------------------------------------
+Glossary (docs/design/decoding.md)
+----------------------------------
 g(x) = W φ_X(x)          query surrogate, shape (r_Y,) — :class:`Surrogate`
 φ_Y(y)                   candidate output features (the model's output :class:`FeatureMap`)
 score(x, y) = k_Y(y, y) − 2 φ_Y(y)ᵀ g(x)    smaller is better
@@ -10,13 +10,14 @@ score(x, y) = k_Y(y, y) − 2 φ_Y(y)ᵀ g(x)    smaller is better
 are functions of four things: the output map ``φ_Y``, the :class:`Surrogate` (``φ_X``, ``W``
 and the folds cached for this ``W``), the candidates, and the engine options. This module
 validates the candidates (an array, a dask or zarr array, a
-:class:`~distsketch.candidates.CandidateStore`, per-query sets), chooses the route
-(:func:`distsketch.decode.fold_route`: unfolded, or ``W`` / the candidates folded once) and
-hands the block work to :func:`distsketch.decode.decode_fixed` /
-:func:`~distsketch.decode.decode_ragged`. It is a module of its own, above
-:mod:`distsketch.candidates`: it needs :class:`~distsketch.candidates.CandidateStore`, and
-:mod:`distsketch.candidates` imports :mod:`distsketch.decode` (candidate features), so the
-routes inside ``decode`` would close an import cycle; ``decode`` stays the block work.
+:class:`~distsketch.decoding.candidates.CandidateStore`, per-query sets), chooses the route
+(:func:`distsketch.decoding.preimage.fold_route`: unfolded, or ``W`` / the candidates folded once)
+and hands the block work to :func:`distsketch.decoding.preimage.decode_fixed` /
+:func:`~distsketch.decoding.preimage.decode_ragged`. It is a module of its own, above
+:mod:`distsketch.decoding.candidates`: it needs
+:class:`~distsketch.decoding.candidates.CandidateStore`, and :mod:`distsketch.decoding.candidates`
+imports :mod:`distsketch.decoding.preimage` (candidate features), so the routes inside ``decode``
+would close an import cycle; ``decode`` stays the block work.
 """
 
 from __future__ import annotations
@@ -48,9 +49,10 @@ class Surrogate:
     ``φ_X(x) = Pᵀ k_X(L, x)`` (``P``: the input map's projection, or none). ``cache`` holds
     the folded matrices ``{(source, route): (Z, kyy)}`` (``(None, "coef"): (M, None)``) and
     must be valid for ``coef``: the model keeps it and empties it whenever ``W`` or the output
-    map changes. ``fold``: ``None`` (the cost rule of :func:`distsketch.decode.fold_route`) or
-    a route to force. The rule and the fold (:func:`~distsketch.decode.fold_candidates`) are
-    looked up in this module when called (where a test spies on them).
+    map changes. ``fold``: ``None`` (the cost rule of
+    :func:`distsketch.decoding.preimage.fold_route`) or a route to force. The rule and the fold
+    (:func:`~distsketch.decoding.preimage.fold_candidates`) are looked up in this module when called
+    (where a test spies on them).
     """
 
     input_map: FeatureMap
@@ -82,7 +84,8 @@ class Surrogate:
 
     def ragged_route(self, n_queries: int) -> str:
         """``"unfolded"`` or ``"coef"`` for per-query sets: the candidate-free part of
-        :func:`distsketch.decode.fold_costs` (the scoring ``n_c·r_Y`` is the same on both)."""
+        :func:`distsketch.decoding.preimage.fold_costs` (the scoring ``n_c·r_Y`` is the same on
+        both)."""
         if self.input_map.projection is None:
             return "unfolded"
         if self.fold is not None:
@@ -95,7 +98,7 @@ class Surrogate:
 
     def fixed_route(self, n_queries: int, n_candidates: int, source: Any, *,
                     foldable: bool = True) -> str:
-        """The decoding route for a fixed set (:func:`distsketch.decode.fold_route`);
+        """The decoding route for a fixed set (:func:`distsketch.decoding.preimage.fold_route`);
         ``foldable=False``: the candidates cannot be folded (a dask or zarr array)."""
         P = self.input_map.projection
         if self.fold is not None:
@@ -305,7 +308,7 @@ def _decode_fixed(fmap: FeatureMap, surrogate: Surrogate, X, candidates,
     route = surrogate.fixed_route(_n_queries(X), cands.n, cands.source,
                                   foldable=cands.features is not None)
     read = cands.read
-    if route not in ("unfolded", "coef"):  # Z folded once (distsketch.decode.fold_costs)
+    if route not in ("unfolded", "coef"):  # Z folded once (distsketch.decoding.preimage.fold_costs)
         Z, kyy_c = surrogate.folded(route, cands.source, cands.features)
         read = lambda a, b: ("cached", Z, kyy_c, a, b)  # noqa: E731
     G = surrogate.queries(X, route)

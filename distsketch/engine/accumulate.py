@@ -1,6 +1,6 @@
 """The streaming pass: one block map-reduce over the training rows.
 
-For each row block ``I`` (docs/design.md, "The streaming pass") a task computes::
+For each row block ``I`` (docs/design/engine.md, "The streaming pass") a task computes::
 
     C_I = k_X(X_I, X_J) R_Xmixᵀ          written to pass/C[I]
     D_I = k_Y(Y_I, Y_JY) R_Ymixᵀ         written to pass/D[I]      (structured outputs)

@@ -3,7 +3,7 @@ elsewhere.
 
 :func:`write_rows` is how the pass (and the candidate store) writes a row block that is exactly
 one chunk of an uncompressed array: one object handed to the store instead of zarr's codec
-pipeline, the stored bytes those zarr's own path would store (``benchmarks/RESULTS.md``,
+pipeline, the stored bytes those zarr's own path would store (``benchmarks/ENGINE.md``,
 "pass"). Any other write takes zarr's ordinary path.
 """
 
@@ -63,7 +63,7 @@ def _direct_put(path: Path, block: np.ndarray, dtype: np.dtype) -> bool:
     O_DIRECT hands the buffer to the disk by DMA, so a write costs little of this
     process's CPU (the copy into the aligned buffer included), where a buffered write of
     a new file costs the CPU of allocating and filling page-cache pages; see the "pass"
-    section of ``benchmarks/RESULTS.md`` for measurements.
+    section of ``benchmarks/ENGINE.md`` for measurements.
     The block is converted into a page-aligned buffer (unless it is aligned already),
     padded to a whole page and truncated back, and written to a temporary file renamed
     into place, as zarr's local store does. Returns False where the file system refuses
@@ -121,7 +121,7 @@ def write_rows(array: zarr.Array, start: int, block: np.ndarray, *, direct: bool
     the chunk's encoded form is the block's own memory, converted to the array's dtype.
     Such a block goes to the store as one object instead of through zarr's codec
     pipeline, which copies it twice first (much slower for large blocks; see the "pass"
-    section of ``benchmarks/RESULTS.md``): on a local store, by default, as one O_DIRECT
+    section of ``benchmarks/ENGINE.md``): on a local store, by default, as one O_DIRECT
     file write (:func:`_direct_put`; ``direct`` False, or a file system without O_DIRECT,
     writes through the page cache), elsewhere with the store's ``set``
     (:func:`_store_set`). Any other write (a partial last chunk, a compressed, filtered,

@@ -1,7 +1,7 @@
 """Feature maps: the kernel side of every block of work.
 
-Glossary (docs/design.md, "Math")
----------------------------------
+Glossary (docs/design/math.md)
+------------------------------
 L          landmarks: the support rows ``X_J`` of a sketch, shape (s', d)
 P          projection (s', r): ``R_mixᵀ T`` for whitened features, any dense matrix, a
            realised sketch (``P = R_mixᵀ``, the pass's ``C = K Rᵀ``) or None (identity)
@@ -9,7 +9,7 @@ P          projection (s', r): ``R_mixᵀ T`` for whitened features, any dense m
 
 :class:`FeatureMap` bundles ``(kernel, landmarks, projection)``, the one object the pass,
 decoding, the estimators and saved models use for a kernelised side. Its block method is the
-block product (:func:`distsketch.blocks.gram_dot`); :meth:`FeatureMap.transform` maps it over
+block product (:func:`distsketch.linalg.blocks.gram_dot`); :meth:`FeatureMap.transform` maps it over
 any input's rows through the engine (dask in, dask out).
 """
 
@@ -148,7 +148,7 @@ class FeatureMap:
     def tiles(self, Y: Any, *, rows: int, parallel: bool = False) -> np.ndarray:
         """``φ`` of the rows of ``Y`` (c × r), ``rows`` at a time, each tile zero-padded to
         ``aligned_rows(rows)`` rows: every BLAS call has the same shape and every row sits in a
-        full micro-tile (:data:`~distsketch.blocks.TILE_ALIGN`), so equal rows get
+        full micro-tile (:data:`~distsketch.linalg.blocks.TILE_ALIGN`), so equal rows get
         bitwise-equal features wherever they sit (decoding's exact ties). ``parallel=True``
         computes the tiles on all local cores (:func:`distsketch.engine.map_local`); inside a
         task keep the default.

@@ -61,7 +61,7 @@ class PassResult:
 #: while the other cores idle (Bibtex, n = 4880: 3 blocks of 1924 rows took two rounds of
 #: 1924-row blocks on 2 cores; 4 blocks of 1220 take two rounds of 1220). A fixed number, not
 #: the machine's core count, so that the blocks, hence the sums' rounding, never depend on the
-#: machine (docs/design.md, "The streaming pass").
+#: machine (docs/design/engine.md, "The streaming pass").
 BLOCK_MULTIPLE = 4
 #: The rounding up above stops short of blocks smaller than this (halving the multiple).
 MIN_BLOCK_ROWS = 256
@@ -112,7 +112,7 @@ def fit_pass(
     ``y_kernel=None``: ``Y`` holds vector targets (sums ``b``, ``Y``) or is None (input side
     only); otherwise ``Y`` goes through the output kernel (sums ``M, E, D``). ``sums`` names
     the :data:`SUM_TERMS` the model needs. ``store`` is the estimator's ``store`` argument
-    (None, a path, a zarr group or a :class:`~distsketch.store.StoreDirectory`): it is opened
+    (None, a path, a zarr group or a :class:`~distsketch.engine.store.StoreDirectory`): it is opened
     and locked here and returned open in ``PassResult.fs``; the caller saves its model there
     and closes it. ``reuse_seeds`` (a fit without a ``random_state``): take the sketch seeds a
     pass recorded in the store, so that fitting again resumes it. ``x_widths``: further input
@@ -120,7 +120,7 @@ def fit_pass(
     named ``"<sum>~<j>"`` (:attr:`PassPlan.x_widths`): one read of the rows for all of them.
     ``seeds``: the two sketch seeds (input, output) already drawn by the caller, in place of
     the two this call would draw from ``rng`` (a route that draws them itself to find its
-    own store's state, :func:`distsketch.pcg.fit_pcg_sisokr`).
+    own store's state, :func:`distsketch.solvers.pcg.fit_pcg_sisokr`).
     """
     unknown = {s for s in sums if not known_sum(s) or width_of(s)[1] > len(x_widths)}
     if unknown:

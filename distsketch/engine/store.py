@@ -16,7 +16,7 @@ Layout (one zarr v3 group per fit)::
         sums/U_rows, sums/U_index unique output rows, first training row (a row-set sum)
 
 ``status`` moves ``"pass"`` → ``"pass-complete"`` (all blocks done, sums written)
-→ ``"saving-model"`` (a model being written by :mod:`distsketch.persist`) → ``"solved"``
+→ ``"saving-model"`` (a model being written by :mod:`distsketch.io.persist`) → ``"solved"``
 (the model is stored). A store written by ``save`` alone, without a pass, starts as
 ``"model-only"``. Anything else — a run killed or failed mid-way — is an incomplete store: it
 resumes when fitted again with the same configuration, and is never read as a finished pass
@@ -25,7 +25,7 @@ or loaded as a model.
 What a store guarantees — data identity, checksums, one writer, never deleting what distsketch
 did not write, never reading or writing outside its directory (a local store holding a
 symbolic link is refused when opened:
-:func:`~distsketch.engine.storeguard.refuse_links`) — is described in docs/design.md, "The store",
+:func:`~distsketch.engine.storeguard.refuse_links`) — is described in docs/design/store.md,
 and README, "What the store guarantees". The store's errors and its lock are in
 :mod:`distsketch.engine.storeguard`; the pass's block writes in
 :mod:`distsketch.engine.chunkwrite`.
@@ -545,7 +545,7 @@ class StoreDirectory:
         The directory (created on the first fit).
     """
 
-    def __init__(self, path):
+    def __init__(self, path: str | os.PathLike) -> None:
         self.path = path
 
     def __repr__(self) -> str:
@@ -558,12 +558,40 @@ class StoreDirectory:
         return hash(os.fspath(self.path))
 
     def location(self, config: dict) -> str:
-        """The store path of a pass configuration."""
+        """The store path of a pass configuration.
+
+        Parameters
+        ----------
+        config : dict
+            The pass configuration (JSON-serialisable; its ``"model"`` names the store).
+
+        Returns
+        -------
+        str
+            ``path/<model>-<key>.zarr``, ``key`` a hash of ``config``.
+        """
         key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
         return os.path.join(os.fspath(self.path), f"{config.get('model', 'fit')}-{key}.zarr")
 
-    def open(self, config: dict) -> "FitStore":
-        """Open (and lock) the store of ``config``."""
+    def open(self, config: dict) -> FitStore:
+        """Open (and lock) the store of ``config``, creating the directory if needed.
+
+        Parameters
+        ----------
+        config : dict
+            The pass configuration, as for :meth:`location`.
+
+        Returns
+        -------
+        FitStore
+            The store at :meth:`location`, locked for this fit.
+
+        Raises
+        ------
+        StoreError
+            If the path is empty or not a directory, or the store's place is a symbolic link
+            or not a directory.
+        """
         path = os.fspath(self.path)
         if not path.strip():
             raise StoreError("store: StoreDirectory of an empty path; give a directory path")

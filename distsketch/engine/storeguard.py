@@ -4,7 +4,7 @@
 the store and what to do. :class:`StoreLock` lets one fit at a time write a local store;
 :func:`refuse_links` refuses a store directory holding a symbolic link (or anything neither a
 file nor a directory) before anything is read or written. What a store guarantees:
-docs/design.md, "The store".
+docs/design/store.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A :class:`PassPlan` is everything a block task of the pass (:mod:`distsketch.engine.accumulate`)
 needs, shipped to workers once. :data:`SUM_TERMS` are the partial sums a pass can compute, by
-name (docs/design.md, "The streaming pass"): each a :class:`SumTerm` whose function takes one
+name (docs/design/engine.md, "The streaming pass"): each a :class:`SumTerm` whose function takes one
 block (a :class:`BlockView`) and returns its partial: an ndarray (added), a :class:`RowSparse`
 (added row-wise), a :class:`RowStack` or :class:`HeldBlocks` (placed) or a row set (unique
 rows, merged). A sum name may carry a fold spec (``"G@5"``, :func:`fold_ids`) and a width
@@ -45,7 +45,7 @@ class PassPlan:
         Names of :data:`SUM_TERMS` to compute.
     C, D, records : zarr.Array or None
         Store arrays written by the tasks (``records``: ``pass/blocks``, one row per block:
-        fit token, data fingerprints, checksums; see :mod:`distsketch.store`); None for a
+        fit token, data fingerprints, checksums; see :mod:`distsketch.engine.store`); None for a
         temporary fit (``store=None``), whose blocks are not written anywhere.
     token : int
         The fit token written with each block (0 for a temporary fit).
@@ -62,7 +62,7 @@ class PassPlan:
         Compute backend of the block math (:mod:`distsketch.backends`).
     x_widths : tuple of FeatureMap
         Further input feature maps over the same landmarks and sketch (other kernel widths,
-        :func:`fit_pass` ``x_widths``): the sums named ``"<sum>~<j>"`` are those of the
+        :func:`~distsketch.engine.fitpass.fit_pass` ``x_widths``): the sums named ``"<sum>~<j>"`` are those of the
         ``j``-th (1-based) computed from its own block ``C_I^{(j)}``, recomputed from the
         block's input rows (never stored). One read of the data serves every width.
     """
@@ -353,7 +353,7 @@ class SumTerm:
 
 
 #: The partial sums a pass can compute, by name; a model asks for some of them
-#: (:mod:`distsketch.solve`'s ``*_sums``). A new sum is one entry here.
+#: (:mod:`distsketch.solvers.direct`'s ``*_sums``). A new sum is one entry here.
 SUM_TERMS = {
     "G": SumTerm(_term_G),
     "B": SumTerm(_term_B),

@@ -1,10 +1,10 @@
 """One solver iteration over the training rows: a block map-reduce over the stored ``C``.
 
-An iterative model (:mod:`distsketch.newton`) makes one *sweep* per iteration. For every row
-block ``I`` a task reads ``C_I`` back from the store (checking its recorded CRC-32), or
-recomputes it from the input rows when the fit keeps no store, and with the iterate shipped
-to it (``A = T Ξ S`` of shape (m, d), intercept ``b₀``, and optionally a direction ``ΔA, Δb₀``)
-computes, in float64::
+An iterative model (:mod:`distsketch.solvers.lipschitz.newton`) makes one *sweep* per iteration. For
+every row block ``I`` a task reads ``C_I`` back from the store (checking its recorded CRC-32), or
+recomputes it from the input rows when the fit keeps no store, and with the iterate shipped to it
+(``A = T Ξ S`` of shape (m, d), intercept ``b₀``, and optionally a direction ``ΔA, Δb₀``) computes,
+in float64::
 
     F_I  = C_I A + b₀                              predictions at the iterate
     L(t) = Σ_{i∈I} h_μ(F_i + t ΔF_i − y_i)         losses along the direction (t on a grid)
@@ -418,7 +418,7 @@ class Sweeper:
         self.data, self.X, self.Y = data, X, Y
         self.split_every, self.progress = split_every, progress
         # the block function (default: the Lipschitz machines'); another solver's sweep
-        # (distsketch.pcg) passes its own, with the same items, retries and fixed-order sums
+        # (distsketch.solvers.pcg) passes its own, with the same items, retries and fixed-order sums
         self.block = _sweep_block if block is None else block
         self.name = name
         self._items = None

@@ -104,6 +104,17 @@ def mulan_labels(path: PathLike) -> list[str] | None:
     -------
     list of str or None
         The label names in the XML file's order.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from distsketch.io import mulan_labels
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     _ = (Path(tmp) / "toy.xml").write_text(
+    ...         '<labels><label name="l1"/><label name="l2"/></labels>')
+    ...     mulan_labels(Path(tmp) / "toy-train.arff")
+    ['l1', 'l2']
     """
     path = Path(path)
     stem = path.stem.lower()
@@ -158,6 +169,20 @@ def load_arff(
         With the file and line number, for a bad header, a missing ``@data`` section, an
         invalid ``n_targets`` (or one that disagrees with the XML file), a row with the wrong
         number of values, a malformed or out-of-range sparse entry, or an unparsable value.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from distsketch.io import load_arff
+    >>> arff = ("@relation toy\\n@attribute x1 numeric\\n@attribute x2 numeric\\n"
+    ...         "@attribute l1 {0,1}\\n@attribute l2 {0,1}\\n@data\\n0.5,1,1,0\\n1.5,2,0,1\\n")
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = Path(tmp) / "toy.arff"
+    ...     _ = path.write_text(arff)
+    ...     X, Y = load_arff(path, n_targets=2)
+    >>> X.tolist(), Y.tolist()
+    ([[0.5, 1.0], [1.5, 2.0]], [[1.0, 0.0], [0.0, 1.0]])
     """
     t = read_arff(path, n_targets=n_targets, dtype=dtype, drop_columns=drop_columns)
     return t.X, t.Y

@@ -47,6 +47,18 @@ def load_npz_or_npy(
     -------
     X : ndarray of shape (n_samples, ...)
     Y : ndarray of shape (n_samples, ...) or None
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from distsketch.io import load_npz_or_npy
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     np.savez(Path(tmp) / "data.npz", X=np.ones((3, 2)), y=np.zeros(3))
+    ...     X, Y = load_npz_or_npy(Path(tmp) / "data.npz")
+    >>> X.shape, Y.shape
+    ((3, 2), (3,))
     """
     path = existing(path)
     suffix = path.suffix.lower()
@@ -75,6 +87,20 @@ def load_hdf5(
     -------
     X : ndarray of shape (n_samples, ...)
     Y : ndarray of shape (n_samples, ...) or None
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import h5py
+    >>> import numpy as np
+    >>> from distsketch.io import load_hdf5
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     with h5py.File(Path(tmp) / "data.h5", "w") as f:
+    ...         _ = f.create_dataset("train/X", data=np.ones((3, 2)))
+    ...     X, Y = load_hdf5(Path(tmp) / "data.h5", x_key="train/X")
+    >>> X.shape, Y is None
+    ((3, 2), True)
     """
     try:
         import h5py
@@ -103,6 +129,21 @@ def load_zarr(path: PathLike, *, x_key: str = "X", y_key: str | None = "Y") -> t
     X : zarr.Array of shape (n_samples, ...)
         Not loaded into memory; wrap with ``dask.array.from_zarr`` or slice it.
     Y : zarr.Array of shape (n_samples, ...) or None
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> import zarr
+    >>> from distsketch.io import load_zarr
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     group = zarr.open_group(Path(tmp) / "data.zarr", mode="w")
+    ...     _ = group.create_array("X", data=np.ones((4, 2)))
+    ...     _ = group.create_array("Y", data=np.zeros(4))
+    ...     X, Y = load_zarr(Path(tmp) / "data.zarr")
+    ...     X[:2].shape, Y.shape
+    ((2, 2), (4,))
     """
     import zarr
 

@@ -55,6 +55,18 @@ def load_csv(
     ValueError
         Naming the file: an unknown or repeated column, a value that is not a number (with
         its line), rows of different lengths.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from distsketch.io import load_csv
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = Path(tmp) / "data.csv"
+    ...     _ = path.write_text("a,b,y\\n1,2,3\\n4,5,6\\n")
+    ...     X, Y = load_csv(path, target_columns=["y"])
+    >>> X.tolist(), Y.tolist()
+    ([[1.0, 2.0], [4.0, 5.0]], [[3.0], [6.0]])
     """
     single = isinstance(target_columns, (int, str, np.integer))
     targets = [target_columns] if single else list(target_columns)

@@ -49,7 +49,31 @@ __all__ = ["count_columns", "load_dataset", "load_table"]
 
 
 def count_columns(path: PathLike, *, delimiter: str = ",") -> int:
-    """The number of columns of a CSV file (its first line) or attributes of an ARFF file."""
+    """The number of columns of a CSV file (its first line) or attributes of an ARFF file.
+
+    Parameters
+    ----------
+    path : str or path-like
+        A ``.arff`` file (its header is read), or a delimited text file (its first line,
+        which may start with ``#``).
+    delimiter : str, default ","
+        The text file's delimiter.
+
+    Returns
+    -------
+    int
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from distsketch.io import count_columns
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = Path(tmp) / "data.csv"
+    ...     _ = path.write_text("a,b,y\\n1,2,3\\n")
+    ...     count_columns(path)
+    3
+    """
     path = existing(path)
     if path.suffix.lower() == ".arff":
         header: list[str] = []
@@ -92,6 +116,18 @@ def load_dataset(path: PathLike, **kwargs: Any) -> tuple[Any, Any]:
     -------
     X, Y
         As returned by the loader; ``Y`` may be None.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from distsketch.io import load_dataset
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = Path(tmp) / "data.csv"
+    ...     _ = path.write_text("a,b,y\\n1,2,3\\n4,5,6\\n")
+    ...     X, Y = load_dataset(path, target_columns=["y"])
+    >>> X.shape, Y.shape
+    ((2, 2), (2, 1))
     """
     path = existing(path)
     return _LOADERS[_format(path)](path, **kwargs)
@@ -119,6 +155,18 @@ def load_table(path: PathLike, *, features_only: bool = False,
     Table
         ``(X, Y, feature_names, target_names)``; names are None where the format has none,
         ``Y`` is None for a file read without targets.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from distsketch.io import load_table
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = Path(tmp) / "data.csv"
+    ...     _ = path.write_text("a,b,y\\n1,2,3\\n4,5,6\\n")
+    ...     table = load_table(path, target_columns=["y"], drop_columns=["a"])
+    >>> table.X.tolist(), table.feature_names, table.target_names
+    ([[2.0], [5.0]], ['b'], ['y'])
     """
     path = existing(path)
     suffix = _format(path)

@@ -65,7 +65,7 @@ def kernel_to_json(kernel: Any) -> Any:
 
 
 def kernel_from_json(cfg: Any) -> Any:
-    """Inverse of :func:`kernel_to_json`. A user function is imported by name: :func:`load`
+    """Inverse of :func:`kernel_to_json`. A user function is imported by name: :func:`distsketch.load`
     allows that only for a store the caller trusts."""
     if cfg is None or isinstance(cfg, str):
         return cfg

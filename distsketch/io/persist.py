@@ -1,6 +1,6 @@
 """Saved models: the solved model inside the fit's zarr store, and :func:`load`.
 
-Layout added to a fit's store (see :mod:`distsketch.store`)::
+Layout added to a fit's store (see :mod:`distsketch.engine.store`)::
 
     <store>/model/                attrs["distsketch_model"] = {model_format, class, params,
                                       state, checksums, arrays, token, manifest}
@@ -32,6 +32,7 @@ import json
 import math
 import os
 import time
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -473,7 +474,7 @@ def _change(group: zarr.Group, directory: str | None, start: tuple) -> str | Non
     return None
 
 
-def load(store, *, trusted: bool = False):
+def load(store: str | os.PathLike | zarr.Group, *, trusted: bool = False) -> Any:
     """Load a fitted estimator saved in a store (a path or a zarr group).
 
     Loading runs no code named by the store: a model whose kernel is a user function (saved as
@@ -485,9 +486,17 @@ def load(store, *, trusted: bool = False):
 
     Parameters
     ----------
-    store : path or zarr.Group
+    store : str, path or zarr.Group
+        Where the model was saved (by ``fit`` with a kept ``store``, or ``save``).
     trusted : bool
         Allow importing the user-function kernel a store names (only for stores you trust).
+
+    Returns
+    -------
+    estimator
+        The fitted estimator, of the class that saved it (:class:`~distsketch.SISOKR`,
+        :class:`~distsketch.SketchedKRR`, ...), with its fitted attributes; it predicts
+        without the training data.
 
     Raises
     ------
@@ -500,6 +509,22 @@ def load(store, *, trusted: bool = False):
         it is read, holds a symbolic link, fails a check (declared shape or dtype, checksum,
         finiteness, manifest: damaged or edited), or names a user function and ``trusted`` is
         False.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> import distsketch
+    >>> from distsketch import SketchedKRR
+    >>> rng = np.random.default_rng(0)
+    >>> X, y = rng.normal(size=(60, 2)), rng.normal(size=60)
+    >>> model = SketchedKRR(lam=1e-3).fit(X, y)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     location = model.save(Path(tmp) / "model.zarr")
+    ...     loaded = distsketch.load(location)
+    >>> np.allclose(loaded.predict(X[:5]), model.predict(X[:5]))
+    True
     """
     group, location, directory = _open_group(store)
     try:

@@ -55,7 +55,18 @@ def columns(spec: Sequence[int | str] | int | str | None, names: Sequence[str] |
 
 
 class Table(NamedTuple):
-    """A loaded data set: ``X``, ``Y`` (or None) and the column names the file declares."""
+    """A loaded data set: ``X``, ``Y`` (or None) and the column names the file declares.
+
+    Parameters
+    ----------
+    X : array of shape (n_samples, n_features)
+        Inputs: an ndarray, a scipy.sparse matrix (sparse ARFF) or a zarr array.
+    Y : array of shape (n_samples, ...) or None
+        Targets; None for a file read without them.
+    feature_names, target_names : list of str or None
+        The column names the file declares (CSV header, ARFF attributes); None where the
+        format has none.
+    """
 
     X: Any
     Y: Any
@@ -91,9 +102,11 @@ def _nan_cells(A) -> tuple[np.ndarray, np.ndarray]:
     return r, c
 
 
-def handle_missing(X, Y=None, how: str = "error", *, sources: Sequence[tuple[str, int]] | str = "X",
+def handle_missing(X: Any, Y: Any = None, how: str = "error", *,
+                   sources: Sequence[tuple[str, int]] | str = "X",
                    feature_names: Sequence[str] | None = None,
-                   target_names: Sequence[str] | None = None, means=None, argument: str = "missing"):
+                   target_names: Sequence[str] | None = None, means: Any = None,
+                   argument: str = "missing") -> tuple[Any, Any, np.ndarray | None]:
     """Check, drop or impute the missing values (NaN) of in-memory data.
 
     Parameters
@@ -121,6 +134,17 @@ def handle_missing(X, Y=None, how: str = "error", *, sources: Sequence[tuple[str
     X, Y : the data, with rows dropped or values imputed (copies only where changed)
     means : ndarray of shape (n_features,) or None
         The means imputed with (``"impute-mean"``), None otherwise.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from distsketch.io import handle_missing
+    >>> X = np.array([[1.0, np.nan], [3.0, 4.0]])
+    >>> X2, _, means = handle_missing(X, how="impute-mean")
+    >>> X2.tolist(), means.tolist()
+    ([[1.0, 4.0], [3.0, 4.0]], [2.0, 4.0])
+    >>> handle_missing(X, np.array([1.0, 2.0]), how="drop")[1]
+    array([2.])
     """
     if how not in MISSING:
         raise ValueError(f"{argument}: expected one of {list(MISSING)}, got {how!r}")

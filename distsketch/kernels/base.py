@@ -9,7 +9,7 @@ and :func:`kernel_description` read and write configs. The shipped kernels, thei
 numerics: :mod:`distsketch.kernels.families` and :mod:`distsketch.kernels.standardized`; sparse
 operands: :mod:`distsketch.kernels.sparse`.
 
-Block math: numpy and scipy only (no dask). Adding a kernel: docs/design.md, "How to add a
+Block math: numpy and scipy only (no dask). Adding a kernel: docs/guide/extending.md, "How to add a
 kernel".
 """
 
@@ -72,13 +72,13 @@ class Kernel(ParamsMixin):
     Subclasses set ``_name`` (their :data:`KERNELS` registry name: defining the class
     registers it) and implement ``_validate``, ``_compute(A, B, be)`` and ``_diag(A, be)`` on
     float64 blocks of backend ``be``, computing in ``be.xp``; ``_fill(A, B, out, scale, be)``
-    where a cheaper path than ``out[...] = _compute(A, B, be)`` exists. See docs/design.md,
+    where a cheaper path than ``out[...] = _compute(A, B, be)`` exists. See docs/guide/extending.md,
     "How to add a kernel".
     """
 
     _name: ClassVar[str]
     #: Whether ``k(x, x')`` depends on ``x − x'`` only (so :class:`Standardized` may drop the
-    #: mean and keep sparse rows sparse: docs/design.md, "Sparse inputs").
+    #: mean and keep sparse rows sparse: docs/design/engine.md, "Sparse inputs").
     _translation_invariant: ClassVar[bool] = False
     #: Whether sparse operands go through the density rule (:func:`cheaper_form`): the
     #: built-in kernels, whose products were measured; a user's callable gets its blocks as given.
@@ -91,7 +91,7 @@ class Kernel(ParamsMixin):
     def __init__(self) -> None:
         """Parameter-free kernels take no arguments; subclasses with parameters override."""
 
-    def __call__(self, A: Block, B: Block, *, out=None):
+    def __call__(self, A: Block, B: Block, *, out: Any = None) -> Any:
         """Kernel block ``K[i, j] = k(A[i], B[j])``.
 
         Parameters
@@ -126,10 +126,10 @@ class Kernel(ParamsMixin):
             )
         return A, B
 
-    def fill(self, A: Block, B: Block, out, scale=None):
+    def fill(self, A: Block, B: Block, out: Any, scale: Any = None) -> Any:
         """Write the kernel block into ``out``: ``out[i, j] = k(A[i], B[j]) · scale[j]``.
 
-        How the streaming pass evaluates its blocks (:func:`distsketch.blocks.gram_dot`):
+        How the streaming pass evaluates its blocks (``distsketch.linalg.blocks.gram_dot``):
         straight into the block it stores, in the compute backend of ``out``.
 
         Parameters
@@ -159,7 +159,7 @@ class Kernel(ParamsMixin):
         self._fill(A, B, out, scale, be)
         return out
 
-    def diag(self, A: Block):
+    def diag(self, A: Block) -> Any:
         """``k(A[i], A[i])`` for every row, without forming the Gram matrix.
 
         Parameters
@@ -175,12 +175,29 @@ class Kernel(ParamsMixin):
 
     def to_config(self) -> dict[str, Any]:
         """JSON-serialisable ``{"name": <registry name>, **params}``; inverse of
-        :func:`kernel_from_config`."""
+        :func:`kernel_from_config`.
+
+        Returns
+        -------
+        dict
+            The registry name under ``"name"`` and the constructor parameters.
+        """
         params = {k: _plain(v) for k, v in self.get_params(deep=False).items()}
         return {"name": self._name, **params}
 
     def set_params(self, **params: Any) -> Kernel:
-        """Set parameters and validate them again; returns self."""
+        """Set parameters and validate them again.
+
+        Parameters
+        ----------
+        **params
+            Constructor parameters by name.
+
+        Returns
+        -------
+        Kernel
+            ``self``.
+        """
         super().set_params(**params)
         self._validate()
         return self
@@ -227,7 +244,7 @@ class CallableKernel(Kernel):
 
     _densify_by_density = False
 
-    def __init__(self, func: Callable[[Block, Block], Any]):
+    def __init__(self, func: Callable[[Block, Block], Any]) -> None:
         self.func = func
         self._validate()
 
@@ -287,6 +304,12 @@ def kernel_from_config(cfg: Mapping[str, Any]) -> Kernel:
     ------
     ValueError
         If the name is missing or unknown, or a parameter is unknown or invalid.
+
+    Examples
+    --------
+    >>> from distsketch.kernels import kernel_from_config
+    >>> kernel_from_config({"name": "gaussian", "gamma": 0.1})
+    Gaussian(gamma=0.1)
     """
     params = dict(cfg)
     name = params.pop("name", None)
@@ -305,9 +328,29 @@ def kernel_from_config(cfg: Mapping[str, Any]) -> Kernel:
     return cls(**params)
 
 
-def kernel_description(kernel: Any) -> dict[str, Any]:
+def kernel_description(kernel: Kernel) -> dict[str, Any]:
     """JSON description of a kernel, for records and keys: :meth:`Kernel.to_config`, or
-    ``{"callable": "module.qualname"}`` for a user function (never used to rebuild it)."""
+    ``{"callable": "module.qualname"}`` for a user function (never used to rebuild it).
+
+    Parameters
+    ----------
+    kernel : Kernel
+        A registered kernel or a :class:`CallableKernel`.
+
+    Returns
+    -------
+    dict
+        JSON-serialisable.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from distsketch.kernels import CallableKernel, Gaussian, kernel_description
+    >>> kernel_description(Gaussian(gamma=0.5))
+    {'name': 'gaussian', 'gamma': 0.5}
+    >>> kernel_description(CallableKernel(np.dot))
+    {'callable': 'numpy.dot'}
+    """
     try:
         return kernel.to_config()
     except TypeError:
@@ -335,6 +378,14 @@ def check_kernel(kernel: Any, *, name: str) -> Kernel:
     ------
     ValueError
         For an unknown name, a bad config or anything else.
+
+    Examples
+    --------
+    >>> from distsketch.kernels import check_kernel
+    >>> check_kernel("laplacian", name="kernel")
+    Laplacian()
+    >>> check_kernel({"name": "polynomial", "degree": 2}, name="kernel")
+    Polynomial(degree=2)
     """
     choices = (
         f"use one of {sorted(KERNELS)}, a config dict, a distsketch.kernels object, "

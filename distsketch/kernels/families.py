@@ -64,12 +64,12 @@ blocks on any registered backend. Every exponential goes through the backend's
 :meth:`~distsketch.backends.Backend.exp`, the single place to swap in another ``exp``. Into a
 float32 array, the exponential kernels (Gaussian, Laplacian, GaussianTanimoto) evaluate
 ``exp`` in float32 from the float64 exponent, which numpy runs several times faster than its
-float64 ``exp`` (rates: benchmarks/RESULTS.md, "pass"). The exponent ``e`` is rounded to
+float64 ``exp`` (rates: benchmarks/ENGINE.md, "pass"). The exponent ``e`` is rounded to
 float32 first, so the relative error of the value is about (|e| + 1)·6e-8: 1.2e-7 where
 k = 0.37, 1.3e-6 where k = 1e-9 (tests/test_kernels.py). Sparse blocks (scipy.sparse) are
 host-only.
 
-Adding a kernel: docs/design.md, "How to add a kernel".
+Adding a kernel: docs/guide/extending.md, "How to add a kernel".
 """
 
 from __future__ import annotations
@@ -318,7 +318,7 @@ class Gaussian(_ExponentialKernel):
     _name = "gaussian"
     _translation_invariant = True
 
-    def __init__(self, gamma: float = 1.0):
+    def __init__(self, gamma: float = 1.0) -> None:
         self.gamma = gamma
         self._validate()
 
@@ -385,7 +385,7 @@ class Laplacian(_ExponentialKernel):
     _name = "laplacian"
     _translation_invariant = True
 
-    def __init__(self, gamma: float = 1.0):
+    def __init__(self, gamma: float = 1.0) -> None:
         self.gamma = gamma
         self._validate()
 
@@ -424,7 +424,7 @@ class Polynomial(Kernel):
 
     _name = "polynomial"
 
-    def __init__(self, degree: int = 3, gamma: float = 1.0, coef0: float = 1.0):
+    def __init__(self, degree: int = 3, gamma: float = 1.0, coef0: float = 1.0) -> None:
         self.degree = degree
         self.gamma = gamma
         self.coef0 = coef0
@@ -475,7 +475,7 @@ class Matern(Kernel):
     _name = "matern"
     _translation_invariant = True
 
-    def __init__(self, nu: float = 1.5, length_scale: float = 1.0):
+    def __init__(self, nu: float = 1.5, length_scale: float = 1.0) -> None:
         self.nu = nu
         self.length_scale = length_scale
         self._validate()
@@ -530,7 +530,7 @@ class GaussianTanimoto(_ExponentialKernel):
 
     _name = "gaussian_tanimoto"
 
-    def __init__(self, gamma: float = 1.0):
+    def __init__(self, gamma: float = 1.0) -> None:
         self.gamma = gamma
         self._validate()
 

@@ -32,7 +32,7 @@ Block = Union[np.ndarray, sp.spmatrix, sp.sparray]
 #: :class:`~distsketch.Tuning` (``sparse_max_density``, ``device_sparse_max_density``,
 #: ``sparse_panel_bytes``: their measured basis is documented there), set for the block math
 #: of this thread by :func:`tuned` (a fit's ``EngineOptions.tuning``, carried to every task by
-#: its :class:`~distsketch.features.FeatureMap`); outside it, the defaults.
+#: its :class:`~distsketch.engine.features.FeatureMap`); outside it, the defaults.
 _TUNING: ContextVar[Tuning | None] = ContextVar("distsketch_kernels_tuning", default=None)
 _DEFAULT_TUNING = Tuning()
 
@@ -45,10 +45,28 @@ def tuned(tuning: Tuning | None) -> Iterator[None]:
     :attr:`~distsketch.Tuning.device_sparse_max_density`,
     :attr:`~distsketch.Tuning.sparse_panel_bytes`); ``None`` leaves the current ones (the
     defaults, or an enclosing :func:`tuned`'s). How a fit's ``EngineOptions.tuning`` reaches
-    the block math on any worker: :meth:`FeatureMap.block
-    <distsketch.features.FeatureMap.block>` runs its products inside it, with the value the
-    feature map carries. The values change only which route computes a kernel block (its
-    values agree to rounding)."""
+    the block math on any worker: ``distsketch.engine.features.FeatureMap.block`` runs its
+    products inside it, with the value the feature map carries. The values change only which
+    route computes a kernel block (its values agree to rounding).
+
+    Parameters
+    ----------
+    tuning : Tuning or None
+        The knobs to use inside the block; ``None``: leave the current ones.
+
+    Examples
+    --------
+    Sparse operands denser than 1% computed as dense blocks:
+
+    >>> import scipy.sparse as sp
+    >>> from distsketch import Tuning
+    >>> from distsketch.kernels import Gaussian, tuned
+    >>> A = sp.random(4, 50, density=0.05, format="csr", random_state=0)
+    >>> with tuned(Tuning(sparse_max_density=0.01)):
+    ...     K = Gaussian()(A, A)
+    >>> K.shape
+    (4, 4)
+    """
     if tuning is None:
         yield
         return
@@ -136,7 +154,7 @@ def sparse_panels(S, D, be: Backend, right=None, augment=None):
     rows with ``k`` columns of ``right`` (n_d, k) appended after D's), so the product reads rows of
     a panel that stays in cache (``Tuning.sparse_panel_bytes``; one panel of the whole ``D``
     costs each stored entry of ``S`` a row of ``n_d`` values from memory: measured 1.3–2.4×
-    slower at d = 2 000 from 4 % density on, benchmarks/RESULTS.md "sparse_blocks"). Host
+    slower at d = 2 000 from 4 % density on, benchmarks/ENGINE.md "sparse_blocks"). Host
     (scipy.sparse) blocks only. With ``sparse_panel_bytes = 0`` a
     sparse ``D`` is never densified: one CSR × CSR product (``augment(D)`` appends the same
     columns sparsely).

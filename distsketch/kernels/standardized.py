@@ -33,7 +33,7 @@ class Standardized(Kernel):
     kernel values up to the rounding of the distance expansion, about
     1e-16·γ(‖a‖² + ‖b‖²) on the exponent); for other kernels sparse blocks are densified
     (blocks are bounded by the caller). Build it from training data with
-    :func:`distsketch.rows.standardized` (what the TOML ``standardize = true`` does) or
+    :func:`distsketch.standardized` (what the TOML ``standardize = true`` does) or
     :meth:`from_data` for in-memory data.
 
     Parameters
@@ -46,7 +46,7 @@ class Standardized(Kernel):
 
     _name = "standardized"
 
-    def __init__(self, kernel: Any, mean: Any, scale: Any):
+    def __init__(self, kernel: Any, mean: Any, scale: Any) -> None:
         self.kernel = kernel
         self.mean = mean
         self.scale = scale
@@ -65,9 +65,28 @@ class Standardized(Kernel):
             raise ValueError("Standardized: scale must be finite and positive")
 
     @classmethod
-    def from_moments(cls, kernel: Kernel, mean, var) -> "Standardized":
+    def from_moments(cls, kernel: Kernel, mean: Any, var: Any) -> Standardized:
         """From column means and variances; zero-variance columns get scale 1 (scikit-learn's
-        ``StandardScaler``)."""
+        ``StandardScaler``).
+
+        Parameters
+        ----------
+        kernel : Kernel
+            The kernel applied to the standardised rows.
+        mean, var : array-like of shape (d,)
+            Column means and variances (finite; negative variances count as 0).
+
+        Returns
+        -------
+        Standardized
+            With ``scale = sqrt(var)``, 1 where the variance is 0.
+
+        Examples
+        --------
+        >>> from distsketch.kernels import Gaussian, Standardized
+        >>> Standardized.from_moments(Gaussian(), mean=[0.0, 1.0], var=[4.0, 0.0]).scale
+        array([2., 1.])
+        """
         mean = np.asarray(mean, dtype=np.float64).ravel()
         var = np.asarray(var, dtype=np.float64).ravel()
         bad = np.flatnonzero(~(np.isfinite(mean) & np.isfinite(var)))
@@ -82,10 +101,32 @@ class Standardized(Kernel):
         return cls(kernel, mean, std)
 
     @classmethod
-    def from_data(cls, kernel: Kernel, X) -> "Standardized":
+    def from_data(cls, kernel: Kernel, X: Any) -> Standardized:
         """Mean and standard deviation of the columns of in-memory ``X`` (numpy or sparse);
         zero-variance columns get scale 1. For dask or zarr data use
-        :func:`distsketch.rows.standardized` (one reduction pass)."""
+        :func:`distsketch.standardized` (one reduction pass).
+
+        Parameters
+        ----------
+        kernel : Kernel
+            The kernel applied to the standardised rows.
+        X : ndarray or scipy.sparse matrix of shape (n, d)
+
+        Returns
+        -------
+        Standardized
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from distsketch.kernels import Gaussian, Standardized
+        >>> X = np.array([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]])
+        >>> k = Standardized.from_data(Gaussian(gamma=0.5), X)
+        >>> k
+        Standardized(Gaussian(gamma=0.5), d=2)
+        >>> k.mean
+        array([2., 3.])
+        """
         if sp.issparse(X):
             X = sp.csr_array(X)
             mean = np.asarray(X.mean(axis=0)).ravel()
@@ -94,7 +135,7 @@ class Standardized(Kernel):
             mean, var = X.mean(axis=0), X.var(axis=0)
         else:
             raise ValueError(f"Standardized.from_data: X must be a numpy or scipy.sparse array, got "
-                             f"{type(X).__name__}; use distsketch.rows.standardized(kernel, X) "
+                             f"{type(X).__name__}; use distsketch.standardized(kernel, X) "
                              f"for dask or zarr data")
         return cls.from_moments(kernel, mean, var)
 

@@ -1,5 +1,5 @@
 """The block product: ``Σ_c k(A, L_c) F_c`` over spans of landmark columns, the hot path of
-every pass and prediction (docs/design.md, "The streaming pass").
+every pass and prediction (docs/design/engine.md, "The streaming pass").
 
 Glossary
 --------
@@ -86,7 +86,7 @@ def gram_dot(
     """``Σ_c k(A, L_c) F_c`` over spans ``c`` of the landmarks, without a full Gram block.
 
     With ``sketch`` the factor is ``F = R_mixᵀ`` and the result is the block
-    ``C_I = k(A, X_J) R_mixᵀ`` of ``K Rᵀ`` (docs/design.md, "The streaming pass"); with
+    ``C_I = k(A, X_J) R_mixᵀ`` of ``K Rᵀ`` (docs/design/engine.md, "The streaming pass"); with
     ``right`` it is ``k(A, L) F`` for a dense ``F`` (features of new points); with neither it
     is ``k(A, L)`` itself. The kernel block held at any time is ``len(A) × chunk``.
 

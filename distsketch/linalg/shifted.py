@@ -5,7 +5,7 @@ symmetric ``A``.
 flops) and solves each shift by a banded Cholesky factorisation; :class:`EigenShifted` has the
 same interface from an eigendecomposition, the fallback where a shift leaves the banded factor
 numerically indefinite. Cross-validation's folds solve every λ of a fold from one of them
-(docs/design.md, "Cross-validation from one pass"). numpy and scipy only, no dask.
+(docs/design/model-selection.md, "Cross-validation from one pass"). numpy and scipy only, no dask.
 """
 
 from __future__ import annotations

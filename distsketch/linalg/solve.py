@@ -1,7 +1,7 @@
 """Driver solve, its block math: the whitening and the input side's λ-independent factors.
 
-Glossary (docs/design.md, "Math")
---------------------
+Glossary (docs/design/math.md)
+------------------------------
 C = K_X R_Xᵀ  (n × m_X)        D = K_Y R_Yᵀ  (n × m_Y)
 G = CᵀC      = R_X K_X² R_Xᵀ    B = R_X C     = R_X K_X R_Xᵀ
 M = DᵀC      = R_Y K_Y K_X R_Xᵀ E = R_Y D     = R_Y K_Y R_Yᵀ
@@ -208,7 +208,7 @@ def _cholesky_whitening(B: np.ndarray, *, rtol: float) -> np.ndarray | None:
 #   interlacing, B's top r eigenvalues do too), certified by a Cholesky factorisation of
 #   B_kk − 2·rtol·‖B‖₁·I succeeding (its backward error, ~r·ε·‖B‖, is far below rtol·‖B‖),
 #   or by the rcond test above when it passes. One more O(r³/3) factorisation: a tenth of
-#   an eigendecomposition (docs/design.md, "Driver routes").
+#   an eigendecomposition (docs/design/math.md, "Driver routes").
 _KEPT_SHIFT = 2.0
 
 

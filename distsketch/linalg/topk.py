@@ -1,7 +1,7 @@
 """Top-k block math of decoding: partial top-k of a score block and merges, no dask.
 
-Glossary (docs/design.md, "Decoding")
--------------------------------------
+Glossary (docs/design/decoding.md)
+----------------------------------
 g(x) = W φ_X(x)          query surrogate, shape (r_Y,)
 φ_Y(y)                   candidate output features, shape (r_Y,)
 score(x, y) = k_Y(y, y) − 2 φ_Y(y)ᵀ g(x)    smaller is better
@@ -28,7 +28,7 @@ __all__ = ["SCORE_ROWS", "smallest_k", "merge_topk", "score_topk", "tile_rows"]
 
 #: Candidate rows per BLAS call inside a task: it bounds the score block (queries × this), and
 #: every call has exactly this many rows (the last tile is zero-padded). Fixed-shape tiles of a
-#: multiple of :data:`~distsketch.blocks.TILE_ALIGN` rows (no row in a BLAS edge kernel) give
+#: multiple of :data:`~distsketch.linalg.blocks.TILE_ALIGN` rows (no row in a BLAS edge kernel) give
 #: duplicate candidates bitwise-equal scores — exact ties, resolved by the lower index —
 #: whatever the task boundaries, chunking or scheduler.
 SCORE_ROWS = 4096
@@ -39,7 +39,7 @@ def tile_rows(n_candidates: int, *, block_rows: int | None = None) -> int:
 
     A candidate block of ``b = min(n_candidates, block_rows)`` rows is cut into
     ``t = ⌈b / SCORE_ROWS⌉`` equal tiles of ``⌈b / t⌉`` rows rounded up to a multiple of
-    :data:`~distsketch.blocks.TILE_ALIGN` (64), so 2 058 candidates are scored in one tile of
+    :data:`~distsketch.linalg.blocks.TILE_ALIGN` (64), so 2 058 candidates are scored in one tile of
     2 112 rows (not padded to 4 096). The tile is
     fixed once per decoding (from the candidate count, never from the task layout) and shipped
     with the graph, so every GEMM of one decoding has the same shape: exact ties stay exact.
@@ -130,12 +130,12 @@ def score_topk(G: np.ndarray, F: np.ndarray, kyy: np.ndarray, k: int, index: np.
     After the first tile only scores strictly below each query's running k-th best are
     merged (later tiles hold higher indices, so an equal score loses its tie): the cost per
     tile is the GEMM plus one comparison pass. ``pad``: give every GEMM the same shape, the
-    tile's rows rounded up to a multiple of :data:`~distsketch.blocks.TILE_ALIGN` (needed when
-    the candidates of one set are split over several calls); without it a GEMM has the
-    candidates' count rounded up to that multiple (no candidate in a BLAS edge kernel). ``rows``: the tile (default
-    :data:`SCORE_ROWS`, read when a decoding graph is built and shipped with it, so every
-    worker tiles alike). ``backend``: a compute backend name (module docstring); ``None`` or
-    ``"numpy"`` scores on the host.
+    tile's rows rounded up to a multiple of :data:`~distsketch.linalg.blocks.TILE_ALIGN` (needed
+    when the candidates of one set are split over several calls); without it a GEMM has the
+    candidates' count rounded up to that multiple (no candidate in a BLAS edge kernel). ``rows``:
+    the tile (default :data:`SCORE_ROWS`, read when a decoding graph is built and shipped with it,
+    so every worker tiles alike). ``backend``: a compute backend name (module docstring); ``None``
+    or ``"numpy"`` scores on the host.
     """
     tile_rows = SCORE_ROWS if rows is None else rows
     be = NUMPY if backend is None else get_backend(backend)

@@ -29,8 +29,8 @@ logger = logging.getLogger(__name__)
 
 # The fold route, band and threads and the driver's budget for the per-fold sums are fields of
 # EngineOptions.tuning (distsketch.Tuning: fold_route, fold_band, fold_threads, max_fold_bytes,
-# each with its measured basis); docs/design.md, "Cross-validation from one pass", has the two
-# routes.
+# each with its measured basis); docs/design/model-selection.md, "Cross-validation from one pass",
+# has the two routes.
 # fold_route's weight on the band route's flops: the Woodbury route's flop rate over the band
 # route's, from the process CPU seconds of the fold algebra on Bibtex's sums (m_X = 2250,
 # r_X = 2247, n_k = 976, r_Y = 200, 10 λ, one BLAS thread; benchmarks/bench_cv.py's "fold
@@ -95,7 +95,7 @@ def sisokr_fold_scores(P, evals, operator, T_Y, Gf, Mf, kyy, cnt, *, n: int, lam
     the others, one transform saved) and the model trained without it is
     ``Wᵀ = Z = (Ĥ_{−k} + cI)^{-1} R_{−k}``, ``c = n_{−k} λ``, ``Ĥ_{−k} = Λ − Ĥ_k``,
     ``R = operator = Pᵀ Mᵀ T_Y`` (``R_{−k} = R − R_k``, ``R_k = Pᵀ M_kᵀ T_Y``). One
-    :class:`~distsketch.solve.BandReduction` ``Ĥ_{−k} = Q Bd Qᵀ`` per fold serves every λ:
+    :class:`~distsketch.linalg.shifted.BandReduction` ``Ĥ_{−k} = Q Bd Qᵀ`` per fold serves every λ:
     ``Y = (Bd + cI)^{-1} Qᵀ R_{−k}`` (banded Cholesky), ``Z = Q Y``, and the r_Y × r_Y
     matrices of the scores are
 
@@ -108,7 +108,7 @@ def sisokr_fold_scores(P, evals, operator, T_Y, Gf, Mf, kyy, cnt, *, n: int, lam
     sums of the diagonals of ``Q_Sᵀ (W A_kᵀ) Q_S`` and of ``Q_Sᵀ (Zᵀ Λ Z) Q_S − μ``. The
     ``Z Q_S`` of all λ of a fold go through ``Q`` in one product. Where ``Bd + cI`` is not
     numerically positive definite the fold falls back to the eigendecomposition of
-    ``Ĥ_{−k}`` (:class:`~distsketch.solve.EigenShifted`, eigenvalues clipped at 0).
+    ``Ĥ_{−k}`` (:class:`~distsketch.linalg.shifted.EigenShifted`, eigenvalues clipped at 0).
 
     That is the band route. A fold with fewer rows than features takes the Woodbury route
     instead where :func:`fold_route` finds it cheaper: ``G_k = L Lᵀ`` (pivoted Cholesky,
@@ -127,7 +127,7 @@ def sisokr_fold_scores(P, evals, operator, T_Y, Gf, Mf, kyy, cnt, *, n: int, lam
     evals : ndarray of shape (r_X,)
         ``Λ``.
     operator : ndarray of shape (r_X, r_Y)
-        ``Pᵀ Mᵀ T_Y`` (:func:`~distsketch.solve.sisokr_operator`).
+        ``Pᵀ Mᵀ T_Y`` (:func:`~distsketch.solvers.direct.sisokr_operator`).
     T_Y : ndarray of shape (m_Y, r_Y)
     Gf, Mf : ndarray of shape (K, m_X, m_X) and (K, m_Y, m_X)
         Per-fold ``G_k``, ``M_k``.

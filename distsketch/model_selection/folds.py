@@ -1,7 +1,7 @@
 """The folds of a cross-validation from one pass: the fold spec, exact sides, summed folds.
 
 :func:`fold_spec` turns ``cv`` (a number of folds or a KFold-like splitter) into the pass's fold
-spec ``"K"`` / ``"K:seed"`` (:func:`distsketch.engine.accumulate.fold_ids`);
+spec ``"K"`` / ``"K:seed"`` (:func:`distsketch.engine.sums.fold_ids`);
 :func:`all_rows_for_exact_sides` cross-validates an exact side as the all-rows sub-sampling
 ``SubSampling(n)``, within the driver's budget for the per-fold sums; :func:`ordered_sum` adds
 per-fold sums in a fixed order (the same bits on every machine).
@@ -24,8 +24,8 @@ def fold_spec(cv, *, argument: str = "cv") -> str:
     folds), or an object with ``n_splits``, ``shuffle`` and ``random_state`` (scikit-learn's
     ``KFold``): shuffled folds are a seeded hash of the row index (the same rows for the same
     seed, whatever the chunking; not the rows ``KFold`` itself would pick), or the spec itself
-    as a string, ``"K"`` or ``"K:seed"`` (what :func:`distsketch.select.select` passes: it
-    is saved with the model as a plain value)."""
+    as a string, ``"K"`` or ``"K:seed"`` (what :func:`distsketch.model_selection.select.select`
+    passes: it is saved with the model as a plain value)."""
     if isinstance(cv, str):
         from ..engine.sums import parse_folds
 

@@ -21,7 +21,7 @@ __all__ = ["GridEdgeWarning", "grid_edges", "warn_edges", "prefixes_of", "candid
 
 class GridEdgeWarning(UserWarning):
     """A selected value (λ, a kernel width γ, a rank) is the smallest or largest of its grid:
-    the best value may lie beyond the grid (:func:`grid_edges`)."""
+    the best value may lie beyond the grid (``distsketch.model_selection.grid.grid_edges``)."""
 
 
 def _fmt(v) -> str:
@@ -107,9 +107,9 @@ def candidate_kernels(kernel, kernels, gammas, *, kernel_name: str):
     for the kernel as given.
 
     Without ``kernels``: the kernel at each width of ``gammas`` (prefix ``{"gamma": γ}``).
-    With ``kernels`` (:func:`distsketch.kernel_grid.check_kernels`: names, config mappings,
-    kernels; each inside the estimator kernel's standardisation when it has one): each entry,
-    crossed with ``gammas`` when it has a ``gamma`` (prefix ``{"kernel": description,
+    With ``kernels`` (:func:`distsketch.model_selection.kernel_grid.check_kernels`: names, config
+    mappings, kernels; each inside the estimator kernel's standardisation when it has one): each
+    entry, crossed with ``gammas`` when it has a ``gamma`` (prefix ``{"kernel": description,
     "gamma": γ or None}``, ``gamma`` only with ``gammas``)."""
     from ..kernels.base import check_kernel
     from .kernel_grid import check_kernels, describe_kernel, has_gamma, inside_standardization

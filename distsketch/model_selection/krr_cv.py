@@ -1,7 +1,7 @@
 """SketchedKRRCV: K-fold cross-validation of sketched KRR from one pass (``RidgeCV``'s habit).
 
 The pass computes, besides ``B = R K Rᵀ``, the sums of every fold ``k`` separately (sum names
-``"G@K"``, ``"b@K"``, … of :func:`distsketch.engine.accumulate.sum_term`)::
+``"G@K"``, ``"b@K"``, … of :func:`distsketch.engine.sums.sum_term`)::
 
     G_k = Σ_{i∈k} c_i c_iᵀ,   b_k = Σ_{i∈k} c_i y_iᵀ,   (yy)_k = Σ_{i∈k} y_i²,   (y1)_k = Σ_{i∈k} y_i
 
@@ -26,6 +26,9 @@ same sums, and a score not resolved above it is NaN and never selected
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +41,14 @@ from ..linalg.solve import whitening
 from .folds import all_rows_for_exact_sides, fold_spec, ordered_sum
 from .grid import candidate_kernels, check_gammas, json_kernels, prefixes_of
 from .scoring import krr_fold_error, resolved, set_best
+
+if TYPE_CHECKING:
+    import zarr
+
+    from ..engine.store import StoreDirectory
+    from ..kernels.base import Kernel
+    from ..options import EngineOptions
+    from ..sketches.base import Sketch
 
 __all__ = ["SketchedKRRCV", "SCORINGS"]
 
@@ -74,7 +85,8 @@ class SketchedKRRCV(SketchedKRR):
     kernels : sequence, optional
         Input kernels to try in place of ``kernel`` (scikit-learn's ``GridSearchCV`` with
         ``{"kernel": [...]}``): names (``"linear"``), config mappings (``{"name":
-        "polynomial", "degree": 2}``) or kernels (:func:`distsketch.kernel_grid.check_kernels`;
+        "polynomial", "degree": 2}``) or kernels
+        (``distsketch.model_selection.kernel_grid.check_kernels``;
         with a ``store``, names and mappings only). Each is applied inside ``kernel``'s
         standardisation when ``kernel`` is a :class:`~distsketch.kernels.Standardized`;
         ``gammas`` applies to each entry that has a ``gamma`` (the others are tried once).
@@ -86,7 +98,8 @@ class SketchedKRRCV(SketchedKRR):
         ``kernel_`` is the chosen one.
     cv : int or KFold-like
         Number of contiguous folds, or a splitter with ``n_splits``, ``shuffle``,
-        ``random_state`` (:func:`fold_spec`).
+        ``random_state`` (scikit-learn's ``KFold``; shuffled folds are a seeded hash of the row
+        index, the same rows whatever the chunking, not the rows ``KFold`` itself would pick).
     scoring : {"neg_mean_squared_error", "r2"}
         Validation score, greater is better: minus the mean squared error over rows and
         targets, or R² per target (fold mean as baseline) averaged over targets.
@@ -115,6 +128,25 @@ class SketchedKRRCV(SketchedKRR):
     gammas_ : list of float or None
         The width grid.
     Other attributes as :class:`~distsketch.SketchedKRR`.
+
+    See Also
+    --------
+    SketchedKRR : The model for one λ.
+    SISOKRCV : Cross-validated structured-output regression.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from distsketch import SketchedKRRCV, Gaussian, SubSampling
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(100, 4))
+    >>> y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=100)
+    >>> model = SketchedKRRCV(Gaussian(gamma=0.5), sketch=SubSampling(30),
+    ...                       lams=(1e-4, 1e-3, 1e-2), cv=3, random_state=0).fit(X, y)
+    >>> model.best_params_, len(model.cv_results_["mean_test_score"])
+    ({'lam': 0.001}, 3)
+    >>> model.predict(X[:3]).shape
+    (3,)
     """
 
     _param_kinds = {"kernel": "kernel", "sketch": "sketch", "lams": "json", "gammas": "json",
@@ -122,10 +154,15 @@ class SketchedKRRCV(SketchedKRR):
                     "random_state": "random_state", "store": "store", "options": "options"}
     _configurable = True
 
-    def __init__(self, kernel="gaussian", *, sketch=None, lams=(1e-8, 1e-7, 1e-6, 1e-5, 1e-4,
-                                                                 1e-3, 1e-2), gammas=None,
-                 kernels=None, cv=5, scoring="neg_mean_squared_error", fit_intercept=True,
-                 random_state=None, store=None, options=None):
+    def __init__(self, kernel: Kernel | str | Callable = "gaussian", *,
+                 sketch: Sketch | None = None,
+                 lams: Sequence[float] = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2),
+                 gammas: Sequence[float] | None = None, kernels: Sequence[Any] | None = None,
+                 cv: int | Any = 5, scoring: str = "neg_mean_squared_error",
+                 fit_intercept: bool = True,
+                 random_state: int | np.random.Generator | None = None,
+                 store: str | os.PathLike | zarr.Group | StoreDirectory | None = None,
+                 options: EngineOptions | None = None) -> None:
         self.kernel = kernel
         self.sketch = sketch
         self.lams = lams

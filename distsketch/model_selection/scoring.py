@@ -35,7 +35,7 @@ SCORE_RTOL = 0.5
 
 class UnresolvedScoresError(ValueError):
     """No point of a CV grid has a fold score resolved above its rounding error bound
-    (:func:`resolved`)."""
+    (``distsketch.model_selection.scoring.resolved``)."""
 
 
 def fold_error_bound(n_terms, y_size, coef_size, *, cross_scale=1.0, coef_terms=0):
@@ -61,7 +61,8 @@ def fold_error_bound(n_terms, y_size, coef_size, *, cross_scale=1.0, coef_terms=
     and ``coef_size = ‖β‖ (tr G_k)^{1/2}`` (``tr G_k = Σ‖c_i‖²``, a sum of non-negative terms,
     accurate to ``γ_{n_k}`` relative). The bound needs nothing beyond the sums: no rows.
 
-    In general (:func:`sisokr_fold_scores`) the cross term's magnitude carries a factor
+    In general (:func:`~distsketch.model_selection.fold_algebra.sisokr_fold_scores`) the cross
+    term's magnitude carries a factor
     ``cross_scale ≥ 1`` and the quadratic term ``coef_terms`` more roundings::
 
         γ_N (y_size² + 2 cross_scale y_size coef_size) + γ_{N + coef_terms} coef_size².
@@ -170,7 +171,7 @@ def auto_scoring(*, binary: bool, n: int, n_unique: int, settings: int, m_y: int
 def _cv_results(params: list[dict], scores: np.ndarray) -> dict:
     """scikit-learn's ``cv_results_`` layout from per-fold scores (K, n_params).
 
-    A point with an unresolved fold score (NaN, :func:`resolved_scores`) has a NaN mean and
+    A point with an unresolved fold score (NaN, :func:`resolved`) has a NaN mean and
     std and the worst rank, shared by every such point (scikit-learn's convention); the
     resolved points are ranked among themselves as before (ties by grid order)."""
     mean = scores.mean(axis=0)

@@ -10,7 +10,7 @@ Three routes:
   (× every rank) × every input-kernel candidate scored from per-fold sums of **one pass**
   (each candidate kernel × width computed per row block over the same landmarks and sketch:
   the CV estimators' ``kernels=`` and ``gammas=``), the model refitted on all rows from the
-  same sums (see docs/design.md, "Cross-validation from one pass").
+  same sums (see docs/design/model-selection.md, "Cross-validation from one pass").
 - ``cv = K``, any other model or metric (SketchedRegressor, SketchedQuantileRegressor;
   SketchedKRR scored by ``mae``, …): per candidate kernel and per fold, one fit on the
   fold's training rows with the whole λ path (``set_lam`` / ``set_rank``), each setting scored

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import logging
 import numbers
+import os
 import warnings
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +30,14 @@ from .fold_algebra import output_scale, sisokr_fold_scores
 from .folds import all_rows_for_exact_sides, fold_spec, ordered_sum
 from .grid import candidate_kernels, check_gammas, json_kernels, prefixes_of
 from .scoring import auto_scoring, is_binary, set_best
+
+if TYPE_CHECKING:
+    import zarr
+
+    from ..engine.store import StoreDirectory
+    from ..kernels.base import Kernel
+    from ..options import EngineOptions
+    from ..sketches.base import Sketch
 
 __all__ = ["SISOKRCV", "DECODED_SCORINGS"]
 
@@ -56,11 +67,11 @@ class SISOKRCV(SISOKR):
     ``W_p = Q_p Q_pᵀ W`` and the two traces are cumulative sums of the diagonals of
     ``Qᵀ A_k Wᵀ Q`` and ``Qᵀ W H_k Wᵀ Q``. Cost: one pass and the refit (whose whitening and
     eigendecomposition of ``H`` every fold reuses), then per fold, by the cheaper route
-    (:func:`fold_route`), either a congruence ``Pᵀ G_k P`` and one band reduction of
-    ``r_X × r_X`` (then per λ a banded solve), or a pivoted Cholesky factorisation of ``G_k``
-    (rank ≤ n_k) and per λ a Woodbury solve (an ``r_X × n_k`` symmetric rank-k product and an
-    ``n_k × n_k`` Cholesky factorisation); per (fold, λ) one ``r_Y × r_Y``
-    eigendecomposition (:func:`sisokr_fold_scores`).
+    (``distsketch.model_selection.fold_algebra.fold_route``), either a congruence ``Pᵀ G_k P`` and
+    one band reduction of ``r_X × r_X`` (then per λ a banded solve), or a pivoted Cholesky
+    factorisation of ``G_k`` (rank ≤ n_k) and per λ a Woodbury solve (an ``r_X × n_k`` symmetric
+    rank-k product and an ``n_k × n_k`` Cholesky factorisation); per (fold, λ) one ``r_Y × r_Y``
+    eigendecomposition (``distsketch.model_selection.fold_algebra.sisokr_fold_scores``).
 
     Parameters
     ----------
@@ -81,20 +92,20 @@ class SISOKRCV(SISOKR):
         ``gamma``) scored in the same pass, as for :class:`SketchedKRRCV`; the chosen one is
         ``input_kernel_``.
     cv : int or KFold-like
-        See :func:`fold_spec`.
+        The number of contiguous folds, or a splitter with ``n_splits``, ``shuffle`` and
+        ``random_state``, as for :class:`SketchedKRRCV`.
     scoring : {"auto", "surrogate", "f1_samples", "kernel_loss", "topk_accuracy"}
         ``"auto"`` (default): the task's metric where decoding the folds is affordable,
         ``"f1_samples"`` for binary outputs, else ``"kernel_loss"``, when ``n · |U| ·
         settings · m_Y ≤`` ``options.tuning.auto_decode_budget`` (``|U|`` the unique training outputs,
         ``settings`` the grid's points); otherwise ``"surrogate"`` with a warning that the
-        two can choose differently (:func:`auto_scoring`). ``scoring_`` records the choice.
-        ``"surrogate"``: minus the mean surrogate error, from the sums alone.
-        ``"f1_samples"`` / ``"kernel_loss"`` / ``"topk_accuracy"``: decode each validation
-        row over the unique training outputs (``candidates_``, all folds', so every row's
-        own output is a candidate) with every fold's models and score the decoded outputs
-        (F1, minus the kernel loss, or the fraction of rows whose own output is among the
-        ``top_k`` best-scored candidates, ties to the lower candidate index as
-        ``predict``). This reads the rows once more
+        two can choose differently (``distsketch.model_selection.scoring.auto_scoring``).
+        ``scoring_`` records the choice. ``"surrogate"``: minus the mean surrogate error, from the
+        sums alone. ``"f1_samples"`` / ``"kernel_loss"`` / ``"topk_accuracy"``: decode each
+        validation row over the unique training outputs (``candidates_``, all folds', so every row's
+        own output is a candidate) with every fold's models and score the decoded outputs (F1, minus
+        the kernel loss, or the fraction of rows whose own output is among the ``top_k`` best-scored
+        candidates, ties to the lower candidate index as ``predict``). This reads the rows once more
         after the pass (their input features and outputs) and decodes every validation row
         ``len(lams) × len(ranks)`` times.
     top_k : int
@@ -108,13 +119,34 @@ class SISOKRCV(SISOKR):
         ``param_lam``, ``param_rank`` (None: full), with ``gammas`` also ``param_gamma``
         (the outer loop), ``params``, ``split{k}_test_score`` (the ``scoring``, greater is
         better), ``mean_test_score``, ``std_test_score``, ``rank_test_score``. A surrogate
-        score not resolved above its rounding error bound is NaN (:func:`sisokr_fold_scores`);
-        its point has a NaN mean, the worst rank (shared) and is never chosen.
+        score not resolved above its rounding error bound is NaN
+        (``distsketch.model_selection.fold_algebra.sisokr_fold_scores``); its point has a NaN
+        mean, the worst rank (shared) and is never chosen.
     best_index_, best_params_, best_score_, n_splits_
     scoring_ : str
         The scoring used (``scoring``, or what ``"auto"`` resolved to).
     Other attributes as :class:`~distsketch.SISOKR`, refitted at the best ``(λ, p)`` from the
     same sums (``set_lam`` and ``set_rank`` switch).
+
+    See Also
+    --------
+    SISOKR : The model for one ``(λ, p)``.
+    SketchedKRRCV : Cross-validated kernel ridge regression of vector targets.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from distsketch import SISOKRCV, Gaussian, SubSampling
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(100, 4))
+    >>> Y = (X[:, :3] + 0.3 * rng.normal(size=(100, 3)) > 0).astype(float)
+    >>> model = SISOKRCV(Gaussian(gamma=0.5), Gaussian(gamma=1.0),
+    ...                  input_sketch=SubSampling(30), output_sketch=SubSampling(30),
+    ...                  lams=(1e-3, 1e-2, 1e-1, 1.0), cv=3, random_state=0).fit(X, Y)
+    >>> model.best_params_, model.scoring_
+    ({'lam': 0.01, 'rank': None}, 'f1_samples')
+    >>> model.predict(X[:2]).shape
+    (2, 3)
     """
 
     _param_kinds = {"input_kernel": "kernel", "output_kernel": "kernel",
@@ -126,10 +158,16 @@ class SISOKRCV(SISOKR):
     _configurable = True
     _needs_eigenbasis = True  # the fold scores work in the refit's eigenbasis of H
 
-    def __init__(self, input_kernel="gaussian", output_kernel="gaussian", *, input_sketch=None,
-                 output_sketch=None, lams=(1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2),
-                 ranks=None, gammas=None, kernels=None, cv=5, scoring="auto", top_k=5,
-                 random_state=None, store=None, options=None):
+    def __init__(self, input_kernel: Kernel | str | Callable = "gaussian",
+                 output_kernel: Kernel | str | Callable = "gaussian", *,
+                 input_sketch: Sketch | None = None, output_sketch: Sketch | None = None,
+                 lams: Sequence[float] = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2),
+                 ranks: Sequence[int] | None = None, gammas: Sequence[float] | None = None,
+                 kernels: Sequence[Any] | None = None, cv: int | Any = 5,
+                 scoring: str = "auto", top_k: int = 5,
+                 random_state: int | np.random.Generator | None = None,
+                 store: str | os.PathLike | zarr.Group | StoreDirectory | None = None,
+                 options: EngineOptions | None = None) -> None:
         self.input_kernel = input_kernel
         self.output_kernel = output_kernel
         self.input_sketch = input_sketch

@@ -2,7 +2,8 @@
 :mod:`.krr`: SketchedKRR, and what they share, :mod:`.ridge`), the Lipschitz-loss machines
 (:mod:`.regressors`) and the transformer (:mod:`.transformers`)."""
 
-from .sisokr import (SISOKR, OUTPUT_GRAM_BYTES)
+from .sisokr import SISOKR
+from .sisokr_state import OUTPUT_GRAM_BYTES
 from .krr import (SketchedKRR)
 from .ridge import (KRRClosedForm, SisokrClosedForm, SisokrTable, check_sisokr_pcg,
     auto_sisokr_route, auto_ridge_route, check_intercept, intercept_sums, centre_targets,

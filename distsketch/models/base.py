@@ -11,7 +11,8 @@ needs (:meth:`~SketchedEstimator._sums`), how it solves them (:meth:`~SketchedEs
 and its fitted state for saving (:meth:`~SketchedEstimator._get_state` /
 :meth:`~SketchedEstimator._set_state`). Defining the class registers it
 (:mod:`distsketch._registry`): :mod:`distsketch.io.persist`, :mod:`distsketch.cli.config` and
-:mod:`distsketch.cli` find it by name and name no model. docs/design.md, "How to add a model".
+:mod:`distsketch.cli` find it by name and name no model. docs/guide/extending.md, "How to add
+a model".
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ pass. Its λ path, solver route and intercept are in :mod:`distsketch.models.rid
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from .base import FitSpec, RidgeEstimator, checks_feature_names
@@ -17,6 +21,15 @@ from ..solvers.routes import check_iterations
 from ..solvers.direct import krr_sums, solve_krr
 from .ridge import (RIDGE_PARAMS, KRRClosedForm, auto_ridge_route, centre_targets,
     check_intercept, driver_size, intercept_sums, kernel_expansion, with_metric)
+
+if TYPE_CHECKING:
+    import zarr
+
+    from ..engine.store import StoreDirectory
+    from ..kernels.base import Kernel
+    from ..options import EngineOptions
+    from ..sketches.base import Sketch
+    from ..solvers.routes import Route
 
 __all__ = ["SketchedKRR"]
 
@@ -44,12 +57,12 @@ class SketchedKRR(RidgeEstimator):
     solver : {"auto", "direct", "pcg"}, a registered route's name or a Route, default "auto"
         ``"direct"``: one streaming pass forms ``G = CᵀC`` (``2nm²`` flops; a kept store holds
         ``C``, n × m) and the driver solves every λ from it. ``"pcg"``: Falkon's preconditioned
-        conjugate gradient (:mod:`distsketch.pcg`) for large m: no ``G``, no ``C`` stored, each
+        conjugate gradient (``distsketch.solvers.pcg``) for large m: no ``G``, no ``C`` stored, each
         iteration one pass of recomputed kernel blocks (``4nm`` flops plus the kernel); the
         same model up to ``tol``. Only for sketches that pick landmarks (``SubSampling``,
         ``LeverageScores``). ``"auto"``: direct while forming ``G`` (``2nm²`` flops) costs no
         more than PCG's passes of kernel blocks (``m ≤ 8100``, the measured crossover) and a kept store's ``C``
-        (``4nm`` bytes) ≤ 32 GiB, PCG beyond (:func:`distsketch.pcg.choose_solver`).
+        (``4nm`` bytes) ≤ 32 GiB, PCG beyond (``distsketch.solvers.pcg.choose_solver``).
     tol : float, default 1e-8
         PCG only: the relative residual ``‖Pᵀ(z − Hα)‖ ≤ tol ‖Pᵀz‖`` to reach, per target.
     max_iter : int, default 200
@@ -76,11 +89,35 @@ class SketchedKRR(RidgeEstimator):
         fewer).
     path_ : KRRClosedForm or CoefTable
         The fitted λ path (``coef(λ)`` gives ``dual_coef_``): the direct route's closed form
-        (any λ > 0) or an iterative route's table (:mod:`distsketch.routes`).
+        (any λ > 0) or an iterative route's table (:class:`~distsketch.CoefTable`).
         A PCG fit keeps the λ path given at fit:
         :meth:`set_lam` switches among ``lams_`` only (any other λ needs the data again).
     lam_, lams_, n_features_in_, feature_names_in_, store_
         As for :class:`SISOKR`.
+
+    References
+    ----------
+    .. [1] Y. Chen and Y. Yang, "Accumulations of Projections — A Unified Framework for
+       Random Sketches in Kernel Ridge Regression", AISTATS 2021.
+    .. [2] T. El Ahmad, P. Laforgue and F. d'Alché-Buc, "Fast Kernel Methods for Generic
+       Lipschitz Losses via p-Sparsified Sketches", Transactions on Machine Learning
+       Research, 2023.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from distsketch import SketchedKRR
+    >>> from distsketch.kernels import Gaussian
+    >>> from distsketch.sketches import SubSampling
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(100, 4))
+    >>> y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=100)
+    >>> model = SketchedKRR(Gaussian(gamma=0.5), sketch=SubSampling(30), lam=1e-3,
+    ...                     random_state=0).fit(X, y)
+    >>> model.predict(X[:3]).shape, model.dual_coef_.shape, model.solver_
+    ((3,), (30, 1), 'direct')
+    >>> round(model.score(X, y), 2)
+    0.88
     """
 
     _estimator_type = "regressor"
@@ -91,9 +128,12 @@ class SketchedKRR(RidgeEstimator):
     _standardized = "kernel"
     _configurable = True
 
-    def __init__(self, kernel="gaussian", *, sketch=None, lam=1e-6, fit_intercept=True,
-                 solver="auto", tol=1e-8, max_iter=200, random_state=None, store=None,
-                 options=None):
+    def __init__(self, kernel: Kernel | str | Callable = "gaussian", *,
+                 sketch: Sketch | None = None, lam: float | Sequence[float] = 1e-6,
+                 fit_intercept: bool = True, solver: str | Route = "auto", tol: float = 1e-8,
+                 max_iter: int = 200, random_state: int | np.random.Generator | None = None,
+                 store: str | os.PathLike | zarr.Group | StoreDirectory | None = None,
+                 options: EngineOptions | None = None) -> None:
         self.kernel = kernel
         self.sketch = sketch
         self.lam = lam
@@ -113,7 +153,7 @@ class SketchedKRR(RidgeEstimator):
     _routes = ("direct", "pcg")
 
     def _auto_route(self, X):
-        """:func:`~distsketch.pcg.choose_solver`'s route for the rows of ``X`` and the input
+        """``distsketch.solvers.pcg.choose_solver``'s route for the rows of ``X`` and the input
         sketch's m (the sketch is the parameter ``self._input[1]``)."""
         return auto_ridge_route(self, X)
 
@@ -148,7 +188,7 @@ class SketchedKRR(RidgeEstimator):
         self._set_lams(spec)
 
     def _adopt_path(self, spec: FitSpec, fitted) -> None:
-        """An iterative route's λ path (:class:`~distsketch.routes.CoefTable` of ``dual_coef_``
+        """An iterative route's λ path (:class:`~distsketch.CoefTable` of ``dual_coef_``
         on the landmarks) and the intercept it fitted (zeros without ``fit_intercept``)."""
         self.kernel_ = spec.kernels["kernel"]
         self.sketch_, self.landmarks_ = fitted.x_sketch, fitted.x_landmarks
@@ -201,18 +241,36 @@ class SketchedKRR(RidgeEstimator):
 
     @checks_feature_names
     @with_blas_limit
-    def predict(self, X):
-        """``f(x) = k(x, landmarks_) @ dual_coef_ + intercept_``: shape (n,) or (n, n_targets).
+    def predict(self, X: Any) -> Any:
+        """``f(x) = k(x, landmarks_) @ dual_coef_ + intercept_``.
 
-        A dask array input gives a lazy dask array.
+        Parameters
+        ----------
+        X : array of shape (n, d)
+
+        Returns
+        -------
+        array of shape (n,) or (n, n_targets)
+            As ``y`` at fit; a dask array input gives a lazy dask array.
         """
         out = kernel_expansion(self, X) + self.intercept_
         return out[:, 0] if self._y_1d else out
 
     @checks_feature_names
-    def score(self, X, y) -> float:
+    def score(self, X: Any, y: Any) -> float:
         """Coefficient of determination R² of ``predict(X)`` (uniform average over targets;
-        :func:`distsketch.metrics.r2_score`)."""
+        :func:`distsketch.metrics.r2_score`).
+
+        Parameters
+        ----------
+        X : array of shape (n, d)
+        y : array of shape (n,) or (n, n_targets)
+            True targets.
+
+        Returns
+        -------
+        float
+        """
         from ..metrics import r2_score
 
         return r2_score(y, np.asarray(self.predict(X)))

@@ -6,7 +6,7 @@
 - :class:`SketchedQuantileRegressor` — joint quantile regression: one output per quantile
   level, ``M_ij = exp(−γ_τ (τ_i − τ_j)²)``, the summed pinball losses.
 
-Both minimise (docs/design.md, "Lipschitz losses"; ``distsketch.solvers.lipschitz.newton``)::
+Both minimise (docs/design/lipschitz.md; ``distsketch.solvers.lipschitz.newton``)::
 
     (1/n) Σ_i ℓ(f(x_i) − y_i) + (λ/2) ‖f‖²,   f(x) = k(x, X) Rᵀ Γ M + b₀
 

@@ -38,7 +38,8 @@ RIDGE_PARAMS = {"lam": "lam", "random_state": "random_state", "store": "store",
 
 # --------------------------------------------------------------------------- fitted λ paths
 # A ridge model's ``path_`` (RidgeEstimator): the direct route's closed form, any λ > 0, or an
-# iterative route's CoefTable (distsketch.routes), its fitted λ; the same methods either way.
+# iterative route's CoefTable (distsketch.solvers.routes), its fitted λ; the same methods either
+# way.
 
 
 class _ClosedForm:
@@ -60,7 +61,7 @@ class _ClosedForm:
 @dataclasses.dataclass
 class KRRClosedForm(_ClosedForm):
     """SketchedKRR's direct route: ``dual_coef(λ) = R_mixᵀ β(λ)``, ``β(λ)`` of
-    :func:`~distsketch.solve.krr_coef` from the fit's ``H`` and right-hand side ``rhs``."""
+    :func:`~distsketch.solvers.direct.krr_coef` from the fit's ``H`` and right-hand side ``rhs``."""
 
     solution: object
     rhs: np.ndarray
@@ -74,7 +75,7 @@ class KRRClosedForm(_ClosedForm):
 
 @dataclasses.dataclass
 class SisokrClosedForm(_ClosedForm):
-    """SISOKR's direct route: ``W(λ)`` of :func:`~distsketch.solve.sisokr_coef` (r_Y × r_X)
+    """SISOKR's direct route: ``W(λ)`` of :func:`~distsketch.solvers.direct.sisokr_coef` (r_Y × r_X)
     and the prediction covariance ``Σ_i g(x_i) g(x_i)ᵀ`` of the reduced rank."""
 
     solution: object
@@ -149,7 +150,7 @@ def auto_sisokr_route(est, X):
 
 def auto_ridge_route(est, X):
     """``solver="auto"`` of a ridge model with ``tol``, ``max_iter`` (validated here): the
-    route :func:`~distsketch.pcg.choose_solver` picks from the rows of ``X`` and the input
+    route :func:`~distsketch.solvers.pcg.choose_solver` picks from the rows of ``X`` and the input
     sketch's m (the parameter ``est._input[1]``); direct where the sketch or data do not
     validate (left to fit's validation, in its order)."""
     check_iterations(est.tol, est.max_iter)

@@ -7,13 +7,16 @@ minimises ``(1/n) Σ_i ‖h(x_i) − ψ(y_i)‖² + λ ‖h‖²`` over the sket
 solves any λ from the pass's small sums with no new pass, calls one ``solve_sisokr`` and keeps
 the small (``m × m``-sized) fitted state as numpy arrays; its kernelised sides are
 :class:`~distsketch.engine.features.FeatureMap` objects. Its reduced rank and saved state are
-module-level functions beside the class; its λ paths and solver route are in
+module-level functions in :mod:`distsketch.models.sisokr_state`; its λ paths and solver route are in
 :mod:`distsketch.models.ridge`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
@@ -27,16 +30,23 @@ from ..kernels.families import Linear
 from ..options import driver_threads, with_blas_limit
 from ..solvers.routes import fitted_index
 from ..engine.rows import as_row_source
-from ..solvers.reduced_rank import check_rank, factored_directions, principal_directions
+from ..solvers.reduced_rank import check_rank
 from ..solvers.direct import sisokr_coef, sisokr_sums, solve_sisokr
+from .sisokr_state import operator_gram, output_metric, principal_at, set_sisokr_state, sisokr_state
 from .ridge import (RIDGE_PARAMS, SisokrClosedForm, SisokrTable, auto_sisokr_route,
-    centred_rows, check_intercept, check_sisokr_pcg, driver_size, with_metric)
+    centred_rows, check_intercept, check_sisokr_pcg, driver_size)
 
-__all__ = ["SISOKR", "OUTPUT_GRAM_BYTES"]
+if TYPE_CHECKING:
+    import zarr
 
-#: Bytes of one row block of ``K_Y`` when the reduced rank of an exact output side forms
-#: ``R K_Y Rᵀ`` (:func:`_operator_gram`).
-OUTPUT_GRAM_BYTES = 64 * 2**20
+    from ..engine.store import StoreDirectory
+    from ..kernels.base import Kernel
+    from ..options import EngineOptions
+    from ..sketches.base import Sketch
+    from ..solvers.routes import Route
+
+__all__ = ["SISOKR"]
+
 
 
 class SISOKR(RidgeEstimator):
@@ -66,7 +76,7 @@ class SISOKR(RidgeEstimator):
         Ridge parameter λ > 0 of ``(1/n) Σ ‖h(x_i) − ψ(y_i)‖² + λ‖h‖²``. A sequence is
         solved from the same pass: one Cholesky factorisation per λ, or one
         eigendecomposition for a path long enough that it pays off (more than 8 values with
-        an exact input side; the measured crossover of :func:`distsketch.solve.eigen_pays`
+        an exact input side; the measured crossover of ``distsketch.solvers.direct.eigen_pays``
         with a sketched one); the first value is active after ``fit`` and :meth:`set_lam`
         switches.
     rank : None, int or sequence of int
@@ -100,13 +110,13 @@ class SISOKR(RidgeEstimator):
     solver : {"direct", "pcg", "auto"}, a registered route's name or a Route, default "direct"
         How the input side is solved. ``"direct"``: the pass forms ``G = CᵀC`` (``2nm²``
         flops) and the driver solves every λ from it. ``"pcg"``: Falkon's preconditioned
-        conjugate gradient (:func:`distsketch.pcg.fit_pcg_sisokr`), the r_Y output
+        conjugate gradient (``distsketch.solvers.pcg.fit_pcg_sisokr``), the r_Y output
         coordinates as right-hand sides of one system ``(K_nmᵀK_nm + nλK_mm) α = K_nmᵀ D T_Y``:
         one pass for ``M``, ``E`` (no ``G``, nothing stored), then one pass of recomputed
         kernel blocks per iteration; the same model up to ``tol``, in the input features
         ``k_X(X_J, x)`` with ``coef_ = α(λ)ᵀ``. Needs a sub-sampling input sketch
         (``SubSampling``, ``LeverageScores``) and a sketched output side (an exact one would
-        be n right-hand sides). ``"auto"``: :func:`distsketch.pcg.choose_solver` on the input
+        be n right-hand sides). ``"auto"``: ``distsketch.solvers.pcg.choose_solver`` on the input
         side's m (direct while ``m ≤ 8100``), direct where PCG does not apply.
     tol : float, default 1e-8
         PCG only: the relative residual ``‖Pᵀ(z − Hα)‖ ≤ tol ‖Pᵀz‖`` to reach, per output
@@ -120,7 +130,7 @@ class SISOKR(RidgeEstimator):
     input_feature_map_ : FeatureMap
         ``φ_X(x) = T_Xᵀ R_X k_X(X, x)`` in the eigenbasis of ``H`` on the eigen route;
         ``(R_X k_X(X, x))_keep`` in the generalized form (the certified columns of
-        ``B``; :func:`distsketch.solve.solve_input`); ``k_X(X, x)`` for an exact input side on
+        ``B``; ``distsketch.linalg.solve.solve_input``); ``k_X(X, x)`` for an exact input side on
         the Cholesky route: ``(input_kernel_, input_landmarks_, input_projection_)``.
     output_feature_map_ : FeatureMap
         ``φ_Y(y) = T_Yᵀ R_Y k_Y(Y, y)`` (``k_Y(Y, y)`` for an exact output side): the
@@ -130,7 +140,7 @@ class SISOKR(RidgeEstimator):
     input_solution_ : InputSolution or None
         λ-independent factors of the input side: ``T_X`` and ``H = T_Xᵀ G T_X``, the
         generalized form ``G_kk``, ``B_kk``, or ``H = K_X`` with an exact input side (see
-        :mod:`distsketch.solve`); its ``route`` says how the active λ was solved. None after
+        ``distsketch.linalg.solve``); its ``route`` says how the active λ was solved. None after
         a PCG fit (input features ``k_X(X_J, x)``, ``coef_ = α(λ)ᵀ``).
     solver_ : str
         The route taken, ``"direct"`` or ``"pcg"``.
@@ -170,6 +180,27 @@ class SISOKR(RidgeEstimator):
         order, and warn when names are on one side only (scikit-learn's rule).
     store_ : str or None
         Path of the kept store.
+
+    References
+    ----------
+    .. [1] T. El Ahmad, L. Brogat-Motte, P. Laforgue and F. d'Alché-Buc, "Sketch In, Sketch
+       Out: Accelerating both Learning and Inference for Structured Prediction with Kernels",
+       AISTATS 2024.
+    .. [2] L. Brogat-Motte, A. Rudi, C. Brouard, J. Rousu and F. d'Alché-Buc, "Vector-Valued
+       Least-Squares Regression under Output Regularity Assumptions", JMLR 23, 2022.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from distsketch import SISOKR, Gaussian, SubSampling
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(100, 4))
+    >>> Y = (X[:, :3] + 0.3 * rng.normal(size=(100, 3)) > 0).astype(float)  # 3 labels
+    >>> model = SISOKR(Gaussian(gamma=0.5), Gaussian(gamma=1.0), input_sketch=SubSampling(30),
+    ...                output_sketch=SubSampling(30), lam=1e-3, random_state=0).fit(X, Y)
+    >>> model.predict(X[:2])  # decoded among the training outputs
+    array([[1., 0., 1.],
+           [0., 1., 1.]])
     """
 
     _estimator_type = None  # structured prediction: neither classifier nor regressor
@@ -183,10 +214,15 @@ class SISOKR(RidgeEstimator):
     _standardized = "input_kernel"
     _configurable = "default"  # the model of a config without [model] type
 
-    def __init__(self, input_kernel="gaussian", output_kernel="gaussian", *, input_sketch=None,
-                 output_sketch=None, lam=1e-6, rank=None, rank_lam=None, fit_intercept=False,
-                 random_state=None, store=None, options=None, solver="direct", tol=1e-8,
-                 max_iter=200):
+    def __init__(self, input_kernel: Kernel | str | Callable = "gaussian",
+                 output_kernel: Kernel | str | Callable = "gaussian", *,
+                 input_sketch: Sketch | None = None, output_sketch: Sketch | None = None,
+                 lam: float | Sequence[float] = 1e-6, rank: int | Sequence[int] | None = None,
+                 rank_lam: float | None = None, fit_intercept: bool = False,
+                 random_state: int | np.random.Generator | None = None,
+                 store: str | os.PathLike | zarr.Group | StoreDirectory | None = None,
+                 options: EngineOptions | None = None, solver: str | Route = "direct",
+                 tol: float = 1e-8, max_iter: int = 200) -> None:
         self.input_kernel = input_kernel
         self.output_kernel = output_kernel
         self.input_sketch = input_sketch
@@ -225,14 +261,14 @@ class SISOKR(RidgeEstimator):
                            linear_output=isinstance(spec.kernels["output_kernel"], Linear))
 
     #: Whether the fit needs the input side's eigenbasis whatever the λ path (SISOKRCV's
-    #: fold scores); otherwise the driver picks its route by cost (distsketch.solve).
+    #: fold scores); otherwise the driver picks its route by cost (distsketch.solvers.direct).
     _needs_eigenbasis = False
 
     # -- the solver route (SISOKRCV, without a ``solver`` parameter, stays direct) ----------
     _routes = ("direct", "pcg")
 
     def _auto_route(self, X):
-        """PCG where :func:`~distsketch.pcg.choose_solver` picks it and the model can take
+        """PCG where ``distsketch.solvers.pcg.choose_solver`` picks it and the model can take
         it (a sketched output side; a ``rank_lam`` among the fitted λ), else direct."""
         return auto_sisokr_route(self, X)
 
@@ -248,7 +284,7 @@ class SISOKR(RidgeEstimator):
                               for f in dataclasses.fields(table)})
 
     def _adopt_path(self, spec: FitSpec, fitted) -> None:
-        """PCG's fit (:func:`distsketch.pcg.fit_pcg_sisokr`): the input side's λ path (α on
+        """PCG's fit (:func:`distsketch.solvers.pcg.fit_pcg_sisokr`): the input side's λ path (α on
         the input landmarks, ``W(λ) = α(λ)ᵀ``) and the output side from ``fitted.result``."""
         res = fitted.result
         linear = isinstance(spec.kernels["output_kernel"], Linear)
@@ -277,7 +313,7 @@ class SISOKR(RidgeEstimator):
     def _set_fitted(self, spec: FitSpec, res, *, input_projection, output_projection,
                     output_whitening, operator, output_map) -> None:
         """The fitted sides and λ / rank state of either route (``res``: the pass's result
-        or :class:`~distsketch.pcg.SisokrPCGFit`: sketches, landmarks, sums)."""
+        or :class:`~distsketch.solvers.pcg.SisokrPCGFit`: sketches, landmarks, sums)."""
         kx, ky = spec.kernels["input_kernel"], spec.kernels["output_kernel"]
         chunk = spec.options.gram_chunk
         self.input_sketch_, self.output_sketch_ = res.x_sketch, res.y_sketch
@@ -312,9 +348,10 @@ class SISOKR(RidgeEstimator):
                 None if self.rank_lam is None else check_lam(self.rank_lam)[0])
 
     def _factored_rank(self) -> bool:
-        """Whether the reduced rank takes :func:`~distsketch.solve.factored_directions`:
-        a sketched input side (direct solver) with an exact output side, where the metric
-        route would form and eigendecompose n × n matrices."""
+        """Whether the reduced rank takes
+        :func:`~distsketch.solvers.reduced_rank.factored_directions`: a sketched input side (direct
+        solver) with an exact output side, where the metric route would form and eigendecompose n ×
+        n matrices."""
         sol = self.path_.solution
         return self._output_base.projection is None and sol is not None and not sol.exact
 
@@ -329,16 +366,16 @@ class SISOKR(RidgeEstimator):
         self.principal_values_ = None
         p = self.rank_
         if p is not None and p < W.shape[0]:
-            A, mu = _principal_at(self, self.rank_lam_ if self.rank_lam_ is not None
+            A, mu = principal_at(self, self.rank_lam_ if self.rank_lam_ is not None
                                   else self.lam_)
             if self._factored_rank():  # A_pᵀ K_Y W = E_pᵀ Q N (W = Rᵀ N)
                 Ep = A[:, :p]
-                self.coef_ = Ep.T @ sisokr_coef(self.input_solution_, _operator_gram(self),
+                self.coef_ = Ep.T @ sisokr_coef(self.input_solution_, operator_gram(self),
                                                 self.lam_)
                 Ap = self.operator_.T @ Ep
             else:
                 Ap = A[:, :p]
-                metric = _output_metric(self)
+                metric = output_metric(self)
                 self.coef_ = Ap.T @ (W if metric is None else metric @ W)
             proj = Ap if base.projection is None else np.asarray(base.projection) @ Ap
             base = dataclasses.replace(base, projection=proj)
@@ -356,9 +393,18 @@ class SISOKR(RidgeEstimator):
         self.output_key_ = self.output_feature_map_.key
 
     @with_blas_limit
-    def set_rank(self, rank):
-        """Switch the active rank (a positive int, or ``None`` for full rank) without touching
-        the data; returns self. Any rank is allowed, not only the fitted ``ranks_``."""
+    def set_rank(self, rank: int | None) -> Self:
+        """Switch the active rank without touching the data (any rank, not only ``ranks_``).
+
+        Parameters
+        ----------
+        rank : int or None
+            A positive rank, or ``None`` for full rank.
+
+        Returns
+        -------
+        self
+        """
         self._check_fitted()
         ranks = check_rank(rank)
         if len(ranks) > 1:
@@ -376,10 +422,11 @@ class SISOKR(RidgeEstimator):
 
     # -- saving -----------------------------------------------------------------------
     def _get_state(self):
-        return _sisokr_state(self)
+        return sisokr_state(self, *super()._get_state())
 
     def _set_state(self, arrays, state):
-        _set_sisokr_state(self, arrays, state)
+        super()._set_state(arrays, state)
+        set_sisokr_state(self, arrays, state)
 
     # -- the feature maps' parts ------------------------------------------------------
     input_kernel_ = property(lambda self: self.input_feature_map_.kernel,
@@ -405,20 +452,35 @@ class SISOKR(RidgeEstimator):
     # -- features ----------------------------------------------------------------
     @checks_feature_names
     @with_blas_limit
-    def input_features(self, X):
-        """``φ_X(x) = T_Xᵀ R_X k_X(X_train, x)`` for each row: shape (n_queries, r_X).
+    def input_features(self, X: Any) -> Any:
+        """``φ_X(x) = T_Xᵀ R_X k_X(X_train, x)`` for each row (exact input side:
+        ``k_X(X_train, x)``, ``r_X = n``).
 
-        With an exact input side, ``φ_X(x) = k_X(X_train, x)`` (``r_X = n``). Dask in, dask out.
+        Parameters
+        ----------
+        X : array of shape (n_queries, d_X)
+
+        Returns
+        -------
+        array of shape (n_queries, r_X)
+            Dask in, dask out.
         """
         self._check_fitted()
         return self._input_map().transform(X, block_memory=self._options().block_memory,
                                            model="SISOKR")
 
     @with_blas_limit
-    def output_features(self, Y):
-        """``φ_Y(y) = T_Yᵀ R_Y k_Y(Y_train, y)`` for each row: shape (n_candidates, r_Y).
+    def output_features(self, Y: Any) -> Any:
+        """``φ_Y(y) = T_Yᵀ R_Y k_Y(Y_train, y)`` for each row (with an intercept, of the centred
+        rows ``y − ȳ``).
 
-        With an intercept, of the centred rows ``y − ȳ`` (the model's outputs).
+        Parameters
+        ----------
+        Y : array of shape (n_candidates, d_Y)
+
+        Returns
+        -------
+        array of shape (n_candidates, r_Y)
         """
         self._check_fitted()
         Y = centred(check_width(Y, self.n_outputs_, "candidates"),
@@ -428,18 +490,24 @@ class SISOKR(RidgeEstimator):
 
     @checks_feature_names
     @with_blas_limit
-    def surrogate(self, X) -> np.ndarray:
-        """``W(λ) φ_X(x)``: coordinates of ``ĥ(x)`` in the output features, (n_queries, r_Y).
+    def surrogate(self, X: Any) -> np.ndarray:
+        """``W(λ) φ_X(x)``: coordinates of ``ĥ(x)`` in the output features, computed block by
+        block on all cores, never holding ``φ_X`` of all queries.
 
-        Computed block by block on all cores (``φ_X`` of a block, then ``W``), never
-        holding ``φ_X`` of all queries.
+        Parameters
+        ----------
+        X : array of shape (n_queries, d_X)
+
+        Returns
+        -------
+        ndarray of shape (n_queries, r_Y)
         """
         self._check_fitted()
         return np.asarray(self._input_map().transform(
             X, post=self.coef_.T, block_memory=self._options().block_memory, model="SISOKR"))
 
     @checks_feature_names
-    def score(self, X, y) -> float:
+    def score(self, X: Any, y: Any) -> float:
         """Negative mean surrogate error ``−(1/n) Σ_i ‖ĥ(x_i) − ψ(y_i)‖²`` in H_Y (greater is
         better; :func:`distsketch.metrics.surrogate_mse`).
 
@@ -454,6 +522,10 @@ class SISOKR(RidgeEstimator):
         y : array of shape (n, d_Y)
             True output rows (named ``y`` as in every scikit-learn ``score``, which passes it by
             keyword).
+
+        Returns
+        -------
+        float
         """
         from ..metrics import surrogate_mse
 
@@ -462,7 +534,7 @@ class SISOKR(RidgeEstimator):
     # -- decoding (distsketch.decoding) --------------------------------------------
     @checks_feature_names
     @with_blas_limit
-    def score_candidates(self, X, candidates) -> np.ndarray:
+    def score_candidates(self, X: Any, candidates: Any) -> np.ndarray:
         """Decoding criterion ``k_Y(y, y) − 2⟨ĥ(x), ψ(y)⟩``; smaller is better.
 
         Parameters
@@ -481,11 +553,13 @@ class SISOKR(RidgeEstimator):
 
     @checks_feature_names
     @with_blas_limit
-    def predict_topk(self, X, candidates=None, *, k: int = 1, candidate_sets=None, query_sets=None):
+    def predict_topk(self, X: Any, candidates: Any = None, *, k: int = 1,
+                     candidate_sets: Any = None,
+                     query_sets: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` best candidates of each query, by the decoding criterion.
 
         The score matrix is never materialised: map tasks score (query × candidate) blocks
-        into partial top-k results merged by a tree (:mod:`distsketch.decode`).
+        into partial top-k results merged by a tree (``distsketch.decoding.preimage``).
 
         Parameters
         ----------
@@ -512,7 +586,8 @@ class SISOKR(RidgeEstimator):
 
     @checks_feature_names
     @with_blas_limit
-    def predict(self, X, candidates=None, *, candidate_sets=None, query_sets=None):
+    def predict(self, X: Any, candidates: Any = None, *, candidate_sets: Any = None,
+                query_sets: Any = None) -> Any:
         """Best candidate row per query; vectors ``ĥ(x)`` for a linear output kernel.
 
         Parameters
@@ -534,7 +609,7 @@ class SISOKR(RidgeEstimator):
         return dense(take(idx[:, 0]))
 
     def _decode(self, X, candidates, k, candidate_sets, query_sets):
-        """:func:`distsketch.decoding.decode`: ``(indices, scores, take)``."""
+        """:func:`distsketch.decoding.routes.decode`: ``(indices, scores, take)``."""
         self._check_fitted()
         return decode(self._output_map(), self._surrogate(), X, candidates, self._options(),
                       k=k, candidate_sets=candidate_sets, query_sets=query_sets,
@@ -552,12 +627,12 @@ class SISOKR(RidgeEstimator):
                 fmap, self.candidates_)
         return (self.candidates_, *features)
 
-    #: Folded decoding: ``None`` (the cost rule of :func:`distsketch.decode.fold_route`), or
-    #: force ``"unfolded"``, ``"coef"``, ``"features"`` or ``"kernel"`` (tests, benchmarks).
+    #: Folded decoding: ``None`` (the cost rule of :func:`distsketch.decoding.preimage.fold_route`),
+    #: or force ``"unfolded"``, ``"coef"``, ``"features"`` or ``"kernel"`` (tests, benchmarks).
     _fold = None
 
     def _fold_cache(self) -> dict:
-        """Folded matrices of :class:`~distsketch.decoding.Surrogate`, valid for the active
+        """Folded matrices of :class:`~distsketch.decoding.routes.Surrogate`, valid for the active
         coefficients: emptied whenever ``coef_`` (λ, rank, refit) or the output map changes."""
         cache = self._caches.get("folded")
         if cache is None or cache[0] is not self.coef_ or cache[1] != self.output_key_:
@@ -568,107 +643,3 @@ class SISOKR(RidgeEstimator):
         """``g(x) = W φ_X(x)`` and its folds, for :mod:`distsketch.decoding`."""
         return Surrogate(self._input_map(), self.coef_, self._fold_cache(),
                          self._options().block_memory, self._fold)
-
-
-# --------------------------------------------------------------------------- SISOKR's parts
-# Module-level functions of a SISOKR (the thin-estimator habit): the reduced rank (which reads
-# and fills the estimator's caches _principal, _metric and _opgram, so it stays beside the
-# class) and the saved state.
-
-
-def _output_metric(est) -> np.ndarray | None:
-    """Gram of the output coordinates' basis in H_Y: None (whitened: orthonormal) or
-    ``K_Y`` over the training outputs (exact output side), computed once."""
-    if est._output_base.projection is not None:
-        return None
-    if getattr(est, "_metric", None) is None:
-        fmap = est._feature_map(est._output_base)
-        L = fmap.landmarks
-        est._metric = np.asarray(fmap.kernel(L, L), dtype=np.float64)
-    return est._metric
-
-
-def _operator_gram(est) -> np.ndarray:
-    """``Q = R K_Y Rᵀ`` (r_X × r_X; ``R`` = ``operator_``, r_X × n) over the training
-    outputs, from row blocks of ``K_Y`` of at most :data:`OUTPUT_GRAM_BYTES` (never the
-    n × n matrix), summed in row order; computed once per operator."""
-    R = est.operator_
-    cached = getattr(est, "_opgram", None)
-    if cached is not None and cached[0] is R:
-        return cached[1]
-    fmap = est._feature_map(est._output_base)
-    L = fmap.landmarks
-    n = L.shape[0]
-    b = max(1, OUTPUT_GRAM_BYTES // (8 * n))
-    RT = np.ascontiguousarray(R.T)
-    Q = np.zeros((R.shape[0], R.shape[0]))
-    for s in range(0, n, b):
-        e = min(s + b, n)
-        K = np.asarray(fmap.kernel(L[s:e], L), dtype=np.float64)  # K_Y rows s..e (b × n)
-        Q += R[:, s:e] @ (K @ RT)
-    Q = 0.5 * (Q + Q.T)
-    est._opgram = (R, Q)
-    return Q
-
-
-def _principal_at(est, lam: float) -> tuple[np.ndarray, np.ndarray]:
-    """``(A, μ)`` of :func:`~distsketch.solve.principal_directions` for ``W(lam)``
-    (cached: one eigendecomposition per λ serves every rank); on the factored route
-    (:meth:`SISOKR._factored_rank`) ``(E, μ)`` of :func:`~distsketch.solve.factored_directions`
-    (``A = Rᵀ E``)."""
-    factored = est._factored_rank()
-    if est._principal is None or est._principal[0] != (lam, factored):
-        if factored:
-            est._principal = ((lam, True), *factored_directions(
-                est.input_solution_, _operator_gram(est), lam))
-            return est._principal[1], est._principal[2]
-        S = est.path_.covariance(lam)
-        est._principal = ((lam, False), *principal_directions(S, _output_metric(est)))
-    return est._principal[1], est._principal[2]
-
-
-def _sisokr_state(est) -> tuple[dict, dict]:
-    """``SISOKR._get_state``: the arrays and JSON state a fitted SISOKR saves (either route)."""
-    arrays, state = super(SISOKR, est)._get_state()
-    if est.path_.any_lam:
-        arrays.update(input_metric=est.input_solution_.metric)
-    fi, fo = est.input_feature_map_, est._output_base
-    est._put_side("input", fi.kernel, est.input_sketch_, fi.landmarks, arrays, state)
-    est._put_side("output", fo.kernel, est.output_sketch_, fo.landmarks, arrays, state)
-    arrays.update(input_projection=fi.projection, output_projection=fo.projection,
-                  output_whitening=est.output_whitening_, operator=est.operator_,
-                  candidates=est.candidates_, candidate_index=est.candidate_index_,
-                  output_map=est._output_map_base)
-    arrays.update(intercept=est.intercept_)
-    state.update(n_outputs=est.n_outputs_, ranks=list(est.ranks_), rank=est.rank_,
-                 rank_lam=est.rank_lam_)
-    return arrays, state
-
-
-def _set_sisokr_state(est, arrays, state) -> None:
-    """``SISOKR._set_state``: a saved SISOKR's fitted attributes from :func:`_sisokr_state`'s
-    arrays and state (caches emptied)."""
-    super(SISOKR, est)._set_state(arrays, state)
-    if est.path_ is None:  # the closed form
-        est.input_solution_ = with_metric(est.input_solution_, arrays)
-        est.path_ = SisokrClosedForm(est.input_solution_, arrays.get("operator"))
-    options = est._options()
-    chunk, tuning = options.gram_chunk, options.tuning
-    kx, est.input_sketch_, lx = est._get_side("input", arrays, state)
-    ky, est.output_sketch_, ly = est._get_side("output", arrays, state)
-    est.input_feature_map_ = FeatureMap(kx, lx, arrays.get("input_projection"), chunk, tuning)
-    est._output_base = FeatureMap(ky, ly, arrays.get("output_projection"), chunk, tuning)
-    est.output_feature_map_ = est._output_base
-    est.output_whitening_ = arrays.get("output_whitening")
-    est.operator_ = arrays.get("operator")
-    est.candidates_ = arrays.get("candidates")
-    est.candidate_index_ = arrays.get("candidate_index")
-    est._output_map_base = arrays.get("output_map")
-    est.n_outputs_ = int(state["n_outputs"])
-    est.ranks_ = tuple(int(p) for p in state.get("ranks", ()))
-    est.rank_ = None if state.get("rank") is None else int(state["rank"])
-    est.rank_lam_ = None if state.get("rank_lam") is None else float(state["rank_lam"])
-    intercept = arrays.get("intercept")
-    est.intercept_ = None if intercept is None else np.asarray(intercept, dtype=np.float64)
-    est._principal = est._metric = est._opgram = None
-    est._caches = {}

@@ -3,7 +3,7 @@
 :class:`SketchedFeatures` is scikit-learn's ``Nystroem`` for any sketch, fitted out of core by
 the streaming pass: ``φ(x) = T_Xᵀ R k(X, x)`` with ``T_X`` the whitening of ``B = R K Rᵀ``, so
 that ``φ(x)ᵀ φ(x') = k(x, X) Rᵀ (R K Rᵀ)^† R k(X, x')`` is the sketched kernel
-(docs/design.md, "Math").
+(docs/design/math.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Sketch matrices ``R = R_mix · R_sub``: specifications and their realisations.
 
-Glossary (docs/design.md, "Math")
---------------------
+Glossary (docs/design/math.md)
+------------------------------
 n        number of training rows (columns of ``R``)
 m        sketch size (rows of ``R``)
 J        support: the training rows that ``R`` touches (non-null columns), sorted
@@ -17,7 +17,7 @@ in fixed tiles of :data:`~distsketch.sketches.tiled.TILE` columns, tile ``t`` fr
 generator ``default_rng([seed, t])``, so any worker can regenerate any block of columns and
 the draw never depends on how the training rows are chunked). The shipped sketches are
 functions of ``(seed, n)``; ``data`` is there for data-dependent ones. Adding a sketch:
-docs/design.md, "How to add a sketch".
+docs/guide/extending.md, "How to add a sketch".
 
 This module holds the two base classes, :class:`SparseSketch`, the registry and the sketches
 drawn in one go (:class:`Identity`, :class:`SubSampling`, :class:`Accumulation`); the
@@ -89,7 +89,7 @@ def _positive_int(value: Any, *, owner: str, name: str) -> int:
 
 class RealizedSketch(ABC):
     """A drawn sketch ``R`` (m × n): the block operations the streaming pass and the
-    estimators need (docs/design.md, "Sketches").
+    estimators need (docs/design/math.md, "Sketches").
 
     Two implementations ship: :class:`SparseSketch` (support ``J`` and a sparse ``R_mix``,
     for every sketch with few non-zeros) and :class:`TiledSketch` (a dense ``R_mix``
@@ -148,33 +148,91 @@ class RealizedSketch(ABC):
                 f"support_size={self.support_size})")
 
     def to_config(self) -> dict:
-        """JSON-serialisable description: specification, n and seed."""
+        """JSON-serialisable description: specification, n and seed.
+
+        Returns
+        -------
+        dict
+        """
         return {"spec": self.spec.to_config(), "n": self.n, "seed": self.seed}
 
     # -- the block operations -------------------------------------------------------
     @abstractmethod
     def support_spans(self, chunk: int) -> list[tuple[int, int]]:
         """Spans ``[a, b)`` of support positions of about ``chunk`` columns, in order: the
-        landmark columns of one kernel block of the pass."""
+        landmark columns of one kernel block of the pass.
+
+        Parameters
+        ----------
+        chunk : int
+            Columns per span wanted.
+
+        Returns
+        -------
+        list of (int, int)
+            Consecutive spans covering ``range(support_size)``.
+        """
 
     @abstractmethod
-    def mixing_t_block(self, start: int, stop: int):
-        """``R_mix[:, start:stop]ᵀ`` of shape (stop − start, m), in support coordinates
-        (host scipy.sparse CSR or ndarray)."""
+    def mixing_t_block(self, start: int, stop: int) -> Any:
+        """``R_mix[:, start:stop]ᵀ`` in support coordinates, on the host.
+
+        Parameters
+        ----------
+        start, stop : int
+            Support positions (a span of :meth:`support_spans`).
+
+        Returns
+        -------
+        scipy.sparse CSR array or ndarray of shape (stop − start, m)
+        """
 
     @abstractmethod
-    def left_rows(self, block, start: int, stop: int) -> tuple[np.ndarray, Any]:
-        """The non-zero rows of ``R[:, start:stop] @ block`` for a row block of the data:
-        ``(rows, values)``, ``rows`` sorted int64, ``values`` of shape (len(rows), k) in the
-        backend of ``block``. One term of ``B = R K Rᵀ = Σ_I R[:, I] C_I``."""
+    def left_rows(self, block: Any, start: int, stop: int) -> tuple[np.ndarray, Any]:
+        """The non-zero rows of ``R[:, start:stop] @ block`` for a row block of the data: one
+        term of ``B = R K Rᵀ = Σ_I R[:, I] C_I``.
+
+        Parameters
+        ----------
+        block : array of shape (stop − start, k)
+            Of any registered backend.
+        start, stop : int
+            The block's training rows.
+
+        Returns
+        -------
+        rows : ndarray of int64
+            Sorted rows of ``R`` with a non-zero in columns ``start:stop``.
+        values : array of shape (len(rows), k)
+            Those rows of the product, in the backend of ``block``.
+        """
 
     @abstractmethod
     def transpose_dot(self, T: np.ndarray) -> np.ndarray:
-        """``R_mixᵀ T`` of shape (s', r) (host): projects landmark kernel columns onto features."""
+        """``R_mixᵀ T`` on the host: projects landmark kernel columns onto features.
+
+        Parameters
+        ----------
+        T : ndarray of shape (m, r)
+
+        Returns
+        -------
+        ndarray of shape (s', r)
+        """
 
     @abstractmethod
-    def columns(self, start: int, stop: int):
-        """``R[:, start:stop]`` (scipy.sparse CSR, or an ndarray) for auditing."""
+    def columns(self, start: int, stop: int) -> Any:
+        """``R[:, start:stop]``, for auditing.
+
+        Parameters
+        ----------
+        start, stop : int
+            Training rows (columns of ``R``).
+
+        Returns
+        -------
+        scipy.sparse CSR array or ndarray of shape (m, stop − start)
+        """
 
     @property
     @abstractmethod
@@ -191,12 +249,29 @@ class RealizedSketch(ABC):
         """Inverse of :meth:`_state`."""
 
     # -- derived ------------------------------------------------------------------
-    def matrix(self):
-        """``R`` of shape (m, n): scipy.sparse CSR, or an ndarray (auditing)."""
+    def matrix(self) -> Any:
+        """``R`` whole, for auditing.
+
+        Returns
+        -------
+        scipy.sparse CSR array or ndarray of shape (m, n)
+        """
         return self.columns(0, self.n)
 
-    def left_columns(self, block, start: int, stop: int):
-        """``R[:, start:stop] @ block`` of shape (m, k) for training rows ``start:stop``."""
+    def left_columns(self, block: Any, start: int, stop: int) -> Any:
+        """``R[:, start:stop] @ block`` for training rows ``start:stop``.
+
+        Parameters
+        ----------
+        block : array of shape (stop − start, k)
+            Of any registered backend.
+        start, stop : int
+            The block's training rows.
+
+        Returns
+        -------
+        array of shape (m, k)
+        """
         rows, values = self.left_rows(block, start, stop)
         xp = backend_of(values).xp
         out = xp.zeros((self.m, block.shape[1]))
@@ -205,14 +280,37 @@ class RealizedSketch(ABC):
 
     def get_state(self) -> tuple[dict[str, Any], dict]:
         """The realisation as ``(arrays, json)``: what a saved model stores (never a seed to
-        redraw from, except for tiled sketches, whose tiles are a pure function of it)."""
+        redraw from, except for tiled sketches, whose tiles are a pure function of it).
+
+        Returns
+        -------
+        arrays : dict
+            Named arrays (support, mixing, scale; none for a tiled sketch).
+        meta : dict
+            JSON-serialisable: the realisation's ``kind``, the specification, n, m, seed.
+        """
         arrays, meta = self._state()
         return arrays, {"kind": self.kind, "spec": self.spec.to_config(), "n": self.n,
                         "m": self.m, "seed": self.seed, **meta}
 
     @staticmethod
-    def from_state(arrays: dict, meta: dict) -> "RealizedSketch":
-        """Inverse of :meth:`get_state`."""
+    def from_state(arrays: dict, meta: dict) -> RealizedSketch:
+        """Inverse of :meth:`get_state`.
+
+        Parameters
+        ----------
+        arrays, meta : dict
+            As returned by :meth:`get_state`.
+
+        Returns
+        -------
+        RealizedSketch
+
+        Raises
+        ------
+        ValueError
+            For an unknown ``kind``, or a tiled sketch whose tiles regenerate differently.
+        """
         try:
             cls = RealizedSketch.KINDS[meta["kind"]]
         except KeyError:
@@ -247,8 +345,8 @@ class SparseSketch(RealizedSketch):
 
     kind = "sparse"
 
-    def __init__(self, spec: "Sketch", n: int, seed: int | None, m: int, *, support, mixing,
-                 scale=None):
+    def __init__(self, spec: Sketch, n: int, seed: int | None, m: int, *, support: Any,
+                 mixing: Any, scale: np.ndarray | None = None) -> None:
         self.spec = spec
         self.n = int(n)
         self.seed = None if seed is None else int(seed)
@@ -260,9 +358,27 @@ class SparseSketch(RealizedSketch):
         self._mix_t = sp.csr_array(self._mix_csc.T)
 
     @classmethod
-    def from_entries(cls, spec: "Sketch", n: int, seed: int | None, m: int, rows, cols, vals,
-                     **kw) -> "SparseSketch":
-        """Build from the non-zeros ``R[rows, cols] += vals`` (duplicates add up)."""
+    def from_entries(cls, spec: Sketch, n: int, seed: int | None, m: int, rows: Any, cols: Any,
+                     vals: Any, **kw: Any) -> SparseSketch:
+        """Build from the non-zeros ``R[rows, cols] += vals`` (duplicates add up).
+
+        Parameters
+        ----------
+        spec : Sketch
+        n, seed, m
+            As for the constructor.
+        rows, cols : array-like of int
+            Positions of the entries (``cols`` among the ``n`` training rows).
+        vals : array-like of float
+            Their values; entries at the same position add up, columns whose entries cancel
+            are dropped from the support.
+        **kw
+            Keyword arguments of the constructor (``scale``).
+
+        Returns
+        -------
+        SparseSketch
+        """
         support, local = np.unique(np.asarray(cols, dtype=np.int64), return_inverse=True)
         R = sp.coo_array((vals, (rows, local)), shape=(m, support.size)).tocsc()
         R.sum_duplicates()
@@ -280,10 +396,10 @@ class SparseSketch(RealizedSketch):
     def mixing(self):
         return sp.csr_array(self._mix_csc)
 
-    def mixing_t_block(self, start: int, stop: int):
+    def mixing_t_block(self, start: int, stop: int) -> Any:
         return self._mix_t[start:stop]
 
-    def columns(self, start: int, stop: int):
+    def columns(self, start: int, stop: int) -> Any:
         a, b = self._support_span(start, stop)
         part = self._mix_csc[:, a:b].tocoo()
         cols = self.support[a:b][part.col] - start
@@ -293,9 +409,9 @@ class SparseSketch(RealizedSketch):
         s, step = self.support_size, max(int(chunk), 1)
         return [(a, min(a + step, s)) for a in range(0, s, step)]
 
-    def left_rows(self, block, start: int, stop: int):
-        """For a sub-sampling sketch that is the few landmarks inside the block, so a partial
-        sum of ``B`` stays small."""
+    def left_rows(self, block: Any, start: int, stop: int) -> tuple[np.ndarray, Any]:
+        # for a sub-sampling sketch the rows are the few landmarks inside the block, so a
+        # partial sum of B stays small
         be = backend_of(block)
         a, b = self._support_span(start, stop)
         sub = sp.csr_array(self._mix_csc[:, a:b])
@@ -326,7 +442,7 @@ class Sketch(ParamsMixin):
     models: defining the class registers it), stores its arguments in ``__init__``, validates
     them in :meth:`check` and draws a :class:`RealizedSketch` in :meth:`realize` — usually a
     :class:`SparseSketch` (``SparseSketch.from_entries``) or a :class:`TiledSketch` (then it
-    implements :meth:`tile`). docs/design.md, "How to add a sketch".
+    implements :meth:`tile`). docs/guide/extending.md, "How to add a sketch".
     """
 
     name: str = ""
@@ -335,7 +451,7 @@ class Sketch(ParamsMixin):
     #: The realised sketch picks landmarks: a support of m training rows and a diagonal
     #: ``R_mix``, so ``C = K_nm diag(r)`` is a scaled kernel block recomputable from the rows
     #: and ``B = diag(r) K_mm diag(r)`` the landmarks' own Gram matrix (what the PCG route's
-    #: preconditioner is built from: :mod:`distsketch.pcg`). Mixing sketches (Gaussian,
+    #: preconditioner is built from: ``distsketch.solvers.pcg``). Mixing sketches (Gaussian,
     #: p-sparsified, accumulation, CountSketch) make ``B`` a mix of many rows' kernel values.
     selects_landmarks: ClassVar[bool] = False
 
@@ -344,30 +460,63 @@ class Sketch(ParamsMixin):
         SKETCHES.register_class(cls)  # a later class of the same name replaces it
 
     def check(self, n: int, *, argument: str) -> None:
-        """Raise ``ValueError`` naming ``argument`` if the sketch cannot be drawn for ``n`` rows."""
+        """Raise ``ValueError`` naming ``argument`` if the sketch cannot be drawn for ``n`` rows.
 
-    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
+        Parameters
+        ----------
+        n : int
+        argument : str
+            The estimator argument holding the sketch, which starts the error message.
+        """
+
+    def realize(self, n: int, *, seed: int, data: Any = None) -> RealizedSketch:
         """Draw the sketch for ``n`` training rows from ``seed``.
 
         Parameters
         ----------
         n : int
         seed : int
-        data : distsketch.rows.RowSource, optional
-            The training rows of this side, for data-dependent sketches (leverage scores);
-            the sketches shipped here do not read it. A realisation that depends on the data
-            is saved with the model (:meth:`RealizedSketch.get_state`), never redrawn.
+        data : RowSource, optional
+            The training rows of this side (``distsketch.engine.rows.RowSource``), for
+            data-dependent sketches (leverage scores); the sketches shipped here do not read
+            it. A realisation that depends on the data is saved with the model
+            (:meth:`RealizedSketch.get_state`), never redrawn.
+
+        Returns
+        -------
+        RealizedSketch
         """
         raise NotImplementedError
 
     def tile(self, seed: int, t: int, m: int, width: int) -> np.ndarray:
-        """Columns ``[t·TILE, t·TILE + width)`` of a :class:`TiledSketch`'s ``R_mix``, (m, width),
-        a pure function of its arguments."""
+        """Columns ``[t·TILE, t·TILE + width)`` of a :class:`TiledSketch`'s ``R_mix``, a pure
+        function of its arguments (sketches realised as a :class:`TiledSketch` only).
+
+        Parameters
+        ----------
+        seed, t, m : int
+            The realisation's seed, the tile's number and the rows of ``R``.
+        width : int
+            Columns of the tile (:data:`TILE`, fewer for the last one).
+
+        Returns
+        -------
+        ndarray of shape (m, width)
+        """
         raise NotImplementedError
 
     def deterministic(self, n: int) -> bool:
         """Whether the drawn matrix for ``n`` rows is the same for every seed (no randomness
-        left: the identity, sub-sampling every row)."""
+        left: the identity, sub-sampling every row).
+
+        Parameters
+        ----------
+        n : int
+
+        Returns
+        -------
+        bool
+        """
         return False
 
     def to_config(self) -> dict:
@@ -403,7 +552,7 @@ class Identity(Sketch):
     def deterministic(self, n: int) -> bool:
         return True
 
-    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
+    def realize(self, n: int, *, seed: int, data: Any = None) -> RealizedSketch:
         n = int(n)
         return SparseSketch(self, n, seed, n, support=np.arange(n),
                             mixing=sp.identity(n, format="csc"), scale=np.ones(n))
@@ -423,7 +572,7 @@ class SubSampling(Sketch):
     name = "subsampling"
     selects_landmarks = True
 
-    def __init__(self, m: int):
+    def __init__(self, m: int) -> None:
         self.m = m
 
     def check(self, n: int, *, argument: str) -> None:
@@ -432,7 +581,7 @@ class SubSampling(Sketch):
     def deterministic(self, n: int) -> bool:
         return self.m == n
 
-    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
+    def realize(self, n: int, *, seed: int, data: Any = None) -> RealizedSketch:
         m = self._m()
         rng = np.random.default_rng([int(seed), 0])
         rows = np.sort(rng.choice(n, size=m, replace=False)).astype(np.int64)
@@ -458,7 +607,7 @@ class Accumulation(Sketch):
 
     name = "accumulation"
 
-    def __init__(self, m: int, q: int = 2):
+    def __init__(self, m: int, q: int = 2) -> None:
         self.m = m
         self.q = q
 
@@ -469,7 +618,7 @@ class Accumulation(Sketch):
             raise ValueError(f"{argument}: {exc}") from None
         self._check_rows(n, argument=argument)
 
-    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
+    def realize(self, n: int, *, seed: int, data: Any = None) -> RealizedSketch:
         m = self._m()
         q = _positive_int(self.q, owner="Accumulation", name="q")
         rng = np.random.default_rng([int(seed), 0])
@@ -480,8 +629,29 @@ class Accumulation(Sketch):
                                          cols.ravel(), vals.ravel())
 
 
-def check_sketch(sketch: Any, *, argument: str) -> Sketch:
-    """Resolve a sketch argument: ``None`` means :class:`Identity` (exact)."""
+def check_sketch(sketch: Sketch | dict | None, *, argument: str) -> Sketch:
+    """Resolve a sketch argument: ``None`` means :class:`Identity` (exact).
+
+    Parameters
+    ----------
+    sketch : Sketch, dict or None
+        A specification (returned as is), a config dict (:func:`sketch_from_config`) or
+        ``None``; anything else (or a bad config) raises ``ValueError``.
+    argument : str
+        The argument's name, which starts every error message.
+
+    Returns
+    -------
+    Sketch
+
+    Examples
+    --------
+    >>> from distsketch.sketches import Identity, check_sketch
+    >>> check_sketch({"name": "subsampling", "m": 5}, argument="sketch")
+    SubSampling(5)
+    >>> isinstance(check_sketch(None, argument="sketch"), Identity)
+    True
+    """
     if sketch is None:
         return Identity()
     if isinstance(sketch, Sketch):
@@ -495,7 +665,30 @@ def check_sketch(sketch: Any, *, argument: str) -> Sketch:
 
 
 def sketch_from_config(cfg: dict, *, argument: str = "sketch") -> Sketch:
-    """Inverse of :meth:`Sketch.to_config`."""
+    """A sketch specification from ``{"name": <registry name>, **params}``.
+
+    Parameters
+    ----------
+    cfg : dict
+        ``name`` is a key of :data:`SKETCHES`; the other keys are constructor parameters.
+    argument : str
+        The argument's name, which starts every error message.
+
+    Returns
+    -------
+    Sketch
+
+    Raises
+    ------
+    ValueError
+        For an unknown name or bad parameters.
+
+    Examples
+    --------
+    >>> from distsketch.sketches import sketch_from_config
+    >>> sketch_from_config({"name": "p_sparsified", "m": 50, "p": 0.1})
+    PSparsified(50, 0.1)
+    """
     cfg = dict(cfg)
     name = cfg.pop("name", None)
     if name not in SKETCHES:

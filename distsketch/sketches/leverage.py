@@ -12,6 +12,7 @@ Rudi et al., "On fast leverage score sampling and optimal learning" (BLESS), Neu
 from __future__ import annotations
 
 import numbers
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -28,7 +29,8 @@ def _uniform01(seed: int, rows: np.ndarray) -> np.ndarray:
     return ((row_hash(seed, rows) >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0**53
 
 
-def approximate_leverage_scores(kernel, X, dictionary, lam: float) -> np.ndarray:
+def approximate_leverage_scores(kernel: Any, X: Any, dictionary: Any,
+                                lam: float) -> np.ndarray:
     """Ridge leverage scores of the rows ``X`` from a dictionary of rows (Alaoui & Mahoney,
     NeurIPS 2015; the estimator of BLESS, Rudi et al., NeurIPS 2018, eq. 3, with a uniform
     dictionary of q rows)::
@@ -36,7 +38,42 @@ def approximate_leverage_scores(kernel, X, dictionary, lam: float) -> np.ndarray
         τ̃_i(λ) = (k(x_i, x_i) − k(x_i, X_J) (K_JJ + λ q I)^{-1} k(X_J, x_i)) / (λ n)
 
     approximating ``τ_i(λ) = (K (K + nλI)^{-1})_ii`` (``n``: the number of training rows;
-    pass ``lam`` as ``λ n / n`` of the model's scale). Shape (len(X),)."""
+    pass ``lam`` as ``λ n / n`` of the model's scale).
+
+    Parameters
+    ----------
+    kernel : Kernel
+        The side's kernel.
+    X : ndarray of shape (b, d)
+        The rows scored.
+    dictionary : ndarray of shape (q, d)
+        The dictionary's rows ``X_J``.
+    lam : float
+        λ > 0.
+
+    Returns
+    -------
+    ndarray of shape (b,)
+        The numerator ``λ n τ̃_i(λ)`` of each row: divide by ``λ n`` for the scores.
+
+    References
+    ----------
+    .. [1] A. E. Alaoui and M. W. Mahoney, "Fast Randomized Kernel Ridge Regression with
+       Statistical Guarantees", NeurIPS 2015.
+    .. [2] A. Rudi, D. Calandriello, L. Carratino and L. Rosasco, "On Fast Leverage Score
+       Sampling and Optimal Learning", NeurIPS 2018.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from distsketch.kernels import Gaussian
+    >>> from distsketch.sketches import approximate_leverage_scores
+    >>> X = np.random.default_rng(0).normal(size=(20, 2))
+    >>> lam = 1e-3
+    >>> tau = approximate_leverage_scores(Gaussian(), X, X[:5], lam) / (lam * len(X))
+    >>> tau.shape, bool((tau >= 0).all())
+    ((20,), True)
+    """
     D = np.asarray(dictionary)
     q = D.shape[0]
     Kjj = np.asarray(kernel(D, D), dtype=np.float64)
@@ -81,7 +118,7 @@ class LeverageScores(Sketch):
     needs_kernel = True
     selects_landmarks = True
 
-    def __init__(self, m: int, lam: float | None = None, dictionary: int | None = None):
+    def __init__(self, m: int, lam: float | None = None, dictionary: int | None = None) -> None:
         self.m = m
         self.lam = lam
         self.dictionary = dictionary
@@ -99,8 +136,28 @@ class LeverageScores(Sketch):
             raise ValueError(f"{argument}: LeverageScores: dictionary must be None or a "
                              f"positive integer, got {q!r}")
 
-    def scores(self, n: int, *, seed: int, data, kernel, block_rows: int = 4096) -> np.ndarray:
-        """``τ̃`` of every row (n-sized: for audits and tests; :meth:`realize` streams them)."""
+    def scores(self, n: int, *, seed: int, data: Any, kernel: Any,
+               block_rows: int = 4096) -> np.ndarray:
+        """``τ̃`` of every row (n-sized: for audits and tests; :meth:`realize` streams them).
+
+        Parameters
+        ----------
+        n : int
+            Training rows.
+        seed : int
+            Seeds the dictionary (as in :meth:`realize`).
+        data : RowSource
+            The training rows (``distsketch.engine.rows.RowSource``).
+        kernel : Kernel
+            The side's kernel.
+        block_rows : int
+            Rows per block of the walk.
+
+        Returns
+        -------
+        ndarray of shape (n,)
+            The approximate ridge leverage scores, without the uniform part of the weights.
+        """
         return np.concatenate([s for _, s, _ in self._walk(n, seed, data, kernel, block_rows)])
 
     def _walk(self, n, seed, data, kernel, block_rows):
@@ -141,7 +198,8 @@ class LeverageScores(Sketch):
                 hi = mid
         return float(np.exp(0.5 * (lo + hi)))
 
-    def realize(self, n: int, *, seed: int, data=None, kernel=None) -> RealizedSketch:
+    def realize(self, n: int, *, seed: int, data: Any = None,
+                kernel: Any = None) -> RealizedSketch:
         m = self._m()
         if data is None or kernel is None:
             raise ValueError("LeverageScores: the sketch is drawn from the training rows and "

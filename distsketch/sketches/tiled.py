@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -52,7 +53,7 @@ class TiledSketch(RealizedSketch):
 
     kind = "tiled"
 
-    def __init__(self, spec: "Sketch", n: int, seed: int, m: int):
+    def __init__(self, spec: Sketch, n: int, seed: int, m: int) -> None:
         self.spec = spec
         self.n = int(n)
         self.seed = int(seed)
@@ -73,12 +74,22 @@ class TiledSketch(RealizedSketch):
     def mixing(self):
         return self._dense_columns(0, self.n)
 
-    def mixing_t_block(self, start: int, stop: int):
-        """A transposed view (Fortran-ordered); a device backend keeps that layout
-        (:meth:`CupyBackend.operand <distsketch.cuda.CupyBackend.operand>`)."""
+    def mixing_t_block(self, start: int, stop: int) -> np.ndarray:
+        """``R_mix[:, start:stop]ᵀ``: a transposed view (Fortran-ordered); a device backend keeps
+        that layout (``distsketch.backends.cuda.CupyBackend.operand``).
+
+        Parameters
+        ----------
+        start, stop : int
+            Support positions (a span of :meth:`support_spans`).
+
+        Returns
+        -------
+        ndarray of shape (stop − start, m)
+        """
         return self._dense_columns(start, stop).T
 
-    def columns(self, start: int, stop: int):
+    def columns(self, start: int, stop: int) -> np.ndarray:
         return self._dense_columns(start, stop)
 
     def _dense_columns(self, start: int, stop: int) -> np.ndarray:
@@ -91,12 +102,24 @@ class TiledSketch(RealizedSketch):
         return out
 
     def support_spans(self, chunk: int) -> list[tuple[int, int]]:
-        """Aligned with the generation tiles, so no tile is drawn twice for one block."""
+        """Spans ``[a, b)`` of about ``chunk`` columns, aligned with the generation tiles, so no
+        tile is drawn twice for one block.
+
+        Parameters
+        ----------
+        chunk : int
+            Columns per span wanted (rounded to a multiple of :data:`TILE`, at least one).
+
+        Returns
+        -------
+        list of (int, int)
+            Consecutive spans covering ``range(n)``.
+        """
         s = self.n
         step = max(TILE, (max(chunk, 1) // TILE) * TILE)
         return [(a, min(a + step, s)) for a in range(0, s, step)]
 
-    def left_rows(self, block, start: int, stop: int):
+    def left_rows(self, block: Any, start: int, stop: int) -> tuple[np.ndarray, Any]:
         be = backend_of(block)
         return np.arange(self.m), be.operand(self._dense_columns(start, stop)) @ block
 
@@ -149,7 +172,7 @@ class PSparsified(Sketch):
 
     name = "p_sparsified"
 
-    def __init__(self, m: int, p: float, kind: str = "rademacher"):
+    def __init__(self, m: int, p: float, kind: str = "rademacher") -> None:
         self.m = m
         self.p = p
         self.kind = kind
@@ -172,7 +195,7 @@ class PSparsified(Sketch):
             raise ValueError(f"{argument}: {exc}") from None
         self._check_rows(n, argument=argument)
 
-    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
+    def realize(self, n: int, *, seed: int, data: Any = None) -> RealizedSketch:
         m, p = self._checked()
         rows, cols, vals = [], [], []
         for t, a, b in _tiles(n):
@@ -219,13 +242,13 @@ class GaussianSketch(Sketch):
 
     name = "gaussian"
 
-    def __init__(self, m: int):
+    def __init__(self, m: int) -> None:
         self.m = m
 
     def check(self, n: int, *, argument: str) -> None:
         self._check_rows(n, argument=argument)
 
-    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
+    def realize(self, n: int, *, seed: int, data: Any = None) -> RealizedSketch:
         return TiledSketch(self, n, seed, self._m())
 
     def tile(self, seed: int, t: int, m: int, width: int) -> np.ndarray:
@@ -245,13 +268,13 @@ class CountSketch(Sketch):
 
     name = "count"
 
-    def __init__(self, m: int):
+    def __init__(self, m: int) -> None:
         self.m = m
 
     def check(self, n: int, *, argument: str) -> None:
         self._check_rows(n, argument=argument)
 
-    def realize(self, n: int, *, seed: int, data=None) -> RealizedSketch:
+    def realize(self, n: int, *, seed: int, data: Any = None) -> RealizedSketch:
         m = self._m()
         rows, signs = [], []
         for t, a, b in _tiles(n):

@@ -152,8 +152,9 @@ class PCGResult:
     galphas : ndarray (n_lams, m, t)
         ``K_nmᵀ K_nm α(λ)``, carried along the iterations (no pass): SISOKR's reduced rank
         takes ``Σ_i g(x_i) g(x_i)ᵀ = αᵀ K_nmᵀ K_nm α`` from it. (A landmark left out of the
-        solve, :func:`select_landmarks`: its first copy's row, or for a numerically
-        dependent one the projection on the kept landmarks, :func:`_expand`.)
+        solve, :func:`~distsketch.solvers.preconditioner.select_landmarks`: its first copy's row,
+        or for a numerically dependent one the projection on the kept landmarks,
+        ``distsketch.solvers.pcg._expand``.)
     """
 
     alphas: np.ndarray
@@ -461,7 +462,7 @@ def lam_path(sweeper: Sweeper, Kmm, z: np.ndarray, lams, *, tol: float, max_iter
     The λ are solved in decreasing order, each warm-started from the previous ``α`` and its
     carried ``K_nmᵀ K_nm α`` (no pass). ``states``: as for :func:`pcg_path`; each λ's state is
     kept under ``{"what": "lam", "lam", "tol", "warm", **key}``. ``sweeper``: a
-    :class:`~distsketch.sweep.Sweeper` running :func:`pcg_block`. Returns a
+    :class:`~distsketch.engine.sweep.Sweeper` running :func:`pcg_block`. Returns a
     :class:`PCGResult` with ``galphas`` (``K_nmᵀ K_nm α(λ)``) and zero ``intercept``;
     ``n_passes`` counts the sweeper's passes so far. ``T``: ``K_mm``'s factor
     (:func:`factor_kmm`) when already computed.

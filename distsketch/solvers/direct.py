@@ -7,7 +7,7 @@ The SISOKR family's ``W(λ)`` (:func:`sisokr_operator`, :func:`sisokr_coef`) and
 takes by its length (:data:`EIGEN_PATH_LENGTH`, :func:`eigen_pays`); which sums each model
 needs from the pass and how it is assembled from them (:func:`solve_sisokr`,
 :func:`solve_krr`, :func:`solve_features`); estimators call one of them. The glossary, the
-formulas and their normalisation are :mod:`distsketch.linalg.solve`'s (docs/design.md,
+formulas and their normalisation are :mod:`distsketch.linalg.solve`'s (docs/design/math.md,
 "Driver solve"). numpy and scipy only, no dask.
 """
 
@@ -38,7 +38,7 @@ EIGEN_PATH_LENGTH = 8
 # Path length from which one eigendecomposition beats a Cholesky factorisation per λ on a
 # sketched input side, by the r of H: EngineOptions.tuning.eigen_crossover (distsketch.Tuning,
 # where its measurements are: `python benchmarks/bench_bibtex.py --driver-crossover`,
-# docs/design.md, "Driver routes"). The eigen route costs a generalized symmetric
+# docs/design/math.md, "Driver routes"). The eigen route costs a generalized symmetric
 # eigendecomposition (scipy eigh(H, metric)) and one product Vᵀ R, then O(r·r_Y) per λ; the
 # Cholesky route one safety factorisation, then per λ a factorisation and its solve with r_Y
 # right-hand sides (one right-hand side, KRR, moves the crossover up 1.2–3.5×). Interpolated
@@ -132,7 +132,7 @@ def krr_coef(sol: InputSolution, b: np.ndarray, lam: float) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- assembly
-# What each model needs from the pass (names of distsketch.accumulate.SUM_TERMS) and how it is
+# What each model needs from the pass (names of distsketch.engine.sums.SUM_TERMS) and how it is
 # assembled from those sums. ``x_exact`` / ``y_exact``: the side's sketch is the identity.
 
 
@@ -214,7 +214,7 @@ class SisokrSolution:
 def solve_sisokr(sums: dict, x_sketch, y_sketch, y_landmarks, *, n: int, rtol: float,
                  n_lams: int, linear_output: bool, eigen: bool = False,
                  threads=None, tuning=None) -> SisokrSolution:
-    """Assemble a SISOKR-family model (docs/design.md, "Driver solve") from the pass's sums.
+    """Assemble a SISOKR-family model (docs/design/math.md, "Driver solve") from the pass's sums.
 
     ``x_sketch``, ``y_sketch``: the realised sketches (``transpose_dot`` maps sketch
     coordinates to landmark columns); ``y_landmarks``: the output landmarks (a linear output

@@ -1,6 +1,6 @@
 """Large m: Falkon's preconditioned conjugate gradient for sketched KRR with landmarks, the route.
 
-Glossary (docs/design.md, "Large m: preconditioned conjugate gradient")::
+Glossary (docs/design/pcg.md)::
 
     n, m, t     training rows, landmarks (the sketch's support J), target columns
     K_nm        k(X, X_J), n × m — never formed: its row blocks K_I are recomputed per pass
@@ -168,7 +168,7 @@ def _cho_solve_upper(T: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _prepare_pcg(fs, config: dict, options, *, Kmm: LandmarkGram, n: int, block_rows: int,
                  dtype):
     """Prepare the open store ``fs`` for the PCG pass ``config`` and build what the sweeps
-    need: ``(data, states)`` — the :class:`~distsketch.sweep.SweepData` of kernel blocks
+    need: ``(data, states)`` — the :class:`~distsketch.engine.sweep.SweepData` of kernel blocks
     recomputed against ``Kmm``'s landmarks, and ``states(key)``, the solver-state group of
     ``key`` in a kept store (None in a temporary one)."""
     fs.prepare_pass(config, overwrite=options.overwrite)
@@ -213,7 +213,7 @@ def fit_pcg(spec, *, kernel, sketch, store, reuse_seeds: bool, tol: float, max_i
     """Draw the sketch (as the streaming pass draws it: the same seeds give the same
     landmarks as the direct route), open the store and solve the λ path by PCG.
 
-    ``spec`` is the estimator's validated :class:`~distsketch.estimator.FitSpec`; ``kernel`` and
+    ``spec`` is the estimator's validated :class:`~distsketch.models.base.FitSpec`; ``kernel`` and
     ``sketch`` its resolved input side. The store records a pass configuration with
     ``"solver": "pcg"`` and no block arrays; the solver's states live under ``solver/``.
     ``centre``: the jointly fitted intercept of :class:`~distsketch.SketchedRegressor`
@@ -322,7 +322,7 @@ def fit_pcg_sisokr(spec, *, store, reuse_seeds: bool, tol: float, max_iter: int,
     right-hand side is bitwise the recorded one (other data: ``DataChanged``, or with
     ``EngineOptions(overwrite=True)`` solved afresh).
 
-    ``spec``: the validated :class:`~distsketch.estimator.FitSpec` of a SISOKR (kernels and
+    ``spec``: the validated :class:`~distsketch.models.base.FitSpec` of a SISOKR (kernels and
     sketches under ``input_*`` / ``output_*``).
     """
     from ..engine.fitpass import choose_block_rows, jsonable, fit_pass

@@ -188,7 +188,7 @@ def factor_kmm(Kmm) -> np.ndarray:
 
 def distinct_landmarks(landmarks) -> tuple[np.ndarray, np.ndarray] | None:
     """``(first, inverse)`` of the landmark rows (dense or scipy.sparse, m × d) compared
-    exactly (as :func:`~distsketch.blocks.distinct_rows`: ``first`` each distinct row's first
+    exactly (as :func:`~distsketch.linalg.blocks.distinct_rows`: ``first`` each distinct row's first
     position, ascending; ``inverse`` (m,) every row's index into ``first``), or None when no
     row repeats."""
     if sp.issparse(landmarks):  # canonical CSR rows (sorted, no explicit zeros) as bytes
@@ -217,10 +217,10 @@ def select_landmarks(kernel, landmarks, *, chunk: int = 2048, what: str = "PCG",
     ``H = K_nmᵀ K_nm + nλ K_mm`` with it: α is not unique, only the function
     ``f = k(·, X_J) α`` is, and the preconditioner, built from ``K_mm``, amplifies the rounding
     of its null directions until CG diverges. So PCG solves in a subset ``L_S`` spanning the
-    same functions, and the caller maps α back with zeros elsewhere (:func:`_expand`):
+    same functions, and the caller maps α back with zeros elsewhere (``distsketch.solvers.pcg._expand``):
 
     1. repeated rows are merged exactly (:func:`distinct_landmarks`, as
-       :class:`~distsketch.features.FeatureMap` merges them): equal rows give equal columns
+       :class:`~distsketch.engine.features.FeatureMap` merges them): equal rows give equal columns
        of ``K_nm`` and ``K_mm``, so the function space, the minimiser ``f`` and every
        prediction are those of the full system; a repeated landmark's coefficient sits on
        its first copy;
@@ -230,7 +230,7 @@ def select_landmarks(kernel, landmarks, *, chunk: int = 2048, what: str = "PCG",
        roundoff: with the jitter on the earlier landmarks too, ``T_ii² = S_i + ε₀(1 + θ)``,
        ``0 ≤ θ ≤ 1``, ``S_i`` the unjittered Schur complement),
        a pivoted Cholesky factorisation (LAPACK ``pstrf`` at its default tolerance
-       ``u·m·max diag``, as the direct route's pivoted stage, :mod:`distsketch.solve`)
+       ``u·m·max diag``, as the direct route's pivoted stage, :mod:`distsketch.linalg.solve`)
        keeps the landmarks whose Schur complement is above the rounding level and drops the
        others: a dropped landmark's feature lies within ``√(u·m·max diag)`` of the kept ones'
        span (RKHS norm), so the function space changes by rounding only.

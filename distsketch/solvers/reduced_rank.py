@@ -71,7 +71,7 @@ def factored_directions(sol: InputSolution, Q: np.ndarray, lam: float, *,
     without any n × n object.
 
     There ``W(λ) = Rᵀ N`` (n × r_X: ``R`` the operator, r_X × n; ``N = (H + nλ·metric)^{-1}``,
-    r_X × r_X, see :func:`sisokr_coef`) and ``S = W F Wᵀ = Φ Φᵀ`` with ``Φ = Rᵀ N L``,
+    r_X × r_X, see :func:`~distsketch.solvers.direct.sisokr_coef`) and ``S = W F Wᵀ = Φ Φᵀ`` with ``Φ = Rᵀ N L``,
     ``F = L Lᵀ`` (``F = H``; ``diag(Λ)`` on the eigen route). In the metric ``Γ = K_Y`` the
     eigenpairs of the covariance operator with ``μ > 0`` come from an r_X × r_X problem::
 

@@ -17,7 +17,7 @@ iteration, ``distsketch.solvers.pcg``), and the Lipschitz losses' ``Newton`` and
 iteration). Defining a subclass with a ``name`` registers it (:data:`ROUTES`), so
 ``solver="<name>"`` finds it, in Python and in TOML configs; an instance can be passed as
 ``solver=`` directly. A model lists the built-in routes it accepts (``_routes``) and how it
-adopts a route's :class:`CoefTable` (``_adopt_path``); docs/design.md, "How to add a solver
+adopts a route's :class:`CoefTable` (``_adopt_path``); docs/guide/extending.md, "How to add a solver
 route".
 """
 
@@ -551,7 +551,7 @@ def resolve_route(est: Any, X: Any) -> Route:
         route = get_route(solver)()  # a route registered outside the package
     else:
         names = [repr(v) for v in sorted(accepted + ["auto"])]
-        extra = "" if isinstance(solver, str) else " (or a distsketch.routes.Route instance)"
+        extra = "" if isinstance(solver, str) else " (or a distsketch.Route instance)"
         raise ValueError(f"solver: expected {', '.join(names[:-1])} or {names[-1]}{extra}, "
                          f"got {solver!r}")
     if not route.accepts(est):

@@ -31,7 +31,7 @@ class EmulatedDeviceArray(np.ndarray):
     """A host array standing for a device array in tests (:class:`HostModules`).
 
     Like a CuPy array it refuses host ndarrays (of any dimension > 0) as ufunc operands,
-    outputs and product factors: a block that forgot :meth:`Backend.asarray` fails here as
+    outputs and product factors: a block that forgot :meth:`~distsketch.backends.Backend.asarray` fails here as
     it would on a GPU.
     """
 
@@ -72,7 +72,7 @@ class EmulatedCSR:
 
     Like the CuPy class it is *not* a scipy.sparse matrix (``scipy.sparse.issparse`` is False),
     so the kernels take the routes they take for device sparse blocks on a GPU (the density
-    rule's device threshold, :data:`DEVICE_SPARSE_MAX_DENSITY`; the "another backend's
+    rule's device threshold, :data:`~distsketch.backends.cuda.DEVICE_SPARSE_MAX_DENSITY`; the "another backend's
     sparse blocks" products), never the host-only scipy routes. It offers what those routes
     and the backend use of cupyx's CSR (``shape``, ``nnz``, products with device arrays or
     device CSR, ``multiply``, ``sum``, ``toarray``, ``T``, ``astype``, row slices); host
@@ -196,7 +196,7 @@ class _NullStream:
 
 
 class HostModules:
-    """numpy dressed as a device for :class:`CupyBackend` in tests: arrays are
+    """numpy dressed as a device for :class:`~distsketch.backends.cuda.CupyBackend` in tests: arrays are
     :class:`EmulatedDeviceArray`, sparse matrices :class:`EmulatedCSR`, the "pinned" buffers
     ordinary host memory, streams and events no-ops (numpy runs synchronously)."""
 

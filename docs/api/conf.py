@@ -8,7 +8,6 @@ them.
 
 from __future__ import annotations
 
-import fnmatch
 import inspect
 import sys
 from pathlib import Path
@@ -18,10 +17,9 @@ from numpydoc.validate import get_doc_object, validate
 from sphinx.util import logging as sphinx_logging
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parents[1]), str(HERE)]  # the package of this checkout; pending.py
+sys.path.insert(0, str(HERE.parents[1]))  # the package of this checkout
 
 import distsketch  # noqa: E402
-import pending  # noqa: E402  (docs/api/pending.py: docstrings not checked yet)
 
 project = "distsketch"
 author = "distsketch developers"
@@ -72,7 +70,6 @@ nitpick_ignore = [
     ("py:class", "distsketch.engine.features.FeatureMap"),
     ("py:class", "distsketch.engine.store.FitStore"),
     ("py:class", "distsketch._registry.Registry"),
-    *pending.REFERENCES,
 ]
 
 # -- HTML -----------------------------------------------------------------------------------
@@ -97,11 +94,6 @@ _REQUIRED = {
 }
 
 
-def _pending(name: str) -> bool:
-    """Whether ``name``'s docstring is on the list still to be brought up to these rules."""
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in pending.SECTIONS)
-
-
 def _is_estimator(obj) -> bool:
     return isinstance(obj, type) and callable(getattr(obj, "fit", None))
 
@@ -123,7 +115,7 @@ def _documented(obj):
 
 def _check_sections(app, what, name, obj, options, lines):
     required = set(_REQUIRED.get(what, ()))
-    if not required or _pending(name):
+    if not required:
         return
     if what == "class" and _is_estimator(obj):
         required.add("EX01")
@@ -167,6 +159,7 @@ SHORT_NAMES = {
     "Reducer": "distsketch.engine.Reducer",
     "Workspace": "distsketch.engine.Workspace",
     "CandidateStore": "distsketch.CandidateStore",
+    "StoreDirectory": "distsketch.StoreDirectory",
     "Selection": "distsketch.model_selection.select.Selection",
 }
 

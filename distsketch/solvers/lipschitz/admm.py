@@ -1,7 +1,8 @@
 """ADMM route of the Lipschitz-loss machines (``SketchedRegressor(solver="admm")``), for large r.
 
-The problem is the Newton route's (:mod:`distsketch.lipschitz`; docs/design.md, "Lipschitz
-losses", "ADMM route"), in the whitened features ``φ`` (``Φ = C T``, r of them), ``S = M^{1/2}``::
+The problem is the Newton route's (:mod:`distsketch.solvers.lipschitz.problem`;
+docs/design/lipschitz.md, "ADMM route"), in the whitened features ``φ`` (``Φ = C T``, r of them),
+``S = M^{1/2}``::
 
     P(Ξ, b₀) = (1/n) Σ_i h(z_i − y_i) + (λ/2) ‖Ξ‖²_F   s.t.   z_i = S Ξᵀ φ_i + b₀
 
@@ -17,14 +18,15 @@ once per fit from the pass's sums, ``M = U diag(ν) Uᵀ`` and ``ξ'_j``, ``v'_j
 of ``Ξ U`` and ``V U``: the x-update costs ``O(r² d)`` on the driver for any ρ. The n-sized
 ``Z`` and ``U`` live with the row blocks — in the fit store (``z_g``, ``u_g`` next to the
 solver state, chunked like ``C``) or, without a store, in memory beside the held blocks —
-and each iteration is ONE block map-reduce (:class:`~distsketch.sweep.Sweeper` with
+and each iteration is ONE block map-reduce (:class:`~distsketch.engine.sweep.Sweeper` with
 :func:`admm_block`) that applies the z- and u-updates to a block at the iterate and returns
 the partial sums the next x-update and the certificate need: ``Cᵀz``, ``Cᵀu``, the loss at
 ``F^k``, the dual points' sums and the residual norms.
 
 Certificate: ``α = ρ u`` lies in ``∂h(z − y)`` (the z-update's optimality), projected onto
-``dom h*`` against rounding; the dual ``D`` of :func:`~distsketch.lipschitz.dual_values` at it and
-at the gradients ``∇h(F^k − y)`` (both feasible: the larger is kept) bounds ``P(x^k) − P*``.
+``dom h*`` against rounding; the dual ``D`` of
+:func:`~distsketch.solvers.lipschitz.problem.dual_values` at it and at the gradients
+``∇h(F^k − y)`` (both feasible: the larger is kept) bounds ``P(x^k) − P*``.
 The fit stops when ``(P − D)/P ≤ tol``, like the Newton route. ρ adapts by residual balancing
 (Boyd et al. 2011, §3.4.1): ×2 when the primal residual ``‖F − Z‖/√n`` exceeds 10× the dual
 one ``ρ‖Aᵀ(Z − Z_old)‖/n`` (``AᵀX = [ΦᵀX S; 1ᵀX]``), ÷2 in the opposite case, during the first
@@ -483,8 +485,9 @@ def solve_lam(prob: Problem, lam: float, sweeper: Any, *, Xi0: np.ndarray, b00: 
 
 
 def _save(state, v: dict) -> None:
-    """Save the driver state after an iteration (:func:`~distsketch.lipschitz.save_state`); a
-    module-level step so that a test can stop a fit between a generation's record and it."""
+    """Save the driver state after an iteration
+    (:func:`~distsketch.solvers.lipschitz.problem.save_state`); a module-level step so that a
+    test can stop a fit between a generation's record and it."""
     save_state(state, v)
 
 

@@ -2,7 +2,7 @@
 
 The problem, its Fenchel dual and the certificate (the relative duality gap ``(P − D)/P`` at
 a feasible dual point from every iterate) are :mod:`distsketch.solvers.lipschitz.problem`'s
-(docs/design.md, "Lipschitz losses"); the fit stops when the gap is ≤ ``tol``.
+(docs/design/lipschitz.md); the fit stops when the gap is ≤ ``tol``.
 
 Each iteration is one sweep (:mod:`distsketch.engine.sweep`) that returns, at the iterate, the
 loss, the gradient ``Cᵀα`` and the weighted Grams of the (generalised) Hessian, and the losses
@@ -293,8 +293,8 @@ class Certificate:
 
 @dataclass(frozen=True)
 class Stop:
-    """The end of one λ: :func:`~distsketch.lipschitz.finish`'s ``result`` (None: the best
-    certified point) and ``why`` (the reason of a stop short of ``tol``)."""
+    """The end of one λ: :func:`~distsketch.solvers.lipschitz.problem.finish`'s ``result`` (None:
+    the best certified point) and ``why`` (the reason of a stop short of ``tol``)."""
 
     result: tuple | None
     why: str | None = None
@@ -306,7 +306,7 @@ Next = Literal["sweep", "certify"]
 
 def sweep_request(prob: Problem, setup: NewtonSetup, state: NewtonState
                   ) -> tuple[Iterate, float]:
-    """The next sweep's :class:`~distsketch.sweep.Iterate` from the state, and its Grams'
+    """The next sweep's :class:`~distsketch.engine.sweep.Iterate` from the state, and its Grams'
     base curvature: the level most rows sat at in the last sweep or, for a Newton sweep
     from the kept Grams' point at the same μ, theirs (the sweep then forms their change)."""
     loss = prob.loss

@@ -1,6 +1,6 @@
 """What the Lipschitz-loss solvers share: the problem, its dual, the solution, the state in a store.
 
-The problem (docs/design.md, "Lipschitz losses"), in the pipeline's whitened features
+The problem (docs/design/lipschitz.md), in the pipeline's whitened features
 ``φ(x) = Tᵀ R k(X, x)`` (r of them; ``Φ = C T`` on the training rows), with d outputs, the
 output matrix ``M = S²`` (``S = M^{1/2}``) and an optional intercept ``b₀``::
 
@@ -17,14 +17,14 @@ there is an intercept (``β = t(α − ᾱ)``, :meth:`~distsketch.losses.Loss.du
 relative gap ``(P − D)/P`` certifies the iterate: a solver stops when it is ≤ ``tol``.
 
 Two solvers iterate on it, one sweep over the row blocks per iteration: Newton
-(:mod:`distsketch.newton`) and ADMM (:mod:`distsketch.admm`). Both import from here the
-:class:`Problem` (its λ-independent, m-sized data), the :class:`Solution` of one λ,
-:func:`objective` and :func:`dual_values` (the certificate), and the persistence of the
-iterations: :class:`SolverState` (a store group, double-buffered, with checksums — also the
-PCG route's), :func:`state_key`, :func:`save_state` and :func:`finish` (the end of one λ,
-saved as done). The driver state a solver persists is a plain dict of JSON values and
-float64 arrays; its keys are the solver's (:class:`distsketch.newton.NewtonState` converts
-its fields to and from them), so a store written by an earlier release resumes.
+(:mod:`distsketch.solvers.lipschitz.newton`) and ADMM (:mod:`distsketch.solvers.lipschitz.admm`).
+Both import from here the :class:`Problem` (its λ-independent, m-sized data), the :class:`Solution`
+of one λ, :func:`objective` and :func:`dual_values` (the certificate), and the persistence of the
+iterations: :class:`SolverState` (a store group, double-buffered, with checksums — also the PCG
+route's), :func:`state_key`, :func:`save_state` and :func:`finish` (the end of one λ, saved as
+done). The driver state a solver persists is a plain dict of JSON values and float64 arrays; its
+keys are the solver's (:class:`distsketch.solvers.lipschitz.newton.NewtonState` converts its fields
+to and from them), so a store written by an earlier release resumes.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 blocks per iteration (:class:`Newton`, :class:`ADMM`; ``solver="auto"``'s :class:`NewtonOrADMM`
 picks one by the features' rank). The model (:class:`~distsketch.SketchedRegressor`) gives the
 problem (``_lipschitz_problem``: the whitened features, the loss, ``M``) and adopts the
-:class:`~distsketch.routes.CoefTable` (``_adopt_path``); the solvers are
-:mod:`distsketch.newton` and :mod:`distsketch.admm` over :mod:`distsketch.lipschitz`'s shared
-problem, their states kept in the fit store's ``solver/`` group (a killed fit resumes).
+:class:`~distsketch.solvers.routes.CoefTable` (``_adopt_path``); the solvers are
+:mod:`distsketch.solvers.lipschitz.newton` and :mod:`distsketch.solvers.lipschitz.admm` over
+:mod:`distsketch.solvers.lipschitz.problem`'s shared problem, their states kept in the fit store's
+``solver/`` group (a killed fit resumes).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def local_memory_ok() -> bool:
 class HeldSweeps:
     """Sweeps over the blocks a fit without a store holds in memory, on the local scheduler.
 
-    The :class:`~distsketch.sweep.Sweeper`'s block function over its items, added in the same
+    The :class:`~distsketch.engine.sweep.Sweeper`'s block function over its items, added in the same
     fixed tree as :func:`distsketch.engine.map_reduce` (``split_every`` consecutive parts
     at a time, left to right, level by level), so the sums are bitwise the dask sweep's; the
     blocks run on a thread pool of ``slots`` threads (NumPy releases the GIL in BLAS), in
@@ -97,7 +98,8 @@ class HeldSweeps:
 def held_sweeps(sweeper: Sweeper, data: SweepData, spec: Any) -> HeldSweeps | None:
     """A :class:`HeldSweeps` over ``sweeper`` when its blocks are held in memory, no cluster
     runs the fit and the targets are in memory; else None. Held sweeps show no progress bar
-    (a dask sweep would show one only past :data:`~distsketch.sweep.SWEEP_PROGRESS_MINIMUM`)."""
+    (a dask sweep would show one only past
+    :data:`~distsketch.engine.sweep.SWEEP_PROGRESS_MINIMUM`)."""
     import dask
 
     from ...engine.schedulers import parallel_slots
@@ -117,7 +119,7 @@ def held_sweeps(sweeper: Sweeper, data: SweepData, spec: Any) -> HeldSweeps | No
 
 class Newton(Route):
     """(Semismooth, smoothed) Newton iterations, a weighted Gram per sweep
-    (:mod:`distsketch.newton`), stopped on a certified relative duality gap."""
+    (:mod:`distsketch.solvers.lipschitz.newton`), stopped on a certified relative duality gap."""
 
     name = "newton"
 
@@ -137,8 +139,8 @@ class Newton(Route):
 
 class ADMM(Newton):
     """ADMM reusing the eigendecomposition of the feature Gram: no Gram per sweep, ``O(r²d)``
-    driver work per iteration and more iterations (:mod:`distsketch.admm`); its per-row
-    variables live in the fit store (or in memory on the local scheduler)."""
+    driver work per iteration and more iterations (:mod:`distsketch.solvers.lipschitz.admm`); its
+    per-row variables live in the fit store (or in memory on the local scheduler)."""
 
     name = "admm"
 
@@ -159,8 +161,8 @@ class ADMM(Newton):
 
 class NewtonOrADMM(Newton):
     """``solver="auto"``'s sweeps: ADMM from ``options.tuning.auto_rank`` whitened features
-    (:func:`distsketch.admm.choose_route`), where ADMM can run (a loss with a proximal
-    operator; a store, or the local scheduler), else Newton."""
+    (:func:`distsketch.solvers.lipschitz.admm.choose_route`), where ADMM can run (a loss with a
+    proximal operator; a store, or the local scheduler), else Newton."""
 
     name = None
 
