@@ -1,5 +1,5 @@
 """Shared data of the PCG tests (test_pcg, test_pcg_regressor, test_pcg_sisokr,
-test_pcg_trust); their dense references are in :mod:`reference.closed_forms`."""
+test_pcg_ill_conditioned); their dense references are in :mod:`reference.closed_forms`."""
 
 import numpy as np
 

@@ -52,6 +52,7 @@ PROX_CASES = [(Squared(), 1), (Huber(0.5), 1), (EpsilonInsensitive(0.2), 1), (Pi
               (Pinball((0.2, 0.7)), 2)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss, d", PROX_CASES, ids=lambda c: getattr(c, "name", str(c)))
 @pytest.mark.parametrize("t", [0.3, 2.0])
 def test_prox_against_brute_force(loss, d, t):
@@ -103,6 +104,7 @@ OPT_CASES = [  # (loss, d, output matrix, intercept)
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss, d, M, intercept", OPT_CASES,
                          ids=lambda c: getattr(c, "name", None) if isinstance(c, ds.losses.Loss)
                          else None)
@@ -139,6 +141,7 @@ def test_lambda_path_matches_newton():
 # --------------------------------------------------------------------------- invariance, rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss", [Huber(0.5), Pinball(0.3)], ids=lambda l: l.name)
 def test_same_model_for_two_block_sizes(loss):
     X, y = _data()
@@ -156,6 +159,7 @@ def test_same_model_for_two_block_sizes(loss):
     assert abs(fits[0].objective_ - fits[1].objective_) <= 1e-12 * fits[0].objective_
 
 
+@pytest.mark.slow
 def test_in_memory_and_store_backed_rows_agree(tmp_path):
     """Without a store the rows ``Z, U`` are held in memory; with one they are zarr arrays
     next to the solver state: the same iterations, bitwise; the saved model keeps the route."""
@@ -199,6 +203,7 @@ _KILL_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_mid_iteration(tmp_path):
     """Killed after some blocks of an iteration wrote their new ``Z, U`` (the other generation
     intact), a fit restarts that iteration and ends with the bitwise identical model."""

@@ -108,6 +108,7 @@ def _same_model(a, b) -> None:
     assert a.objective_ == b.objective_
 
 
+@pytest.mark.slow
 def test_honest_resume_verifies_without_warnings(whole, tmp_path, monkeypatch, caplog):
     """Stopped after two blocks of iteration 26 wrote their rows (so generation 1 is half
     overwritten): the complete generation verifies, nothing is warned, the model is
@@ -127,6 +128,7 @@ def test_honest_resume_verifies_without_warnings(whole, tmp_path, monkeypatch, c
     assert est.n_passes_ == ref.n_passes_ - STOP_ITER
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["z", "u"])
 def test_flipped_bit_falls_back_to_the_other_generation(whole, tmp_path, monkeypatch,
                                                         caplog, name):
@@ -148,6 +150,7 @@ def test_flipped_bit_falls_back_to_the_other_generation(whole, tmp_path, monkeyp
     assert est.n_passes_ == ref.n_passes_ - (STOP_ITER - 1)
 
 
+@pytest.mark.slow
 def test_both_generations_damaged_restarts_from_the_warm_start(whole, tmp_path, monkeypatch,
                                                                caplog):
     """Stopped mid-iteration (the older generation half overwritten) and a bit flipped in the
@@ -183,6 +186,7 @@ def _drop_xi(rec):
     del rec["Xi"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", [_truncate_z, _drop_u, _zero_entry, _drop_xi, None],
                          ids=["truncated-z", "missing-u", "zero-entry", "missing-Xi",
                               "no-record"])
@@ -210,6 +214,7 @@ def test_incomplete_record_is_not_used(whole, tmp_path, monkeypatch, caplog, dam
     assert est.n_passes_ == ref.n_passes_ - (STOP_ITER - 1)
 
 
+@pytest.mark.slow
 def test_truncated_chunk_file_is_not_used(whole, tmp_path, monkeypatch, caplog):
     """A chunk file of ``z`` cut short on disk (cannot be decoded, or decodes to other
     bytes): the generation is not used."""
@@ -230,6 +235,7 @@ def test_truncated_chunk_file_is_not_used(whole, tmp_path, monkeypatch, caplog):
     _same_model(est, ref)
 
 
+@pytest.mark.slow
 def test_damage_during_the_fit_is_caught_by_the_sweep(whole, tmp_path, monkeypatch, caplog):
     """Rows damaged between two sweeps of a running fit (no resume involved): the block that
     reads them refuses them (StoreError naming the rows), and fitting again falls back to
@@ -263,6 +269,7 @@ def test_damage_during_the_fit_is_caught_by_the_sweep(whole, tmp_path, monkeypat
     _same_model(est, ref)
 
 
+@pytest.mark.slow
 def test_killed_between_record_and_solver_state(whole, tmp_path, monkeypatch, caplog):
     """Stopped after iteration 26's record but before its solver state: the record newer than
     the state is passed over (no warning), the fit resumes at iteration 25 and ends bitwise

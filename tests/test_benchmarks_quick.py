@@ -43,6 +43,7 @@ def run(script: str, *extra: str) -> str:
 # --------------------------------------------------------------------------- the harness
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_every_benchmark_takes_the_harness_options(script):
     out = subprocess.run([sys.executable, str(BENCH / script), "--help"], capture_output=True,
@@ -77,6 +78,7 @@ def test_a_rerun_replaces_its_section_and_keeps_the_notes_around_it():
     assert appended == text + "\n<!-- c -->\nc\n<!-- /c -->\n"
 
 
+@pytest.mark.slow
 def test_quick_alone_writes_nothing_either():
     before = written()
     out = subprocess.run([sys.executable, str(BENCH / "bench_leverage.py"), "--quick"],
@@ -90,11 +92,13 @@ def test_quick_alone_writes_nothing_either():
 # --------------------------------------------------------------------------- quick runs
 
 
+@pytest.mark.slow
 def test_huber_scale_quick():
     out = run("bench_huber_scale.py")
     assert "'passes'" in out and "'rel_gap'" in out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not CASP.exists(), reason="CASP data not available")
 def test_svr_comparison_quick():
     pytest.importorskip("sklearn")
@@ -102,18 +106,21 @@ def test_svr_comparison_quick():
     assert "'svr_mae'" in out and "'distsketch_mae'" in out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not CASP.exists(), reason="CASP data not available")
 def test_joint_quantile_quick():
     out = run("bench_quantile.py")
     assert "'crossing_mean'" in out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not RF1.exists(), reason="rf1 data not available")
 def test_rf1_quick():
     out = run("bench_rf1.py")
     assert "ARRMSE" in out and "'arrmse_mean'" in out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not CASP.exists(), reason="CASP data not available")
 def test_nystroem_pipelines_quick():
     pytest.importorskip("sklearn")
@@ -121,40 +128,47 @@ def test_nystroem_pipelines_quick():
     assert out.count("'sklearn_objective'") == 3
 
 
+@pytest.mark.slow
 def test_friedman_quick():
     pytest.importorskip("sklearn")
     out = run("bench_friedman.py")
     assert "'rel_mse'" in out and "Gaussian (p = 1)" in out
 
 
+@pytest.mark.slow
 def test_leverage_quick():
     out = run("bench_leverage.py")
     assert "'LeverageScores'" in out and "'SubSampling'" in out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not BIBTEX.exists(), reason="Bibtex data not available")
 def test_cv_cost_quick():
     out = run("bench_cv.py")
     assert "'n_scores': 500" in out and "<!-- cv -->" in out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not USPS.exists(), reason="USPS data not available")
 def test_usps_reduced_rank_quick():
     out = run("bench_usps_rr.py")
     assert "rr {" in out and "iokr {" in out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not BIBTEX.exists(), reason="Bibtex data not available")
 def test_bibtex_reduced_rank_quick():
     out = run("bench_bibtex_rr.py")
     assert "rr_tuned {" in out and "iokr_shared {" in out
 
 
+@pytest.mark.slow
 def test_import_quick():
     out = run("bench_import.py")
     assert '"import_beyond_deps_s"' in out and '"sklearn": false' in out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not RF1.exists(), reason="rf1 data not available")
 def test_cli_regression_quick():
     pytest.importorskip("sklearn")
@@ -162,30 +176,35 @@ def test_cli_regression_quick():
     assert out.startswith("rf1 ") and '"nystroem"' in out and '"best"' in out
 
 
+@pytest.mark.slow
 def test_large_m_quick():
     """PCG against the direct solve on a tiny synthetic problem."""
     out = run("bench_large_m.py")
     assert "PCG" in out or "pcg" in out
 
 
+@pytest.mark.slow
 def test_lipschitz_admm_quick():
     """The ADMM route against Newton on a tiny synthetic Huber problem."""
     out = run("bench_lipschitz_admm.py")
     assert "admm" in out.lower() and "newton" in out.lower()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not BIBTEX.exists(), reason="Bibtex data not available")
 def test_driver_threads_quick():
     out = run("bench_driver_threads.py")
     assert "| 1 |" in out and "auto (chose " in out and "Cholesky" in out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not BIBTEX.exists(), reason="Bibtex data not available")
 def test_sparse_blocks_quick():
     out = run("bench_sparse_blocks.py")
     assert "crossover densities" in out and "sparse×dense" in out
 
 
+@pytest.mark.slow
 def test_small_fits_quick():
     pytest.importorskip("sklearn")
     out = run("bench_small_fits.py")

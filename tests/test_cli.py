@@ -34,6 +34,7 @@ def variant(workdir, old, new, name="bad.toml"):
     return workdir / name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("old", "new", "message"), [
     ('name = "gaussian"\ngamma = 0.5\n\n[model.output_kernel]', 'name = "gaussain"\ngamma = 0.5\n\n[model.output_kernel]',
      "model.input_kernel.name: unknown kernel name 'gaussain'"),
@@ -59,6 +60,7 @@ def test_bad_config_exits_nonzero_with_one_line(workdir, old, new, message):
     assert not (workdir / "fit.zarr").exists()  # nothing written
 
 
+@pytest.mark.slow
 def test_verbose_shows_traceback(workdir):
     bad = variant(workdir, "lam = [1e-3, 1e-2]", "lam = -1")
     out = run_cli("-v", "fit", bad, cwd=workdir)
@@ -100,6 +102,7 @@ def test_unknown_metric_is_refused_before_predicting(workdir, capsys):
     assert "--metrics: unknown metric 'acc'; known metrics are" in err and "'rmse'" in err
 
 
+@pytest.mark.slow
 def test_sketch_too_large_for_data_is_caught_before_writing(workdir):
     bad = variant(workdir, "m = 60", "m = 500")
     out = run_cli("fit", bad, cwd=workdir)
@@ -179,6 +182,7 @@ def test_load_config_resolves_paths_and_defaults(workdir):
         load_config(workdir / "m2.toml")
 
 
+@pytest.mark.slow
 def test_version_and_missing_config():
     out = subprocess.run([sys.executable, "-m", "distsketch", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == f"distsketch {ds.__version__}"
@@ -187,6 +191,7 @@ def test_version_and_missing_config():
     assert out.returncode == 2 and out.stderr.strip() == "distsketch: error: config file not found: /nonexistent/x.toml"
 
 
+@pytest.mark.slow
 @pytest.mark.cluster
 def test_fit_against_a_real_scheduler_and_two_workers_equals_threaded(workdir):
     with dask_processes(workdir, 2) as (sched_file, address, _):
@@ -270,6 +275,7 @@ def test_evaluate_a_quantile_model_with_its_own_metrics(tmp_path, capsys):
     assert "metric 'mae'" in err and "3 quantile levels" in err and "pinball" in err
 
 
+@pytest.mark.slow
 def test_predict_output_formats_and_standard_output(workdir, capsys):
     """Without --output the predictions are CSV on standard output (nothing is written to the
     working directory); an extension that chooses no format is refused before any work; top-k

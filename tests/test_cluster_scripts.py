@@ -166,6 +166,7 @@ def test_readme_sections_on_workers_one_machine_and_versions():
     assert "client.get_versions(check=True" in versions
 
 
+@pytest.mark.slow
 def test_readme_zarr_conversion_recipe_runs(tmp_path):
     """The recipe of "Training data beyond the client's memory", run as written on a tiny CSV
     (file names replaced): the zarr group it writes loads back lazily, rows in order, chunked
@@ -195,6 +196,7 @@ def test_readme_zarr_conversion_recipe_runs(tmp_path):
     assert Xz.chunks[1] == 3 and Yz.chunks[1] == 1  # chunks of whole rows
 
 
+@pytest.mark.slow
 @pytest.mark.cluster
 def test_readme_version_check_runs(tmp_path):
     """§15's check, run as written against a scheduler and a worker started here."""

@@ -303,6 +303,7 @@ def test_sisokr_cv_results_equal_brute_force(ranks, route, monkeypatch):
     assert norm_rel_err(model.score_candidates(X[:5], Yc), ref.score_candidates(X[:5], Yc)) <= 1e-9
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 @pytest.mark.parametrize("scoring", ["surrogate", "f1_samples"])
 def test_sisokr_cv_width_grid_in_one_pass_equals_brute_force(scoring, tmp_path):

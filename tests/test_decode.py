@@ -157,6 +157,7 @@ def test_default_candidates_and_predict_rows(fitted):
     np.testing.assert_array_equal(model.predict(Xq, C), C[best])
 
 
+@pytest.mark.slow
 @pytest.mark.cluster
 def test_threads_and_local_cluster_agree(tmp_path, fitted, small_blocks):
     distributed = pytest.importorskip("distributed")
@@ -178,6 +179,7 @@ def test_threads_and_local_cluster_agree(tmp_path, fitted, small_blocks):
 # --------------------------------------------------------------------------- per-query sets
 
 
+@pytest.mark.slow
 def test_per_query_sets_of_very_different_lengths_match_each_query_alone(tmp_path, fitted):
     model, Xq, C = fitted
     rng = np.random.default_rng(5)

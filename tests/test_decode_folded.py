@@ -70,6 +70,7 @@ def assert_same_topk(got, want, rtol=1e-10):
 # --------------------------------------------------------------------------- equal results
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rank", [None, 3])
 @pytest.mark.parametrize("name", list(SIDES))
 def test_folded_routes_equal_unfolded(tmp_path, data, name, rank):
@@ -131,6 +132,7 @@ def test_duplicates_tie_to_lower_index_when_folded(data):
 # --------------------------------------------------------------------------- the cache
 
 
+@pytest.mark.slow
 def test_cache_follows_lam_rank_and_store(tmp_path, data, monkeypatch):
     X, Y, Xq, C = data
     model = fit("SISOKR", X, Y, lam=[1e-3, 1e-1])

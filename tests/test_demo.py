@@ -39,6 +39,7 @@ def _constant_baseline_loss(seed: int, gamma_y: float) -> float:
     return kernel_loss(ds.Gaussian(gamma_y), Yt, np.tile(nearest, (len(Yt), 1)))
 
 
+@pytest.mark.slow
 def test_figure_is_a_png(demo):
     import matplotlib.image
 
@@ -50,6 +51,7 @@ def test_figure_is_a_png(demo):
     assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 300
 
 
+@pytest.mark.slow
 def test_stores_written(demo):
     out, result, _ = demo
     for name, store in (("IOKR", "iokr.zarr"), ("SISOKR", "sisokr.zarr")):
@@ -59,6 +61,7 @@ def test_stores_written(demo):
         assert result["models"][name]["pass_reused"] is False
 
 
+@pytest.mark.slow
 def test_losses_beat_constant_baseline(demo):
     _, result, _ = demo
     assert result["n_train"] + result["n_validation"] + result["n_test"] == 1797
@@ -73,6 +76,7 @@ def test_losses_beat_constant_baseline(demo):
         assert r["lam"] in (1e-6, 1e-5, 1e-4, 1e-3, 1e-2)
 
 
+@pytest.mark.slow
 def test_report_mentions_models_and_loss(demo):
     _, result, text = demo
     assert "IOKR" in text and "SISOKR" in text
@@ -81,6 +85,7 @@ def test_report_mentions_models_and_loss(demo):
     assert f"{result['models']['IOKR']['loss']:.4f}" in text
 
 
+@pytest.mark.slow
 def test_rerun_reuses_stores_and_reseeding_replaces_them(tmp_path):
     first = run_demo(tmp_path, progress=False, stream=io.StringIO())
     stream = io.StringIO()
@@ -93,6 +98,7 @@ def test_rerun_reuses_stores_and_reseeding_replaces_them(tmp_path):
     assert not any(other["models"][m]["pass_reused"] for m in ("IOKR", "SISOKR"))
 
 
+@pytest.mark.slow
 def test_progress_bar_drawn(tmp_path, capsys):
     stream = io.StringIO()
     run_demo(tmp_path, progress=True, stream=stream)
@@ -107,3 +113,11 @@ def test_missing_extra_names_the_install_command(tmp_path, monkeypatch, missing)
     with pytest.raises(ImportError, match=r'pip install "distsketch\[demo\]"'):
         run_demo(tmp_path / "out", progress=False, stream=io.StringIO())
     assert not (tmp_path / "out").exists()  # failed before doing anything
+
+
+def test_demo_figure_shows_each_digit_class_once():
+    from distsketch.cli.demo import N_FIGURE, _figure_index
+
+    labels = np.array([5, 0, 5, 1, 2, 5, 3, 4, 6, 7, 8, 9, 5, 0])
+    shown = labels[_figure_index(labels, N_FIGURE)]
+    assert list(shown) == list(range(10))

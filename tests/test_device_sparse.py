@@ -8,7 +8,7 @@ densifies a device CSR operand on the device when its density exceeds the device
 through the emulated device (:class:`~distsketch.testing.devices.HostModules`), whose CSR matrices, like
 cupyx's, are not scipy.sparse matrices, so the kernels take their device routes. The value and
 fit tests also run on real CuPy (marked ``gpu``; skipped with the reason where CuPy or a CUDA
-device is missing), within the issue's tolerances.
+device is missing), within tests/test_gpu.py's tolerances.
 
 Tolerances: a device route that keeps the operands sparse sums each inner product in another
 order than the host's dense or panel route, so kernel values differ by the rounding of those
@@ -228,7 +228,7 @@ def test_device_sparse_blocks_equal_the_cpu(device, kernel, keep):
     """Kernel blocks (``__call__``, ``fill`` with column scales, ``A is B``) from device CSR
     rows, kept sparse or densified on the device, against the CPU's blocks from the same host
     CSR rows: within :func:`route_bound` on the emulated device (the same numpy arithmetic in
-    another summation order); on a GPU within the issue's float64 block tolerance, 1e-10
+    another summation order); on a GPU within the float64 block tolerance of tests/test_gpu.py, 1e-10
     relative (CUDA's ``exp`` and BLAS round differently from the host's)."""
     be, emulated = device
     # an empty row in each (Tanimoto's both-zero convention: T = 1)

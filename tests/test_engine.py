@@ -75,6 +75,7 @@ def _sum_in_tree_order(parts, split_every):
     return parts[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheduler", ["synchronous", "threads", "processes"])
 @pytest.mark.parametrize(("fuse", "slots"), [(False, None), (True, 1), (True, 2), (True, 10**6)])
 def test_sums_bitwise_equal_to_the_tree_order_in_any_layout(scheduler, fuse, slots):

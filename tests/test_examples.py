@@ -109,6 +109,7 @@ def test_synthetic_least_squares(tmp_path, capsys):
         assert rows[(name, "25")]["excess"] < rows[(name, "10")]["excess"]
 
 
+@pytest.mark.slow
 def test_casp_regression(tmp_path, capsys):
     path = data_dir("casp") / "CASP.csv"
     out = run("casp_regression", ["--quick", "--data", str(DATA)], capsys)
@@ -134,6 +135,7 @@ def test_casp_regression(tmp_path, capsys):
     assert results["sketched"][1] == pytest.approx(results["nystroem"][1], rel=0.1)
 
 
+@pytest.mark.slow
 def test_bibtex_multilabel(capsys):
     folder = data_dir("bibtex")
     out = run("bibtex_multilabel", ["--quick", "--data", str(DATA)], capsys)
@@ -152,6 +154,7 @@ def test_bibtex_multilabel(capsys):
         assert trivial < f1 <= 1.0, (model, f1, trivial)
 
 
+@pytest.mark.slow
 def test_usps_completion(tmp_path, capsys):
     path = data_dir("usps") / "usps.h5"
     out = run("usps_completion", ["--quick", "--output", str(tmp_path), "--data", str(DATA)], capsys)
@@ -174,6 +177,7 @@ def test_usps_completion(tmp_path, capsys):
 # --------------------------------------------------------------------------- the README's examples
 
 
+@pytest.mark.slow
 def test_command_line_example(tmp_path, capsys):
     """examples/cli as the README runs it, in a copy of the folder: the data script, then
     ``fit`` (λ × γ by cross-validation), ``evaluate`` and ``predict``. The chosen model beats
@@ -206,6 +210,7 @@ def test_command_line_example(tmp_path, capsys):
     assert rmse == pytest.approx(scores["rmse"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_readme_python_example_runs(tmp_path):
     """The README's Python example, run as written in a fresh interpreter with warnings as
     errors (its store lands in a temporary folder): R² near 1 on its smooth target, and

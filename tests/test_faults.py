@@ -225,10 +225,11 @@ def test_workers_lost_again_while_resending_blocks_is_retried(monkeypatch):
         model().fit(X, Y)
 
 
+@pytest.mark.slow
 def test_cluster_helper_waits_for_what_it_kills():
     """tests/clusterhelpers.reap: a process that ignores SIGTERM is killed after the timeout and
     waited for, so no unreaped ``Popen`` is left to fail a later test through its
-    ResourceWarning (the helper used to kill without waiting)."""
+    ResourceWarning."""
     code = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
             "print('ready', flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

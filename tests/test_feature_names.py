@@ -1,7 +1,6 @@
 """Data frames in, scikit-learn's ``feature_names_in_`` rule: columns are matched by position,
 so a frame whose names differ from the fit's (other columns, or the same in another order) is
-refused instead of predicting silently wrong; names on one side only warn. Each test failed on
-the code before the rule (a reordered frame was predicted from the wrong columns)."""
+refused instead of predicting silently wrong; names on one side only warn."""
 
 from __future__ import annotations
 

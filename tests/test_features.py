@@ -48,6 +48,7 @@ def test_block_transform_tiles_and_diag_are_the_block_product(fmap, tmp_path):
         fmap.transform(X[:, :3])
 
 
+@pytest.mark.slow
 def test_key_is_stable_across_processes_and_names_what_changes_features(fmap, tmp_path):
     """The key (a cache key of candidate features) is a content hash: the same in another
     process, independent of the engine's chunk, different for another kernel, landmarks or

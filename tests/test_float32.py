@@ -36,6 +36,7 @@ def one_driver_thread():
         yield
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sketch", [ds.SubSampling(300), ds.GaussianSketch(200), None],
                          ids=["subsampling", "gaussian", "exact"])
 def test_float32_blocks_half_the_store_same_accuracy(tmp_path, sketch, one_driver_thread):

@@ -5,7 +5,7 @@ Two ways through the same code: :class:`~distsketch.backends.cuda.CupyBackend` b
 in ufuncs and products as CuPy's do, "pinned" staging buffers and streams are host stand-ins)
 runs everywhere and must give bitwise the numpy backend's results, since it performs the same
 numpy operations; the same tests with real CuPy are marked ``gpu`` and skip with the reason
-where CuPy or a CUDA device is missing. On a device the tolerances are the issue's: kernel
+where CuPy or a CUDA device is missing. On a device the tolerances are: kernel
 blocks 1e-10 relative in float64 and 1e-4 in float32 (CUDA's ``exp``/``expf`` and GEMM round
 differently from the host's), fits as tests/conftest.py's CLOSED_FORM_RTOL (the solve amplifies
 block rounding by its conditioning).
@@ -93,6 +93,7 @@ KERNELS = [ds.Gaussian(0.4), ds.Laplacian(0.3), ds.Matern(0.5), ds.Matern(1.5), 
 # --------------------------------------------------------------------------- the module
 
 
+@pytest.mark.slow
 def test_importing_distsketch_never_imports_cupy():
     code = ("import sys, distsketch as ds, distsketch.backends, distsketch.backends.cuda, distsketch.linalg.topk;"
             "ds.EngineOptions(); assert 'cupy' not in sys.modules and 'cupyx' not in sys.modules")
@@ -270,6 +271,7 @@ def test_sketched_krr_fit_equals_cpu(device, sketch, dtype):
     _close(got.predict(X), ref.predict(X), exact, CLOSED_FORM_RTOL[dtype])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_sisokr_fit_pass_sums_and_topk_equal_cpu(device, dtype, tmp_path):
     """SISOKR with both sides sketched and a store: the stored pass sums (the blocks went
@@ -535,6 +537,7 @@ def test_device_cuda_without_a_device_says_so(tmp_path, monkeypatch):
 
 
 
+@pytest.mark.slow
 def test_bench_gpu_quick_runs_and_records_nothing_without_a_gpu():
     if cupy_skip_reason() is None:
         pytest.skip("a GPU is present: the quick run would measure it (run it by hand)")

@@ -42,6 +42,7 @@ def run_check(out: Path, budget: int, **env: str) -> tuple[subprocess.CompletedP
     return proc, wall, summary
 
 
+@pytest.mark.slow
 def test_without_a_gpu_every_step_is_recorded_and_the_run_exits_0(tmp_path):
     if cupy_skip_reason() is None:
         pytest.skip("a GPU is present: the script would run the real device checks")
@@ -99,6 +100,7 @@ def _gone(pid: int) -> bool:
     return state in ("Z", "X")
 
 
+@pytest.mark.slow
 def test_a_step_past_its_share_is_killed_and_recorded_as_timed_out(tmp_path):
     tests = tmp_path / "sleeping"
     tests.mkdir()
@@ -145,6 +147,7 @@ def test_quiet():
 '''
 
 
+@pytest.mark.slow
 def test_warnings_raised_as_errors_are_recorded_and_rerun_with_w_default(tmp_path):
     tests = tmp_path / "warning"
     tests.mkdir()
@@ -165,6 +168,7 @@ def test_warnings_raised_as_errors_are_recorded_and_rerun_with_w_default(tmp_pat
     assert summary["ok"] is False
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not WHEELS.is_dir(), reason=f"no brought wheels under {WHEELS}")
 def test_the_install_step_puts_the_wheels_into_the_target(tmp_path):
     wheels = tmp_path / "wheels"

@@ -232,7 +232,7 @@ def test_fit_in_sbatch_with_scheduler_file_equals_threaded(slurm, problem, tmp_p
 
 def test_hpc_setup_reuses_a_busy_node(slurm, tmp_path, request):
     """`.ci/hpc-setup.sh` run again while a job runs reuses the setup: the node is `mix` or
-    `alloc`, which is healthy (it used to wait for `idle`, then fail after 90 s), and the job
+    `alloc`, which is healthy (it does not wait for `idle`), and the job
     keeps running."""
     if os.geteuid() != 0:
         pytest.skip("needs root: .ci/hpc-setup.sh installs packages and starts daemons")

@@ -38,6 +38,7 @@ def test_scores_exact_with_every_row_in_the_dictionary():
     assert norm_rel_err(got, _exact_scores(X, lam)) <= 1e-9
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_scores_within_a_factor_3_with_a_large_enough_dictionary(seed):
     """Alaoui & Mahoney (2015), Thm 2 / Rudi et al. (2018): a uniform dictionary of

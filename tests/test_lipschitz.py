@@ -115,6 +115,7 @@ MO_CASES = [pytest.param(loss, sketch, seed, id=f"{loss.name}-{sketch}-{seed}")
             for seed in ((2,) if isinstance(loss, Huber) else (2, 3))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss, sketch, seed", MO_CASES)
 def test_multi_output_with_output_matrix(loss, sketch, seed):
     """Radial losses (‖r‖₂) and pinball coupled by M, d = 3: certified to a relative duality
@@ -273,6 +274,7 @@ def test_invariance_across_blocks_and_schedulers():
         assert np.allclose(pred, ref, rtol=0, atol=1e-8 * np.abs(ref).max())
 
 
+@pytest.mark.slow
 def test_sphere_polish_invariant_across_blocks():
     """The sphere polish holds rows by their global index (``Iterate.exclude``): block sizes
     that split its rows differently give the same certified model."""
@@ -304,6 +306,7 @@ def test_same_on_a_local_cluster():
     assert local.n_iter_ == remote.n_iter_
 
 
+@pytest.mark.slow
 def test_store_shared_with_krr_and_saved_model(tmp_path):
     X, y = _data()
     store = tmp_path / "fit.zarr"
@@ -342,6 +345,7 @@ _KILL_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss, d", [(Pinball(0.3), 1), (EpsilonInsensitive(0.2), 3)],
                          ids=["pinball", "epsilon-radial"])
 def test_resume_after_sigkill_mid_iterations(tmp_path, loss, d):
@@ -408,6 +412,7 @@ def test_max_iter_warns():
     assert est.n_iter_ == 3
 
 
+@pytest.mark.slow
 def test_stalled_continuation_returns_its_best_certified_point(monkeypatch):
     """Two pinball levels, no output matrix, tol = 1e-10 (found by the ADMM tests).
 
@@ -493,6 +498,7 @@ metrics = {metrics}
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("type_, extra, metrics", [
     ("regressor", 'loss = {type = "huber", kappa = 0.5}', '["rmse", "mae"]'),
     ("SketchedRegressor", 'loss = "epsilon_insensitive"\ntol = 1e-4', '["mae"]'),
@@ -573,6 +579,7 @@ def test_grams_at_every_curvature_level_give_the_same_hessian(loss):
         assert np.allclose(Q, full, rtol=0, atol=1e-12 * np.abs(full).max())
 
 
+@pytest.mark.slow
 def test_held_blocks_give_the_stored_and_the_recomputed_model(tmp_path, monkeypatch):
     """Without a store, the sweeps read the blocks the pass kept in memory (within
     ``sweep_memory``, as float64 copies of the block-dtype values): the model is bitwise the

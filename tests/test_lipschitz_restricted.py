@@ -1,6 +1,8 @@
 """The restricted polish of the Lipschitz solver (scalar ε-insensitive and pinball):
 the driver's exact solution of the problem restricted to the entries near their kinks, checked
-against CVXPY on the same features, and the sign-sided subdifferential of ε at its kinks."""
+against CVXPY on the same features; its primal–dual active-set steps, which repair a band
+wider than the kinks and give up far from the solution; and the sign-sided subdifferential of
+ε at its kinks."""
 
 from __future__ import annotations
 
@@ -66,6 +68,7 @@ def test_restricted_polish_with_every_entry_is_the_exact_solution(loss, intercep
         assert abs(beta.sum()) <= 1e-9 * n
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("intercept", [False, True])
 def test_svr_certified_to_rounding_in_few_sweeps(intercept):
     """Scalar ε-SVR on 3000 rows: the restricted polish at a μ change finds the solution
@@ -121,3 +124,88 @@ def test_joint_quantiles_degenerate_vertex():
     M = gaussian_gram(np.reshape(q, (-1, 1)), gamma=2.0)
     ref, _, _ = reference(est, X, y, Pinball(q), 1e-4, M, True, gamma=0.5)
     assert abs(est.objective_ - ref) <= 1e-6 * ref
+
+
+# --------------------------------------------------------------------------- active-set steps
+
+
+def _restricted_problem(loss, intercept, n=300, r=12, seed=0, lam=1e-3):
+    """Every entry in the window (nothing kept linear): the restricted problem is the whole
+    one, solved by CVXPY (Clarabel) as the reference ``(objective, x, b)``."""
+    rng = np.random.default_rng(seed)
+    Phi = rng.normal(size=(n, r))
+    y = Phi @ rng.normal(size=r) * 0.5 + rng.standard_t(3, size=n)
+    ref = cvx_scalar(Phi, y, lam, loss, intercept)
+    return Phi, y, lam, ref
+
+
+def _objective(loss, Phi, y, lam, x, b):
+    u = Phi @ x + b - y
+    return float(loss.value(u[:, None], 0.0).sum()) / len(y) + lam / 2 * float(x @ x)
+
+
+@pytest.mark.parametrize("loss", [Pinball(0.3), EpsilonInsensitive(0.0)], ids=lambda l: l.name)
+@pytest.mark.parametrize("intercept", [False, True])
+def test_active_set_steps_repair_a_wide_band(loss, intercept):
+    """A smoothing band wider than the solution's kinks (as after a stage of the restricted
+    polish): the solution's partition with the entry nearest its kink also held. The
+    active-set steps (polish._active_set) release it and return the non-smooth problem's
+    minimiser: CVXPY's objective (to its 1e-8), no worse than it, its point and partition,
+    and multipliers that are a subgradient there (λx = −Φᵀβ/n, Σβ = 0 with b₀)."""
+    Phi, y, lam, (ref, x_ref, b_ref) = _restricted_problem(loss, intercept, r=40, lam=3e-2)
+    n, r = Phi.shape
+    t = y.copy()  # kinks at 0: pinball, ε = 0
+    cols = np.zeros(n, dtype=np.int64)
+    lo, hi = loss.kink_bounds(cols, np.zeros(n), 1)
+    u = Phi @ x_ref + b_ref - y
+    held = np.abs(u) <= 1e-6
+    assert 2 <= held.sum() < r + intercept
+    beta = np.where(u < 0, lo, hi).astype(np.float64)
+    wide = held.copy()
+    wide[np.argmin(np.where(held, np.inf, np.abs(u)))] = True
+    Eb = np.ones((n, 1)) if intercept else None
+    found = polish._active_set(Phi, Eb, t, lo, hi, np.zeros(r + (1 if intercept else 0)), cols,
+                               lam, n, wide, beta)
+    assert found is not None
+    x, bk, beta_k, held_k, steps = found
+    assert steps >= 2  # the wide band was moved, not accepted
+    b = float(bk[0]) if intercept else 0.0
+    obj = _objective(loss, Phi, y, lam, x, b)
+    assert abs(obj - ref) <= 1e-8 * abs(ref)
+    assert obj <= ref + 1e-12 * abs(ref)
+    np.testing.assert_allclose(x, x_ref, atol=1e-5 * np.abs(x_ref).max())
+    np.testing.assert_array_equal(held_k, held)
+    assert np.all(beta_k >= lo - 1e-9) and np.all(beta_k <= hi + 1e-9)
+    np.testing.assert_allclose(lam * x, -Phi.T @ beta_k / n, atol=1e-10)
+    if intercept:
+        assert abs(beta_k.sum()) <= 1e-9 * n
+
+
+def test_active_set_gives_up_far_from_the_solution():
+    """A partition far from the solution's (every entry near its kink held at random): the
+    steps would move more than ACTIVE_SHARE of the held entries, so they give up (None) and
+    the restricted polish's continuation goes on, rather than oscillate."""
+    loss = Pinball(0.3)
+    Phi, y, lam, _ = _restricted_problem(loss, False)
+    n, r = Phi.shape
+    cols = np.zeros(n, dtype=np.int64)
+    lo, hi = loss.kink_bounds(cols, np.zeros(n), 1)
+    rng = np.random.default_rng(1)
+    held = np.zeros(n, dtype=bool)
+    held[rng.choice(n, size=r, replace=False)] = True
+    beta = np.where(rng.random(n) < 0.5, lo, hi)
+    assert polish._active_set(Phi, None, y.copy(), lo, hi, np.zeros(r), cols, lam, n, held,
+                              beta) is None
+
+
+@pytest.mark.parametrize("loss", [Pinball(0.3), EpsilonInsensitive(0.0)], ids=lambda l: l.name)
+def test_restricted_polish_still_exact_from_zero(loss):
+    """The whole restricted polish (continuation, then active-set steps after each stage)
+    from a start far from the solution (zero): CVXPY's objective and a valid subgradient."""
+    Phi, y, lam, (ref, x_ref, _) = _restricted_problem(loss, False, seed=2)
+    n, r = Phi.shape
+    prob, s = whole_window(Phi, y, loss, False)
+    Xi, _, fix = polish.restricted_polish(prob, lam, s, np.zeros((r, 1)), np.zeros(1), 1.0)
+    obj = _objective(loss, Phi, y, lam, Xi[:, 0], 0.0)
+    assert abs(obj - ref) <= 1e-8 * abs(ref)
+    np.testing.assert_allclose(lam * Xi[:, 0], -Phi.T @ fix["fix_beta"] / n, atol=1e-10)

@@ -23,6 +23,7 @@ def _same(a, b) -> bool:
     return type(a) is type(b) and (a == b or (a != a and b != b))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss, d", [(Huber(0.3), 1), (EpsilonInsensitive(0.2), 2),
                                      (Pinball(0.7), 1)], ids=["huber", "epsilon-radial", "pinball"])
 def test_every_saved_state_round_trips_through_newton_state(tmp_path, monkeypatch, loss, d):

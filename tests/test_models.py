@@ -177,6 +177,7 @@ def test_krr_predict_dask_stays_lazy(data):
 
 
 # distsketch deliberately does not depend on scikit-learn, so it cannot inherit BaseEstimator
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Estimator SketchedKRR does not inherit:UserWarning")
 @pytest.mark.parametrize("sketch", [None, ds.SubSampling(5)], ids=["exact", "subsampling-5"])
 def test_sklearn_check_estimator_on_sketched_krr(sketch):

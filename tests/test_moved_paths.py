@@ -25,6 +25,7 @@ def test_an_old_module_path_is_the_new_module_with_a_warning(old):
         assert importlib.import_module(f"distsketch.{old}") is new
 
 
+@pytest.mark.slow
 def test_an_old_attribute_path_warns_and_resolves():
     code = ("import warnings, distsketch\n"
             "with warnings.catch_warnings(record=True) as w:\n"

@@ -100,6 +100,7 @@ def _fit_sums(tmp_path, tag, X, Y, block_rows, **kw):
     return sums_of(path)
 
 
+@pytest.mark.slow
 def test_sums_invariant_to_chunking_and_input_type(tmp_path):
     X, Y = problem()
     ref = _fit_sums(tmp_path, "ref", X, Y, N)  # one block
@@ -122,6 +123,7 @@ def _to_zarr(path, A, rows, store=None):
     return z
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheduler", ["synchronous", "threads", "processes"])
 def test_sums_invariant_to_local_scheduler(tmp_path, scheduler):
     X, Y = problem()
@@ -130,6 +132,7 @@ def test_sums_invariant_to_local_scheduler(tmp_path, scheduler):
         assert_same_sums(_fit_sums(tmp_path, scheduler, X, Y, 10), ref)
 
 
+@pytest.mark.slow
 @pytest.mark.cluster
 @pytest.mark.parametrize("n_workers", [1, 2])
 def test_sums_invariant_on_local_cluster(tmp_path, n_workers):
@@ -184,6 +187,7 @@ def test_pass_reads_training_data_once(tmp_path):
     assert sum(cs_y.gets[k] for k in cs_y.gets if "c/" in k) == 2 * n_chunks
 
 
+@pytest.mark.slow
 def test_failed_pass_resumes_with_identical_sums(tmp_path):
     """float64 blocks: the resumed blocks contribute what they contributed the first time
     (float32 blocks, the default, agree to float32 rounding: tests/test_float32.py)."""
@@ -253,6 +257,7 @@ def test_temporary_store_is_removed(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("spec", "n", "max_support"), [
     (ds.SubSampling(100), 10**12, 100),
     (ds.Accumulation(100, q=3), 10**12, 300),
@@ -317,6 +322,7 @@ def _pass_task_layout(fit) -> collections.Counter:
 SPLIT = 3  # 12 blocks of 10 rows: 4 first-level nodes of 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sisokr", "exact_input", "targets"])
 def test_leaf_task_sums_blocks_as_the_tree_node_would(tmp_path, kind):
     """With many blocks per core, one task per first-level tree node (its ``split_every``

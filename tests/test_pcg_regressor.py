@@ -54,6 +54,7 @@ SKETCHES = {"subsampling": lambda: ds.SubSampling(40),
             "leverage": lambda: ds.LeverageScores(40)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sketch", sorted(SKETCHES))
 @pytest.mark.parametrize("t", [1, 3], ids=["single", "multi"])
 @pytest.mark.parametrize("lam", [1e-2, 1e-4])
@@ -86,6 +87,7 @@ def test_pcg_equals_dense_and_newton(lam, t, sketch):
     assert 1 < pcg.n_iter_ <= 500 and pcg.n_passes_ == pcg.n_iter_ + 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("t", [1, 3], ids=["single", "multi"])
 def test_pcg_without_intercept_equals_sketched_krr(t):
     """fit_intercept=False: the problem of SketchedKRR(fit_intercept=False), whose direct and
@@ -108,6 +110,7 @@ def test_pcg_without_intercept_equals_sketched_krr(t):
     assert abs(reg.objective_ - P) <= 1e-10 * P
 
 
+@pytest.mark.slow
 def test_lambda_path_and_set_lam():
     X, y = _data(t=2)
     lams = [1e-2, 1e-3, 1e-4]
@@ -124,6 +127,7 @@ def test_lambda_path_and_set_lam():
         pcg.set_lam(5e-3)
 
 
+@pytest.mark.slow
 def test_invariant_to_block_size_and_scheduler():
     """Synchronous vs threads with the same blocks: bitwise (the engine's fixed reduction
     tree). Other block sizes change the summation order of ``Σ_I K_Iᵀ(K_I v)`` (rounding
@@ -163,6 +167,7 @@ _KILL_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_between_iterations(tmp_path):
     """Killed by SIGKILL in the second λ's iterations (a subprocess whose sweeper kills it at
     a chosen pass), a fit on the same store resumes from the last saved iterate and ends with
@@ -188,6 +193,7 @@ def test_resume_after_sigkill_between_iterations(tmp_path):
     assert loaded.solver_ == "pcg" and np.array_equal(loaded.predict(X), whole.predict(X))
 
 
+@pytest.mark.slow
 def test_store_shared_with_sketched_krr(tmp_path):
     """The regressor's PCG records SketchedKRR's pass configuration, so one store serves
     both; the centred system keeps its own iterates (keyed apart from SketchedKRR's): on a
@@ -207,6 +213,7 @@ def test_store_shared_with_sketched_krr(tmp_path):
     assert again.n_passes_ == 1 and np.array_equal(again.dual_coef_, krr.dual_coef_)
 
 
+@pytest.mark.slow
 def test_saved_model_round_trips(tmp_path):
     X, y = _data()
     est = _reg(sketch=ds.SubSampling(40), lam=[1e-2, 1e-3], solver="pcg", tol=1e-10,

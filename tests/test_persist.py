@@ -39,6 +39,7 @@ def _predict(model, Xq):
     return np.asarray(model.predict(Xq)).reshape(len(Xq), -1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_saved_model_predicts_identically_in_a_fresh_process(tmp_path, data, name):
     X, Y, Xq = data
@@ -60,6 +61,7 @@ def test_saved_model_predicts_identically_in_a_fresh_process(tmp_path, data, nam
                                       _predict(model.set_lam(model.lams_[1]), Xq))
 
 
+@pytest.mark.slow
 def test_model_fitted_without_store_can_be_saved(tmp_path, data):
     X, Y, Xq = data
     model = MODELS["sisokr"](None).fit(X, Y)
@@ -108,6 +110,7 @@ def test_other_format_version_is_refused(tmp_path, data):
         ds.load(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", ["pass", "pass-complete", "saving-model"])
 def test_incomplete_store_is_never_loadable(tmp_path, data, status):
     path = _fitted_store(tmp_path, data)

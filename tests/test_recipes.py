@@ -62,6 +62,7 @@ def test_new_sketch_is_registered_and_configurable():
     assert sketch_from_config(cfg) == SubSamplingWithReplacement(7)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("side", ["input", "output", "both"])
 def test_new_sketch_fits_prop1_and_saves(tmp_path, small_problem, side):
     """SISOKR with the new sketch equals Prop. 1's dense closed form (float64 blocks), and a
@@ -409,6 +410,7 @@ def _sq_eps_dense(model, X, Y, lam, eps, intercept):
     return res.fun, a, b0, P
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d, intercept", [(1, True), (1, False), (3, True)])
 def test_new_loss_fits_the_dense_objective_on_both_routes_and_saves(tmp_path, d, intercept):
     """Newton (the loss given as an object) and ADMM (by its name) against scipy on the same

@@ -32,6 +32,7 @@ def _fit(X, Y, side, **kw):
                      **kw).fit(X, Y)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("side", sorted(SIDES))
 def test_scores_equal_the_dense_algorithm(side):
     X, Y, Xq, Yc = _problem()
@@ -49,6 +50,7 @@ def test_scores_equal_the_dense_algorithm(side):
         assert np.array_equal(idx[:, 0], np.argmin(got, axis=1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("side", ["IOKR", "SIOKR", "SISOKR"])
 def test_projection_lambda_differs_from_the_regressor_lambda(side):
     X, Y, Xq, Yc = _problem(seed=1)
@@ -97,6 +99,7 @@ def test_principal_values_and_set_lam_recompute_the_projection():
     assert norm_rel_err(model.score_candidates(Xq, Yc), want) <= 1e-8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("side", ["IOKR", "SIOKR"])
 def test_switching_rank_at_one_lambda_factors_once(side, monkeypatch):
     """A hand sweep of ranks at one λ reuses the active λ's Cholesky factor of

@@ -75,6 +75,7 @@ def test_output_gram_in_row_blocks_never_n_by_n(monkeypatch):
     assert norm_rel_err(got, want) <= 1e-8
 
 
+@pytest.mark.slow
 def test_eigen_route_of_a_long_lambda_path():
     """A λ path long enough for the eigen route (diagonal ``N L``): every λ and λ₁ ≠ λ equal the
     dense algorithm (1e-8)."""
@@ -93,6 +94,7 @@ def test_eigen_route_of_a_long_lambda_path():
     assert norm_rel_err(two.score_candidates(Xq, Yc), want) <= 1e-8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p", [1, 4])
 def test_saved_model_scores_the_same(tmp_path, p):
     X, Y, Xq, Yc = _problem(seed=3)

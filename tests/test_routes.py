@@ -156,6 +156,7 @@ def test_every_route_gives_a_model_one_shape():
 SAVED = Path(__file__).parent / "data" / "saved_models_0.1.0.tar.gz"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["krr_direct", "krr_pcg", "sisokr_direct", "sisokr_pcg",
                                   "regressor_newton", "regressor_pcg"])
 def test_models_saved_before_routes_were_objects_load_and_predict_the_same(tmp_path, name):

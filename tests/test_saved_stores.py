@@ -49,6 +49,7 @@ def test_a_saved_store_loads_and_predicts_as_when_written(stores, name):
     assert np.array_equal(np.asarray(_outputs(name, model, expected)), expected[name])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["sisokr", "krr", "regressor"])
 def test_a_saved_store_is_reused_by_a_refit_without_a_pass(stores, tmp_path, name):
     expected = np.load(stores / "expected.npz")

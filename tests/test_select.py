@@ -195,6 +195,7 @@ def cli_dir(tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 @pytest.mark.parametrize("select_table, route", [
     ('cv = 4\ngammas = [0.1, 1.0]\nmetric = "r2"', "cv"),
@@ -286,6 +287,7 @@ def _std_model(X, **kw):
                           lam=LAMS, random_state=1, options=F64, **kw)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 def test_kernel_choice_validation_route_equals_brute_force_and_refits_the_best():
     X, y = _data()
@@ -391,6 +393,7 @@ KERNEL_TOML = SELECT_TOML.replace("{type}", "SketchedKRR").replace(
     'test = "test.npz"\n', 'test = "test.npz"\nstandardize = true\n')
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::distsketch.model_selection.grid.GridEdgeWarning")  # not about the choice
 @pytest.mark.parametrize("select_table, route", [
     ('cv = 4\nkernels = ["gaussian", {name = "linear"}]\ngammas = [0.1, 1.0]', "cv"),

@@ -343,6 +343,7 @@ def test_count_sketch_one_sign_per_column():
 MC_SPECS = list(random_sketches(4).values()) + [SubSampling(3)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", MC_SPECS, ids=repr)
 def test_expected_gram_of_sketch_is_identity(spec):
     """Mean of RᵀR over 1000 seeds at n = 6, entry by entry within 6 SE (+1e-12 for entries

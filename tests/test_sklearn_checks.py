@@ -48,6 +48,7 @@ def test_every_registered_estimator_is_checked():
     assert sorted(load_builtin_models()) == sorted(CASES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_check_estimator(name):
     checks = pytest.importorskip("sklearn.utils.estimator_checks")

@@ -273,6 +273,7 @@ def test_sketched_krr_sparse_equals_dense_standardised(data, sparse_rule):
     assert_allclose(std_model.predict(X[200:]), p_ref, rtol=0, atol=tol * np.abs(p_ref).max())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sparse_rule", [True, False], ids=["sparse-kept", "densified"])
 def test_sisokr_sparse_equals_dense_standardised(data, sparse_rule):
     options = ds.EngineOptions(tuning=ds.Tuning(sparse_max_density=1.0 if sparse_rule else 0.0))

@@ -71,6 +71,7 @@ def link(store: Path, rel: str, target: Path) -> None:
 # --------------------------------------------------------------------------- links
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_a_linked_chunk_directory_is_refused_and_its_files_kept(tmp_path, overwrite):
     path = killed(tmp_path / "s")
@@ -149,6 +150,7 @@ DAMAGE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("complete", [False, True], ids=["killed", "complete"])
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_damaged_pass_metadata_is_named_and_overwrite_recovers(tmp_path, damage, complete):
@@ -200,6 +202,7 @@ ATTRIBUTE_DAMAGE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", sorted(ATTRIBUTE_DAMAGE))
 def test_damaged_root_attributes_are_named_and_overwrite_recovers(tmp_path, damage):
     path = tmp_path / "s"
@@ -215,6 +218,7 @@ RECORD_DAMAGE = {"truncated": lambda p: p.write_bytes(p.read_bytes()[:7]),
                  "deleted": lambda p: p.unlink()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("complete, damage", [(False, "truncated"), (True, "truncated"),
                                               (True, "deleted")])
 def test_a_lost_block_record_recomputes_that_block(tmp_path, caplog, complete, damage):
@@ -253,6 +257,7 @@ def test_a_store_of_another_format_is_replaced_only_with_overwrite(tmp_path):
 
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", sorted(ATTRIBUTE_DAMAGE))
 def test_damaged_root_attributes_of_a_pcg_fit_overwrite_recovers(tmp_path, damage):
     """The PCG route reads the recorded seeds through the same tolerant metadata: with

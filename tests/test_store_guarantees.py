@@ -1,7 +1,7 @@
 """What the store guarantees (docs/guide/store.md, "What the store guarantees"): it never returns a model for
 other data, never deletes what distsketch did not write, never runs code it reads, detects
 damaged blocks and sums, has one writer at a time, and never counts blocks written by another
-fit. Each test here failed on the code before these guarantees (store format 1)."""
+fit."""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ def counted(fail_after=None):
 # --------------------------------------------------------------------------- data identity
 
 
+@pytest.mark.slow
 def test_changed_targets_are_refused_on_a_complete_store(tmp_path):
     X, _ = problem()
     y = targets(X)
@@ -178,6 +179,7 @@ def _plant_payload(store: Path, module: str) -> Path:
     return marker
 
 
+@pytest.mark.slow
 def test_load_imports_no_module_named_by_the_store(tmp_path):
     X, _ = problem()
     krr(tmp_path / "s").fit(X, targets(X))
@@ -237,6 +239,7 @@ def _flip(data: bytes) -> bytes:
     return bytes(b)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("array", ["C", "D"])
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_damaged_pass_blocks_are_recomputed_on_resume(tmp_path, caplog, damage, array):
@@ -260,6 +263,7 @@ def test_damaged_pass_blocks_are_recomputed_on_resume(tmp_path, caplog, damage, 
         np.testing.assert_array_equal(a[key], b[key])
 
 
+@pytest.mark.slow
 def test_damaged_sums_are_detected_and_recomputed_from_the_blocks(tmp_path, caplog):
     X, Y = problem()
     path = tmp_path / "s"
@@ -276,6 +280,7 @@ def test_damaged_sums_are_detected_and_recomputed_from_the_blocks(tmp_path, capl
     np.testing.assert_array_equal(again.coef_, first.coef_)
 
 
+@pytest.mark.slow
 def test_edited_model_json_is_refused(tmp_path):
     X, _ = problem()
     krr(tmp_path / "s").fit(X, targets(X))
@@ -374,6 +379,7 @@ def test_random_state_none_resumes_with_the_recorded_seeds(tmp_path, caplog):
     np.testing.assert_array_equal(fit(counted()).coef_, first.coef_)
 
 
+@pytest.mark.slow
 def test_grid_search_with_a_store_directory(tmp_path):
     model_selection = pytest.importorskip("sklearn.model_selection")
     X, _ = problem()

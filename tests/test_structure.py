@@ -132,6 +132,7 @@ def _reachable(start: str, graph: dict[str, set[str]]) -> set[str]:
     return seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", BLOCK_MATH)
 def test_block_math_imports_no_dask(module):
     """Block-math modules and every package module they reach (at any level) import neither

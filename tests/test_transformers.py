@@ -27,6 +27,7 @@ def data(n=60, d=3, seed=0):
 
 
 # distsketch deliberately does not depend on scikit-learn, so it cannot inherit BaseEstimator
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Estimator SketchedFeatures does not inherit:UserWarning")
 @pytest.mark.parametrize("sketch", [None, ds.SubSampling(5), ds.PSparsified(6, p=0.3)],
                          ids=["exact", "subsampling-5", "psparse-6"])

@@ -81,6 +81,7 @@ def test_defaults_are_the_values_the_module_constants_had():
     assert importlib.import_module("distsketch.backends.cuda").DEVICE_SPARSE_MAX_DENSITY == 0.02
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [
     "FOLD_ROUTE", "FOLD_THREADS", "FOLD_BAND", "MAX_FOLD_BYTES", "AUTO_DECODE_BUDGET", "AUTO_RANK",
     "AUTO_PCG_PASSES", "AUTO_PASS_FLOPS", "_SPARSE_MAX_DENSITY", "_SPARSE_PANEL_BYTES",

@@ -41,7 +41,7 @@ logger = logging.getLogger("distsketch.cli")
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
 #: Names of distsketch.metrics.METRICS, listed by ``evaluate --help`` without importing it
-#: (tests/test_usability.py checks that the two agree).
+#: (tests/test_cli_messages.py checks that the two agree).
 _METRIC_NAMES = ("f1_samples", "hamming_loss", "kernel_loss", "surrogate_mse", "rmse", "mae", "r2",
                  "pinball", "crossing")
 

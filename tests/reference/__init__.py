@@ -12,7 +12,7 @@ brute-force loops; none of it shares code with the library's pass, solve or deco
 - :mod:`reference.lipschitz`: the Lipschitz-loss problems solved by CVXPY (Clarabel), and
   their data.
 - :mod:`reference.cases`: fits whose predictions are recorded in
-  ``tests/data/reference_predictions.npz`` (:mod:`test_reference`).
+  ``tests/data/reference_predictions.npz`` (:mod:`test_recorded_predictions`).
 
 Tests import these by module name (``from reference.kernels import gaussian_gram``): pytest
 puts ``tests/`` on ``sys.path``, as for the other helper modules there.

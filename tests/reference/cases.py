@@ -1,6 +1,6 @@
 """Fixed fits whose predictions were recorded from the code before the engine was opened
-(commit 8498ec0), so that ``tests/test_reference.py`` can check that the restructured engine
-computes bitwise the same models on the threaded scheduler.
+(commit 8498ec0), so that ``tests/test_recorded_predictions.py`` can check that the
+restructured engine computes bitwise the same models on the threaded scheduler.
 
 Re-recorded once since (the driver routes and folded decoding): the generalized
 driver solve (``G + nλB`` factored instead of whitening and ``eigh(H)``) and the folded score
@@ -22,7 +22,7 @@ the previous
 record every array agreed to 1.4e-11 relative to its largest value once the surrogates'
 columns are given the record's signs (24 columns came back negated: the output whitening's
 eigenvectors are defined up to sign), and no top-k index changed. On the Haswell kernels
-``tests/test_reference.py`` now takes its tolerance path.
+``tests/test_recorded_predictions.py`` now takes its tolerance path.
 
 Run ``python tests/reference/cases.py`` only to *re-record* (never as part of a change that
 claims to keep results unchanged): it overwrites ``tests/data/reference_predictions.npz``.

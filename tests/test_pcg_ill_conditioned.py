@@ -12,7 +12,7 @@ says what happened and what to do; a resumed guard state gives the identical res
 
 Tolerances: CG stops at a relative residual ``tol`` in the preconditioned norm; the
 solution's error is at most that times ``cond(Pᵀ H P)`` (measured ≤ 10² here on the
-distinct landmarks), so predictions agree to ``10² tol``; the bar is the issue's 1e-6 with
+distinct landmarks), so predictions agree to ``10² tol``; the bar is 1e-6 with
 ``tol = 1e-10`` (measured 1e-8 – 4e-8).
 """
 
@@ -55,7 +55,7 @@ def _first_copies(L) -> np.ndarray:
 
 @pytest.mark.parametrize("lam", [1e-12, 1e-9, 1e-6])
 def test_repeated_rows_krr_matches_direct_and_dense(lam):
-    """The issue's case (50 rows × 12, SubSampling(100): 44 distinct landmarks): PCG
+    """Repeated rows (50 rows × 12, SubSampling(100): 44 distinct landmarks): PCG
     converges without a warning, agrees with the direct route and with a dense solve in the
     distinct landmarks to 1e-6 relative on predictions, and α sits on each landmark's first
     copy (zeros on the others)."""
@@ -74,10 +74,9 @@ def test_repeated_rows_krr_matches_direct_and_dense(lam):
 
 
 def test_repeated_rows_default_float32_blocks():
-    """The issue's exact estimator (default float32 blocks) at λ = 1e-9: no warning, and the
+    """The same estimator with the default float32 blocks at λ = 1e-9: no warning, and the
     predictions agree with the direct route's to the float32 level (kernel values rounded to
-    ε₃₂ = 6e-8 by both routes, differently, times the conditioning: measured 1e-5), where the
-    old code reached 12 where the direct solve gives 1.66."""
+    ε₃₂ = 6e-8 by both routes, differently, times the conditioning: measured 1e-5)."""
     X, y = repeated()
     kw = dict(sketch=ds.SubSampling(100), lam=1e-9, random_state=0)
     direct = ds.SketchedKRR(KERNEL, solver="direct", **kw).fit(X, y)
@@ -219,8 +218,8 @@ class _Recorder:
 
 
 def _bad_problem():
-    """The issue's repeated landmarks, not merged, with the old jittered factor of their
-    singular ``K_mm`` (ε = 1e-13 · m): a preconditioner that amplifies rounding."""
+    """The repeated landmarks of :func:`pcghelpers.repeated`, not merged, with a jittered factor of
+    their singular ``K_mm`` (ε = 1e-13 · m): a preconditioner that amplifies rounding."""
     X, y = repeated()
     L = X[np.sort(np.random.default_rng(1).choice(len(X), 100, replace=False))]
     Knm, Kmm = np.asarray(KERNEL(X, L)), np.asarray(KERNEL(L, L))
@@ -353,6 +352,7 @@ _KILL_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_repeated_rows_resume_after_sigkill(tmp_path):
     """A PCG fit on repeated landmarks killed by SIGKILL in the second λ's iterations resumes
     from the store (states kept for the distinct landmarks) with the bitwise identical model;

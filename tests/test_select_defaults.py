@@ -1,5 +1,5 @@
-"""Model selection that says when it may have picked badly (issue "What a new user hit", point
-3): a chosen value at an edge of its grid is named in a warning; [select] cv is K-fold for
+"""Model selection's defaults and the warnings that say when it may have picked badly: a
+chosen value at an edge of its grid is named in a warning; [select] cv is K-fold for
 every model, on shuffled seeded folds by default; SISOKRCV's default scoring is the task's
 metric where decoding the folds is affordable; the input kernel itself is a candidate of the
 CV estimators, scored in the same pass as the widths."""
@@ -120,7 +120,7 @@ def test_select_cv_folds_are_shuffled_by_seed_and_contiguous_on_request():
 
 
 def test_sorted_rows_bias_contiguous_folds_not_shuffled_ones():
-    """The issue's case: with rows sorted by the target, contiguous folds validate each model
+    """Rows sorted by the target: contiguous folds validate each model
     outside the target range it was trained on."""
     X, y = _data()
     order = np.argsort(y)
@@ -133,6 +133,7 @@ def test_sorted_rows_bias_contiguous_folds_not_shuffled_ones():
     assert max(r["score"] for r in contiguous.table) < 2 * best  # neg-MSE: far worse
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [
     lambda: ds.SketchedRegressor(ds.Gaussian(0.1), loss="huber", sketch=ds.SubSampling(30),
                                  lam=LAMS, random_state=0),
@@ -250,7 +251,7 @@ def test_cv_estimators_score_several_kernels_in_one_pass(monkeypatch, tmp_path):
 
 
 def test_sisokrcv_kernel_choice_finds_the_linear_kernel():
-    """The issue's multi-label case in small: the input kernel is a candidate, scored in the
+    """A small multi-label case: the input kernel is a candidate, scored in the
     same pass, each candidate's scores equal its own SISOKRCV."""
     X, Y = _labels()
     kw = dict(input_sketch=ds.SubSampling(40), output_sketch=ds.SubSampling(20),
@@ -294,6 +295,7 @@ def test_cli_select_shuffle_is_validated(tmp_path, table, match):
     assert cfg.select == {"cv": 3, "random_state": 2, "shuffle": False}
 
 
+@pytest.mark.slow
 def test_cli_select_by_folds_says_which_way_is_better(tmp_path, capsys):
     """The table header of a K-fold selection by an error (rmse: smaller is better) says so; a
     one-pass selection's scores (greater is better) say that."""

@@ -1,8 +1,11 @@
-"""The sweeps' lighter Grams (ε-SVR against the Nystroem pipelines): a Newton sweep
-from the last Grams' point forms only their change over the rows whose curvature moved
-(``Iterate.delta``, the driver adds the Grams it kept), the first sweep counts the rows at each
-curvature level for the μ it does not know yet (``Loss.level_counts``), and the window's
-gradient sums are taken from the gathered rows (no second read of the block). Checked
+"""The Newton sweeps of the Lipschitz solver (ε-SVR against the Nystroem pipelines).
+
+Held blocks swept without a dask graph give bitwise the dask sweep's sums (a direction and its
+line-search grid, Grams, the window gathered), and the grid's lean loss values are bitwise the
+full profile's. A sweep from the last Grams' point forms only their change over the rows whose
+curvature moved (``Iterate.delta``, the driver adds the Grams it kept), the first sweep counts
+the rows at each curvature level for the μ it does not know yet (``Loss.level_counts``), and the
+window's gradient sums are taken from the gathered rows (no second read of the block). Checked
 against the dense formulas, and whole fits against the same fits without them and CVXPY."""
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import distsketch as ds
 from distsketch.solvers.lipschitz import newton
 from distsketch.solvers.lipschitz.direction import newton_direction
 from distsketch.losses.quantile import Pinball
-from distsketch.losses.radial import EpsilonInsensitive, Huber
+from distsketch.losses.radial import EpsilonInsensitive, Huber, _Radial
 from reference.lipschitz import held_sweep_data
 
 
@@ -117,6 +120,7 @@ def _record_sweeps(monkeypatch):
     return seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss, intercept", [(EpsilonInsensitive(0.1), False),
                                              (EpsilonInsensitive(0.1), True),
                                              (Pinball(0.3), True)], ids=["eps", "eps-b0", "pinball"])
@@ -210,3 +214,95 @@ def test_first_level_is_the_commonest_at_the_first_mu(monkeypatch):
     it, out = outs[1]  # the first sweep with Grams
     assert it.gram and len(it.levels) == 2
     assert it.base == it.levels[int(np.argmax(out["at_level"]))]
+
+
+# --------------------------------------------------------------------------- held sweeps, lean values
+
+
+@pytest.mark.parametrize("loss", [EpsilonInsensitive(0.4), EpsilonInsensitive(0.0),
+                                  Huber(0.7)], ids=lambda l: f"{l.name}")
+@pytest.mark.parametrize("d", [1, 3])
+def test_lean_values_are_the_profiles(loss, d):
+    """The radial losses' ``value`` (the line-search grid's, 13 per block and sweep) computes
+    the profile alone: bitwise the value of the full profile, smoothed or not, in the tube,
+    the band and beyond."""
+    rng = np.random.default_rng(4)
+    R = rng.normal(scale=1.5, size=(3000, d))
+    for mu in (0.0, 0.05, 0.6, 10.0):
+        np.testing.assert_array_equal(loss.value(R, mu), _Radial.value(loss, R, mu))
+
+
+def _sweep_setup(n=230, m=9, rows=50, seed=5):
+    from distsketch.engine.sweep import Sweeper
+
+    return (Sweeper, *held_sweep_data(n=n, m=m, rows=rows, seed=seed))
+
+
+def test_held_sweeps_are_bitwise_the_dask_sweep():
+    """A sweep over held blocks without a dask graph (lipschitz_routes.HeldSweeps: the same block
+    function, the same fixed tree of sums, on a thread pool or in this thread) returns bitwise
+    the dask sweep's sums — with a direction and its line-search grid, Grams, the window
+    gathered — and counts as one pass."""
+    import dask
+
+    from distsketch.solvers.lipschitz.routes import HeldSweeps
+    from distsketch.engine.sweep import Iterate
+
+    Sweeper, data, X, Y, C, y, rng = _sweep_setup()
+    it = Iterate(EpsilonInsensitive(0.3), rng.normal(size=(9, 1)), np.array([0.1]),
+                 rng.normal(size=(9, 1)) * 0.1, np.array([0.01]), 0.5, newton.GRID,
+                 collect=True, window=3.0, levels=(0.0, 2.0))
+    ref = Sweeper(data, X, Y, split_every=2)(it)
+    for slots in (1, 2, 3):
+        sweeper = Sweeper(data, X, Y, split_every=2)
+        held = HeldSweeps(sweeper, slots)
+        try:
+            with dask.config.set(scheduler="sync"):  # its own threads, whatever the scheduler
+                out = held(it)
+        finally:
+            held.close()
+        assert held.count == sweeper.count == 1
+        assert sorted(out) == sorted(ref)
+        for key in ref:
+            assert np.array_equal(out[key], ref[key]), key
+    # the sums are those of the dense formulas
+    A = it.A + it.dA
+    R = C @ A + it.b0 + it.db0 - y[:, None]
+    alpha = it.loss.gradient(R, it.mu)
+    np.testing.assert_allclose(ref["Ca"], C.T @ alpha, rtol=0,
+                               atol=1e-12 * np.abs(C.T @ alpha).max())
+    F = C @ it.A + it.b0 - y[:, None]
+    dF = C @ it.dA + it.db0
+    grid = [it.loss.value(F + t * dF, it.mu).sum() for t in newton.GRID]
+    np.testing.assert_allclose(ref["grid"], grid, rtol=1e-13)
+
+
+def test_fit_with_held_sweeps_equals_the_dask_sweeps(monkeypatch):
+    """A whole ε-SVR fit: held blocks swept without a graph (the default without a store) and
+    with the dask sweeper (_held_sweeps disabled) give the bitwise same model, sweeps and
+    passes; the fit is certified and its objective is CVXPY's on the same features."""
+    from distsketch.solvers.lipschitz import routes as lipschitz_routes
+    from reference.lipschitz import data, reference
+
+    X, y = data(600, 1, 2, 20)
+    kw = dict(loss=EpsilonInsensitive(0.1), sketch=ds.SubSampling(30), lam=1e-4, tol=1e-10,
+              max_iter=200, fit_intercept=False, random_state=3,
+              options=ds.EngineOptions(block_dtype="float64", block_rows=128))
+    used = []
+    real = lipschitz_routes.held_sweeps
+
+    def recording(*args):
+        out = real(*args)
+        used.append(out is not None)
+        return out
+
+    monkeypatch.setattr(lipschitz_routes, "held_sweeps", recording)
+    fast = ds.SketchedRegressor(ds.Gaussian(gamma=0.5), **kw).fit(X, y)
+    monkeypatch.setattr(lipschitz_routes, "held_sweeps", lambda *args: None)
+    slow = ds.SketchedRegressor(ds.Gaussian(gamma=0.5), **kw).fit(X, y)
+    assert used == [True]
+    assert np.array_equal(fast.dual_coef_, slow.dual_coef_)
+    assert fast.n_iter_ == slow.n_iter_ and fast.n_passes_ == slow.n_passes_
+    assert fast.duality_gap_ <= 1e-10 * fast.objective_
+    ref, _, _ = reference(fast, X, y, EpsilonInsensitive(0.1), 1e-4, None, False, gamma=0.5)
+    assert abs(fast.objective_ - ref) <= 1e-6 * ref

@@ -106,6 +106,7 @@ def _bomb_previous_format(path):
     edit_array_json(path, "T", shape=BOMB)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("plant", [_bomb_edited, _bomb_forged, _bomb_previous_format],
                          ids=["edited", "forged-record", "previous-format"])
 def test_a_declared_shape_bomb_is_refused_before_allocating(tmp_path, fitted, plant):
@@ -141,6 +142,7 @@ def test_a_declared_shape_bomb_is_refused_before_allocating(tmp_path, fitted, pl
 # --------------------------------------------------------------------------- values
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", [np.nan, np.inf])
 def test_a_non_finite_value_planted_in_a_saved_array_is_refused(tmp_path, fitted, data, value):
     """NaN or infinity written into ``T`` with its checksum and the manifest recomputed: the
@@ -203,6 +205,7 @@ DAMAGE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_a_damaged_model_array_names_the_store_and_the_array(tmp_path, fitted, damage):
     path = saved(fitted, tmp_path / "s")
@@ -213,6 +216,7 @@ def test_a_damaged_model_array_names_the_store_and_the_array(tmp_path, fitted, d
     assert isinstance(info.value, StoreError)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["class", "params", "state", "checksums", "arrays", "token"])
 def test_missing_model_metadata_is_named(tmp_path, fitted, key):
     path = saved(fitted, tmp_path / "s")
@@ -334,6 +338,7 @@ WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["save", "fit"])
 def test_a_reader_racing_a_writer_gets_the_model_or_a_being_written_error(tmp_path, data, mode):
     """One process rewrites a store with two models in turn (saving with overwrite, or fitting

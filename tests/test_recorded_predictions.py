@@ -1,4 +1,5 @@
-"""Results bitwise equal to those recorded before the engine was opened (tests/reference/cases.py).
+"""Predictions bitwise equal to the recorded ones (tests/reference/cases.py, recorded in
+tests/data/reference_predictions.npz).
 
 Bitwise equality of floating-point results depends on the BLAS library, its version and the
 CPU kernels it picked, and on numpy's own loops, not only on distsketch's code. Where this
@@ -34,6 +35,7 @@ RTOL = {"float64": 1e-8, "float32": 1e-4}
 CASES = cases()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_predictions_equal_the_recorded_ones(name, dtype):

@@ -56,6 +56,7 @@ def cached_store(tmp_path, model, Xq, C):
     return path
 
 
+@pytest.mark.slow
 def test_flipped_bits_in_cached_features_are_detected_and_recomputed(tmp_path, fitted,
                                                                      monkeypatch, feature_rows):
     model, Xq, C = fitted
@@ -114,6 +115,7 @@ def test_edited_ragged_store_is_never_stale(tmp_path, fitted):
     assert_bitwise(got, model.predict_topk(Xq, candidate_sets=fresh, k=3))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["truncated phi", "deleted phi", "truncated kyy",
                                     "deleted kyy"])
 def test_truncated_or_deleted_feature_chunks_are_recomputed(tmp_path, fitted, damage):
@@ -131,6 +133,7 @@ def test_truncated_or_deleted_feature_chunks_are_recomputed(tmp_path, fitted, da
     assert_bitwise(got, fresh_topk(model, Xq, C, tmp_path / "fresh"))
 
 
+@pytest.mark.slow
 def test_a_chunk_killed_mid_write_has_no_record(tmp_path, fitted, monkeypatch):
     model, Xq, C = fitted
     path = cached_store(tmp_path, model, Xq, C)
@@ -175,6 +178,7 @@ def test_a_symbolic_link_inside_a_candidate_store_is_refused(tmp_path, fitted, w
     assert os.path.islink(inside) and os.path.isdir(outside)  # nothing deleted
 
 
+@pytest.mark.slow
 def test_fingerprints_and_checksums_are_the_same_in_another_process(tmp_path, fitted,
                                                                      monkeypatch):
     model, Xq, C = fitted
@@ -222,6 +226,7 @@ def test_unreadable_candidates_are_named_with_the_fix(tmp_path, fitted):
         model.predict_topk(Xq, ds.CandidateStore.open(path), k=5)
 
 
+@pytest.mark.slow
 def test_features_without_records_are_recomputed(tmp_path, fitted, monkeypatch, feature_rows):
     model, Xq, C = fitted
     path = cached_store(tmp_path, model, Xq, C)
@@ -239,6 +244,7 @@ def test_features_without_records_are_recomputed(tmp_path, fitted, monkeypatch, 
     assert_bitwise(got, fresh_topk(model, Xq, C, tmp_path / "fresh"))
 
 
+@pytest.mark.slow
 def test_a_model_folding_an_edited_store_folds_it_again(tmp_path, fitted, monkeypatch):
     model, Xq, C = fitted
     monkeypatch.setattr(model, "_fold", "features")  # keeps φ_Y(C) W per store token
@@ -253,6 +259,7 @@ def test_a_model_folding_an_edited_store_folds_it_again(tmp_path, fitted, monkey
     assert_bitwise(got, fresh_topk(model, Xq, edited, tmp_path / "fresh"))
 
 
+@pytest.mark.slow
 def test_verified_chunks_are_not_read_again_until_a_file_changes(tmp_path, fitted, monkeypatch):
     """A process verifies each chunk once: a second decode reads no cached feature chunk to
     check it (a decode from cached features reads them once, not twice). A chunk file written
