@@ -32,7 +32,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 import bench_casp as bc  # noqa: E402
-
 import distsketch as ds  # noqa: E402
 
 EPS32, EPS64 = float(np.finfo(np.float32).eps), float(np.finfo(np.float64).eps)

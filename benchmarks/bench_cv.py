@@ -223,9 +223,10 @@ def part_medians(parts: dict) -> dict:
 def fold_algebra(captured, repeats: int) -> list[dict]:
     """Wall and process CPU seconds of ``sisokr_fold_scores`` on captured arguments, per
     route and fold threads (one thread per core, one), runs alternated, medians."""
+    from threadpoolctl import threadpool_limits
+
     import distsketch as ds
     import distsketch.model_selection.fold_algebra
-    from threadpoolctl import threadpool_limits
 
     args, kwargs = captured
     out, scores = [], {}

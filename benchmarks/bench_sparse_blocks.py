@@ -134,8 +134,8 @@ def _knobs(kernels, *, max_density: float, panel_bytes: int):
 
 def bibtex(repeats: int, with_full: bool) -> dict | None:
     import distsketch as ds
-    from distsketch.kernels import sparse as kernels
     from distsketch.io.arff import load_arff
+    from distsketch.kernels import sparse as kernels
 
     folder = _common.bibtex_dir()
     if not (folder / "bibtex-train.arff").exists():

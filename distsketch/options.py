@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import functools
 import numbers
-from contextlib import AbstractContextManager, nullcontext
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, fields, replace
 
 import dask.config

@@ -19,9 +19,9 @@ import pytest
 from scipy.optimize import minimize, minimize_scalar
 
 import distsketch as ds
-from distsketch.solvers.lipschitz.admm import choose_route, project_dual
 from distsketch.losses.quantile import Pinball
 from distsketch.losses.radial import EpsilonInsensitive, Huber, Squared
+from distsketch.solvers.lipschitz.admm import choose_route, project_dual
 from reference.lipschitz import data, reference
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=64)

@@ -24,8 +24,8 @@ import pytest
 import zarr
 
 import distsketch as ds
-from distsketch.losses.quantile import Pinball
 from distsketch.engine.storeguard import StoreError
+from distsketch.losses.quantile import Pinball
 from reference.lipschitz import data
 
 BLOCK = 64

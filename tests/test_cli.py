@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from distsketch.cli.commands import main
-from confighelpers import CONFIG, toy_data
 from clusterhelpers import dask_processes
+from confighelpers import CONFIG, toy_data
+from distsketch.cli.commands import main
 from distsketch.cli.config import ConfigError, load_config
-
 
 
 @pytest.fixture

@@ -4,7 +4,10 @@ import functools
 
 import numpy as np
 import pytest
+
+import distsketch as ds
 from conftest import CLOSED_FORM_RTOL, all_sketches, dtype_options
+from distsketch.solvers.direct import EIGEN_PATH_LENGTH
 from reference.closed_forms import (
     exact_krr_predict,
     iokr_scores,
@@ -13,9 +16,6 @@ from reference.closed_forms import (
     sketched_krr_predict,
 )
 from reference.errors import rel_err
-
-import distsketch as ds
-from distsketch.solvers.direct import EIGEN_PATH_LENGTH
 
 #: The papers' estimator (no intercept): what the dense formulas here write.
 _KRR = functools.partial(ds.SketchedKRR, fit_intercept=False)

@@ -11,8 +11,8 @@ import distsketch as ds
 import distsketch.model_selection.fold_algebra
 from distsketch.linalg.solve import InputSolution
 from distsketch.solvers.direct import input_basis
-from reference.folds import sisokr_brute_force
 from reference.errors import norm_rel_err
+from reference.folds import sisokr_brute_force
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=64)
 GX, GY = 0.3, 0.5

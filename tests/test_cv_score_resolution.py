@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 
 import distsketch as ds
+from distsketch.engine.sums import fold_ids
 from distsketch.model_selection import scoring as dcv
 from distsketch.model_selection.grid import GridEdgeWarning
-from distsketch.engine.sums import fold_ids
 from reference.closed_forms import white
 from reference.folds import sisokr_brute_force
 from reference.kernels import gaussian_gram

@@ -9,8 +9,8 @@ import pytest
 import distsketch as ds
 import distsketch.model_selection.fold_algebra
 from distsketch.engine.sums import fold_ids
-from reference.folds import sisokr_brute_force
 from reference.errors import norm_rel_err
+from reference.folds import sisokr_brute_force
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=64)
 WOODBURY = dataclasses.replace(F64, tuning=ds.Tuning(fold_route="woodbury"))

@@ -7,8 +7,8 @@ import pytest
 import zarr
 
 import distsketch as ds
-from distsketch.linalg import topk
 from distsketch.engine.features import FeatureMap
+from distsketch.linalg import topk
 from distsketch.linalg.topk import merge_topk, smallest_k
 
 KX, KY = ds.Gaussian(gamma=0.5), ds.Gaussian(gamma=0.3)

@@ -12,9 +12,9 @@ import pytest
 import distsketch as ds
 import distsketch.decoding.routes as decoding
 from distsketch.decoding import preimage as decode
-from distsketch.linalg import topk
 from distsketch.decoding.preimage import decode_fixed, fold_costs, fold_route
 from distsketch.engine.features import FeatureMap
+from distsketch.linalg import topk
 from reference.closed_forms import iokr_scores
 
 KX, KY = ds.Gaussian(gamma=0.5), ds.Gaussian(gamma=0.3)

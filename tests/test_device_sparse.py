@@ -31,8 +31,8 @@ from conftest import CLOSED_FORM_RTOL
 from distsketch.backends.base import backend_of, register_backend
 from distsketch.backends.cuda import CupyBackend
 from distsketch.testing.devices import EmulatedCSR, EmulatedDeviceArray, HostModules
-from reference.errors import norm_rel_err
 from gpuhelpers import cupy_skip_reason
+from reference.errors import norm_rel_err
 
 EMU = CupyBackend(HostModules(), name="cuda-sparse-emulated")
 U = np.finfo(np.float64).eps / 2  # unit roundoff of float64

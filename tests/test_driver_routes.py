@@ -10,15 +10,19 @@ for the safety test the eigen route too.
 import dask
 import numpy as np
 import pytest
-from reference.closed_forms import pass_sums, sisokr_linear_predict, sisokr_scores, \
-    sketched_krr_predict
-from reference.errors import rel_err
-from reference.kernels import gaussian_gram
 
 import distsketch as ds
 import distsketch.linalg.solve as solve
 import distsketch.solvers.direct as direct
 from distsketch.options import driver_blas_threads
+from reference.closed_forms import (
+    pass_sums,
+    sisokr_linear_predict,
+    sisokr_scores,
+    sketched_krr_predict,
+)
+from reference.errors import rel_err
+from reference.kernels import gaussian_gram
 
 KX = ds.Gaussian(gamma=1.0)
 KY = ds.Gaussian(gamma=0.5)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from conftest import DATA, data_dir
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -17,8 +17,8 @@ import pytest
 import zarr
 
 import distsketch as ds
-from distsketch.engine.store import open_fit_store
 from clusterhelpers import dask_processes, reap
+from distsketch.engine.store import open_fit_store
 from passhelpers import N, model, problem, slow_gaussian, sums_of
 
 HERE = Path(__file__).resolve().parent

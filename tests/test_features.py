@@ -10,8 +10,8 @@ import pytest
 import zarr
 
 import distsketch as ds
-from distsketch.linalg.blocks import gram_dot
 from distsketch.engine.features import FeatureMap
+from distsketch.linalg.blocks import gram_dot
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ import zarr
 
 import distsketch as ds
 from distsketch.engine.store import open_fit_store
-from reference.errors import norm_rel_err
 from passhelpers import CountingGaussian, N, model, problem, sums_of
+from reference.errors import norm_rel_err
 
 
 def _regression(n=3000, d=5, seed=0):

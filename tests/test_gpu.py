@@ -26,15 +26,15 @@ import scipy.sparse as sp
 import distsketch as ds
 import distsketch.backends.cuda as dcuda
 from conftest import CLOSED_FORM_RTOL
-from distsketch.linalg import topk
 from distsketch.backends.base import BACKENDS, get_backend, register_backend
 from distsketch.backends.cuda import CupyBackend
-from distsketch.testing.devices import EmulatedCSR, EmulatedDeviceArray, HostModules
 from distsketch.decoding.preimage import decode_fixed, decode_ragged
 from distsketch.engine.features import FeatureMap
+from distsketch.linalg import topk
 from distsketch.options import check_options
-from reference.errors import norm_rel_err
+from distsketch.testing.devices import EmulatedCSR, EmulatedDeviceArray, HostModules
 from gpuhelpers import cupy_skip_reason
+from reference.errors import norm_rel_err
 
 EMU = register_backend(CupyBackend(HostModules(), name="cuda-emulated"))
 

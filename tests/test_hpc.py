@@ -28,8 +28,8 @@ import pytest
 import zarr
 
 import distsketch as ds
-from confighelpers import toy_data
 from clusterhelpers import reap
+from confighelpers import toy_data
 
 pytestmark = pytest.mark.hpc
 

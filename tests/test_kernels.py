@@ -15,15 +15,35 @@ from distsketch.kernels import base as kernel_base
 from distsketch.kernels import families as kernel_families
 from distsketch.kernels import sparse as kernel_sparse
 from distsketch.kernels import standardized as kernel_standardized
-from distsketch.testing.contracts import FLOAT32_EXP_ULPS, KernelContract
-from distsketch.kernels.base import KERNELS, CallableKernel, Kernel, check_kernel, kernel_from_config
-from distsketch.kernels.families import (Gaussian, GaussianTanimoto, Laplacian, Linear, Matern,
-    Polynomial, Tanimoto)
+from distsketch.kernels.base import (
+    KERNELS,
+    CallableKernel,
+    Kernel,
+    check_kernel,
+    kernel_from_config,
+)
+from distsketch.kernels.families import (
+    Gaussian,
+    GaussianTanimoto,
+    Laplacian,
+    Linear,
+    Matern,
+    Polynomial,
+    Tanimoto,
+)
 from distsketch.kernels.sparse import tuned
 from distsketch.kernels.standardized import Standardized
-
-from reference.kernels import (naive_gaussian, naive_gaussian_tanimoto, naive_gram,
-    naive_laplacian, naive_linear, naive_matern, naive_polynomial, naive_tanimoto)
+from distsketch.testing.contracts import FLOAT32_EXP_ULPS, KernelContract
+from reference.kernels import (
+    naive_gaussian,
+    naive_gaussian_tanimoto,
+    naive_gram,
+    naive_laplacian,
+    naive_linear,
+    naive_matern,
+    naive_polynomial,
+    naive_tanimoto,
+)
 
 
 def dot_kernel(A, B):

@@ -12,7 +12,6 @@ import pytest
 
 import distsketch as ds
 
-
 _IMPORT_PROBE = """
 import sys
 import distsketch as ds

@@ -4,11 +4,11 @@ import functools
 
 import numpy as np
 import pytest
-from reference.closed_forms import sketched_krr_predict
-from reference.errors import norm_rel_err
 
 import distsketch as ds
 from distsketch.engine.rows import as_row_source
+from reference.closed_forms import sketched_krr_predict
+from reference.errors import norm_rel_err
 
 #: The papers' estimator (no intercept): what the dense formulas here write.
 _KRR = functools.partial(ds.SketchedKRR, fit_intercept=False)

@@ -20,9 +20,9 @@ import pytest
 import distsketch as ds
 from distsketch.losses.quantile import Pinball
 from distsketch.losses.radial import EpsilonInsensitive, Huber, Squared
+from killhelpers import run_killed
 from reference.kernels import gaussian_gram
 from reference.lipschitz import data, reference
-from killhelpers import run_killed
 
 cp = pytest.importorskip("cvxpy")
 
@@ -539,8 +539,8 @@ def test_cli_bad_loss_names_the_key(tmp_path):
 def test_no_gram_when_every_row_is_at_the_base_curvature():
     """Squared loss (or Huber without outliers): the d × d Grams of a block are not formed
     (a 0-d zero), so a multi-output fit never holds d²(m+1)² numbers for nothing."""
-    from distsketch.losses.base import Curvature
     from distsketch.engine.sweep import _grams
+    from distsketch.losses.base import Curvature
 
     C = np.ones((5, 4))
     empty = Curvature(1.0, "full", np.array([], dtype=np.int64), np.zeros((0, 3, 3)))

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from distsketch.solvers.lipschitz import polish
 from distsketch.losses.quantile import Pinball
 from distsketch.losses.radial import EpsilonInsensitive
+from distsketch.solvers.lipschitz import polish
 from reference.kernels import gaussian_gram
 from reference.lipschitz import cvx_scalar, data, reference, whole_window
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from distsketch.solvers.lipschitz import problem as lipschitz
 from distsketch.losses.quantile import Pinball
 from distsketch.losses.radial import EpsilonInsensitive, Huber
+from distsketch.solvers.lipschitz import problem as lipschitz
 from distsketch.solvers.lipschitz.newton import NewtonState
 
 

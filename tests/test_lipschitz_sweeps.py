@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from distsketch.solvers.lipschitz import newton
-from distsketch.solvers.lipschitz.direction import newton_direction
 from distsketch.losses.quantile import Pinball
 from distsketch.losses.radial import EpsilonInsensitive, Huber, _Radial
+from distsketch.solvers.lipschitz import newton
+from distsketch.solvers.lipschitz.direction import newton_direction
 from reference.lipschitz import held_sweep_data
 
 
@@ -245,8 +245,8 @@ def test_held_sweeps_are_bitwise_the_dask_sweep():
     gathered — and counts as one pass."""
     import dask
 
-    from distsketch.solvers.lipschitz.routes import HeldSweeps
     from distsketch.engine.sweep import Iterate
+    from distsketch.solvers.lipschitz.routes import HeldSweeps
 
     Sweeper, data, X, Y, C, y, rng = _sweep_setup()
     it = Iterate(EpsilonInsensitive(0.3), rng.normal(size=(9, 1)), np.array([0.1]),

@@ -5,9 +5,15 @@ import pytest
 import scipy.sparse as sp
 
 import distsketch as ds
-from distsketch.metrics import (f1_samples, hamming_loss, kernel_loss, mean_reciprocal_rank,
-    surrogate_mse, topk_accuracy)
 from conftest import CLOSED_FORM_RTOL
+from distsketch.metrics import (
+    f1_samples,
+    hamming_loss,
+    kernel_loss,
+    mean_reciprocal_rank,
+    surrogate_mse,
+    topk_accuracy,
+)
 from reference.closed_forms import sisokr_inner
 from reference.errors import rel_err
 

@@ -8,9 +8,9 @@ import dask.array as da
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from reference.errors import norm_rel_err
 
 import distsketch as ds
+from reference.errors import norm_rel_err
 
 #: The papers' estimator (no intercept): what the dense formulas here write.
 _KRR = functools.partial(ds.SketchedKRR, fit_intercept=False)

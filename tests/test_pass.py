@@ -11,14 +11,15 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import zarr
-from conftest import all_sketches
-from reference.closed_forms import dense as _dense, pass_sums
-from reference.errors import norm_rel_err
-from passhelpers import CountingGaussian, N, model, problem, sums_of
 from zarr.storage import LocalStore, WrapperStore
 
 import distsketch as ds
+from conftest import all_sketches
 from distsketch.engine.store import open_fit_store
+from passhelpers import CountingGaussian, N, model, problem, sums_of
+from reference.closed_forms import dense as _dense
+from reference.closed_forms import pass_sums
+from reference.errors import norm_rel_err
 
 #: The papers' estimator (no intercept): what the dense formulas here write.
 _KRR = functools.partial(ds.SketchedKRR, fit_intercept=False)

@@ -366,8 +366,9 @@ def test_upper_gram_blockwise_equals_the_product(m, block, monkeypatch):
     the plain product there (same sums, other order: a few ulps of the row norms' product),
     for sizes that are and are not multiples of the block; and the preconditioner built on it
     satisfies ``AᵀA = T Tᵀ/m + λI`` (Falkon's definition) to the same rounding."""
-    import distsketch.solvers.preconditioner as preconditioner
     from scipy.linalg import cholesky
+
+    import distsketch.solvers.preconditioner as preconditioner
 
     monkeypatch.setattr(preconditioner, "GRAM_BLOCK", block)
     rng = np.random.default_rng(m)

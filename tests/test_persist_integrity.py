@@ -21,8 +21,8 @@ import pytest
 import zarr
 
 import distsketch as ds
-from distsketch.io import persist
 from distsketch.engine.storeguard import StoreError
+from distsketch.io import persist
 
 SRC = str(Path(ds.__file__).resolve().parents[1])
 

@@ -9,14 +9,14 @@ import json
 
 import numpy as np
 import pytest
-from reference.closed_forms import exact_krr_predict, sisokr_scores
-from reference.errors import norm_rel_err
 
 import distsketch as ds
 from distsketch.kernels.base import KERNELS, Kernel, kernel_from_config
 from distsketch.sketches.base import SKETCHES, Sketch, SparseSketch, sketch_from_config
 from distsketch.sketches.tiled import TILE
 from distsketch.testing.contracts import KernelContract, SketchContract
+from reference.closed_forms import exact_krr_predict, sisokr_scores
+from reference.errors import norm_rel_err
 
 #: The papers' estimator (no intercept): what the dense formulas here write.
 _KRR = functools.partial(ds.SketchedKRR, fit_intercept=False)
@@ -139,9 +139,9 @@ def test_a_loss_defined_here_registers_itself_and_declares_its_capabilities():
     find it; an intermediate class without its own name is not registered); the routes ask
     its capabilities, not its class: ADMM needs ``has_prox`` and ``projects_dual``, PCG
     ``normal_equations``."""
-    from distsketch.solvers.lipschitz import admm
     from distsketch.losses.base import LOSSES, Loss, check_loss, loss_from_config
     from distsketch.losses.radial import Huber, Squared
+    from distsketch.solvers.lipschitz import admm
 
     class _Base(Huber):
         pass
@@ -177,9 +177,9 @@ def test_a_loss_defined_here_registers_itself_and_declares_its_capabilities():
 import numbers  # noqa: E402
 import textwrap  # noqa: E402
 
-from distsketch.solvers.lipschitz import admm  # noqa: E402
 from distsketch.cli.config import ConfigError, load_config  # noqa: E402
 from distsketch.losses.base import LOSSES, Curvature, Loss, check_loss, loss_from_config  # noqa: E402
+from distsketch.solvers.lipschitz import admm  # noqa: E402
 
 
 class SquaredEpsilonInsensitive(Loss):

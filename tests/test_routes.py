@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from reference.closed_forms import sketched_krr_predict
 
 import distsketch as ds
-from distsketch.solvers.routes import ROUTES, CoefTable, Route, RouteFit, resolve_route
 from distsketch.linalg.solve import whitening
+from distsketch.solvers.routes import ROUTES, CoefTable, Route, RouteFit, resolve_route
+from reference.closed_forms import sketched_krr_predict
 
 
 class GradientDescent(Route):

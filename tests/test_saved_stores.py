@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from passhelpers import CountingGaussian
 
 import distsketch as ds
+from passhelpers import CountingGaussian
 
 ARCHIVE = Path(__file__).parent / "data" / "fit_stores_0.1.0.tar.gz"
 OPTIONS = dict(block_rows=10, block_dtype="float64")

@@ -19,15 +19,26 @@ import scipy.sparse as sp
 from numpy.testing import assert_allclose, assert_array_equal
 from scipy import stats
 
+from conftest import SKETCH_TYPES, all_sketches, random_sketches
 from distsketch.kernels import families as kernel_families
 from distsketch.kernels.families import Gaussian
-from distsketch.sketches.base import (Accumulation, Identity, RealizedSketch, SubSampling,
-    check_sketch, sketch_from_config)
-from distsketch.sketches.tiled import TILE, CountSketch, GaussianSketch, PSparsified
-from conftest import SKETCH_TYPES, all_sketches, random_sketches
 from distsketch.linalg.blocks import gram_dot
-from distsketch.testing.contracts import (SketchContract, assert_rel_close, assert_same, dense,
-    gram_inputs)
+from distsketch.sketches.base import (
+    Accumulation,
+    Identity,
+    RealizedSketch,
+    SubSampling,
+    check_sketch,
+    sketch_from_config,
+)
+from distsketch.sketches.tiled import TILE, CountSketch, GaussianSketch, PSparsified
+from distsketch.testing.contracts import (
+    SketchContract,
+    assert_rel_close,
+    assert_same,
+    dense,
+    gram_inputs,
+)
 
 #: Spans more than one generation tile, so tile boundaries are exercised.
 BIG = TILE + 123

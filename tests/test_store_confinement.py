@@ -20,7 +20,7 @@ import zarr
 import distsketch as ds
 from distsketch.engine.store import open_fit_store
 from distsketch.engine.storeguard import StoreError
-from passhelpers import N, CountingGaussian, model, problem
+from passhelpers import CountingGaussian, N, model, problem
 
 
 def fit(path, *, kernel=None, overwrite=False):

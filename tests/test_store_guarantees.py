@@ -19,10 +19,10 @@ import pytest
 import zarr
 
 import distsketch as ds
-from distsketch.io import persist
 from distsketch.engine.store import open_fit_store
 from distsketch.engine.storeguard import StoreError
-from passhelpers import N, CountingGaussian, model, problem, sums_of
+from distsketch.io import persist
+from passhelpers import CountingGaussian, N, model, problem, sums_of
 
 HERE = Path(__file__).resolve().parent
 

@@ -17,17 +17,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from reference.errors import norm_rel_err
 
 import distsketch as ds
 import distsketch.model_selection.fold_algebra
+from distsketch.engine.features import FeatureMap
 from distsketch.kernels import base as kernel_base
 from distsketch.kernels import sparse as kernel_sparse
-from distsketch.solvers.lipschitz.admm import choose_route
-from distsketch.engine.features import FeatureMap
 from distsketch.options import check_options, options_from_dict
+from distsketch.solvers.lipschitz.admm import choose_route
 from distsketch.solvers.pcg import choose_solver
 from distsketch.tuning import store_config
+from reference.errors import norm_rel_err
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=64)
 
@@ -373,7 +373,6 @@ def test_a_config_file_sets_tuning_as_an_engine_table(tmp_path):
     """``[engine.tuning]`` in a TOML config: a :class:`Tuning` (lists as pairs), its errors
     naming ``engine.tuning.<field>``."""
     from confighelpers import CONFIG, toy_data
-
     from distsketch.cli.config import ConfigError, load_config
 
     toy_data(tmp_path)

@@ -220,8 +220,8 @@ def _bytes(b: float) -> str:
 def cmd_fit(args) -> int:
     import zarr
 
-    from .config import load_config, read_data
     from ..engine.rows import as_row_source
+    from .config import load_config, read_data
 
     cfg = load_config(args.config)
     if args.store:

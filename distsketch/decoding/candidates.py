@@ -50,16 +50,16 @@ import zarr
 from zarr.codecs import BytesCodec
 from zarr.storage import LocalStore
 
-from ..linalg import topk
 from .._hashing import checksum, data_fingerprint
 from ..backends.base import dense
-from .preimage import candidate_features
-from ..engine.mapreduce import map_blocks, share
-from ..engine.schedulers import compute, distributed_client
-from ..engine.features import FeatureMap
-from ..engine.rows import RowSource
 from ..engine.chunkwrite import write_rows
+from ..engine.features import FeatureMap
+from ..engine.mapreduce import map_blocks, share
+from ..engine.rows import RowSource
+from ..engine.schedulers import compute, distributed_client
 from ..engine.storeguard import StoreError, refuse_links
+from ..linalg import topk
+from .preimage import candidate_features
 
 __all__ = ["CandidateStore", "candidate_reader", "concatenate_sets", "check_query_sets"]
 

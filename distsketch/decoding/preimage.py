@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from ..engine.features import FeatureMap
+from ..engine.mapreduce import Reducer, map_blocks, map_local, share, tree_reduce
+from ..engine.schedulers import compute, distributed_client, parallel_slots
 from ..linalg import topk
 from ..linalg.blocks import aligned_rows, pad_rows
-from ..engine.mapreduce import Reducer, map_blocks, map_local, share, tree_reduce
-from ..engine.features import FeatureMap
-from ..engine.schedulers import compute, distributed_client, parallel_slots
 from ..linalg.topk import merge_topk, score_topk
 
 __all__ = ["candidate_features", "decode_fixed", "decode_ragged", "TopK", "fold_costs",

@@ -31,12 +31,19 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..backends.base import dense
-from .candidates import CandidateStore, candidate_reader, check_query_sets, concatenate_sets
-from .preimage import (candidate_features, decode_fixed, decode_ragged, fold_candidates, fold_costs,
-    fold_route, local_tile)
 from ..engine.features import FeatureMap
-from ..options import EngineOptions, driver_threads
 from ..engine.rows import as_row_source
+from ..options import EngineOptions, driver_threads
+from .candidates import CandidateStore, candidate_reader, check_query_sets, concatenate_sets
+from .preimage import (
+    candidate_features,
+    decode_fixed,
+    decode_ragged,
+    fold_candidates,
+    fold_costs,
+    fold_route,
+    local_tile,
+)
 
 __all__ = ["Surrogate", "FixedSet", "decode", "fixed_set", "ragged_sets", "candidate_scores",
            "default_features", "centred", "check_width", "take_rows"]

@@ -47,15 +47,23 @@ import numpy as np
 
 from .._hashing import checksum, data_fingerprint
 from ..backends.base import get_backend
+from ..options import start_idle_window
 from .chunkwrite import write_rows
 from .mapreduce import map_blocks, map_reduce, row_blocks, share
-from ..options import start_idle_window
 from .rows import RowSource, check_finite_block
 from .schedulers import WorkersLost, compute, distributed_client, workers_back
 from .store import CSUM, DSUM, RECORD, TOKEN, XFP, YFP, read_records
 from .storeguard import DataChanged, StoreError
-from .sums import (PASS_SUMS, BlockView, HeldBlocks, PassPlan, RowSparse, RowStack, sum_term,
-    width_of)
+from .sums import (
+    PASS_SUMS,
+    BlockView,
+    HeldBlocks,
+    PassPlan,
+    RowSparse,
+    RowStack,
+    sum_term,
+    width_of,
+)
 
 __all__ = ["run_pass", "verify_data", "BlockRecords"]
 

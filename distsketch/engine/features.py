@@ -23,12 +23,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._hashing import fingerprint
-from ..linalg.blocks import aligned_rows, as_float, distinct_rows, gram_dot, pad_rows
-from .mapreduce import map_local
-from .transform import transform_rows
 from ..kernels.base import kernel_description
 from ..kernels.sparse import tuned
+from ..linalg.blocks import aligned_rows, as_float, distinct_rows, gram_dot, pad_rows
 from ..sketches.base import RealizedSketch
+from .mapreduce import map_local
+from .transform import transform_rows
 
 __all__ = ["FeatureMap"]
 

@@ -16,16 +16,16 @@ from typing import Any
 import numpy as np
 
 from .._hashing import fingerprint
-from .accumulate import run_pass, verify_data
-from .features import FeatureMap
 from ..kernels.base import kernel_description
 from ..options import EngineOptions
-from .rows import RowSource
 from ..sketches.base import RealizedSketch, Sketch
+from ..tuning import store_config
+from .accumulate import run_pass, verify_data
+from .features import FeatureMap
+from .rows import RowSource
 from .store import FitStore, StoreDirectory, open_fit_store
 from .storeguard import DataChanged, StoreError
 from .sums import SUM_TERMS, PassPlan, known_sum, sum_term, width_of
-from ..tuning import store_config
 
 __all__ = ["PassResult", "fit_pass", "choose_block_rows", "jsonable", "BLOCK_MULTIPLE",
            "MIN_BLOCK_ROWS"]

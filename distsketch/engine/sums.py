@@ -20,10 +20,10 @@ import numpy as np
 
 from .._hashing import row_hash
 from ..backends.base import dense
-from .mapreduce import Reducer
-from .features import FeatureMap
 from ..options import start_idle_window
 from ..sketches.base import RealizedSketch
+from .features import FeatureMap
+from .mapreduce import Reducer
 
 __all__ = ["PassPlan", "SumTerm", "SUM_TERMS", "FOLDABLE", "BlockView", "RowStack", "HeldBlocks",
            "RowSparse", "PassSums", "PASS_SUMS", "fold_ids", "parse_folds", "width_of",

@@ -26,8 +26,8 @@ are sent again), as the pass does.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import dask
@@ -36,9 +36,9 @@ from scipy.linalg.blas import dsyrk as _dsyrk
 
 from .._hashing import checksum
 from ..backends.base import dense
-from .mapreduce import Reducer, Stored, map_reduce, row_blocks, share
-from .features import FeatureMap
 from ..losses.base import Curvature, Loss
+from .features import FeatureMap
+from .mapreduce import Reducer, Stored, map_reduce, row_blocks, share
 from .rows import RowSource
 from .schedulers import WorkersLost, distributed_client, workers_back
 from .storeguard import StoreError

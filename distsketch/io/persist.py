@@ -40,9 +40,15 @@ import zarr
 
 from .._registry import get_model
 from .._version import __version__
+from ..engine.store import (
+    FORMAT_VERSION,
+    FitStore,
+    StoreError,
+    new_token,
+    open_fit_store,
+    refuse_links,
+)
 from ..options import blas_limit
-from ..engine.store import (FORMAT_VERSION, FitStore, StoreError, new_token, open_fit_store,
-    refuse_links)
 from .model_json import callables, params_from_json, params_to_json
 
 __all__ = ["MODEL_FORMAT", "save", "load"]

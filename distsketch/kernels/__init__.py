@@ -6,8 +6,14 @@ sparse operands (:mod:`.sparse`), re-exported here.
 
 Block math: numpy and scipy only (no dask), run inside a task or on the driver."""
 
-from .base import (KERNELS, CallableKernel, Kernel, check_kernel, kernel_description,
-    kernel_from_config)
+from .base import (
+    KERNELS,
+    CallableKernel,
+    Kernel,
+    check_kernel,
+    kernel_description,
+    kernel_from_config,
+)
 from .families import Gaussian, GaussianTanimoto, Laplacian, Linear, Matern, Polynomial, Tanimoto
 from .sparse import Block, tuned
 from .standardized import Standardized

@@ -3,9 +3,9 @@ their folds :mod:`.folds`, grids :mod:`.grid`, scoring :mod:`.scoring` and SISOK
 algebra :mod:`.fold_algebra`), :func:`select` over λ, rank, kernels and widths
 (:mod:`.select`), and candidate kernel grids (:mod:`.kernel_grid`)."""
 
-from .krr_cv import (SketchedKRRCV)
-from .sisokr_cv import (SISOKRCV)
-from .grid import (GridEdgeWarning)
-from .scoring import (UnresolvedScoresError)
+from .grid import GridEdgeWarning
+from .krr_cv import SketchedKRRCV
+from .scoring import UnresolvedScoresError
+from .sisokr_cv import SISOKRCV
 
 __all__ = ["SketchedKRRCV", "SISOKRCV", "GridEdgeWarning", "UnresolvedScoresError"]

@@ -166,8 +166,8 @@ def check_gammas(gammas, *, argument: str = "gammas") -> list[float] | None:
 def with_width(kernel, gamma: float, *, argument: str = "gammas", kernel_name: str = "kernel"):
     """A copy of ``kernel`` (a kernel with a ``gamma``, possibly :class:`Standardized`) with
     width ``gamma``."""
-    from ..kernels.standardized import Standardized
     from ..kernels.base import check_kernel
+    from ..kernels.standardized import Standardized
 
     kernel = check_kernel(kernel, name=kernel_name)
     if isinstance(kernel, Standardized):

@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._base import check_lam
+from ..linalg.solve import whitening
 from ..models.base import FitSpec
 from ..models.krr import SketchedKRR
 from ..models.ridge import KRRClosedForm, centre_targets
 from ..solvers.direct import solve_krr
-from ..linalg.solve import whitening
 from .folds import all_rows_for_exact_sides, fold_spec, ordered_sum
 from .grid import candidate_kernels, check_gammas, json_kernels, prefixes_of
 from .scoring import krr_fold_error, resolved, set_best

@@ -50,9 +50,14 @@ from typing import Any
 import numpy as np
 
 from .._hashing import row_hash
-from .kernel_grid import (check_kernels, describe_kernel, has_gamma, inside_standardization,
-    with_gamma)
 from ..metrics import METRICS, check_metrics
+from .kernel_grid import (
+    check_kernels,
+    describe_kernel,
+    has_gamma,
+    inside_standardization,
+    with_gamma,
+)
 
 __all__ = ["Selection", "select", "check_selection", "check_kernels", "METRIC_ORIENTATION"]
 
@@ -369,8 +374,8 @@ def _auto_metric(model, Y, *, scored: float, settings: int) -> str:
     ``options.tuning.auto_decode_budget``; else ``surrogate_mse`` with its warning)."""
     import dask
 
-    from .scoring import auto_scoring, is_binary
     from ..tuning import check_tuning
+    from .scoring import auto_scoring, is_binary
 
     if dask.is_dask_collection(Y):
         Y = Y.compute()
@@ -439,10 +444,10 @@ class _Probe:
 
 
 def _cv_estimator(model, metric: str, folds: int):
-    from .krr_cv import SketchedKRRCV
-    from .sisokr_cv import SISOKRCV
     from ..models.krr import SketchedKRR
     from ..models.sisokr import SISOKR
+    from .krr_cv import SketchedKRRCV
+    from .sisokr_cv import SISOKRCV
 
     p = model.get_params(deep=False)
     common = dict(cv=folds, random_state=p.get("random_state"), options=p.get("options"))

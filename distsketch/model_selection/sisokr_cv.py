@@ -21,11 +21,11 @@ import numpy as np
 
 from .._base import check_lam
 from ..engine.sums import fold_ids
-from ..models.base import FitSpec, SketchedEstimator
 from ..kernels.families import Linear
+from ..models.base import FitSpec, SketchedEstimator
 from ..models.sisokr import SISOKR
-from ..solvers.reduced_rank import check_rank
 from ..solvers.direct import input_basis
+from ..solvers.reduced_rank import check_rank
 from .fold_algebra import output_scale, sisokr_fold_scores
 from .folds import all_rows_for_exact_sides, fold_spec, ordered_sum
 from .grid import candidate_kernels, check_gammas, json_kernels, prefixes_of

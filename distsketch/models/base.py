@@ -23,22 +23,22 @@ import functools
 import numbers
 import os
 import warnings
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
-from ..io import model_json, persist
 from .._base import ParamsMixin, check_lam
 from .._registry import register_model
-from ..engine.fitpass import PassResult, fit_pass
 from ..engine.features import FeatureMap
-from ..kernels.base import Kernel, check_kernel
-from ..options import EngineOptions, check_options, with_blas_limit
+from ..engine.fitpass import PassResult, fit_pass
 from ..engine.rows import RowSource, as_row_source
-from ..sketches.base import RealizedSketch, Sketch, check_sketch
+from ..io import model_json, persist
+from ..kernels.base import Kernel, check_kernel
 from ..linalg.solve import InputSolution
+from ..options import EngineOptions, check_options, with_blas_limit
+from ..sketches.base import RealizedSketch, Sketch, check_sketch
 
 if TYPE_CHECKING:
     import zarr

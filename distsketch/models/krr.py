@@ -15,12 +15,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .base import FitSpec, RidgeEstimator, checks_feature_names
 from ..options import driver_threads, with_blas_limit
-from ..solvers.routes import check_iterations
 from ..solvers.direct import krr_sums, solve_krr
-from .ridge import (RIDGE_PARAMS, KRRClosedForm, auto_ridge_route, centre_targets,
-    check_intercept, driver_size, intercept_sums, kernel_expansion, with_metric)
+from ..solvers.routes import check_iterations
+from .base import FitSpec, RidgeEstimator, checks_feature_names
+from .ridge import (
+    RIDGE_PARAMS,
+    KRRClosedForm,
+    auto_ridge_route,
+    centre_targets,
+    check_intercept,
+    driver_size,
+    intercept_sums,
+    kernel_expansion,
+    with_metric,
+)
 
 if TYPE_CHECKING:
     import zarr
@@ -159,8 +168,8 @@ class SketchedKRR(RidgeEstimator):
 
     def _check_pcg_args(self) -> None:
         """``tol``, ``max_iter`` and a sketch that picks landmarks, before the data."""
-        from ..solvers.pcg import check_pcg_sketch
         from ..sketches.base import check_sketch
+        from ..solvers.pcg import check_pcg_sketch
 
         check_iterations(self.tol, self.max_iter)
         param = self._input[1]

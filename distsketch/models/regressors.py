@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 
 from ..engine.schedulers import distributed_client
-from .base import FitSpec, SketchedEstimator, checks_feature_names
-from ..solvers.lipschitz.problem import Problem
+from ..linalg.solve import whitening
 from ..losses.base import Loss, check_loss
 from ..losses.quantile import Pinball
+from ..options import with_blas_limit
+from ..solvers.lipschitz.problem import Problem
+from .base import FitSpec, SketchedEstimator, checks_feature_names
 from .krr import SketchedKRR
 from .ridge import kernel_expansion
-from ..options import with_blas_limit
-from ..linalg.solve import whitening
 
 if TYPE_CHECKING:
     import zarr
@@ -316,11 +316,11 @@ class SketchedRegressor(SketchedEstimator):
         """PCG for the squared loss with M the identity when
         ``distsketch.solvers.pcg.choose_solver`` picks it (as :class:`~distsketch.SketchedKRR`);
         else the sweeps, Newton or ADMM by the features' rank (decided after the pass)."""
+        from ..engine.rows import as_row_source
+        from ..sketches.base import check_sketch
         from ..solvers.lipschitz.routes import NewtonOrADMM
         from ..solvers.pcg import choose_solver
-        from ..engine.rows import as_row_source
         from ..solvers.routes import PCG
-        from ..sketches.base import check_sketch
 
         try:  # bad arguments or data are left to fit's validation, in its order
             if not check_loss(self.loss, 1).normal_equations or not _is_identity(

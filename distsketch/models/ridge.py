@@ -21,11 +21,11 @@ import numpy as np
 
 from .._base import check_lam
 from ..engine.features import FeatureMap
-from ..options import driver_threads
-from ..solvers.routes import CoefTable, Direct, check_iterations, fitted_index, get_route
 from ..engine.rows import as_row_source
+from ..options import driver_threads
 from ..solvers.direct import krr_coef, sisokr_coef
 from ..solvers.reduced_rank import prediction_covariance
+from ..solvers.routes import CoefTable, Direct, check_iterations, fitted_index, get_route
 
 __all__ = ["RIDGE_PARAMS", "KRRClosedForm", "SisokrClosedForm", "SisokrTable",
            "check_sisokr_pcg", "auto_sisokr_route", "auto_ridge_route", "check_intercept",
@@ -116,8 +116,8 @@ class SisokrTable(CoefTable):
 def check_sisokr_pcg(est) -> None:
     """What ``solver="pcg"`` needs of a SISOKR's arguments: ``tol``, ``max_iter``, an input
     sketch that picks landmarks and a sketched output side; each error names its argument."""
-    from ..solvers.pcg import check_pcg_sketch
     from ..sketches.base import Identity, check_sketch
+    from ..solvers.pcg import check_pcg_sketch
 
     check_iterations(est.tol, est.max_iter)
     check_pcg_sketch(check_sketch(est.input_sketch, argument="input_sketch"), solver="pcg",
@@ -154,8 +154,8 @@ def auto_ridge_route(est, X):
     sketch's m (the parameter ``est._input[1]``); direct where the sketch or data do not
     validate (left to fit's validation, in its order)."""
     check_iterations(est.tol, est.max_iter)
-    from ..solvers.pcg import choose_solver
     from ..sketches.base import check_sketch
+    from ..solvers.pcg import choose_solver
 
     param = est._input[1]
     try:

@@ -20,21 +20,35 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
-from ..backends.base import dense
-from ..decoding.routes import (Surrogate, candidate_scores, centred, check_width, decode,
-    default_features)
 from .._base import check_lam
-from .base import FitSpec, RidgeEstimator, checks_feature_names
+from ..backends.base import dense
+from ..decoding.routes import (
+    Surrogate,
+    candidate_scores,
+    centred,
+    check_width,
+    decode,
+    default_features,
+)
 from ..engine.features import FeatureMap
+from ..engine.rows import as_row_source
 from ..kernels.families import Linear
 from ..options import driver_threads, with_blas_limit
-from ..solvers.routes import fitted_index
-from ..engine.rows import as_row_source
-from ..solvers.reduced_rank import check_rank
 from ..solvers.direct import sisokr_coef, sisokr_sums, solve_sisokr
+from ..solvers.reduced_rank import check_rank
+from ..solvers.routes import fitted_index
+from .base import FitSpec, RidgeEstimator, checks_feature_names
+from .ridge import (
+    RIDGE_PARAMS,
+    SisokrClosedForm,
+    SisokrTable,
+    auto_sisokr_route,
+    centred_rows,
+    check_intercept,
+    check_sisokr_pcg,
+    driver_size,
+)
 from .sisokr_state import operator_gram, output_metric, principal_at, set_sisokr_state, sisokr_state
-from .ridge import (RIDGE_PARAMS, SisokrClosedForm, SisokrTable, auto_sisokr_route,
-    centred_rows, check_intercept, check_sisokr_pcg, driver_size)
 
 if TYPE_CHECKING:
     import zarr

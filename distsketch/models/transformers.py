@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
-from .base import FitSpec, SketchedEstimator, checks_feature_names
 from ..engine.features import FeatureMap
 from ..options import with_blas_limit
 from ..solvers.direct import feature_sums, solve_features
+from .base import FitSpec, SketchedEstimator, checks_feature_names
 
 if TYPE_CHECKING:
     import zarr

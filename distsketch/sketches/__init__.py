@@ -6,10 +6,19 @@ here.
 
 Block math: numpy and scipy only (no dask)."""
 
-from .base import (Sketch, Identity, SubSampling, Accumulation, RealizedSketch, SparseSketch,
-    SKETCHES, check_sketch, sketch_from_config)
-from .tiled import TILE, PSparsified, GaussianSketch, CountSketch, TiledSketch
-from .leverage import approximate_leverage_scores, LeverageScores
+from .base import (
+    SKETCHES,
+    Accumulation,
+    Identity,
+    RealizedSketch,
+    Sketch,
+    SparseSketch,
+    SubSampling,
+    check_sketch,
+    sketch_from_config,
+)
+from .leverage import LeverageScores, approximate_leverage_scores
+from .tiled import TILE, CountSketch, GaussianSketch, PSparsified, TiledSketch
 
 __all__ = ["TILE", "Sketch", "Identity", "SubSampling", "PSparsified", "Accumulation",
            "GaussianSketch", "CountSketch", "RealizedSketch", "SparseSketch", "TiledSketch",

@@ -41,12 +41,12 @@ import numpy as np
 
 from .._hashing import data_fingerprint
 from ..backends.base import dense
-from .lipschitz.problem import SolverState, convergence_warning
-from .preconditioner import LandmarkGram, Preconditioner, factor_kmm
-from ..options import driver_threads
 from ..engine.rows import check_finite_block
 from ..engine.storeguard import DataChanged
 from ..engine.sweep import SweepData, Sweeper, block_native, gram_product
+from ..options import driver_threads
+from .lipschitz.problem import SolverState, convergence_warning
+from .preconditioner import LandmarkGram, Preconditioner, factor_kmm
 
 __all__ = ["DIVERGE_GROWTH", "STALL_WINDOW", "PCGStep", "pcg_block", "PCGResult", "pcg_path",
            "lam_path"]

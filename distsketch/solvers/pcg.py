@@ -45,12 +45,12 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 from .._hashing import fingerprint
-from .conjugate_gradient import PCGResult, lam_path, pcg_block, pcg_path
-from .lipschitz.problem import SolverState, state_key
-from .preconditioner import LandmarkGram, distinct_landmarks, factor_kmm, select_landmarks
 from ..engine.storeguard import DataChanged
 from ..engine.sweep import SweepData, Sweeper
 from ..tuning import check_tuning, store_config
+from .conjugate_gradient import PCGResult, lam_path, pcg_block, pcg_path
+from .lipschitz.problem import SolverState, state_key
+from .preconditioner import LandmarkGram, distinct_landmarks, factor_kmm, select_landmarks
 
 __all__ = ["landmark_sketches", "AUTO_STORE_BYTES", "PCG_STATE_VERSION", "check_pcg_sketch",
            "choose_solver", "PCGFit", "fit_pcg", "SisokrPCGFit", "fit_pcg_sisokr"]
@@ -220,8 +220,8 @@ def fit_pcg(spec, *, kernel, sketch, store, reuse_seeds: bool, tol: float, max_i
     (:func:`pcg_path`).
     """
     from ..engine.fitpass import choose_block_rows, jsonable
-    from ..kernels.base import kernel_description
     from ..engine.store import StoreDirectory, open_fit_store
+    from ..kernels.base import kernel_description
 
     check_pcg_sketch(sketch, solver="pcg")
     X, Y, options = spec.X, spec.Y, spec.options
@@ -325,10 +325,10 @@ def fit_pcg_sisokr(spec, *, store, reuse_seeds: bool, tol: float, max_iter: int,
     ``spec``: the validated :class:`~distsketch.models.base.FitSpec` of a SISOKR (kernels and
     sketches under ``input_*`` / ``output_*``).
     """
-    from ..engine.fitpass import choose_block_rows, jsonable, fit_pass
+    from ..engine.fitpass import choose_block_rows, fit_pass, jsonable
+    from ..engine.store import StoreDirectory, open_fit_store
     from ..kernels.base import kernel_description
     from ..linalg.solve import whitening
-    from ..engine.store import StoreDirectory, open_fit_store
 
     kx, ky = spec.kernels["input_kernel"], spec.kernels["output_kernel"]
     xsk, ysk = spec.sketches["input_sketch"], spec.sketches["output_sketch"]

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import importlib
 import numbers
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np

@@ -33,9 +33,9 @@ import scipy.sparse as sp
 from numpy.testing import assert_allclose, assert_array_equal
 
 from ..backends.base import dense
-from ..linalg.blocks import gram_dot
 from ..kernels.base import Kernel
 from ..kernels.families import Gaussian
+from ..linalg.blocks import gram_dot
 from ..sketches.base import RealizedSketch, Sketch, sketch_from_config
 from ..sketches.tiled import TILE
 
@@ -498,8 +498,8 @@ class SketchContract:
         whitening does; a well-conditioned kernel (Laplacian) keeps the comparison at the
         level of rounding times the condition number of ``R K Rᵀ``, far below 1e-8."""
         from ..kernels.families import Laplacian
-        from ..options import EngineOptions
         from ..models.transformers import SketchedFeatures
+        from ..options import EngineOptions
 
         spec, n = case
         if n > 500:

@@ -48,20 +48,27 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from dataclasses import dataclass
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..._hashing import checksum
 from ...backends.base import dense
-from .problem import (Problem, Solution, convergence_warning, dual_values, finish, objective,
-    save_state)
-from ...losses.base import Loss
-from .direction import warm_start
 from ...engine.sweep import block_C
+from ...losses.base import Loss
 from ...tuning import check_tuning
+from .direction import warm_start
+from .problem import (
+    Problem,
+    Solution,
+    convergence_warning,
+    dual_values,
+    finish,
+    objective,
+    save_state,
+)
 
 if TYPE_CHECKING:
     from ...engine.mapreduce import Workspace

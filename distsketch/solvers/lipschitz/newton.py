@@ -41,12 +41,28 @@ from typing import Literal
 
 import numpy as np
 
-from .direction import gradient, newton_direction, warm_start
-from .polish import (RESTRICTED_SIZE, WINDOW, WINDOW_ENTRIES, polish, restricted_polish,
-    sphere_dual_stats, sphere_step, with_fix)
-from .problem import (Problem, Solution, SolverState, convergence_warning, dual_values, finish,
-    objective, save_state)
 from ...engine.sweep import Iterate
+from .direction import gradient, newton_direction, warm_start
+from .polish import (
+    RESTRICTED_SIZE,
+    WINDOW,
+    WINDOW_ENTRIES,
+    polish,
+    restricted_polish,
+    sphere_dual_stats,
+    sphere_step,
+    with_fix,
+)
+from .problem import (
+    Problem,
+    Solution,
+    SolverState,
+    convergence_warning,
+    dual_values,
+    finish,
+    objective,
+    save_state,
+)
 
 __all__ = ["NewtonState", "NewtonSetup", "solve_lam", "solve_path"]
 

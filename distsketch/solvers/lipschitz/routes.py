@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .admm import RowState, admm_block, choose_route, supports
-from .admm import solve_path as admm_path
-from ...engine.schedulers import distributed_client
 from ...engine.features import FeatureMap
-from .problem import SolverState, state_key
-from .newton import solve_path
-from ..routes import CoefTable, Route, RouteFit
+from ...engine.schedulers import distributed_client
 from ...engine.store import CSUM
 from ...engine.sweep import SWEEP_SUMS, SweepData, Sweeper, sweep_items
+from ..routes import CoefTable, Route, RouteFit
+from .admm import RowState, admm_block, choose_route, supports
+from .admm import solve_path as admm_path
+from .newton import solve_path
+from .problem import SolverState, state_key
 
 if TYPE_CHECKING:
     from ...losses.base import Loss
