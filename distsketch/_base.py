@@ -101,9 +101,10 @@ class ParamsMixin:
         return self
 
     def __repr__(self) -> str:
-        sig = inspect.signature(type(self).__init__)
+        init = type(self).__init__
+        params = [] if init is object.__init__ else inspect.signature(init).parameters.values()
         parts = []
-        for p in sig.parameters.values():
+        for p in params:
             if p.name == "self":
                 continue
             value = getattr(self, p.name, p.default)

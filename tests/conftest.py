@@ -94,3 +94,15 @@ def feature_rows(monkeypatch):
         return seen
 
     return start
+
+
+@pytest.fixture(scope="module")
+def cli_fit(tmp_path_factory):
+    """A directory with the command line's toy data, its config ``fit.toml`` and the store
+    ``fit.zarr`` that ``distsketch fit`` wrote (one fit per test module)."""
+    from confighelpers import toy_data
+    from distsketch.cli.commands import main
+
+    work = toy_data(tmp_path_factory.mktemp("fitted"))
+    assert main(["-q", "fit", str(work / "fit.toml")]) == 0
+    return work

@@ -5,26 +5,12 @@ can hold (data, store, engine, model and each shipped kernel and sketch), and th
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
-from confighelpers import CONFIG, toy_data
+from confighelpers import CONFIG
 from distsketch.cli import config
-from distsketch.cli.commands import main
 from distsketch.cli.config import ConfigError, load_config
-
-
-def _toy(tmp_path: Path) -> Path:
-    return toy_data(tmp_path)
-
-
-@pytest.fixture(scope="module")
-def fitted(tmp_path_factory):
-    """A directory with the toy data, its config and a fitted store ``fit.zarr``."""
-    work = _toy(tmp_path_factory.mktemp("fitted"))
-    assert main(["-q", "fit", str(work / "fit.toml")]) == 0
-    return work
 
 
 def test_config_schema_lists_every_key():
@@ -54,9 +40,9 @@ def test_config_schema_lists_every_key():
     assert not missing, f"distsketch/config.py's schema does not list {missing}"
 
 
-def test_engine_overwrite_is_deprecated_for_store_overwrite(fitted, tmp_path):
+def test_engine_overwrite_is_deprecated_for_store_overwrite(cli_fit, tmp_path):
     text = CONFIG.replace("block_rows = 64", "block_rows = 64\noverwrite = true")
-    (tmp_path / "train.npz").write_bytes((fitted / "train.npz").read_bytes())
+    (tmp_path / "train.npz").write_bytes((cli_fit / "train.npz").read_bytes())
     (tmp_path / "a.toml").write_text(text)
     with pytest.warns(FutureWarning, match=r"engine.overwrite is deprecated: write overwrite = true under \[store\]"):
         cfg = load_config(tmp_path / "a.toml")

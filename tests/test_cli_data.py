@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import distsketch as ds
-from confighelpers import KRR, regression_csv, run_cli, toy_data
+from confighelpers import KRR, regression_csv, run_cli
 from distsketch.cli import config
 from distsketch.cli.commands import main
 from distsketch.cli.config import ConfigError, load_config
@@ -28,18 +28,6 @@ def _data(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"real data set not available: {path} (set DISTSKETCH_DATA)")
     return path
-
-
-def _toy(tmp_path: Path) -> Path:
-    return toy_data(tmp_path)
-
-
-@pytest.fixture(scope="module")
-def fitted(tmp_path_factory):
-    """A directory with the toy data, its config and a fitted store ``fit.zarr``."""
-    work = _toy(tmp_path_factory.mktemp("fitted"))
-    assert main(["-q", "fit", str(work / "fit.toml")]) == 0
-    return work
 
 
 @pytest.mark.slow
@@ -79,15 +67,15 @@ def test_predict_on_feature_only_csv_and_arff(tmp_path, capsys):
     assert "narrow.csv has 2 columns; the model was fitted on 3 inputs" in err, err
 
 
-def test_predict_on_feature_only_npz_and_zarr(fitted, tmp_path, capsys):
+def test_predict_on_feature_only_npz_and_zarr(cli_fit, tmp_path, capsys):
     import zarr
 
-    Xt = np.load(fitted / "test.npz")["X"]
+    Xt = np.load(cli_fit / "test.npz")["X"]
     np.savez(tmp_path / "x.npz", X=Xt)
     zarr.open_group(tmp_path / "x.zarr", mode="w").create_array("X", data=Xt)
-    expected = ds.load(fitted / "fit.zarr").predict(Xt)
+    expected = ds.load(cli_fit / "fit.zarr").predict(Xt)
     for name in ("x.npz", "x.zarr"):
-        assert main(["-q", "predict", str(fitted / "fit.zarr"), "--input", str(tmp_path / name),
+        assert main(["-q", "predict", str(cli_fit / "fit.zarr"), "--input", str(tmp_path / name),
                      "--output", str(tmp_path / "p.npy")]) == 0, capsys.readouterr().err
         np.testing.assert_array_equal(np.load(tmp_path / "p.npy"), expected)
 

@@ -6,26 +6,12 @@ them all; an unknown one is named before anything is read)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import distsketch as ds
-from confighelpers import KRR, regression_csv, run_cli, toy_data
+from confighelpers import KRR, regression_csv, run_cli
 from distsketch.cli.commands import main
-
-
-def _toy(tmp_path: Path) -> Path:
-    return toy_data(tmp_path)
-
-
-@pytest.fixture(scope="module")
-def fitted(tmp_path_factory):
-    """A directory with the toy data, its config and a fitted store ``fit.zarr``."""
-    work = _toy(tmp_path_factory.mktemp("fitted"))
-    assert main(["-q", "fit", str(work / "fit.toml")]) == 0
-    return work
 
 
 def test_info_on_a_file_a_plain_directory_and_a_foreign_group(tmp_path, capsys):
@@ -48,16 +34,16 @@ def test_info_on_a_file_a_plain_directory_and_a_foreign_group(tmp_path, capsys):
     assert "is not a distsketch store" in capsys.readouterr().err
 
 
-def test_evaluate_on_an_incomplete_store_says_so(fitted, tmp_path, capsys):
+def test_evaluate_on_an_incomplete_store_says_so(cli_fit, tmp_path, capsys):
     import dask.array as da
 
-    X = np.load(fitted / "train.npz")["X"].copy()
+    X = np.load(cli_fit / "train.npz")["X"].copy()
     X[150, 2] = np.nan
     with pytest.raises(ValueError):
         ds.SISOKR(input_sketch=ds.SubSampling(20), random_state=0, store=str(tmp_path / "broken.zarr"),
                   options=ds.EngineOptions(block_rows=50)).fit(
-            da.from_array(X, chunks=(50, 4)), np.load(fitted / "train.npz")["Y"])
-    assert main(["evaluate", str(tmp_path / "broken.zarr"), "--test", str(fitted / "test.npz")]) == 2
+            da.from_array(X, chunks=(50, 4)), np.load(cli_fit / "train.npz")["Y"])
+    assert main(["evaluate", str(tmp_path / "broken.zarr"), "--test", str(cli_fit / "test.npz")]) == 2
     err = capsys.readouterr().err
     assert "holds an incomplete fit (status 'pass')" in err and "distsketch fit" in err
     assert main(["evaluate", str(tmp_path / "broken.zarr")]) == 2  # not "no test data"
@@ -79,8 +65,8 @@ def test_csv_parse_errors_name_the_key_file_and_row(tmp_path, capsys):
     assert not (tmp_path / "krr.zarr").exists()
 
 
-def test_local_zero_is_refused(fitted):
-    out = run_cli("fit", "fit.toml", "--local", "0", cwd=fitted)
+def test_local_zero_is_refused(cli_fit):
+    out = run_cli("fit", "fit.toml", "--local", "0", cwd=cli_fit)
     assert out.returncode == 2
     assert "argument --local: expected a positive integer (a number of workers), got 0" in out.stderr
 

@@ -430,3 +430,10 @@ def test_tiled_sketch_refuses_a_generator_that_draws_differently():
     meta = dict(meta, spec=GaussianSketch(4).to_config())
     with pytest.raises(ValueError, match="regenerated from its seed differs"):
         type(R)._from_state(Drifted(4), meta, arrays)
+
+
+def test_repr_of_a_part_without_arguments_is_its_call():
+    """A part whose class takes no argument (``object.__init__``) shows as ``Name()``."""
+    assert repr(Identity()) == "Identity()"
+    assert repr(SubSampling(5)) == "SubSampling(5)"
+    assert eval(repr(Identity()), {"Identity": Identity}).get_params() == {}
