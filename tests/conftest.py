@@ -17,6 +17,14 @@ def data_dir(name: str) -> Path:
     return path
 
 
+def data_path(*parts: str) -> Path:
+    """A file or folder of the shared data sets; the test skips with the path when absent."""
+    path = DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"real data set not available: {path} (set DISTSKETCH_DATA)")
+    return path
+
+
 #: THE list of sketch types every sketch-parametrised test runs on: one line per sketch, a
 #: factory of the sketch size m (``None`` for a sketch without one). A new sketch type is one
 #: line here (docs/guide/extending.md, "How to add a sketch").

@@ -6,7 +6,6 @@ refused); npz keys; and the README's way to load a data set."""
 from __future__ import annotations
 
 import logging
-import os
 import re
 from pathlib import Path
 
@@ -15,19 +14,10 @@ import pytest
 
 import distsketch as ds
 from confighelpers import KRR, regression_csv, run_cli
+from conftest import data_path
 from distsketch.cli import config
 from distsketch.cli.commands import main
 from distsketch.cli.config import ConfigError, load_config
-
-ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("DISTSKETCH_DATA", ROOT.parent / "shared" / "data"))
-
-
-def _data(*parts: str) -> Path:
-    path = DATA.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"real data set not available: {path} (set DISTSKETCH_DATA)")
-    return path
 
 
 @pytest.mark.slow
@@ -222,7 +212,7 @@ def test_shapes_are_logged_at_info(tmp_path, caplog):
 def test_readme_shows_how_to_load_a_data_set():
     import distsketch.io as dio
 
-    readme = (ROOT / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     m = re.search(r"from distsketch\.io import ([\w, ]+)", readme)
     assert m, "the README does not show how to load a data set"
     for name in m.group(1).split(","):
@@ -233,13 +223,13 @@ def test_readme_shows_how_to_load_a_data_set():
 def test_real_mulan_labels_and_gas_turbine_glob(tmp_path):
     from distsketch.io.arff import load_arff
 
-    X, Y = load_arff(_data("bibtex", "bibtex-train.arff"))  # bibtex.xml next to it
+    X, Y = load_arff(data_path("bibtex", "bibtex-train.arff"))  # bibtex.xml next to it
     assert X.shape == (4880, 1836) and Y.shape == (4880, 159)
-    X, Y = load_arff(_data("corel5k", "Corel5k-train-sparse.arff"))
+    X, Y = load_arff(data_path("corel5k", "Corel5k-train-sparse.arff"))
     assert X.shape == (4500, 499) and Y.shape == (4500, 374)
     with pytest.raises(ValueError, match="disagrees with mulan's XML file"):
-        load_arff(_data("corel5k", "Corel5k-train-sparse.arff"), n_targets=373)
-    gas = _data("gas_turbine_ppgas")
+        load_arff(data_path("corel5k", "Corel5k-train-sparse.arff"), n_targets=373)
+    gas = data_path("gas_turbine_ppgas")
     (tmp_path / "fit.toml").write_text(KRR.format(
         data=f'train = "{gas}/gt_201[1-3].csv"\ntarget_columns = ["NOX"]\ndrop_columns = ["CO"]',
         store="k.zarr"))

@@ -6,26 +6,15 @@ means."""
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import distsketch as ds
 from confighelpers import KRR, regression_csv
+from conftest import data_path
 from distsketch.cli.commands import main
 from distsketch.cli.config import ConfigError, load_config
-
-ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("DISTSKETCH_DATA", ROOT.parent / "shared" / "data"))
-
-
-def _data(*parts: str) -> Path:
-    path = DATA.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"real data set not available: {path} (set DISTSKETCH_DATA)")
-    return path
 
 
 def _krr_fit(tmp_path, data: str, *args) -> int:
@@ -147,7 +136,7 @@ def test_missing_key_is_validated(tmp_path):
 def test_real_rf1_with_imputed_means(tmp_path, capsys):
     """mulan's rf1 has 60 training and test rows with missing inputs; imputed, it fits and
     evaluates through the CLI with finite errors."""
-    train, test = _data("mtr", "rf1-train.arff"), _data("mtr", "rf1-test.arff")
+    train, test = data_path("mtr", "rf1-train.arff"), data_path("mtr", "rf1-test.arff")
     data = f'train = "{train}"\ntest = "{test}"\nn_targets = 8\nstandardize = true\nmissing = "impute-mean"'
     assert _krr_fit(tmp_path, data) == 0
     assert main(["-q", "evaluate", str(tmp_path / "krr.zarr"), "--json", "--metrics", "rmse"]) == 0
