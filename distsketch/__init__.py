@@ -19,10 +19,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from . import _moved
+from . import compat
 from ._version import __version__
 
-_moved.install()
+compat.install()
 
 #: Public names and the submodule each lives in.
 _NAMES = {
@@ -56,8 +56,8 @@ def __getattr__(name: str) -> Any:
         value = importlib.import_module(".models.base", __name__).not_fitted_error()
     elif name in _SUBMODULES:
         value = importlib.import_module(f".{name}", __name__)
-    elif name in _moved.MOVED:  # the flat layout's module paths, for one release
-        value = _moved.moved_module(name)
+    elif name in compat.MOVED:  # the flat layout's module paths, for one release
+        value = compat.moved_module(name)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value  # later lookups skip this function

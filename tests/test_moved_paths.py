@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import distsketch as ds
-from distsketch._moved import MOVED
+from distsketch.compat import MOVED
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))

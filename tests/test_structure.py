@@ -24,7 +24,7 @@ MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 #: only units of earlier layers (and itself). docs/design/layout.md says why each sits
 #: where it does.
 LAYERS = [
-    ["_version", "_registry", "_hashing", "_base", "_moved", "tuning"],
+    ["_version", "_registry", "_hashing", "_base", "compat", "tuning"],
     ["backends"],
     ["kernels", "sketches", "options", "losses"],
     ["linalg"],
@@ -255,6 +255,9 @@ def cross_module_privates() -> list[str]:
                 for a in node.names:
                     if f"{base}.{a.name}" in MODULES:
                         bound[a.asname or a.name] = f"{base}.{a.name}"
+                        if _private(a.name):  # ``from . import _module``: a private module
+                            found.append(f"{module}:{node.lineno} imports the private module "
+                                         f"{base}.{a.name}")
                     elif base in MODULES and base != module and _private(a.name):
                         found.append(f"{module}:{node.lineno} imports {a.name} from {base}")
             elif isinstance(node, ast.Import):
@@ -275,16 +278,21 @@ def test_no_private_name_crosses_a_module_boundary():
     assert cross_module_privates() == []
 
 
-def test_the_private_check_sees_both_forms(tmp_path, monkeypatch):
-    """The analysis itself, on a two-module package: a ``from .a import _x`` inside a function
-    and an ``a._y`` after ``from . import a`` are both found; ``__version__`` is not private."""
+def test_the_private_check_sees_every_form(tmp_path, monkeypatch):
+    """The analysis itself, on a small package: a ``from .a import _x`` inside a function, an
+    ``a._y`` after ``from . import a`` and a ``from . import _c`` (a private module) are found;
+    ``__version__`` is not private, and a public name of a private module may be imported."""
     (tmp_path / "a.py").write_text("_x = 1\n_y = 2\n__version__ = '0'\n")
-    (tmp_path / "b.py").write_text("from . import a\nfrom .a import __version__\n\n"
+    (tmp_path / "_c.py").write_text("z = 3\n")
+    (tmp_path / "b.py").write_text("from . import a, _c\nfrom .a import __version__\n"
+                                   "from ._c import z\n\n"
                                    "def f():\n    from .a import _x\n    return a._y + _x\n")
     monkeypatch.setattr(__import__(__name__), "MODULES",
-                        {"pkg.a": tmp_path / "a.py", "pkg.b": tmp_path / "b.py"})
-    found = cross_module_privates()
-    assert len(found) == 2 and "_x" in found[0] + found[1] and "a._y" in found[0] + found[1]
+                        {"pkg.a": tmp_path / "a.py", "pkg._c": tmp_path / "_c.py",
+                         "pkg.b": tmp_path / "b.py"})
+    found = " | ".join(cross_module_privates())
+    assert found.count("pkg.b:") == 3, found
+    assert "_x" in found and "a._y" in found and "private module pkg._c" in found
 
 
 MAX_FUNCTION_LINES = 100
