@@ -283,11 +283,13 @@ class PassTimes(logging.Handler):
 
 
 def watch_pass() -> PassTimes:
-    """A :class:`PassTimes` attached to distsketch's pass logger (INFO)."""
+    """A :class:`PassTimes` attached to distsketch's pass logger (INFO): the module's name now
+    and in the flat layout before it (``bench_compare.py`` runs either as its base)."""
     times = PassTimes()
-    logger = logging.getLogger("distsketch.engine.accumulate")
-    logger.addHandler(times)
-    logger.setLevel(logging.INFO)
+    for name in ("distsketch.engine.accumulate", "distsketch.accumulate"):
+        logger = logging.getLogger(name)
+        logger.addHandler(times)
+        logger.setLevel(logging.INFO)
     return times
 
 
