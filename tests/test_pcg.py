@@ -409,7 +409,8 @@ def test_a_user_sketch_declaring_landmarks_takes_the_pcg_route(tmp_path):
     """PCG asks a sketch whether it selects landmarks (``Sketch.selects_landmarks``), not for
     its class name: a user's sub-sampling sketch defined here fits by PCG as SubSampling does,
     and a user's mixing sketch is refused naming the sketches that select landmarks."""
-    from distsketch.sketches.base import SKETCHES, SubSampling
+    from distsketch.sketches.base import SKETCHES
+    from distsketch.sketches.sampling import SubSampling
     from distsketch.sketches.tiled import GaussianSketch
 
     class MySubSampling(SubSampling):

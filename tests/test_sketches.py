@@ -23,14 +23,8 @@ from conftest import SKETCH_TYPES, all_sketches, random_sketches
 from distsketch.kernels import families as kernel_families
 from distsketch.kernels.families import Gaussian
 from distsketch.linalg.blocks import gram_dot
-from distsketch.sketches.base import (
-    Accumulation,
-    Identity,
-    RealizedSketch,
-    SubSampling,
-    check_sketch,
-    sketch_from_config,
-)
+from distsketch.sketches.base import RealizedSketch, check_sketch, sketch_from_config
+from distsketch.sketches.sampling import Accumulation, Identity, SubSampling
 from distsketch.sketches.tiled import TILE, CountSketch, GaussianSketch, PSparsified
 from distsketch.testing.contracts import (
     SketchContract,

@@ -199,7 +199,7 @@ def run_demo(output: str | os.PathLike = "demo-output", *, seed: int = 0, progre
     from ..kernels.families import Gaussian
     from ..models.sisokr import SISOKR
     from ..options import EngineOptions
-    from ..sketches.base import SubSampling
+    from ..sketches.sampling import SubSampling
     from ..sketches.tiled import PSparsified
 
     stream = sys.stdout if stream is None else stream

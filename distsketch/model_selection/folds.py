@@ -68,7 +68,7 @@ def all_rows_for_exact_sides(spec: FitSpec, K: int) -> FitSpec:
     whitened basis of ``K`` (directions of ``K`` below ``eig_rtol`` dropped, as for every
     sketched side).
     """
-    from ..sketches.base import Identity, SubSampling
+    from ..sketches.sampling import Identity, SubSampling
 
     n = spec.X.n
     sketches = {name: SubSampling(n) if isinstance(sk, Identity) else sk

@@ -199,7 +199,7 @@ class FitSpec:
     lams: tuple[float, ...] = ()
 
     def exact(self, sketch_param: str) -> bool:
-        from ..sketches.base import Identity
+        from ..sketches.sampling import Identity
 
         return isinstance(self.sketches[sketch_param], Identity)
 

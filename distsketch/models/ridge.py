@@ -116,7 +116,8 @@ class SisokrTable(CoefTable):
 def check_sisokr_pcg(est) -> None:
     """What ``solver="pcg"`` needs of a SISOKR's arguments: ``tol``, ``max_iter``, an input
     sketch that picks landmarks and a sketched output side; each error names its argument."""
-    from ..sketches.base import Identity, check_sketch
+    from ..sketches.base import check_sketch
+    from ..sketches.sampling import Identity
     from ..solvers.pcg import check_pcg_sketch
 
     check_iterations(est.tol, est.max_iter)
@@ -136,7 +137,8 @@ def auto_sisokr_route(est, X):
     route = auto_ridge_route(est, X)
     if route.name != "pcg":
         return route
-    from ..sketches.base import Identity, check_sketch
+    from ..sketches.base import check_sketch
+    from ..sketches.sampling import Identity
 
     try:  # bad arguments are left to fit's validation, in its order
         if isinstance(check_sketch(est.output_sketch, argument="output_sketch"), Identity):

@@ -1,22 +1,23 @@
 """Sketches ``R = R_mix · R_sub``: specifications and their realisations.
 
-The base classes, the registry and the sketches drawn in one go (:mod:`.base`), the sketches
-drawn tile by tile (:mod:`.tiled`) and leverage-score sampling (:mod:`.leverage`), re-exported
-here.
+The base classes and the registry (:mod:`.base`), the sketches drawn in one go
+(:mod:`.sampling`), the sketches drawn tile by tile (:mod:`.tiled`) and leverage-score
+sampling (:mod:`.leverage`), re-exported here.
 
 Block math: numpy and scipy only (no dask)."""
 
 from .base import (
     SKETCHES,
-    Accumulation,
-    Identity,
     RealizedSketch,
     Sketch,
     SparseSketch,
-    SubSampling,
     check_sketch,
     sketch_from_config,
 )
+from .sampling import Accumulation, Identity, SubSampling
+
+# isort: split
+# (the sketches register in import order, which lists them in messages: the basic ones first)
 from .leverage import LeverageScores, approximate_leverage_scores
 from .tiled import TILE, CountSketch, GaussianSketch, PSparsified, TiledSketch
 

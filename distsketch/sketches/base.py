@@ -19,11 +19,11 @@ the draw never depends on how the training rows are chunked). The shipped sketch
 functions of ``(seed, n)``; ``data`` is there for data-dependent ones. Adding a sketch:
 docs/guide/extending.md, "How to add a sketch".
 
-This module holds the two base classes, :class:`SparseSketch`, the registry and the sketches
-drawn in one go (:class:`Identity`, :class:`SubSampling`, :class:`Accumulation`); the
-sketches drawn tile by tile (``PSparsified``, ``GaussianSketch``, ``CountSketch``) and
-``TiledSketch`` are in :mod:`distsketch.sketches.tiled`, ``LeverageScores`` in
-:mod:`distsketch.sketches.leverage`.
+This module holds the two base classes, :class:`SparseSketch`, the registry and the argument
+checks; the sketches drawn in one go (:class:`~distsketch.sketches.sampling.Identity`,
+``SubSampling``, ``Accumulation``) are in :mod:`distsketch.sketches.sampling`, the sketches
+drawn tile by tile (``PSparsified``, ``GaussianSketch``, ``CountSketch``) and ``TiledSketch``
+in :mod:`distsketch.sketches.tiled`, ``LeverageScores`` in :mod:`distsketch.sketches.leverage`.
 
 =====================  ==============================  =============================
 sketch                 support J                       R_mix
@@ -64,9 +64,6 @@ from ..backends.base import backend_of
 
 __all__ = [
     "Sketch",
-    "Identity",
-    "SubSampling",
-    "Accumulation",
     "RealizedSketch",
     "SparseSketch",
     "SKETCHES",
@@ -78,7 +75,8 @@ __all__ = [
 SKETCHES: Registry = Registry("sketch")
 
 
-def _positive_int(value: Any, *, owner: str, name: str) -> int:
+def positive_int(value: Any, *, owner: str, name: str) -> int:
+    """``value`` as an int if it is a positive integer (not a bool), else ``ValueError``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}")
     return int(value)
@@ -141,7 +139,7 @@ class RealizedSketch(ABC):
 
     @property
     def is_identity(self) -> bool:
-        return isinstance(self.spec, Identity)
+        return bool(self.spec.exact)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.spec!r}, n={self.n}, seed={self.seed}, m={self.m}, "
@@ -454,6 +452,8 @@ class Sketch(ParamsMixin):
     #: preconditioner is built from: ``distsketch.solvers.pcg``). Mixing sketches (Gaussian,
     #: p-sparsified, accumulation, CountSketch) make ``B`` a mix of many rows' kernel values.
     selects_landmarks: ClassVar[bool] = False
+    #: The sketch is the identity (an exact side: ``R = I_n``).
+    exact: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -529,7 +529,7 @@ class Sketch(ParamsMixin):
         return hash((type(self).__name__, tuple(sorted(self.get_params().items()))))
 
     def _m(self) -> int:
-        return _positive_int(self.m, owner=type(self).__name__, name="m")
+        return positive_int(self.m, owner=type(self).__name__, name="m")
 
     def _check_rows(self, n: int, *, argument: str) -> None:
         """``m`` a positive integer of at most ``n``: a sketch of ``n`` rows has rank at most
@@ -542,91 +542,6 @@ class Sketch(ParamsMixin):
         if m > n:
             raise ValueError(f"{argument}: {type(self).__name__}(m={m}) needs m <= n_samples = "
                              f"{n}; use a smaller m or Identity() for the exact model")
-
-
-class Identity(Sketch):
-    """No sketching: ``R = I_n`` (exact IOKR / KRR)."""
-
-    name = "identity"
-
-    def deterministic(self, n: int) -> bool:
-        return True
-
-    def realize(self, n: int, *, seed: int, data: Any = None) -> RealizedSketch:
-        n = int(n)
-        return SparseSketch(self, n, seed, n, support=np.arange(n),
-                            mixing=sp.identity(n, format="csc"), scale=np.ones(n))
-
-
-class SubSampling(Sketch):
-    """Uniform sub-sampling of ``m`` rows without replacement (Nyström).
-
-    ``R[r, J_r] = sqrt(n/m)``, ``J`` drawn uniformly without replacement and sorted.
-
-    Parameters
-    ----------
-    m : int
-        Number of sampled rows, ``1 <= m <= n``.
-    """
-
-    name = "subsampling"
-    selects_landmarks = True
-
-    def __init__(self, m: int) -> None:
-        self.m = m
-
-    def check(self, n: int, *, argument: str) -> None:
-        self._check_rows(n, argument=argument)
-
-    def deterministic(self, n: int) -> bool:
-        return self.m == n
-
-    def realize(self, n: int, *, seed: int, data: Any = None) -> RealizedSketch:
-        m = self._m()
-        rng = np.random.default_rng([int(seed), 0])
-        rows = np.sort(rng.choice(n, size=m, replace=False)).astype(np.int64)
-        scale = np.full(m, np.sqrt(n / m))
-        return SparseSketch(self, n, seed, m, support=rows, mixing=sp.diags_array(scale),
-                            scale=scale)
-
-
-class Accumulation(Sketch):
-    """Accumulation sketch: the sum of ``q`` signed uniform sub-sampling matrices.
-
-    Each of the ``m`` rows receives ``q`` entries ``±sqrt(n/(m q))`` at columns drawn
-    uniformly with replacement (Chen & Yang, AISTATS 2021, eq. 2; ``p_j = 1/n``).
-    Repeated columns within a row add up.
-
-    Parameters
-    ----------
-    m : int
-        Number of rows.
-    q : int
-        Number of accumulated sub-sampling matrices.
-    """
-
-    name = "accumulation"
-
-    def __init__(self, m: int, q: int = 2) -> None:
-        self.m = m
-        self.q = q
-
-    def check(self, n: int, *, argument: str) -> None:
-        try:
-            _positive_int(self.q, owner="Accumulation", name="q")
-        except ValueError as exc:
-            raise ValueError(f"{argument}: {exc}") from None
-        self._check_rows(n, argument=argument)
-
-    def realize(self, n: int, *, seed: int, data: Any = None) -> RealizedSketch:
-        m = self._m()
-        q = _positive_int(self.q, owner="Accumulation", name="q")
-        rng = np.random.default_rng([int(seed), 0])
-        cols = rng.integers(0, n, size=(m, q))
-        signs = rng.integers(0, 2, size=(m, q)) * 2.0 - 1.0
-        vals = signs * np.sqrt(n / (m * q))
-        return SparseSketch.from_entries(self, n, seed, m, np.repeat(np.arange(m), q),
-                                         cols.ravel(), vals.ravel())
 
 
 def check_sketch(sketch: Sketch | dict | None, *, argument: str) -> Sketch:
@@ -653,7 +568,7 @@ def check_sketch(sketch: Sketch | dict | None, *, argument: str) -> Sketch:
     True
     """
     if sketch is None:
-        return Identity()
+        return SKETCHES["identity"]()
     if isinstance(sketch, Sketch):
         return sketch
     if isinstance(sketch, dict):
