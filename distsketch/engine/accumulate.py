@@ -79,7 +79,7 @@ def _float64(block, ws, name: str, xp):
     return out
 
 
-def _block_sums(plan: PassPlan, i: int, C, D, yb, ws, width: int = 0) -> dict:
+def _block_sums(plan: PassPlan, i: int, C, D, yb, ws, width: int = 0, xb=None) -> dict:
     """Partial sums of block ``i`` from its blocks ``C`` (and ``D``), in float64: the sums of
     the input width ``width`` (0: the fit's own kernel; ``j``: ``plan.x_widths[j − 1]``, the
     sums named ``"…~j"``)."""
@@ -88,7 +88,7 @@ def _block_sums(plan: PassPlan, i: int, C, D, yb, ws, width: int = 0) -> dict:
     C = _float64(C, ws, "C64", be.xp)
     if D is not None:
         D = _float64(D, ws, "D64", be.xp)
-    view = BlockView(plan, s, e, C, D, yb, be)
+    view = BlockView(plan, s + plan.row_offset, e + plan.row_offset, C, D, yb, be, xb)
     return {name: sum_term(name).func(view) for name in plan.sums if width_of(name)[1] == width}
 
 
@@ -165,7 +165,7 @@ def _pass_block(plan: PassPlan, item: tuple, ws) -> dict:
         if stored is not None:
             C, D = stored
             sums = _block_sums(plan, i, be.asarray(C), None if D is None else be.asarray(D),
-                               yb, ws)
+                               yb, ws, xb=xb)
             if plan.x_widths:
                 sums.update(_width_sums(plan, i, xb, yb, None if D is None else be.asarray(D),
                                         block, ws))
@@ -186,7 +186,7 @@ def _pass_block(plan: PassPlan, item: tuple, ws) -> dict:
     if plan.records is not None:
         written = _io_pool().submit(_write_block, plan, i, be.to_numpy(C),
                                     None if D is None else be.to_numpy(D), xfp, yfp)
-    sums = _block_sums(plan, i, C, D, yb, ws)
+    sums = _block_sums(plan, i, C, D, yb, ws, xb=xb)
     if plan.x_widths:
         sums.update(_width_sums(plan, i, xb, yb, D, block, ws))
     if written is not None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._hashing import row_hash
+from .._hashing import row_hash, rows_digest
 from ..backends.base import dense
 from ..options import start_idle_window
 from ..sketches.base import RealizedSketch
@@ -65,6 +65,11 @@ class PassPlan:
         :func:`~distsketch.engine.fitpass.fit_pass` ``x_widths``): the sums named ``"<sum>~<j>"`` are those of the
         ``j``-th (1-based) computed from its own block ``C_I^{(j)}``, recomputed from the
         block's input rows (never stored). One read of the data serves every width.
+    row_offset : int
+        Training-row position of the pass's first row (0; appended rows,
+        :func:`~distsketch.engine.batches.batch_pass`, start after the fit's): the blocks'
+        :class:`BlockView` rows are ``offset + plan.rows(i)``, where the sketch's columns and
+        the unique outputs' positions are read.
     """
 
     n: int
@@ -83,6 +88,7 @@ class PassPlan:
     token: int = 0
     location: str = "<memory>"
     x_widths: tuple = ()
+    row_offset: int = 0
 
     @property
     def x_sketch(self) -> RealizedSketch:
@@ -253,6 +259,7 @@ class BlockView:
     D: Any
     y: Any  # the raw output / target rows (host), or None
     backend: Any
+    x: Any = None  # the raw input rows (host)
 
     def host(self, a) -> np.ndarray:
         return self.backend.to_numpy(a)
@@ -328,6 +335,12 @@ def _term_U(v: BlockView):
     return _unique_rows(dense(v.y), v.start)
 
 
+def _term_digest(v: BlockView):
+    """The rows' order-free digest (:func:`~distsketch._hashing.rows_digest`): a wrapping
+    uint64 sum, the identity of a fit's rows that appended batches are compared with."""
+    return np.atleast_1d(rows_digest(v.x, v.y))
+
+
 @dataclass(frozen=True)
 class SumTerm:
     """One partial sum of the pass.
@@ -370,6 +383,7 @@ SUM_TERMS = {
     "yy": SumTerm(_term_yy, reads_y=True),
     "count": SumTerm(_term_count),
     "kyy": SumTerm(_term_kyy, reads_y=True),
+    "digest": SumTerm(_term_digest, reads_y=True),
 }
 
 #: Sums that have a per-fold form ``"<name>@<folds>"`` (cross-validation from one pass).

@@ -20,7 +20,7 @@ import numpy as np
 from ..engine.store import StoreDirectory
 from ..kernels.base import CallableKernel, check_kernel, kernel_from_config
 from ..options import options_from_dict
-from ..sketches.base import sketch_from_config
+from ..sketches.base import check_sketch, sketch_from_config
 
 __all__ = ["callables", "check_savable", "kernel_from_json", "kernel_to_json", "params_from_json",
            "params_to_json"]
@@ -97,7 +97,9 @@ def params_to_json(est) -> dict:
         if kind == "kernel":
             out[name] = {"kernel": kernel_to_json(value)}
         elif kind == "sketch":
-            out[name] = {"sketch": None if value is None else value.to_config()}
+            # a fitted model's realised sketch is saved as the Fixed specification it replays
+            out[name] = {"sketch": None if value is None
+                         else check_sketch(value, argument=name).to_config()}
         elif kind == "options":
             out[name] = {"options": None if value is None else dataclasses.asdict(value)}
         elif kind == "random_state":

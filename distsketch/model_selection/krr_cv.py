@@ -154,6 +154,9 @@ class SketchedKRRCV(SketchedKRR):
                     "random_state": "random_state", "store": "store", "options": "options"}
     _configurable = True
 
+    #: No ``partial_fit``: appended rows would need the folds scored again (not implemented)
+    _appends = False
+
     def __init__(self, kernel: Kernel | str | Callable = "gaussian", *,
                  sketch: Sketch | None = None,
                  lams: Sequence[float] = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2),

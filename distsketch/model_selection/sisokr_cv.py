@@ -158,6 +158,9 @@ class SISOKRCV(SISOKR):
     _configurable = True
     _needs_eigenbasis = True  # the fold scores work in the refit's eigenbasis of H
 
+    #: No ``partial_fit``: appended rows would need the folds scored again (not implemented)
+    _appends = False
+
     def __init__(self, input_kernel: Kernel | str | Callable = "gaussian",
                  output_kernel: Kernel | str | Callable = "gaussian", *,
                  input_sketch: Sketch | None = None, output_sketch: Sketch | None = None,

@@ -294,6 +294,7 @@ class SketchedEstimator(ParamsMixin):
         # the store's lock is held from the pass to the saved model: one writer at a time
         with fitted.fs as fs:
             route.adopt(self, spec, fitted)
+            self._after_fit(spec, route, fitted)
             self.solver_ = fitted.solver
             self.n_passes_ = int(fitted.n_passes)
             self.n_features_in_ = spec.X.shape[1]
@@ -328,7 +329,7 @@ class SketchedEstimator(ParamsMixin):
             x_kernel=spec.kernels[kx], x_sketch=spec.sketches[sx],
             y_kernel=spec.kernels[out[0]] if out else None,
             y_sketch=spec.sketches[out[1]] if out else None,
-            sums=self._sums(spec), rng=spec.rng, store=self.store, options=spec.options,
+            sums=self._pass_sums(spec), rng=spec.rng, store=self.store, options=spec.options,
             model=self._pass_model or type(self).__name__,
             reuse_seeds=self.random_state is None,
             x_widths=self._x_widths(spec),
@@ -363,6 +364,15 @@ class SketchedEstimator(ParamsMixin):
     def _sums(self, spec: FitSpec) -> tuple[str, ...]:
         """Names of the pass sums this model needs (``sums.SUM_TERMS``)."""
         raise NotImplementedError
+
+    def _pass_sums(self, spec: FitSpec) -> tuple[str, ...]:
+        """The sums :meth:`run_pass` computes: :meth:`_sums` (a model that takes appended rows
+        adds the rows' digest, ``distsketch.models.growing``)."""
+        return self._sums(spec)
+
+    def _after_fit(self, spec: FitSpec, route: Any, fitted: Any) -> None:
+        """Called once the route's fit is adopted, before the model is saved (nothing by
+        default; ``distsketch.models.growing`` keeps the batches' sums)."""
 
     def _x_widths(self, spec: FitSpec) -> tuple:
         """Further input kernels whose sums the same pass computes (``"<sum>~<j>"``, see

@@ -19,6 +19,7 @@ from ..options import driver_threads, with_blas_limit
 from ..solvers.direct import krr_sums, solve_krr
 from ..solvers.routes import check_iterations
 from .base import FitSpec, RidgeEstimator, checks_feature_names
+from .growing import Growing
 from .ridge import (
     RIDGE_PARAMS,
     KRRClosedForm,
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["SketchedKRR"]
 
 
-class SketchedKRR(RidgeEstimator):
+class SketchedKRR(Growing, RidgeEstimator):
     """Sketched kernel ridge regression, scalar or multi-output (exact with ``sketch=None``).
 
     ``f(x) = (R k(X, x))ᵀ β(λ)`` with ``β(λ) = (R K² Rᵀ + nλ R K Rᵀ)^† R K Y`` (eq. 3 of

@@ -38,6 +38,7 @@ from ..solvers.direct import sisokr_coef, sisokr_sums, solve_sisokr
 from ..solvers.reduced_rank import check_rank
 from ..solvers.routes import fitted_index
 from .base import FitSpec, RidgeEstimator, checks_feature_names
+from .growing import Growing
 from .ridge import (
     RIDGE_PARAMS,
     SisokrClosedForm,
@@ -63,7 +64,7 @@ __all__ = ["SISOKR"]
 
 
 
-class SISOKR(RidgeEstimator):
+class SISOKR(Growing, RidgeEstimator):
     """Sketch-In-Sketch-Out kernel regression for structured outputs (IOKR family).
 
     Learns a surrogate ``ĥ`` from the sketched input space to the sketched output space — kernel

@@ -18,6 +18,7 @@ from ..engine.features import FeatureMap
 from ..options import with_blas_limit
 from ..solvers.direct import feature_sums, solve_features
 from .base import FitSpec, SketchedEstimator, checks_feature_names
+from .growing import Growing
 
 if TYPE_CHECKING:
     import zarr
@@ -36,7 +37,7 @@ def _is_dask(X) -> bool:
     return dask_array is not None and isinstance(X, dask_array.Array)
 
 
-class SketchedFeatures(SketchedEstimator):
+class SketchedFeatures(Growing, SketchedEstimator):
     """Whitened sketched kernel features ``φ_X(x) = T_Xᵀ R k(X, x)``: a transformer like
     scikit-learn's ``Nystroem``, for every sketch, fitted by one streaming pass.
 

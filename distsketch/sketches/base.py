@@ -120,6 +120,9 @@ class RealizedSketch(ABC):
     m: int
     seed: int | None
     scale: np.ndarray | None = None
+    #: Training rows the sketch was drawn for (``n`` unless :meth:`grown`): the columns of
+    #: rows ``drawn..n-1`` are zero.
+    drawn: int | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -152,7 +155,47 @@ class RealizedSketch(ABC):
         -------
         dict
         """
-        return {"spec": self.spec.to_config(), "n": self.n, "seed": self.seed}
+        out = {"spec": self.spec.to_config(), "n": self.n, "seed": self.seed}
+        if self.rows_drawn != self.n:  # a grown sketch is not the draw for n rows
+            out["drawn"] = self.rows_drawn
+        return out
+
+    @property
+    def rows_drawn(self) -> int:
+        """Training rows the sketch was drawn for: ``n``, or fewer for a :meth:`grown` one."""
+        return self.n if self.drawn is None else int(self.drawn)
+
+    def grown(self, n: int) -> "RealizedSketch":
+        """The same ``R`` over ``n >= self.n`` training rows: ``[R, 0]`` (``self`` for ``n``).
+
+        Support, mixing and landmarks are kept, so the blocks ``C_I`` of the rows seen and
+        ``B`` do not change; appended rows add their own blocks (docs/design/growing.md).
+        Refuses fewer rows, and an exact side (its ``n × n`` system grows with the rows).
+
+        Parameters
+        ----------
+        n : int
+
+        Returns
+        -------
+        RealizedSketch
+        """
+        n = int(n)
+        if n < self.n:
+            raise ValueError(f"sketch: a realised sketch of {self.n} rows replays over at "
+                             f"least as many rows, got {n}")
+        if n == self.n:
+            return self
+        if self.is_identity:
+            raise ValueError("sketch: an exact side (sketch=None or Identity()) cannot take "
+                             "appended rows: its n × n system grows with them; give a sketch "
+                             "such as SubSampling(m) to append rows")
+        return self._grown(n)
+
+    def _grown(self, n: int) -> "RealizedSketch":
+        """:meth:`grown` for ``n > self.n`` (a realisation that supports growing)."""
+        raise ValueError(f"sketch: the realisation {type(self).__name__} cannot be grown to "
+                         f"more rows")
 
     # -- the block operations -------------------------------------------------------
     @abstractmethod
@@ -344,9 +387,10 @@ class SparseSketch(RealizedSketch):
     kind = "sparse"
 
     def __init__(self, spec: Sketch, n: int, seed: int | None, m: int, *, support: Any,
-                 mixing: Any, scale: np.ndarray | None = None) -> None:
+                 mixing: Any, scale: np.ndarray | None = None, drawn: int | None = None) -> None:
         self.spec = spec
         self.n = int(n)
+        self.drawn = None if drawn is None or int(drawn) == self.n else int(drawn)
         self.seed = None if seed is None else int(seed)
         self.m = int(m)
         self.scale = scale
@@ -421,13 +465,18 @@ class SparseSketch(RealizedSketch):
     def transpose_dot(self, T: np.ndarray) -> np.ndarray:
         return np.asarray(self._mix_t @ T)
 
+    def _grown(self, n: int) -> "SparseSketch":
+        return SparseSketch(self.spec, n, self.seed, self.m, support=self._support,
+                            mixing=self._mix_csc, scale=self.scale, drawn=self.rows_drawn)
+
     def _state(self):
-        return {"support": self._support, "mixing": self.mixing, "scale": self.scale}, {}
+        meta = {} if self.drawn is None else {"drawn": self.drawn}
+        return {"support": self._support, "mixing": self.mixing, "scale": self.scale}, meta
 
     @classmethod
     def _from_state(cls, spec, meta, arrays):
         return cls(spec, meta["n"], meta["seed"], meta["m"], support=arrays["support"],
-                   mixing=arrays["mixing"], scale=arrays.get("scale"))
+                   mixing=arrays["mixing"], scale=arrays.get("scale"), drawn=meta.get("drawn"))
 
 
 # --------------------------------------------------------------------------- specs
@@ -549,9 +598,10 @@ def check_sketch(sketch: Sketch | dict | None, *, argument: str) -> Sketch:
 
     Parameters
     ----------
-    sketch : Sketch, dict or None
-        A specification (returned as is), a config dict (:func:`sketch_from_config`) or
-        ``None``; anything else (or a bad config) raises ``ValueError``.
+    sketch : Sketch, RealizedSketch, dict or None
+        A specification (returned as is), a fitted model's realised sketch (replayed:
+        :class:`~distsketch.sketches.fixed.Fixed`), a config dict (:func:`sketch_from_config`)
+        or ``None``; anything else (or a bad config) raises ``ValueError``.
     argument : str
         The argument's name, which starts every error message.
 
@@ -571,6 +621,8 @@ def check_sketch(sketch: Sketch | dict | None, *, argument: str) -> Sketch:
         return SKETCHES["identity"]()
     if isinstance(sketch, Sketch):
         return sketch
+    if isinstance(sketch, RealizedSketch):  # a fitted model's, replayed: sketches.fixed
+        return SKETCHES["fixed"](sketch)
     if isinstance(sketch, dict):
         return sketch_from_config(sketch, argument=argument)
     raise ValueError(

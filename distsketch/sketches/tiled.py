@@ -53,26 +53,32 @@ class TiledSketch(RealizedSketch):
 
     kind = "tiled"
 
-    def __init__(self, spec: Sketch, n: int, seed: int, m: int) -> None:
+    def __init__(self, spec: Sketch, n: int, seed: int, m: int, *,
+                 drawn: int | None = None) -> None:
         self.spec = spec
         self.n = int(n)
         self.seed = int(seed)
         self.m = int(m)
+        self.drawn = None if drawn is None or int(drawn) == self.n else int(drawn)
 
     @property
     def support(self) -> np.ndarray:
-        return np.arange(self.n, dtype=np.int64)
+        return np.arange(self.rows_drawn, dtype=np.int64)
 
     @property
     def support_size(self) -> int:
-        return self.n
+        return self.rows_drawn
 
     def _support_span(self, start: int, stop: int) -> tuple[int, int]:
-        return start, stop
+        d = self.rows_drawn
+        return min(start, d), min(stop, d)
+
+    def _grown(self, n: int) -> "TiledSketch":
+        return TiledSketch(self.spec, n, self.seed, self.m, drawn=self.rows_drawn)
 
     @property
     def mixing(self):
-        return self._dense_columns(0, self.n)
+        return self._dense_columns(0, self.rows_drawn)
 
     def mixing_t_block(self, start: int, stop: int) -> np.ndarray:
         """``R_mix[:, start:stop]ᵀ``: a transposed view (Fortran-ordered); a device backend keeps
@@ -94,7 +100,9 @@ class TiledSketch(RealizedSketch):
 
     def _dense_columns(self, start: int, stop: int) -> np.ndarray:
         out = np.empty((self.m, stop - start))
-        for t, a, b in _tiles(self.n):
+        if stop > self.rows_drawn:  # a grown sketch: zero columns beyond the rows drawn
+            out[:, max(self.rows_drawn - start, 0):] = 0.0
+        for t, a, b in _tiles(self.rows_drawn):
             lo, hi = max(a, start), min(b, stop)
             if lo < hi:
                 tile = self.spec.tile(self.seed, t, self.m, b - a)
@@ -115,23 +123,25 @@ class TiledSketch(RealizedSketch):
         list of (int, int)
             Consecutive spans covering ``range(n)``.
         """
-        s = self.n
+        s = self.rows_drawn
         step = max(TILE, (max(chunk, 1) // TILE) * TILE)
         return [(a, min(a + step, s)) for a in range(0, s, step)]
 
     def left_rows(self, block: Any, start: int, stop: int) -> tuple[np.ndarray, Any]:
         be = backend_of(block)
+        if start >= self.rows_drawn:  # rows a grown sketch has zero columns for
+            return np.zeros(0, np.int64), be.xp.zeros((0, block.shape[1]))
         return np.arange(self.m), be.operand(self._dense_columns(start, stop)) @ block
 
     def transpose_dot(self, T: np.ndarray) -> np.ndarray:
-        out = np.empty((self.n, T.shape[1]))
-        for t, a, b in _tiles(self.n):
+        out = np.empty((self.rows_drawn, T.shape[1]))
+        for t, a, b in _tiles(self.rows_drawn):
             out[a:b] = self.spec.tile(self.seed, t, self.m, b - a).T @ T
         return out
 
     def _tile_fingerprints(self) -> list[str]:
         """Fingerprints of the first and last generation tiles."""
-        tiles = list(_tiles(self.n))
+        tiles = list(_tiles(self.rows_drawn))
         return [fingerprint(self.spec.tile(self.seed, t, self.m, b - a))
                 for t, a, b in {tiles[0], tiles[-1]}]
 
@@ -139,11 +149,14 @@ class TiledSketch(RealizedSketch):
         # The tiles are a pure function of (seed, t): storing the dense m × n mixing would add
         # nothing but size. What is stored is a fingerprint of two tiles, checked on loading, so
         # a generator that draws differently (another numpy) is refused, never used silently.
-        return {}, {"tile_fingerprints": sorted(self._tile_fingerprints())}
+        meta = {"tile_fingerprints": sorted(self._tile_fingerprints())}
+        if self.drawn is not None:
+            meta["drawn"] = self.drawn
+        return {}, meta
 
     @classmethod
     def _from_state(cls, spec, meta, arrays):
-        sketch = cls(spec, meta["n"], meta["seed"], meta["m"])
+        sketch = cls(spec, meta["n"], meta["seed"], meta["m"], drawn=meta.get("drawn"))
         if sorted(sketch._tile_fingerprints()) != meta.get("tile_fingerprints"):
             raise ValueError(
                 f"saved sketch: {spec!r} regenerated from its seed differs from the sketch the "

@@ -1,0 +1,169 @@
+"""Rows appended to a fit: the pass over a new batch, and the batches' sums added in order.
+
+With the realised sketches fixed (:meth:`~distsketch.sketches.base.RealizedSketch.grown`: the
+columns of new rows are zero), every pass sum a direct solve reads (``G = CᵀC``, ``b = CᵀY``,
+``M = DᵀC``, the intercept's column sums, the unique outputs) is a sum over row blocks, and
+the new rows' blocks ``C_I = k(X_I, X_J) R_mixᵀ`` need only the landmarks. So a batch of new
+rows costs one pass over those rows (:func:`batch_pass`), and the model's sums are the
+batches' own sums added in batch order (:func:`add_batches`): never a subtraction, so
+forgetting a batch re-adds the others and loses nothing to cancellation
+(docs/design/growing.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._hashing import data_fingerprint
+from ..options import EngineOptions
+from ..sketches.base import RealizedSketch
+from .accumulate import run_pass
+from .features import FeatureMap
+from .fitpass import choose_block_rows
+from .rows import RowSource
+from .sums import PASS_SUMS, PassPlan, width_of
+
+__all__ = ["APPENDABLE", "batch_pass", "add_batches", "local_sums", "batch_fingerprint"]
+
+#: Pass sums that add over row batches (the others hold rows themselves: an exact side's
+#: ``C``, ``D``, ``Y``; contiguous folds, which depend on the total n, have no ``@K`` form
+#: here, seeded ones ``@K:seed`` do).
+APPENDABLE = ("G", "B", "M", "E", "b", "s", "y1", "U", "yy", "count", "kyy", "digest")
+
+#: Rows per piece of a lazy input's fingerprint (fixed: the fingerprint never depends on how
+#: the input is chunked or the pass blocked).
+FINGERPRINT_ROWS = 65536
+
+
+def _check_appendable(sums: tuple) -> None:
+    bad = []
+    for name in sums:
+        base = width_of(name)[0]
+        base, sep, folds = base.partition("@")
+        if base not in APPENDABLE or (sep and ":" not in folds):
+            bad.append(name)
+    if bad:
+        raise ValueError(f"partial_fit: the sums {bad} do not add over appended rows (an exact "
+                         f"side, or contiguous folds); this model cannot take appended rows")
+
+
+def batch_pass(X: RowSource, Y: RowSource | None, *, x_kernel, x_sketch: RealizedSketch,
+               x_landmarks: Any, y_kernel=None, y_sketch: RealizedSketch | None = None,
+               y_landmarks: Any = None, sums: tuple, offset: int,
+               options: EngineOptions) -> dict:
+    """The pass sums of appended rows: training rows ``offset .. offset + X.n − 1``.
+
+    ``x_sketch`` (and ``y_sketch``) are the fit's realised sketches grown over the new rows
+    (``sketch.grown(offset + X.n)``): their columns there are zero, so the rows add their own
+    blocks ``C_I = k(X_I, X_J) R_mixᵀ`` from the fit's landmarks and nothing to ``B`` or
+    ``E``. The blocks are not stored.
+
+    Parameters
+    ----------
+    X, Y : RowSource
+        The new rows (``Y``: their targets or outputs, or None).
+    x_kernel, y_kernel : Kernel
+        The fitted kernels (a standardised kernel keeps the statistics of its fit).
+    x_sketch, y_sketch : RealizedSketch
+        Realised sketches over ``offset + X.n`` rows.
+    x_landmarks, y_landmarks : array
+        The rows of their supports (from the fit).
+    sums : tuple of str
+        The sums (:data:`APPENDABLE`, with width and seeded-fold suffixes).
+    offset : int
+        Training rows before these (the position of the batch's first row).
+    options : EngineOptions
+
+    Returns
+    -------
+    dict
+        The batch's sums, as :func:`~distsketch.engine.accumulate.run_pass` returns them
+        (``U``'s first-occurrence indices are training-row positions, offset included).
+    """
+    _check_appendable(tuple(sums))
+    n = X.n
+    for sketch in (x_sketch, y_sketch):
+        if sketch is not None and sketch.n != offset + n:
+            raise ValueError(f"batch_pass: a sketch over {sketch.n} rows for rows "
+                             f"{offset}..{offset + n - 1}")
+    width = x_sketch.m + X.shape[1]
+    if Y is not None:
+        width += (y_sketch.m if y_sketch is not None else Y.shape[1]) + Y.shape[1]
+    dtype = np.dtype(options.block_dtype)
+    native = X.native_rows or (Y.native_rows if Y is not None else None)
+    b = choose_block_rows(options, n, width, native, dtype)
+    plan = PassPlan(
+        n=n, block_rows=b,
+        x=FeatureMap(x_kernel, x_landmarks, x_sketch, options.gram_chunk, options.tuning),
+        y=(FeatureMap(y_kernel, y_landmarks, y_sketch, options.gram_chunk, options.tuning)
+           if y_sketch is not None else None),
+        sums=tuple(sums), C=None, D=None, records=None, dtype=dtype,
+        check_x=X.lazy, check_y=Y is not None and Y.lazy, direct_io=options.direct_io,
+        backend=options.backend, row_offset=int(offset))
+    return run_pass(plan, X, Y, split_every=options.split_every, progress=options.progress)
+
+
+def _shifted(sums: dict, by: int) -> dict:
+    """``sums`` with ``U``'s first-occurrence indices moved by ``by`` rows."""
+    if "U" not in sums or by == 0:
+        return sums
+    rows, first = sums["U"]
+    return {**sums, "U": (rows, np.asarray(first, dtype=np.int64) + int(by))}
+
+
+def add_batches(parts: list[dict], rows: list[int]) -> dict:
+    """The sums of consecutive batches, added in batch order (a left fold, float64).
+
+    Parameters
+    ----------
+    parts : list of dict
+        Each batch's own sums, ``U``'s indices counted from the batch's first row.
+    rows : list of int
+        The batches' row counts: batch ``k`` starts at ``sum(rows[:k])``.
+
+    Returns
+    -------
+    dict
+        The totals: arrays added, ``U`` merged (first occurrences, positions over the
+        batches as given).
+    """
+    total: dict | None = None
+    start = 0
+    for part, count in zip(parts, rows):
+        part = _shifted(part, start)
+        if total is None:
+            total = {k: (v if k == "U" else np.array(v, dtype=np.float64, copy=True))
+                     for k, v in part.items()}
+        else:
+            total = PASS_SUMS.add(total, part)
+        start += int(count)
+    if total is None:
+        raise ValueError("add_batches: no batch")
+    return total
+
+
+def local_sums(sums: dict, offset: int) -> dict:
+    """A batch's sums with ``U``'s indices counted from its own first row (what
+    :func:`add_batches` takes)."""
+    return _shifted(sums, -int(offset))
+
+
+def batch_fingerprint(X: RowSource, Y: RowSource | None) -> str:
+    """Content hash of a batch's rows (inputs and outputs), independent of its chunking:
+    16 hex digits. Two batches with the same fingerprint hold the same rows."""
+    parts = []
+    for src in (X, Y):
+        if src is None:
+            parts.append(0)
+            continue
+        if not src.lazy:
+            parts.append(data_fingerprint(src.data))
+            continue
+        import dask
+
+        pieces = src.blocks(FINGERPRINT_ROWS)
+        parts.extend(dask.compute(*[dask.delayed(data_fingerprint)(p) for p in pieces]))
+    return f"{data_fingerprint(np.asarray(parts, dtype=np.uint64)):016x}"
+

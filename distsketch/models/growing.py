@@ -1,0 +1,398 @@
+"""Data that grows: ``partial_fit`` appends a batch of rows, ``forget`` drops one.
+
+A fitted model keeps, beside its solution, what a direct solve needs to take more rows
+(:class:`Growth`): its realised sketches, landmarks and fitted kernels, and each batch's own
+pass sums (``m × m``). ``partial_fit(X, Y)`` runs the pass over the new rows only, with the
+sketches grown over them (:meth:`~distsketch.sketches.base.RealizedSketch.grown`: their
+columns there are zero, so the landmarks stay those of the fit), adds the batches' sums in
+batch order and solves again — every λ (and rank) from the new totals. The model equals a
+fresh fit on all the rows with the fitted model's realised sketch
+(``sketch=model.sketch_``, replayed by :class:`~distsketch.sketches.fixed.Fixed`), to
+rounding. ``forget(k)`` re-adds every other batch's sums (no subtraction) and solves again.
+docs/design/growing.md has the rules and what they cost.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from .._base import check_lam
+from ..engine.batches import APPENDABLE, add_batches, batch_pass, local_sums
+from ..engine.fitpass import PassResult
+from ..engine.rows import as_row_source
+from .base import FitSpec, check_feature_names
+
+__all__ = ["DICTIONARY_SUMS", "Growing", "Growth", "growth_sums", "start_growth", "partial_fit", "forget"]
+
+logger = logging.getLogger(__name__)
+
+#: Sums over the sketches' own rows, not over the training rows: ``B = R K Rᵀ`` and
+#: ``E = R_Y K_Y R_Yᵀ`` involve the landmarks (the rows the sketch was drawn on) only.
+DICTIONARY_SUMS = ("B", "E")
+
+
+@dataclass
+class Growth:
+    """What a fitted model keeps to take more rows, and the batches it holds.
+
+    Attributes
+    ----------
+    kernels : dict
+        The fitted kernels by parameter name (a standardised kernel keeps its fit's
+        statistics: appended rows are scaled as the first batch was).
+    x_sketch, y_sketch : RealizedSketch (y: or None)
+        The realised sketches as drawn by the fit (``drawn`` rows).
+    x_landmarks, y_landmarks : array
+        The rows of their supports.
+    sums : tuple of str
+        The pass sums the model's solve reads, and ``"digest"``.
+    parts : list of dict
+        Each batch's own sums (``U``'s positions counted from the batch's first row).
+    batches : list of dict
+        Per batch: ``batch`` (its number: 0 the fit, then 1, 2, … in order of
+        ``partial_fit``, never reused), ``rows``, ``digest`` (16 hex digits,
+        :func:`~distsketch._hashing.rows_digest`) and ``added`` (UTC, ISO 8601).
+    numbered : int
+        Batches numbered so far (the next batch's number).
+    dictionary : dict
+        The sums over the sketches' own rows (``B = R K Rᵀ``, ``E``) of forgotten batches:
+        the landmarks stay the model's dictionary when their rows leave the training sum.
+    """
+
+    kernels: dict
+    x_sketch: Any
+    x_landmarks: Any
+    y_sketch: Any
+    y_landmarks: Any
+    sums: tuple
+    y_ndim: int | None = None
+    y_width: int | None = None
+    parts: list = field(default_factory=list)
+    batches: list = field(default_factory=list)
+    numbered: int = 0
+    dictionary: dict = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return int(sum(b["rows"] for b in self.batches))
+
+    def add(self, sums: dict, *, rows: int, offset: int) -> dict:
+        """Record a batch (its sums as a pass over rows ``offset..`` gave them)."""
+        digest = np.asarray(sums.pop("digest")).reshape(-1)[0]
+        number, self.numbered = self.numbered, self.numbered + 1
+        record = {"batch": number, "rows": int(rows), "digest": f"{int(digest):016x}",
+                  "added": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                      timespec="seconds")}
+        self.parts.append(local_sums(sums, offset))
+        self.batches.append(record)
+        return record
+
+    @property
+    def next_position(self) -> int:
+        """Where the sketches place the next batch's rows: after the rows held, and never
+        among the rows they were drawn from (whose columns are the landmarks'), which stay
+        there when the fit's batch is forgotten."""
+        return max(self.rows, self.x_sketch.rows_drawn)
+
+    def result(self) -> PassResult:
+        """The pass result of all the batches held: totals, grown sketches, landmarks."""
+        n = self.rows
+        totals = add_batches(self.parts, [b["rows"] for b in self.batches])
+        for key, value in self.dictionary.items():
+            totals[key] = value + totals[key]
+        grow = max(n, self.x_sketch.rows_drawn)
+        return PassResult(n=n, x_sketch=self.x_sketch.grown(grow), x_landmarks=self.x_landmarks,
+                          y_sketch=None if self.y_sketch is None else self.y_sketch.grown(grow),
+                          y_landmarks=self.y_landmarks, sums=totals, store=None)
+
+    def drop(self, k: int) -> None:
+        """Forget the ``k``-th batch held: its row sums go, its sums over the sketches' own
+        rows (:data:`DICTIONARY_SUMS`) stay in :attr:`dictionary`."""
+        part = self.parts[k]
+        for key in DICTIONARY_SUMS:
+            if key in part:
+                kept = self.dictionary.get(key)
+                self.dictionary[key] = (np.array(part[key], dtype=np.float64, copy=True)
+                                        if kept is None else kept + part[key])
+        del self.parts[k], self.batches[k]
+
+
+def _refusal(est, spec: FitSpec, route) -> str | None:
+    """Why the fit ``spec`` of ``est`` by ``route`` (None: not known yet) cannot take appended
+    rows, or None."""
+    if route is not None and route.iterative:
+        return (f"the {route.name!r} route's fit is not a closed form of its pass sums; "
+                f"appending rows is implemented for the direct route (solver='direct')")
+    if est.store is not None:
+        return ("a model fitted with a kept store takes appended rows through its store, "
+                "which is not implemented yet; fit with store=None")
+    sketches = [est._input[1]] + ([est._output[1]] if est._output else [])
+    for name in sketches:
+        if spec.exact(name):
+            return (f"an exact side ({name}=None or Identity()) holds the n × n Gram matrix, "
+                    f"which new rows enlarge; give {name} a sketch such as SubSampling(m)")
+    if getattr(est, "_offset", None) is not None:  # SISOKR's centred vector outputs
+        return ("fit_intercept centres the outputs by the mean of the fit's rows, which "
+                "appended rows change; fit with fit_intercept=False to append rows")
+    return est._growth_refusal(spec)
+
+
+def growth_sums(est, spec: FitSpec, sums: tuple) -> tuple:
+    """The sums a fit computes: ``sums``, and the rows' digest where the fit can grow."""
+    if _refusal(est, spec, None) is not None:
+        return sums
+    if any(s.partition("@")[0].partition("~")[0] not in APPENDABLE for s in sums):
+        return sums
+    return tuple(sums) + ("digest",)
+
+
+def start_growth(est, spec: FitSpec, route, fitted) -> None:
+    """Keep on ``est`` what appending rows needs, after a fit (``est._growth``), or why it
+    cannot (``est._growth_refusal_``)."""
+    est._growth = None
+    est._growth_refused = _refusal(est, spec, route)
+    res = fitted.result
+    if est._growth_refused is None and not (isinstance(res, PassResult)
+                                            and "digest" in res.sums):
+        est._growth_refused = "the fit's pass sums do not add over rows"
+    if est._growth_refused is not None:
+        return
+    sums = dict(res.sums)
+    growth = Growth(kernels=dict(spec.kernels), x_sketch=res.x_sketch,
+                    x_landmarks=res.x_landmarks, y_sketch=res.y_sketch,
+                    y_landmarks=res.y_landmarks, sums=tuple(k for k in sums if k != "digest")
+                    + ("digest",), y_ndim=None if spec.Y is None else spec.Y.input_ndim,
+                    y_width=None if spec.Y is None else spec.Y.shape[1])
+    growth.add(sums, rows=res.n, offset=0)
+    est._growth = growth
+
+
+def _batch_rows(est, X, Y):
+    """Row sources of an appended batch, checked against the fit (one row is enough)."""
+    check_feature_names(est, X)
+    Xs = as_row_source(X, argument="X")
+    y_name = est._targets
+    Ys = None
+    if y_name is not None:
+        if Y is None:
+            raise ValueError(f"{y_name}: {type(est).__name__}.partial_fit needs the targets of "
+                             f"the new rows")
+        Ys = as_row_source(Y, argument=y_name, allow_1d=True)
+        if Ys.n != Xs.n:
+            raise ValueError(f"{y_name}: has {Ys.n} rows but X has {Xs.n}; X and {y_name} must "
+                             f"hold the same samples")
+    growth = est._growth
+    if Ys is not None and Ys.shape[1] != growth.y_width:
+        raise ValueError(f"{y_name}: has {Ys.shape[1]} columns, but {type(est).__name__} was "
+                         f"fitted with {growth.y_width}")
+    if Xs.shape[1] != est.n_features_in_:
+        raise ValueError(f"X has {Xs.shape[1]} features, but {type(est).__name__} is "
+                         f"expecting {est.n_features_in_} features as input")
+    Xs.check_finite()
+    if Ys is not None:
+        Ys.check_finite()
+    return Xs, Ys
+
+
+def partial_fit(est, X: Any, Y: Any = None, *, repeat: bool = False):
+    """``est.partial_fit``: append the batch ``(X, Y)`` to a fitted model (or fit it).
+
+    Parameters
+    ----------
+    est : SketchedEstimator
+    X : array-like of shape (n_new, n_features)
+    Y : array-like of shape (n_new,) or (n_new, n_targets), optional
+    repeat : bool, default False
+        Append rows whose digest equals a batch's the model holds (otherwise refused).
+
+    Returns
+    -------
+    est
+    """
+    if not hasattr(est, "n_features_in_"):
+        return est.fit(X, Y)
+    growth = getattr(est, "_growth", None)
+    if growth is None:
+        why = getattr(est, "_growth_refused", None) or (
+            "the model holds no pass sums (fitted before partial_fit existed, or loaded "
+            "from a saved model)")
+        raise ValueError(f"partial_fit: {type(est).__name__} cannot take appended rows: {why}")
+    Xs, Ys = _batch_rows(est, X, Y)
+    offset = growth.next_position
+    spec = _spec(est, growth)
+    n = offset + Xs.n
+    kx, sx = est._input
+    out = est._output
+    sums = batch_pass(Xs, Ys, x_kernel=growth.kernels[kx],
+                      x_sketch=growth.x_sketch.grown(n), x_landmarks=growth.x_landmarks,
+                      y_kernel=growth.kernels[out[0]] if out else None,
+                      y_sketch=None if growth.y_sketch is None else growth.y_sketch.grown(n),
+                      y_landmarks=growth.y_landmarks, sums=growth.sums, offset=offset,
+                      options=spec.options)
+    digest = f"{int(np.asarray(sums['digest']).reshape(-1)[0]):016x}"
+    same = [b["batch"] for b in growth.batches if b["digest"] == digest]
+    if same and not repeat:
+        raise ValueError(f"X: these rows are those of batch {same[0]} already (same digest "
+                         f"{digest}); give repeat=True to append them again")
+    record = growth.add(sums, rows=Xs.n, offset=offset)
+    _resolve(est, _spec(est, growth), growth)
+    logger.info("partial_fit: batch %d, %d rows appended (%d in all)", record["batch"],
+                record["rows"], growth.rows)
+    return est
+
+
+def forget(est, batch: int):
+    """``est.forget``: drop batch ``batch`` and solve from the other batches' sums (and the
+    dictionary sums of the batches forgotten, :meth:`Growth.drop`)."""
+    growth = getattr(est, "_growth", None)
+    if growth is None:
+        raise ValueError(f"batch: {type(est).__name__} holds no batches to forget "
+                         f"(fit it, then append with partial_fit)")
+    numbers = [b["batch"] for b in growth.batches]
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) \
+            or int(batch) not in numbers:
+        raise ValueError(f"batch: expected one of the batches held {numbers}, got {batch!r}")
+    if len(numbers) == 1:
+        raise ValueError(f"batch: batch {numbers[0]} is the only one held; forgetting it "
+                         f"leaves no rows to fit")
+    growth.drop(numbers.index(int(batch)))
+    _resolve(est, _spec(est, growth), growth)
+    logger.info("forget: batch %d dropped (%d rows left)", int(batch), growth.rows)
+    return est
+
+
+def _resolve(est, spec: FitSpec, growth: Growth) -> None:
+    """Solve the model from every batch's sums (the direct route's adopt)."""
+    est._solve(spec, growth.result())
+    est._update_coef()
+
+
+def _spec(est, growth: Growth) -> FitSpec:
+    """The fit specification a re-solve reads: the current λ path and options, the fitted
+    kernels, and the shapes of all the rows held (sources without data: a re-solve reads
+    sums only)."""
+    lams = check_lam(est.lam) if "lam" in est._param_kinds else ()
+    n = growth.rows
+    X = SimpleNamespace(n=n, shape=(n, int(est.n_features_in_)), input_ndim=2)
+    Y = None if growth.y_width is None else SimpleNamespace(
+        n=n, shape=(n, growth.y_width), input_ndim=growth.y_ndim)
+    return FitSpec(X, Y, dict(growth.kernels), {}, est._options(), np.random.default_rng(0),
+                   lams)
+
+
+def _exact(sketch) -> bool:
+    """Whether a sketch argument is the exact side: None, the identity, or its realisation."""
+    return sketch is None or getattr(sketch, "exact", False) is True \
+        or getattr(sketch, "is_identity", False) is True
+
+
+class _IfAppends:
+    """A method present only where the model can take appended rows: a class whose
+    ``_appends`` is true, with a sketch (not the exact side) for each sketch parameter
+    (scikit-learn's ``available_if``: ``hasattr(est, "partial_fit")`` says so)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.__doc__ = fn.__doc__
+        self.__name__ = fn.__name__
+
+    def __get__(self, obj, cls=None):
+        cls = type(obj) if cls is None else cls
+        if not getattr(cls, "_appends", False):
+            raise AttributeError(f"{cls.__name__} has no {self.fn.__name__}: it does not take "
+                                 f"appended rows")
+        if obj is None:
+            return self.fn
+        names = [obj._input[1]] + ([obj._output[1]] if obj._output else [])
+        exact = [n for n in names if _exact(getattr(obj, n, None))]
+        if exact:
+            raise AttributeError(f"{cls.__name__} with {exact[0]}=None (exact) has no "
+                                 f"{self.fn.__name__}: the exact model's n × n system grows "
+                                 f"with the rows; give {exact[0]} a sketch")
+        return self.fn.__get__(obj, cls)
+
+
+class Growing:
+    """Mixin of the estimators that take appended rows: ``partial_fit``, ``forget`` and
+    ``batches_`` (module docstring; docs/design/growing.md). A subclass that cannot sets
+    ``_appends = False`` and has none of them."""
+
+    _appends = True
+
+    @_IfAppends
+    def partial_fit(self, X: Any, Y: Any = None, *, repeat: bool = False):
+        """Append the rows ``(X, Y)`` to the fitted model (or fit on them, unfitted).
+
+        The pass runs over the new rows only, with the fit's realised sketches (their
+        landmarks and mixing kept: the new rows' columns of ``R`` are zero) and fitted
+        kernels (a standardised kernel keeps its fit's statistics); the model is then solved
+        from the sums of every batch (every λ, rank), with the current ``lam``. The result
+        equals a fresh fit on all the rows, in batch order, with ``sketch=`` the fitted
+        realised sketch (:class:`~distsketch.sketches.Fixed`), to rounding.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_new, n_features)
+            The new rows (numpy, scipy.sparse, dask or zarr; one row is enough).
+        Y : array-like of shape (n_new,) or (n_new, n_targets), optional
+            Their targets or outputs, for a model that has them (as many columns as at fit).
+        repeat : bool, default False
+            Append rows whose digest is that of a batch the model holds (refused otherwise:
+            the same rows twice double their weight).
+
+        Returns
+        -------
+        self
+        """
+        return partial_fit(self, X, Y, repeat=repeat)
+
+    @_IfAppends
+    def forget(self, batch: int):
+        """Drop a batch of rows and solve from the others' sums (added in batch order, no
+        subtraction): the model of a fresh fit without those rows, to rounding.
+
+        Forgetting the fit's batch (0) keeps its landmarks as the model's dictionary: the
+        rows leave the training sums, ``B = R K Rᵀ`` (the landmarks' own Gram matrix) stays,
+        so the model is the Nyström estimator of the remaining rows on those landmarks
+        (docs/design/growing.md, "Forgetting").
+
+        Parameters
+        ----------
+        batch : int
+            The batch's number in :attr:`batches_`.
+
+        Returns
+        -------
+        self
+        """
+        return forget(self, batch)
+
+    @property
+    def batches_(self) -> list[dict]:
+        """The batches the model holds, in order: ``batch`` (0: the fit's), ``rows``,
+        ``digest`` and ``added`` (UTC). Only on a model that takes appended rows."""
+        growth = getattr(self, "_growth", None)
+        if growth is None:
+            raise AttributeError(f"{type(self).__name__} holds no batches: "
+                                 f"{getattr(self, '_growth_refused', None) or 'not fitted'}")
+        return [dict(b) for b in growth.batches]
+
+    def _pass_sums(self, spec: FitSpec) -> tuple[str, ...]:
+        sums = self._sums(spec)
+        return growth_sums(self, spec, sums) if type(self)._appends else sums
+
+    def _after_fit(self, spec: FitSpec, route: Any, fitted: Any) -> None:
+        super()._after_fit(spec, route, fitted)
+        if type(self)._appends:
+            start_growth(self, spec, route, fitted)
+
+    def _growth_refusal(self, spec: FitSpec) -> str | None:
+        """Why this model's fit cannot take appended rows beyond the common reasons (an
+        iterative route, a kept store, an exact side), or None."""
+        return None
