@@ -382,6 +382,9 @@ class SparseSketch(RealizedSketch):
         ``R_mix``.
     scale : ndarray of shape (m,), optional
         Set when ``R_mix`` is diagonal: ``R_mix = diag(scale)``.
+    drawn : int, optional
+        Rows the sketch was drawn for when fewer than ``n`` (a :meth:`~RealizedSketch.grown`
+        sketch: the support lies among them, the other columns are zero).
     """
 
     kind = "sparse"

@@ -54,7 +54,7 @@ class Fixed(Sketch):
     ----------
     sketch : RealizedSketch or dict
         A fitted model's realised sketch (``model.sketch_``, ``model.input_sketch_``), or
-        the configuration :meth:`to_config` wrote.
+        the configuration ``to_config()`` wrote.
 
     Notes
     -----

@@ -49,6 +49,9 @@ class TiledSketch(RealizedSketch):
     spec : Sketch
         Implements ``tile(seed, t, m, width) -> ndarray (m, width)``.
     n, seed, m : int
+    drawn : int, optional
+        Rows the tiles were drawn for when fewer than ``n`` (a grown sketch,
+        :meth:`~distsketch.sketches.RealizedSketch.grown`): the columns beyond are zero.
     """
 
     kind = "tiled"
