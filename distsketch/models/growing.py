@@ -28,7 +28,8 @@ from ..engine.fitpass import PassResult
 from ..engine.rows import as_row_source
 from .base import FitSpec, check_feature_names
 
-__all__ = ["DICTIONARY_SUMS", "Growing", "Growth", "growth_sums", "start_growth", "partial_fit", "forget"]
+__all__ = ["DICTIONARY_SUMS", "GROWTH_PREFIX", "growth_state", "growth_from_state", "Growing",
+           "Growth", "growth_sums", "start_growth", "partial_fit", "forget"]
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +122,58 @@ class Growth:
                 self.dictionary[key] = (np.array(part[key], dtype=np.float64, copy=True)
                                         if kept is None else kept + part[key])
         del self.parts[k], self.batches[k]
+
+
+#: Prefix of a saved model's arrays that hold its batches' sums.
+GROWTH_PREFIX = "growth__"
+
+
+def growth_state(growth: Growth) -> tuple[dict, dict]:
+    """The batches' sums as a saved model's ``(arrays, json)``: each part's and the
+    dictionary's arrays (``U`` as its rows and positions), the batch records."""
+    arrays, parts = {}, []
+    for k, part in enumerate(list(growth.parts) + [growth.dictionary]):
+        names = []
+        for name, value in part.items():
+            key = f"{GROWTH_PREFIX}{k}__{name}"
+            if name == "U":
+                arrays[key + "__rows"], arrays[key + "__first"] = value
+            else:
+                arrays[key] = np.asarray(value)
+            names.append(name)
+        parts.append(names)
+    return arrays, {"batches": [dict(b) for b in growth.batches], "numbered": growth.numbered,
+                    "y_ndim": growth.y_ndim, "y_width": growth.y_width,
+                    "sums": list(growth.sums), "parts": parts}
+
+
+def growth_from_state(est, arrays: dict, state: dict) -> Growth:
+    """Inverse of :func:`growth_state` on a restored model: its sides (fitted kernels,
+    realised sketches, landmarks) are read from its attributes, named after its parameters
+    (``kernel_``, ``sketch_``, ``landmarks_``; ``input_…``, ``output_…``)."""
+    def side(pair):
+        if pair is None:
+            return None, None, None
+        kernel, sketch = pair
+        land = sketch.replace("sketch", "landmarks")
+        return getattr(est, kernel + "_"), getattr(est, sketch + "_"), getattr(est, land + "_")
+
+    kx, sx, lx = side(est._input)
+    ky, sy, ly = side(est._output)
+    kernels = {est._input[0]: kx, **({est._output[0]: ky} if est._output else {})}
+    stored = []
+    for k, names in enumerate(state["parts"]):
+        part = {}
+        for name in names:
+            key = f"{GROWTH_PREFIX}{k}__{name}"
+            part[name] = ((np.asarray(arrays[key + "__rows"]),
+                           np.asarray(arrays[key + "__first"], dtype=np.int64))
+                          if name == "U" else np.asarray(arrays[key]))
+        stored.append(part)
+    return Growth(kernels=kernels, x_sketch=sx, x_landmarks=lx, y_sketch=sy, y_landmarks=ly,
+                  sums=tuple(state["sums"]), y_ndim=state["y_ndim"], y_width=state["y_width"],
+                  parts=stored[:-1], batches=[dict(b) for b in state["batches"]],
+                  numbered=int(state["numbered"]), dictionary=stored[-1])
 
 
 def _refusal(est, spec: FitSpec, route) -> str | None:
@@ -217,11 +270,9 @@ def partial_fit(est, X: Any, Y: Any = None, *, repeat: bool = False):
     """
     if not hasattr(est, "n_features_in_"):
         return est.fit(X, Y)
-    growth = getattr(est, "_growth", None)
+    growth = est._held_growth()
     if growth is None:
-        why = getattr(est, "_growth_refused", None) or (
-            "the model holds no pass sums (fitted before partial_fit existed, or loaded "
-            "from a saved model)")
+        why = getattr(est, "_growth_refused", None) or "the model holds no batch sums"
         raise ValueError(f"partial_fit: {type(est).__name__} cannot take appended rows: {why}")
     Xs, Ys = _batch_rows(est, X, Y)
     offset = growth.next_position
@@ -250,7 +301,7 @@ def partial_fit(est, X: Any, Y: Any = None, *, repeat: bool = False):
 def forget(est, batch: int):
     """``est.forget``: drop batch ``batch`` and solve from the other batches' sums (and the
     dictionary sums of the batches forgotten, :meth:`Growth.drop`)."""
-    growth = getattr(est, "_growth", None)
+    growth = est._held_growth()
     if growth is None:
         raise ValueError(f"batch: {type(est).__name__} holds no batches to forget "
                          f"(fit it, then append with partial_fit)")
@@ -377,11 +428,38 @@ class Growing:
     def batches_(self) -> list[dict]:
         """The batches the model holds, in order: ``batch`` (0: the fit's), ``rows``,
         ``digest`` and ``added`` (UTC). Only on a model that takes appended rows."""
-        growth = getattr(self, "_growth", None)
+        growth = self._held_growth()
         if growth is None:
             raise AttributeError(f"{type(self).__name__} holds no batches: "
                                  f"{getattr(self, '_growth_refused', None) or 'not fitted'}")
         return [dict(b) for b in growth.batches]
+
+    def _get_state(self):
+        arrays, state = super()._get_state()
+        growth = self._held_growth()
+        if growth is not None:
+            more, state["growth"] = growth_state(growth)
+            arrays.update(more)
+        return arrays, state
+
+    def _set_state(self, arrays, state):
+        super()._set_state(arrays, state)
+        self._growth = None
+        saved = state.get("growth")  # models saved before partial_fit existed have none
+        self._growth_saved = None if saved is None else (
+            {k: v for k, v in arrays.items() if k.startswith(GROWTH_PREFIX)}, saved)
+        self._growth_refused = None if saved is not None else (
+            "the saved model holds no batch sums (saved by a fit that could not take rows)")
+
+    def _held_growth(self) -> Growth | None:
+        """The batches held: kept by the fit, or rebuilt from a saved model's state (the
+        model's own sides — kernels, realised sketches, landmarks — restored by then)."""
+        growth = getattr(self, "_growth", None)
+        saved = getattr(self, "_growth_saved", None)
+        if growth is None and saved is not None:
+            growth = self._growth = growth_from_state(self, *saved)
+            self._growth_saved = None
+        return growth
 
     def _pass_sums(self, spec: FitSpec) -> tuple[str, ...]:
         sums = self._sums(spec)

@@ -166,7 +166,8 @@ class RealizedSketch(ABC):
         return self.n if self.drawn is None else int(self.drawn)
 
     def grown(self, n: int) -> "RealizedSketch":
-        """The same ``R`` over ``n >= self.n`` training rows: ``[R, 0]`` (``self`` for ``n``).
+        """The same ``R`` over ``n`` training rows, at least those it was drawn for: ``[R, 0]``
+        (``self`` for ``n = self.n``).
 
         Support, mixing and landmarks are kept, so the blocks ``C_I`` of the rows seen and
         ``B`` do not change; appended rows add their own blocks (docs/design/growing.md).
@@ -181,9 +182,9 @@ class RealizedSketch(ABC):
         RealizedSketch
         """
         n = int(n)
-        if n < self.n:
-            raise ValueError(f"sketch: a realised sketch of {self.n} rows replays over at "
-                             f"least as many rows, got {n}")
+        if n < self.rows_drawn:
+            raise ValueError(f"sketch: a realised sketch drawn for {self.rows_drawn} rows "
+                             f"replays over at least as many rows, got {n}")
         if n == self.n:
             return self
         if self.is_identity:

@@ -59,8 +59,8 @@ class Fixed(Sketch):
     Notes
     -----
     ``realize(n, seed=...)`` ignores the seed and returns ``sketch.grown(n)``: the same
-    support, mixing and scaling, the columns of rows ``sketch.n..n-1`` zero. It refuses
-    fewer rows than the sketch was realised for, and an exact side (the identity).
+    support, mixing and scaling, the columns of the rows beyond those it was drawn for zero. It
+    refuses fewer rows than the sketch was drawn for, and an exact side (the identity).
 
     Examples
     --------
@@ -113,9 +113,9 @@ class Fixed(Sketch):
         argument : str
         """
         R = self._realised(argument=argument)
-        if n < R.n:
-            raise ValueError(f"{argument}: the realised sketch was drawn for {R.n} rows and "
-                             f"replays over at least as many; got n_samples = {n}")
+        if n < R.rows_drawn:
+            raise ValueError(f"{argument}: the realised sketch was drawn for {R.rows_drawn} "
+                             f"rows and replays over at least as many; got n_samples = {n}")
         if R.is_identity:
             raise ValueError(f"{argument}: the realised sketch is an exact side (Identity), "
                              f"which has nothing to fix: give sketch=None")
