@@ -25,7 +25,7 @@ from .fitpass import choose_block_rows
 from .rows import RowSource
 from .sums import PASS_SUMS, PassPlan, width_of
 
-__all__ = ["APPENDABLE", "batch_pass", "add_batches", "local_sums", "batch_fingerprint"]
+__all__ = ["APPENDABLE", "not_appendable", "batch_pass", "add_batches", "local_sums", "batch_fingerprint"]
 
 #: Pass sums that add over row batches (the others hold rows themselves: an exact side's
 #: ``C``, ``D``, ``Y``; contiguous folds, which depend on the total n, have no ``@K`` form
@@ -37,13 +37,18 @@ APPENDABLE = ("G", "B", "M", "E", "b", "s", "y1", "U", "yy", "count", "kyy", "di
 FINGERPRINT_ROWS = 65536
 
 
-def _check_appendable(sums: tuple) -> None:
+def not_appendable(sums: tuple) -> list[str]:
+    """The sums of ``sums`` that do not add over appended rows (none: a fit can grow)."""
     bad = []
     for name in sums:
-        base = width_of(name)[0]
-        base, sep, folds = base.partition("@")
+        base, sep, folds = width_of(name)[0].partition("@")
         if base not in APPENDABLE or (sep and ":" not in folds):
             bad.append(name)
+    return bad
+
+
+def _check_appendable(sums: tuple) -> None:
+    bad = not_appendable(sums)
     if bad:
         raise ValueError(f"partial_fit: the sums {bad} do not add over appended rows (an exact "
                          f"side, or contiguous folds); this model cannot take appended rows")

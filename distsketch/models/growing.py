@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .._base import check_lam
-from ..engine.batches import APPENDABLE, add_batches, batch_pass, local_sums
+from ..engine.batches import add_batches, batch_pass, local_sums, not_appendable
 from ..engine.fitpass import PassResult
 from ..engine.rows import as_row_source
 from .base import FitSpec, check_feature_names
@@ -200,7 +200,7 @@ def growth_sums(est, spec: FitSpec, sums: tuple) -> tuple:
     """The sums a fit computes: ``sums``, and the rows' digest where the fit can grow."""
     if _refusal(est, spec, None) is not None:
         return sums
-    if any(s.partition("@")[0].partition("~")[0] not in APPENDABLE for s in sums):
+    if not_appendable(sums):
         return sums
     return tuple(sums) + ("digest",)
 
