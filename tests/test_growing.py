@@ -363,3 +363,17 @@ def test_a_saved_model_takes_rows_after_loading(tmp_path):
     sis.partial_fit(X[100:], Y[100:])
     np.testing.assert_array_equal(back.candidates_, sis.candidates_)
     np.testing.assert_array_equal(back.predict(X), sis.predict(X))
+
+
+def test_info_lists_the_batches(tmp_path, capsys):
+    from distsketch.cli.commands import main
+
+    X, y = problem()
+    model = appended(krr(ds.SubSampling(20)), X, y, [80, 110])
+    model.save(str(tmp_path / "m.zarr"))
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "m.zarr")]) == 0
+    out = capsys.readouterr().out
+    for b in model.batches_:
+        assert f"batch {b['batch']:<8} {b['rows']:,} rows, added {b['added']}, digest " \
+               f"{b['digest']}" in out

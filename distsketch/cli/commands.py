@@ -520,6 +520,9 @@ def cmd_info(args) -> int:
         m = dict(group["model"].attrs.get("distsketch_model", {}))
         st = m.get("state", {})
         _out(f"model:          {m.get('class')}, λ path {st.get('lams')}, active λ {st.get('lam')}")
+        for b in (st.get("growth") or {}).get("batches", []):  # rows appended by partial_fit
+            _out(f"batch {b['batch']:<8} {b['rows']:,} rows, added {b['added']}, "
+                 f"digest {b['digest']}")
     size = sum(f.stat().st_size for f in Path(args.store).rglob("*") if f.is_file())
     _out(f"size on disk:   {size / 2**20:.1f} MiB")
     return EXIT_OK
