@@ -26,6 +26,7 @@ from .._base import check_lam
 from ..engine.batches import add_batches, batch_pass, local_sums, not_appendable
 from ..engine.fitpass import PassResult
 from ..engine.rows import as_row_source
+from ..options import with_blas_limit
 from .base import FitSpec, check_feature_names
 
 __all__ = ["DICTIONARY_SUMS", "GROWTH_PREFIX", "growth_state", "growth_from_state", "Growing",
@@ -377,6 +378,7 @@ class Growing:
     _appends = True
 
     @_IfAppends
+    @with_blas_limit
     def partial_fit(self, X: Any, Y: Any = None, *, repeat: bool = False):
         """Append the rows ``(X, Y)`` to the fitted model (or fit on them, unfitted).
 
@@ -404,6 +406,7 @@ class Growing:
         return partial_fit(self, X, Y, repeat=repeat)
 
     @_IfAppends
+    @with_blas_limit
     def forget(self, batch: int):
         """Drop a batch of rows and solve from the others' sums (added in batch order, no
         subtraction): the model of a fresh fit without those rows, to rounding.
