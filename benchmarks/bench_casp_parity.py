@@ -1,18 +1,22 @@
 """CASP test-RMSE parity, distsketch vs Nystroem + Ridge at equal landmarks, as m grows.
 
-Per m: λ selected as bench_casp.py does (one default distsketch fit, 80/20 validation split of
-the training rows); then, at the same landmarks (Nystroem fitted on distsketch's ``landmarks_``,
-which keeps all m of them), one distsketch fit per variant (block dtype × rtol) on the λ path
-[λ/10, λ, 10λ], ``fit_intercept=False``, against ``Ridge(alpha=nλ, fit_intercept=False)`` on
-the Nyström features and the SVD-stable ridge of the same features (``w = V Σ (Σ² + nλ)⁻¹ Uᵀy``).
-Then the user-facing defaults: distsketch ``fit_intercept=True`` (centres y) vs ``Ridge()``
-with its intercept, for the current and the proposed options.
+Per m and sketch seed: λ selected as bench_casp.py does (one default distsketch fit, 80/20
+validation split of the training rows); then, at the same landmarks (Nystroem fitted on
+distsketch's ``landmarks_``, which keeps all m of them), one distsketch fit per variant on the
+λ path [10λ, λ, λ/10], ``fit_intercept=False``, against ``Ridge(alpha=nλ,
+fit_intercept=False)`` on the Nyström features and the SVD-stable ridge of the same features
+(``w = V Σ (Σ² + nλ)⁻¹ Uᵀy``). The variants (``variants``): the default options (pre-whitened
+landmarks, float32 blocks), ``prewhiten=False`` (the sums of ``C`` whitened on the driver), and
+both with float64 blocks; ``--rtol-variants`` adds the earlier ``rtol`` sweep of the order
+without pre-whitening. ``--timing M``: first, at m = M and the first seed, the default fit
+against ``prewhiten=False`` (``store=None``), interleaved, ``--repeats`` times: fit, pass and
+pre-whitening seconds.
 
 Prints one JSON record per line; writes them to ``--out`` (and the prototype's to
 /tmp/casp_proto.jsonl) unless ``--no-record``. It writes no section: ENGINE.md's
 "casp_parity" notes are written by hand from these records.
 
-    python benchmarks/bench_casp_parity.py --m 1000 2000 4000 --seeds 0 [--out results.jsonl]
+    python benchmarks/bench_casp_parity.py --m 1000 2000 4000 --seeds 0 1 --timing 2000 [--out results.jsonl]
     CASP_SEEDS=0,1 python benchmarks/bench_casp_parity.py --prototype 1000 2000 4000   # whiten-first prototype
 
 (Data: ``casp/CASP.csv`` of ``$DISTSKETCH_DATA``, else of ``../shared/data`` beside the clone.)
@@ -37,16 +41,19 @@ import distsketch as ds  # noqa: E402
 EPS32, EPS64 = float(np.finfo(np.float32).eps), float(np.finfo(np.float64).eps)
 
 
-def variants(m: int) -> list[tuple[str, str, float | None]]:
-    return [("f32 rtol 1e-10 (default)", "float32", None),
-            ("f32 rtol 1e-12", "float32", 1e-12),
-            ("f32 rtol 1e-14", "float32", 1e-14),
-            (f"f32 rtol m·eps32 = {m * EPS32:.1e}", "float32", m * EPS32),
-            ("f32 rtol eps32 = 1.2e-07", "float32", EPS32),
-            ("f64 rtol 1e-10", "float64", 1e-10),
-            ("f64 rtol 1e-12", "float64", 1e-12),
-            ("f64 rtol 1e-14", "float64", 1e-14),
-            (f"f64 rtol m·eps64 = {m * EPS64:.1e}", "float64", m * EPS64)]
+def variants(m: int, rtol_sweep: bool = False) -> list[tuple[str, dict]]:
+    """``(name, EngineOptions fields)`` of the fits compared at each m."""
+    out = [("default (pre-whitened, float32 blocks)", {}),
+           ("prewhiten=False (float32 blocks, rtol 1e-10)", {"prewhiten": False}),
+           ("pre-whitened, float64 blocks", {"block_dtype": "float64"}),
+           ("prewhiten=False, float64 blocks", {"prewhiten": False, "block_dtype": "float64"})]
+    if rtol_sweep:  # the order without pre-whitening, at other thresholds
+        out += [(f"prewhiten=False, {dt} rtol {r:.1e}", {"prewhiten": False, "block_dtype": dt,
+                                                          "rtol": r})
+                for dt, rs in (("float32", (1e-12, 1e-14, m * EPS32, EPS32)),
+                               ("float64", (1e-12, 1e-14, m * EPS64)))
+                for r in rs]
+    return out
 
 
 def kept(model) -> tuple[int, str]:
@@ -54,11 +61,40 @@ def kept(model) -> tuple[int, str]:
     return int(sol.T.shape[1]), str(sol.whitening_route)
 
 
+def timing(X, y, *, gamma, m, seed, lam, repeats, emit) -> None:
+    """The default fit against ``prewhiten=False``, interleaved: fit, pass and pre-whitening
+    seconds (``store=None``, the numpy input as a user passes it)."""
+    from distsketch.engine.prewhiten import prewhitened
+
+    times = _common.watch_pass()
+    for r in range(repeats):
+        for name, opts in (("default", {}), ("prewhiten=False", {"prewhiten": False}))[
+                :: 1 if r % 2 == 0 else -1]:
+            est = ds.SketchedKRR(ds.Gaussian(gamma), fit_intercept=False, sketch=ds.SubSampling(m),
+                                 lam=lam, random_state=seed, options=ds.EngineOptions(**opts))
+            t = time.perf_counter()
+            est.fit(X, y)
+            fit_s = time.perf_counter() - t
+            rec = {"m": m, "seed": seed, "kind": "timing", "name": name, "repeat": r,
+                   "fit_s": fit_s, "pass_s": times.seconds[-1], "load": _common.load_average()}
+            if name == "default":  # the pre-whitening alone, again on the same landmarks
+                with ds.options.blas_limit():
+                    t = time.perf_counter()
+                    prewhitened(est.sketch_.inner, ds.Gaussian(gamma), est.landmarks_,
+                                rtol=ds.EngineOptions().prewhiten_rtol)
+                    rec["prewhiten_s"] = time.perf_counter() - t
+            emit(rec)
+
+
 def main() -> None:
-    ap = _common.parser(__doc__, quick="m = 200, seed 0, on 6 000 rows")
-    ap.add_argument("--m", type=int, nargs="+", default=[1000, 2000, 4000])
+    ap = _common.parser(__doc__, quick="m = 200, seed 0, on 6 000 rows", repeats=2)
+    ap.add_argument("--m", type=int, nargs="*", default=[1000, 2000, 4000])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--only", nargs="*", default=None, help="substrings of variant names to run")
+    ap.add_argument("--rtol-variants", action="store_true",
+                    help="also the rtol sweep without pre-whitening")
+    ap.add_argument("--timing", type=int, default=None, metavar="M",
+                    help="first time the default fit against prewhiten=False at m = M")
     ap.add_argument("--out", default=None)
     ap.add_argument("--prototype", type=int, nargs="+", metavar="M", default=None,
                     help="the whiten-first prototype at these m instead (seeds: $CASP_SEEDS)")
@@ -72,6 +108,7 @@ def main() -> None:
     rows = 6_000 if args.quick else None
     if args.quick:
         args.m, args.seeds = [200], [0]
+        args.timing = 200 if args.timing else None
     out = open(args.out, "a") if args.out and _common.recording(args) else None
 
     def emit(rec):
@@ -87,22 +124,35 @@ def main() -> None:
     n = len(X)
     gamma, _ = bc.median_gamma(X, 0)
     rmse = bc.rmse
-    for m in args.m:
-        for seed in args.seeds:
+    emit({"kind": "machine", **_common.machine(), "command": _common.command_line()})
+    selected: dict = {}
+
+    def lam_of(m, seed):
+        if (m, seed) not in selected:
             t0 = time.perf_counter()
             lam, val = bc.select_lam(X, y, gamma=gamma, m=m, seed=seed)
-            lams = [10 * lam, lam, lam / 10]
+            selected[m, seed] = lam
             emit({"m": m, "seed": seed, "lam": lam, "select_s": time.perf_counter() - t0,
                   "val": {str(k): v for k, v in val.items()}})
+        return selected[m, seed]
 
-            def fit(dtype, rtol, icpt=False, target=y, lam_=lams):
-                opts = ds.EngineOptions(block_dtype=dtype, rtol=rtol)
+    if args.timing:
+        m, seed = args.timing, args.seeds[0]
+        timing(X, y, gamma=gamma, m=m, seed=seed, lam=lam_of(m, seed), repeats=args.repeats,
+               emit=emit)
+    for m in args.m:
+        for seed in args.seeds:
+            lam = lam_of(m, seed)
+            lams = [10 * lam, lam, lam / 10]
+
+            def fit(opts, lam_=lams):
                 t = time.perf_counter()
-                mdl = ds.SketchedKRR(ds.Gaussian(gamma), fit_intercept=icpt, sketch=ds.SubSampling(m),
-                                     lam=lam_, random_state=seed, options=opts).fit(X, target)
+                mdl = ds.SketchedKRR(ds.Gaussian(gamma), fit_intercept=False, sketch=ds.SubSampling(m),
+                                     lam=lam_, random_state=seed,
+                                     options=ds.EngineOptions(**opts)).fit(X, y)
                 return mdl, time.perf_counter() - t
 
-            base, base_s = fit("float32", None)
+            base, base_s = fit({})
             L = base.landmarks_
             t = time.perf_counter()
             nys = Nystroem(n_components=m, gamma=gamma).fit(L)
@@ -135,7 +185,9 @@ def main() -> None:
 
             def report(name, mdl, fit_s):
                 rec = {"m": m, "seed": seed, "kind": "variant", "name": name, "fit_s": fit_s,
-                       "kept": kept(mdl)[0], "route": kept(mdl)[1]}
+                       "kept": kept(mdl)[0], "route": kept(mdl)[1],
+                       "prewhitened": isinstance(mdl.sketch_, ds.sketches.WhitenedSketch),
+                       "rank": int(mdl.sketch_.m)}
                 for v in lams:
                     p = mdl.set_lam(v).predict(Xt)
                     r, rr, rs = rmse(yt, p), rmse(yt, ridge[v]), rmse(yt, svd[v])
@@ -144,17 +196,16 @@ def main() -> None:
                                    "gap_svd": float(np.linalg.norm(p - svd[v]) / np.linalg.norm(svd[v]))}
                 emit(rec)
 
-            for name, dtype, rtol in variants(m):
+            for name, opts in variants(m, args.rtol_variants):
                 if args.only is not None and not any(s in name for s in args.only):
                     continue
-                if dtype == "float32" and rtol is None:
+                if not opts:
                     mdl, s = base, base_s
                 else:
-                    mdl, s = fit(dtype, rtol)
+                    mdl, s = fit(opts)
                     assert np.array_equal(mdl.landmarks_, L)
                 report(name, mdl, s)
             Z = Zt = svd = ridge = None  # free the features before the next m
-
 
 
 # --------------------------------------------------------------------------- prototype

@@ -106,7 +106,31 @@ class EngineOptions:
         (identity) side always uses float64 blocks: its n × n Gram matrix is factored as
         it is.
     rtol : float or None
-        Relative eigenvalue threshold of the whitening of ``R K Rᵀ``. ``None``: 1e-10.
+        Relative eigenvalue threshold of the whitening of ``R K Rᵀ``. ``None``: 1e-14 for a
+        side whitened before the pass (``prewhiten``), 1e-10 otherwise (:attr:`eig_rtol`,
+        :attr:`prewhiten_rtol`; their measured basis is in docs/design/math.md,
+        "Pre-whitening").
+    prewhiten : bool or None
+        Whiten a landmark sketch before the pass: ``T`` from the landmarks' own ``B0 = R K Rᵀ
+        = R_mix K_JJ R_mixᵀ`` (float64, on the driver), and the pass sums ``(C T)ᵀ(C T)``
+        over the blocks ``C T = k(X_I, X_J) R_mixᵀ T`` (kernel values and the product in
+        float64, rounded to the block dtype once) instead of ``CᵀC`` whitened afterwards,
+        whose rounding (about ε‖CᵀC‖) drowns the directions of ``K_JJ`` with eigenvalues below
+        it; the same model in exact arithmetic (docs/design/math.md, "Pre-whitening").
+        Measured on CASP at m = 1000, 2000, 4000 against scikit-learn's Nystroem + Ridge at
+        the same landmarks: test RMSE within 0.02 % pre-whitened, up to +1.0 % without
+        (benchmarks/ENGINE.md, "casp_parity"). It costs float64 kernel values and one more
+        product per block (``2·n·s'·r`` flops over the pass, twice those of ``CᵀC``): at
+        m = 2000 the pass took 2.05 times as long, the fit 1.32 times (the solve after the
+        pass is cheaper).
+        ``None`` (default): every sketched side whose support has at most
+        ``distsketch.engine.prewhiten.PREWHITEN_SUPPORT × m`` rows and fewer than ``n``
+        (sub-sampling, leverage scores, accumulation with ``q <= 2``); ``True``: also larger supports below
+        ``n`` (``K_JJ`` of the support on the driver); ``False``: never (the pass sums ``CᵀC``,
+        whitened on the driver). A store records the setting's effect: a pass written with
+        one is not resumed with the other (refused, or replaced with ``overwrite=True``).
+        The PCG route keeps its input side as drawn (its preconditioner is built in the
+        landmarks' own coordinates).
     split_every : int
         Fan-in of the tree reduction of the partial sums.
     overwrite : bool
@@ -174,6 +198,7 @@ class EngineOptions:
     gram_chunk: int = 2048
     block_dtype: str = "float32"
     rtol: float | None = None
+    prewhiten: bool | None = None
     split_every: int = 4
     overwrite: bool = False
     progress: bool = False
@@ -186,10 +211,24 @@ class EngineOptions:
 
     @property
     def eig_rtol(self) -> float:
-        """The whitening's relative eigenvalue threshold: ``rtol``, or 1e-10 when it is None."""
+        """The driver's whitening threshold: ``rtol``, or 1e-10 when it is None (the sums of a
+        pre-whitened side are whitened already, ``R' K R'ᵀ ≈ I``, and keep every direction
+        at either threshold)."""
         if self.rtol is not None:
             return float(self.rtol)
         return 1e-10
+
+    @property
+    def prewhiten_rtol(self) -> float:
+        """The threshold of the whitening before the pass (``prewhiten``): ``rtol``, or
+        1e-14 when it is None. ``B0`` comes from float64 kernel values of the landmarks alone,
+        accurate to about ε·‖B0‖, so directions down to 1e-14 of its largest eigenvalue are
+        resolved; on CASP (m = 2000, 4000) keeping them brings the test RMSE from +0.8 %
+        (1e-10) and +0.09 % (1e-12) to within 0.02 % of Nystroem + Ridge, with float32 or
+        float64 blocks alike (docs/design/math.md, "Pre-whitening")."""
+        if self.rtol is not None:
+            return float(self.rtol)
+        return 1e-14
 
 
 def _bad(field: str, msg: str) -> ValueError:
@@ -250,6 +289,9 @@ def check_options(options: EngineOptions | None) -> EngineOptions:
         raise _bad("block_dtype", f"must be 'float64' or 'float32', got {options.block_dtype!r}")
     if options.rtol is not None and not (0.0 < float(options.rtol) < 1.0):
         raise _bad("rtol", f"must be in (0, 1), got {options.rtol!r}")
+    if options.prewhiten is not None and not isinstance(options.prewhiten, bool):
+        raise _bad("prewhiten", f"must be None (landmark sketches), True or False, got "
+                                f"{options.prewhiten!r}")
     tuning = check_tuning(options.tuning)
     if tuning is not options.tuning:
         options = replace(options, tuning=tuning)

@@ -44,12 +44,21 @@ class CountingGaussian(ds.Gaussian):
     def get_params(self, deep=True):
         return {"gamma": self.gamma}
 
-    def fill(self, A, B, out, scale=None):  # how the pass evaluates its blocks
+    def block_seen(self, A):
+        """Called with the rows of every kernel block the pass evaluates."""
         if len(A) == 10:  # a training block (query calls have other sizes)
             if self.fail_after is not None and self.calls["blocks"] == self.fail_after:
                 raise RuntimeError("simulated failure")
             self.calls["blocks"] += 1
+
+    def fill(self, A, B, out, scale=None):  # how the pass evaluates a landmark sketch's blocks
+        self.block_seen(A)
         return super().fill(A, B, out, scale)
+
+    def __call__(self, A, B, *, out=None):  # ... and those of a pre-whitened (mixed) sketch
+        if out is None:
+            self.block_seen(A)
+        return super().__call__(A, B, out=out)
 
 
 def model(kernel=None, store=None, block_rows=10, **kw):

@@ -28,7 +28,7 @@ from distsketch.engine.sums import fold_ids
 from distsketch.model_selection import scoring as dcv
 from distsketch.model_selection.grid import GridEdgeWarning
 from reference.closed_forms import white
-from reference.folds import sisokr_brute_force
+from reference.folds import sisokr_brute_force, width_sketch
 from reference.kernels import gaussian_gram
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,12 +61,16 @@ def _fit_recording(est, X, Y):
 
 
 def _features(model, X, gamma, dtype):
-    """The pass's features ``C = k(X, X_J) R_mixᵀ`` at width ``gamma`` in the block dtype,
-    as float64 (float32 values are exact in float64)."""
+    """``(C, R)``: the pass's features ``C = k(X, X_J) R_mixᵀ`` at width ``gamma`` in the block
+    dtype, as float64 (float32 values are exact in float64), and the sketch matrix ``R`` of
+    that width (a pre-whitened sketch is whitened for each width's kernel)."""
     from distsketch.engine.features import FeatureMap
 
-    fmap = FeatureMap(ds.Gaussian(gamma), model.landmarks_, model.sketch_)
-    return np.asarray(fmap.block(X, dtype=np.dtype(dtype)), dtype=np.float64)
+    sketch = width_sketch(model.sketch_, ds.Gaussian(gamma), model.landmarks_)
+    fmap = FeatureMap(ds.Gaussian(gamma), model.landmarks_, sketch)
+    R = sketch.matrix()
+    R = R.toarray() if hasattr(R, "toarray") else np.asarray(R)
+    return np.asarray(fmap.block(X, dtype=np.dtype(dtype)), dtype=np.float64), R
 
 
 def _krr_brute_force(C, R, Y, lams, folds, intercept):
@@ -90,15 +94,20 @@ def _krr_brute_force(C, R, Y, lams, folds, intercept):
     return out
 
 
-def _assert_against_brute_force(est, rec, S, bf):
+def _assert_against_brute_force(est, rec, S, bf, *, unresolved=True):
     """Every resolved score ``S`` within ρ of the brute force's ``bf`` (folds × grid), the
     unresolved ranked last and named in the one warning ``rec``, and the choice within
-    ``CHOICE`` of the brute force's best."""
+    ``CHOICE`` of the brute force's best. ``unresolved=False``: a grid the fit resolves
+    everywhere (a pre-whitened sketch, whose fold sums are of whitened features): no NaN and
+    no warning."""
     ok = ~np.isnan(S)
     assert np.all(np.abs(S[ok] - bf[ok]) <= RHO * np.abs(S[ok])), \
         np.max(np.abs(S[ok] - bf[ok]) / np.abs(S[ok]))
     _assert_ranked_nan_last(est)
-    _assert_warned_exactly_the_unresolved(rec, est)
+    if unresolved:
+        _assert_warned_exactly_the_unresolved(rec, est)
+    else:
+        assert ok.all() and rec == [], [str(w.message) for w in rec]
     want = -bf.mean(axis=0)
     assert want[est.best_index_] <= CHOICE * want.min(), (est.best_params_, want)
 
@@ -182,52 +191,66 @@ def test_fold_error_is_within_its_bound_of_exact_arithmetic():
 
 @pytest.mark.parametrize("intercept", [False, True])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("sketch", [ds.SubSampling(60), ds.PSparsified(60, p=0.1),
-                                    ds.GaussianSketch(60)],
-                         ids=["subsampling", "psparsified", "gaussian"])
-def test_krr_cv_scores_at_ill_conditioned_points_against_brute_force(sketch, dtype, intercept):
+@pytest.mark.parametrize(("sketch", "prewhiten"),
+                         [(ds.SubSampling(60), False), (ds.SubSampling(60), None),
+                          (ds.PSparsified(60, p=0.1), None), (ds.GaussianSketch(60), None)],
+                         ids=["subsampling", "subsampling-prewhitened", "psparsified",
+                              "gaussian"])
+def test_krr_cv_scores_at_ill_conditioned_points_against_brute_force(sketch, prewhiten, dtype,
+                                                                      intercept):
     """Wide kernels and λ down to 1e-12: no positive neg-MSE; every resolved fold score within
     ρ of the brute-force refit of its fold; the unresolved ones NaN, named in one warning,
     ranked last; the chosen point's brute-force error within (1 + ρ)/(1 − ρ) of the grid's
-    best brute-force error."""
+    best brute-force error. Sub-sampling pre-whitened (the default) resolves every point of
+    this grid; without it (``prewhiten=False``) the grid holds unresolved points."""
     X, Y = _data()
     Y = Y if intercept else Y - 3.0
     est = ds.SketchedKRRCV(ds.Gaussian(GAMMAS[0]), sketch=sketch, lams=LAMS, gammas=GAMMAS,
                            cv=5, fit_intercept=intercept, random_state=0,
-                           options=ds.EngineOptions(block_dtype=dtype))
+                           options=ds.EngineOptions(block_dtype=dtype, prewhiten=prewhiten))
     rec = _fit_recording(est, X, Y)
     S = _scores(est)
     assert np.all(np.isnan(S) | (S < 0)), S[S > 0]
-    R = est.sketch_.matrix()
-    R = R.toarray() if hasattr(R, "toarray") else np.asarray(R)
-    bf = np.concatenate([_krr_brute_force(_features(est, X, g, dtype), R, Y, LAMS, "5",
+    bf = np.concatenate([_krr_brute_force(*_features(est, X, g, dtype), Y, LAMS, "5",
                                           intercept) for g in GAMMAS], axis=1)
     ok = ~np.isnan(S)
     assert ok.sum() >= S.size // 3  # the moderate λ stay resolved
-    _assert_against_brute_force(est, rec, S, bf)
+    whitened = isinstance(est.sketch_, ds.sketches.WhitenedSketch)
+    assert whitened is (prewhiten is None and isinstance(sketch, ds.SubSampling))
+    _assert_against_brute_force(est, rec, S, bf, unresolved=not whitened)
 
 
 def test_krr_cv_with_every_point_unresolved_refuses_to_choose():
+    """Without pre-whitening, every point of this grid is unresolved: refused. Pre-whitened
+    (the default), the same grid resolves."""
     X, Y = _data()
     est = ds.SketchedKRRCV(ds.Gaussian(1e-4), sketch=ds.SubSampling(60), lams=[1e-12, 1e-10],
-                           cv=5, fit_intercept=False, random_state=0)
+                           cv=5, fit_intercept=False, random_state=0,
+                           options=ds.EngineOptions(prewhiten=False))
     with pytest.raises(dcv.UnresolvedScoresError, match=r"no point of the grid.*lam=1e-12.*"
                                                         r"block_dtype='float64'"):
         est.fit(X, Y - 3.0)
     assert np.isnan(est.cv_results_["mean_test_score"]).all()
     assert list(est.cv_results_["rank_test_score"]) == [1, 1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GridEdgeWarning)  # λ = 1e-12 chosen: not the subject
+        est.set_params(options=None).fit(X, Y - 3.0)
+    assert np.isfinite(est.cv_results_["mean_test_score"]).all()
 
 
 # --------------------------------------------------------------------------- SISOKRCV
 
 
+@pytest.mark.parametrize("prewhiten", [False, None], ids=["", "prewhitened"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("ranks", [None, [2, 4]])
 def test_sisokr_cv_surrogate_scores_at_ill_conditioned_points_against_brute_force(dtype,
-                                                                                   ranks):
+                                                                                   ranks,
+                                                                                   prewhiten):
     """SISOKRCV's surrogate scores at wide input kernels and λ down to 1e-12: every resolved
     one within ρ of the dense per-fold refit, the unresolved NaN (named, ranked last, never
-    chosen), the choice within (1 + ρ)/(1 − ρ) of the brute force's best."""
+    chosen), the choice within (1 + ρ)/(1 − ρ) of the brute force's best. Pre-whitened
+    sketches (the default) resolve every point of this grid."""
     rng = np.random.default_rng(0)
     n = 240
     X = rng.normal(size=(n, 3))
@@ -235,7 +258,8 @@ def test_sisokr_cv_surrogate_scores_at_ill_conditioned_points_against_brute_forc
     lams, gammas, gy = [1e-12, 1e-8, 1e-6, 1e-4, 1e-2], [1e-3, 1e-1], 0.5
     est = ds.SISOKRCV(ds.Gaussian(gammas[0]), ds.Gaussian(gy), input_sketch=ds.SubSampling(80),
                       output_sketch=ds.SubSampling(50), lams=lams, ranks=ranks, gammas=gammas,
-                      cv=4, random_state=0, options=ds.EngineOptions(block_dtype=dtype),
+                      cv=4, random_state=0,
+                      options=ds.EngineOptions(block_dtype=dtype, prewhiten=prewhiten),
                       scoring="surrogate")
     rec = _fit_recording(est, X, Y)
     S = _scores(est)
@@ -245,7 +269,8 @@ def test_sisokr_cv_surrogate_scores_at_ill_conditioned_points_against_brute_forc
     bf = np.concatenate(bf, axis=1)
     ok = ~np.isnan(S)
     assert ok.any()
-    _assert_against_brute_force(est, rec, S, bf)
+    assert isinstance(est.input_sketch_, ds.sketches.WhitenedSketch) is (prewhiten is None)
+    _assert_against_brute_force(est, rec, S, bf, unresolved=prewhiten is False)
 
 
 # --------------------------------------------------------------------------- select
@@ -259,7 +284,7 @@ def test_select_cv_skips_a_kernel_entry_with_no_resolved_score():
     X, Y = _data()
     y = Y[:, 0] - 3.0
     model = ds.SketchedKRR(sketch=ds.SubSampling(60), lam=[1e-12, 1e-10], fit_intercept=False,
-                           random_state=0)
+                           random_state=0, options=ds.EngineOptions(prewhiten=False))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # the narrow entry's own NaN points
         sel = select(model, X, y, cv=5, kernels=[ds.Gaussian(1e-4), ds.Gaussian(1.0)])

@@ -12,14 +12,15 @@ import numpy as np
 import pytest
 
 import distsketch as ds
+from distsketch.engine.storeguard import StoreError
 from passhelpers import CountingGaussian
 
 ARCHIVE = Path(__file__).parent / "data" / "fit_stores_0.1.0.tar.gz"
 OPTIONS = dict(block_rows=10, block_dtype="float64")
 
 
-def _model(name, kernel, store):
-    opts = ds.EngineOptions(**OPTIONS)
+def _model(name, kernel, store, **options):
+    opts = ds.EngineOptions(**OPTIONS, **options)
     common = dict(lam=1e-3, random_state=1, store=store, options=opts)
     if name == "sisokr":
         return ds.SISOKR(kernel, ds.Linear(), input_sketch=ds.SubSampling(20), **common)
@@ -52,9 +53,15 @@ def test_a_saved_store_loads_and_predicts_as_when_written(stores, name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["sisokr", "krr", "regressor"])
 def test_a_saved_store_is_reused_by_a_refit_without_a_pass(stores, tmp_path, name):
+    """The stores were written without pre-whitening: a refit with
+    ``EngineOptions(prewhiten=False)`` reuses them; the default (pre-whitened sub-sampling)
+    is another pass, refused with the option named."""
     expected = np.load(stores / "expected.npz")
     kernel = CountingGaussian(gamma=0.4)
     data = expected["Y"] if name == "sisokr" else expected["y"]
-    model = _model(name, kernel, str(stores / f"{name}.zarr")).fit(expected["X"], data)
+    with pytest.raises(StoreError, match=r"input\.sketch\.whitened.*EngineOptions\.prewhiten"):
+        _model(name, kernel, str(stores / f"{name}.zarr")).fit(expected["X"], data)
+    model = _model(name, kernel, str(stores / f"{name}.zarr"), prewhiten=False).fit(
+        expected["X"], data)
     assert kernel.calls["blocks"] == 0
     assert np.array_equal(np.asarray(_outputs(name, model, expected)), expected[name])

@@ -335,13 +335,13 @@ class OrphanWriter(CountingGaussian):
     """Rewrites the record of a block this fit already wrote, with another fit's token, half-way
     through the pass, as an orphaned worker of a killed fit would."""
 
-    def fill(self, A, B, out, scale=None):
+    def block_seen(self, A):
         if len(A) == 10 and self.calls["blocks"] == 8:
             blocks = zarr.open_group(self.path, mode="r+")["pass/blocks"]
             i = int(np.flatnonzero(blocks[:, 0])[0])
             self.rewritten = i
             blocks[i] = blocks[i] + np.asarray([1, 0, 0, 0, 0], dtype=np.uint64)
-        return super().fill(A, B, out, scale)
+        super().block_seen(A)
 
 
 def test_blocks_rewritten_by_another_writer_are_never_counted(tmp_path):
@@ -436,9 +436,15 @@ def test_inputs_that_overflow_the_kernel_are_named():
     X, _ = problem()
     with pytest.raises(ValueError, match=r"^kernel: the sum CᵀC holds NaN or infinity: the kernel "
                                          r"overflowed"):
+        krr(None, prewhiten=False).fit(X * 1e160, targets(X))
+    # pre-whitened (the default for sub-sampling): the landmarks' own R K Rᵀ, before the pass
+    with pytest.raises(ValueError, match=r"^kernel: the sketched Gram matrix R K Rᵀ holds NaN or "
+                                         r"infinity: the kernel overflowed"):
         krr(None).fit(X * 1e160, targets(X))
     with pytest.raises(ValueError, match=r"^input_kernel: .* overflowed"):
         model().fit(X * 1e160, problem()[1])
+    with pytest.raises(ValueError, match=r"^input_kernel: .* overflowed"):
+        model(prewhiten=False).fit(X * 1e160, problem()[1])
 
 
 def test_dask_arrays_of_unknown_chunk_sizes_are_named():

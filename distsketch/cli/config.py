@@ -116,7 +116,7 @@ Every key, by table (anything else is refused, naming the key and the allowed on
 
 ``[engine]``
     :class:`distsketch.EngineOptions` fields: ``block_rows``, ``block_memory``,
-    ``gram_chunk``, ``block_dtype``, ``rtol``, ``split_every``, ``progress``,
+    ``gram_chunk``, ``block_dtype``, ``rtol``, ``prewhiten``, ``split_every``, ``progress``,
     ``candidate_rows``, ``direct_io``, ``backend``, ``sweep_memory``, ``device``
     (``"cpu"`` or ``"cuda"``; default: the dask config key ``distsketch.device``), and
     ``tuning``, written as a table ``[engine.tuning]`` of :class:`distsketch.Tuning` fields

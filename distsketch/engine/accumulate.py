@@ -41,6 +41,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import dask
 import numpy as np
@@ -100,7 +101,8 @@ def _width_sums(plan: PassPlan, i: int, xb, yb, D, block, ws) -> dict:
     out: dict = {}
     for j, fmap in enumerate(plan.x_widths, start=1):
         Cj = fmap.block(xb, dtype=plan.dtype, out=block("C~", fmap.width))
-        out.update(_block_sums(plan, i, Cj, D, yb, ws, width=j))
+        # the width's own sketch (pre-whitened for its kernel) for the sums that use it (B)
+        out.update(_block_sums(replace(plan, x=fmap), i, Cj, D, yb, ws, width=j))
     return out
 
 

@@ -19,9 +19,11 @@ from .._hashing import fingerprint
 from ..kernels.base import kernel_description
 from ..options import EngineOptions
 from ..sketches.base import RealizedSketch, Sketch
+from ..sketches.whitened import WhitenedSketch
 from ..tuning import store_config
 from .accumulate import run_pass, verify_data
 from .features import FeatureMap
+from .prewhiten import prewhitened, prewhitens
 from .rows import RowSource
 from .store import FitStore, StoreDirectory, open_fit_store
 from .storeguard import DataChanged, StoreError
@@ -44,7 +46,11 @@ def jsonable(obj: Any) -> Any:
 
 @dataclass
 class PassResult:
-    """What a pass returns to an estimator: realised sketches, landmarks and the sums."""
+    """What a pass returns to an estimator: realised sketches, landmarks and the sums.
+
+    ``x_width_sketches``: the input sketch of each further input width (``fit_pass``
+    ``x_widths``), the same realisation as ``x_sketch`` whitened for that width's kernel when
+    the side is pre-whitened (``EngineOptions.prewhiten``), else ``x_sketch`` itself."""
 
     n: int
     x_sketch: RealizedSketch
@@ -54,6 +60,12 @@ class PassResult:
     sums: dict
     store: str | None
     fs: FitStore | None = None  # open (and locked) until the caller closes it
+    x_width_sketches: tuple = ()
+
+    def x_sketch_of(self, width: int) -> RealizedSketch:
+        """The input sketch of input width ``width`` (0: the fit's own kernel; ``j``: the
+        ``j``-th further width, whose sums are named ``"<sum>~<j>"``)."""
+        return self.x_sketch if width == 0 else self.x_width_sketches[width - 1]
 
 
 #: A pass's derived block count (``EngineOptions.block_rows=None``) is rounded up to a
@@ -106,6 +118,8 @@ def fit_pass(
     reuse_seeds: bool = False,
     x_widths: tuple = (),
     seeds: tuple[int, int] | None = None,
+    kernel_names: tuple[str, str] = ("kernel", "output_kernel"),
+    prewhiten_sides: tuple[str, ...] = ("input", "output"),
 ) -> PassResult:
     """Draw the sketches, gather landmarks and run (or resume, or reuse) the streaming pass.
 
@@ -120,7 +134,12 @@ def fit_pass(
     named ``"<sum>~<j>"`` (:attr:`PassPlan.x_widths`): one read of the rows for all of them.
     ``seeds``: the two sketch seeds (input, output) already drawn by the caller, in place of
     the two this call would draw from ``rng`` (a route that draws them itself to find its
-    own store's state, :func:`distsketch.solvers.pcg.fit_pcg_sisokr`).
+    own store's state, :func:`distsketch.solvers.pcg.fit_pcg_sisokr`). ``kernel_names``: the
+    estimator arguments of the input and output kernels, for the pre-whitening's messages.
+    Where ``options.prewhiten`` applies (:func:`~distsketch.engine.prewhiten.prewhitens`), the
+    realised sketch of each side named in ``prewhiten_sides`` is whitened before the pass
+    (:func:`~distsketch.engine.prewhiten.prewhitened`; each further input width with its own
+    kernel's whitening).
     """
     unknown = {s for s in sums if not known_sum(s) or width_of(s)[1] > len(x_widths)}
     if unknown:
@@ -131,7 +150,8 @@ def fit_pass(
         return _fit_pass(X, Y, x_kernel=x_kernel, x_sketch=x_sketch, sums=sums,
                          y_kernel=y_kernel, y_sketch=y_sketch, rng=rng, fs=fs,
                          directory=directory, options=options, model=model,
-                         reuse_seeds=reuse_seeds, x_widths=tuple(x_widths), seeds=seeds)
+                         reuse_seeds=reuse_seeds, x_widths=tuple(x_widths), seeds=seeds,
+                         kernel_names=kernel_names, prewhiten_sides=tuple(prewhiten_sides))
     except BaseException:
         if fs is not None:
             fs.close()
@@ -153,7 +173,7 @@ def _pass_seeds(rng, seeds, *, fs, reuse_seeds) -> list[int]:
 
 
 def _pass_config(X, Y, xs, ys, x_land, y_land, *, x_kernel, y_kernel, sums, model, block_rows,
-                 dtype, options, x_widths) -> dict:
+                 dtype, options, x_widths, x_width_sketches=()) -> dict:
     """The pass's configuration as the store records it (:func:`jsonable`): a stored pass is
     reused only under the same one."""
     needs_d = any(sum_term(s).reads_d for s in sums)
@@ -178,13 +198,47 @@ def _pass_config(X, Y, xs, ys, x_land, y_land, *, x_kernel, y_kernel, sums, mode
         "unique_outputs": "U" in sums,
         # further input widths only where there are some: earlier stores keep their config
         **({"input_widths": [kernel_description(k) for k in x_widths]} if x_widths else {}),
+        # each further width's own pre-whitening, where the input side has one
+        **({"input_width_whitening": [sk.to_config()["whitened"] for sk in x_width_sketches]}
+           if any(isinstance(sk, WhitenedSketch) for sk in x_width_sketches) else {}),
         # the density rule's knobs only where they are not the defaults (the same reason)
         **store_config(options.tuning),
     })
 
 
+def _check_landmarks(landmarks, support, *, argument: str) -> None:
+    """A lazy input is checked for NaN block by block in the pass; its landmarks are read
+    before it, by the pre-whitening: refuse a NaN or infinity there as the pass would (naming
+    ``argument`` and the row), not as a kernel that overflowed."""
+    values = landmarks.toarray() if hasattr(landmarks, "toarray") else np.asarray(landmarks)
+    if np.issubdtype(values.dtype, np.floating) and not np.isfinite(values).all():
+        row = int(support[np.flatnonzero(~np.isfinite(values).all(axis=1))[0]])
+        raise ValueError(f"{argument}: contains NaN or infinity (at row {row}, a landmark of "
+                         f"the sketch); impute or drop those rows before fitting")
+
+
+def _prewhiten(xs, ys, x_land, y_land, *, x_kernel, y_kernel, x_widths, options, kernel_names,
+               sides):
+    """The realised sketches whitened before the pass where ``options.prewhiten`` applies, on
+    the ``sides`` named: ``(xs, ys, x_width_sketches)`` (each further input width whitened for
+    its own kernel)."""
+    widths = tuple(xs for _ in x_widths)
+    kw = {"rtol": options.prewhiten_rtol, "tuning": options.tuning}
+    if "input" in sides and prewhitens(xs, options.prewhiten):
+        _check_landmarks(x_land, xs.support, argument="X")
+        widths = tuple(prewhitened(xs, k, x_land, argument=kernel_names[0], **kw)
+                       for k in x_widths)
+        xs = prewhitened(xs, x_kernel, x_land, argument=kernel_names[0], **kw)
+    if "output" in sides and prewhitens(ys, options.prewhiten):
+        _check_landmarks(y_land, ys.support, argument="Y")
+        ys = prewhitened(ys, y_kernel, y_land, argument=kernel_names[1], **kw)
+    return xs, ys, widths
+
+
 def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, directory,
-              options, model, reuse_seeds, x_widths=(), seeds=None) -> PassResult:
+              options, model, reuse_seeds, x_widths=(), seeds=None,
+              kernel_names=("kernel", "output_kernel"),
+              prewhiten_sides=("input", "output")) -> PassResult:
     n = X.n
     seeds = _pass_seeds(rng, seeds, fs=fs, reuse_seeds=reuse_seeds)
 
@@ -197,11 +251,14 @@ def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, di
     ys = draw(y_sketch, seeds[1], Y, y_kernel) if y_kernel is not None else None
     x_land = X.take(xs.support)
     y_land = Y.take(ys.support) if ys is not None else None
+    xs, ys, x_width_sketches = _prewhiten(xs, ys, x_land, y_land, x_kernel=x_kernel,
+                                          y_kernel=y_kernel, x_widths=x_widths, options=options,
+                                          kernel_names=kernel_names, sides=prewhiten_sides)
     width = xs.m + X.shape[1]
     if Y is not None:
         width += (ys.m if ys is not None else Y.shape[1]) + Y.shape[1]
     if x_widths:  # one more block buffer, reused by every further width
-        width += xs.m
+        width += max(sk.m for sk in x_width_sketches)
     # An exact side's blocks are used as they are (the n × n Gram matrix K_X + nλI is
     # factored, or C itself enters the model), where float32 rounding would be amplified by
     # up to 1/(nλ): they stay float64 (small n, where the pass is cheap anyway).
@@ -211,7 +268,7 @@ def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, di
     b = choose_block_rows(options, n, width, native, np.dtype(dtype))
     config = _pass_config(X, Y, xs, ys, x_land, y_land, x_kernel=x_kernel, y_kernel=y_kernel,
                           sums=sums, model=model, block_rows=b, dtype=dtype, options=options,
-                          x_widths=x_widths)
+                          x_widths=x_widths, x_width_sketches=x_width_sketches)
     if directory is not None:
         fs = directory.open(config)
     fs.prepare_pass(config, overwrite=options.overwrite)
@@ -227,8 +284,8 @@ def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, di
             check_x=X.lazy, check_y=Y is not None and Y.lazy, direct_io=options.direct_io,
             backend=options.backend, token=0 if fs.temporary else fs.token,
             location=fs.location,
-            x_widths=tuple(FeatureMap(k, x_land, xs, options.gram_chunk, options.tuning)
-                           for k in x_widths))
+            x_widths=tuple(FeatureMap(k, x_land, sk, options.gram_chunk, options.tuning)
+                           for k, sk in zip(x_widths, x_width_sketches)))
 
     def complete(plan):
         unrecorded = (verify_data(plan, X, Y, progress=options.progress) if fs.pass_complete
@@ -270,4 +327,5 @@ def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, di
         fs.reset(config)
         result = complete(plan_of())
     return PassResult(n=n, x_sketch=xs, x_landmarks=x_land, y_sketch=ys, y_landmarks=y_land,
-                      sums=result, store=None if fs.temporary else fs.location, fs=fs)
+                      sums=result, store=None if fs.temporary else fs.location, fs=fs,
+                      x_width_sketches=x_width_sketches)

@@ -225,7 +225,7 @@ class FitStore:
                         else "a fit whose recorded configuration is damaged (not a mapping)"
                         if not isinstance(existing, dict)
                         else f"a fit with a different configuration (differs in "
-                             f"{_differences(existing, config)})")
+                             f"{_differences(existing, config)}{_hint(existing, config)})")
                 raise StoreError(
                     f"store: {self.location!r} already holds {what}; to resume a fit, fit "
                     f"with the same data, random_state and options, otherwise use a new path "
@@ -408,6 +408,20 @@ def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
             out += _differences(a.get(key), b.get(key), f"{prefix}{key}.")
         return out
     return [] if a == b else [prefix.rstrip(".")]
+
+
+def _hint(a: dict, b: dict) -> str:
+    """What a difference in the recorded pre-whitening means, or ``""``."""
+    diffs = [d for d in _differences(a, b) if "whiten" in d]
+    if any(d.endswith(".whitened") for d in diffs):
+        return ("; a pass whitened before it and one that is not differ in their blocks: "
+                "fit with the EngineOptions.prewhiten the store was written with (False for "
+                "a store without 'whitened' in its recorded sketch)")
+    if diffs:
+        return ("; the whitening computed before the pass differs from the recorded one (its "
+                "threshold EngineOptions.rtol, or another BLAS library or CPU, whose rounding "
+                "differs)")
+    return ""
 
 
 def _is_distsketch(group: zarr.Group) -> bool:

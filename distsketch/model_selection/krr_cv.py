@@ -227,9 +227,9 @@ class SketchedKRRCV(SketchedKRR):
         self.gammas_ = gammas
         self.kernels_ = None if getattr(self, "kernels", None) is None else \
             [p["kernel"] for p in self._prefixes]
-        self.sketch_ = res.x_sketch
+        self.sketch_ = res.x_sketch_of(best_width)  # pre-whitened for that width's kernel
         self.landmarks_ = res.x_landmarks
-        self.input_solution_, rhs = solve_krr({"G": G, "B": B, "b": b}, res.x_sketch,
+        self.input_solution_, rhs = solve_krr({"G": G, "B": B, "b": b}, self.sketch_,
                                               n=n, rtol=spec.options.eig_rtol,
                                               n_lams=len(lams), tuning=spec.options.tuning)
         self._rhs, self.intercept_ = centre_targets(

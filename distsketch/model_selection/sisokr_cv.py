@@ -290,11 +290,13 @@ class SISOKRCV(SISOKR):
                        spec.sketches, spec.options, spec.rng, spec.lams)
 
     def _width_result(self, res, j: int):
-        """The pass's result as a plain SISOKR of input width ``j`` sees it (folds summed)."""
+        """The pass's result as a plain SISOKR of input width ``j`` sees it (folds summed,
+        the width's own input sketch)."""
         f, sfx, sums = self._folds, (f"~{j}" if j else ""), res.sums
         return _with_sums(res, dict(sums, B=sums[f"B{sfx}"],
                                     G=ordered_sum(np.asarray(sums[f"G@{f}{sfx}"], np.float64)),
-                                    M=ordered_sum(np.asarray(sums[f"M@{f}{sfx}"], np.float64))))
+                                    M=ordered_sum(np.asarray(sums[f"M@{f}{sfx}"], np.float64))),
+                          x_sketch=res.x_sketch_of(j))
 
     def _width_scores(self, spec: FitSpec, res, j: int) -> np.ndarray:
         """Scores (K, n_λ · n_p) at input width ``j``; leaves the refit of that width fitted."""
@@ -316,7 +318,9 @@ class SISOKRCV(SISOKR):
                                             lams=spec.lams, ranks=ranks, keep_models=decoded,
                                             output_scale=a_y, tuning=spec.options.tuning)
         if decoded:
-            scores = self._decoded_scores(spec, res, models, ranks, self.output_whitening_, cnt)
+            scores = self._decoded_scores(spec, _with_sums(res, res.sums,
+                                                           x_sketch=res.x_sketch_of(j)),
+                                          models, ranks, self.output_whitening_, cnt)
         return scores
 
     def _decoded_scores(self, spec, res, models, ranks, T_Y, cnt) -> np.ndarray:
@@ -419,7 +423,7 @@ def _sisokr_params(lams, ranks, gammas, prefixes=None) -> list[dict]:
     return grid if outer is None else [{**o, **p} for o in outer for p in grid]
 
 
-def _with_sums(res, sums: dict):
+def _with_sums(res, sums: dict, **changes):
     import dataclasses
 
-    return dataclasses.replace(res, sums=sums)
+    return dataclasses.replace(res, sums=sums, **changes)

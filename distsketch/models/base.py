@@ -333,6 +333,7 @@ class SketchedEstimator(ParamsMixin):
             model=self._pass_model or type(self).__name__,
             reuse_seeds=self.random_state is None,
             x_widths=self._x_widths(spec),
+            kernel_names=(kx, out[0] if out else "output_kernel"),
         )
 
     def _validate(self, X, Y) -> FitSpec:

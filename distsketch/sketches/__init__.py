@@ -2,8 +2,9 @@
 
 The base classes and the registry (:mod:`.base`), the sketches drawn in one go
 (:mod:`.sampling`), the sketches drawn tile by tile (:mod:`.tiled`), leverage-score sampling
-(:mod:`.leverage`) and a fitted model's realised sketch replayed as a specification
-(:mod:`.fixed`), re-exported here.
+(:mod:`.leverage`), a fitted model's realised sketch replayed as a specification
+(:mod:`.fixed`) and the realisation whitened before the pass (:mod:`.whitened`), re-exported
+here.
 
 Block math: numpy and scipy only (no dask)."""
 
@@ -22,8 +23,9 @@ from .sampling import Accumulation, Identity, SubSampling
 from .fixed import Fixed
 from .leverage import LeverageScores, approximate_leverage_scores
 from .tiled import TILE, CountSketch, GaussianSketch, PSparsified, TiledSketch
+from .whitened import WhitenedSketch
 
 __all__ = ["TILE", "Sketch", "Identity", "SubSampling", "PSparsified", "Accumulation",
            "GaussianSketch", "CountSketch", "RealizedSketch", "SparseSketch", "TiledSketch",
            "SKETCHES", "check_sketch", "sketch_from_config", "approximate_leverage_scores",
-           "LeverageScores", "Fixed"]
+           "LeverageScores", "Fixed", "WhitenedSketch"]

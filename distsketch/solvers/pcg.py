@@ -343,8 +343,13 @@ def fit_pcg_sisokr(spec, *, store, reuse_seeds: bool, tol: float, max_iter: int,
             found = [fs.recorded_seed(side) for side in ("input", "output")]
             seeds = [s if f is None else f for f, s in zip(found, seeds)]
         sums = ("M", "E") if linear_output else ("M", "E", "U")
+        # the route's preconditioner and right-hand side are in the input landmarks' own
+        # coordinates (C = K_nm diag(r)): the input side is never pre-whitened; the output
+        # side is as the direct route's (EngineOptions.prewhiten), the same output features
         res = fit_pass(X, Y, x_kernel=kx, x_sketch=xsk, y_kernel=ky, y_sketch=ysk, sums=sums,
-                       rng=spec.rng, seeds=seeds, store=None, options=options, model=model)
+                       rng=spec.rng, seeds=seeds, store=None, options=options, model=model,
+                       kernel_names=("input_kernel", "output_kernel"),
+                       prewhiten_sides=("output",))
         res.fs.close()
         xs, ys = res.x_sketch, res.y_sketch
         T_Y = whitening(np.asarray(res.sums["E"], dtype=np.float64), rtol=options.eig_rtol,

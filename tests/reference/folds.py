@@ -9,12 +9,29 @@ from reference.closed_forms import dense, white
 from reference.kernels import gaussian_gram
 
 
+def width_sketch(sketch, kernel, landmarks):
+    """The realised sketch a fit used at ``kernel``: ``sketch`` itself, or, for a pre-whitened
+    one (``EngineOptions.prewhiten``: each width of a grid whitened for its own kernel), the
+    drawn sketch whitened for ``kernel`` as the pass does (``T`` is a function of the kernel,
+    the landmarks and the threshold)."""
+    from distsketch.engine.prewhiten import prewhitened
+    from distsketch.sketches import WhitenedSketch
+
+    if not isinstance(sketch, WhitenedSketch):
+        return sketch
+    return prewhitened(sketch.inner, kernel, landmarks, rtol=sketch.rtol)
+
+
 def whitened_features(model, X, Y, gx, gy):
     """``(Φ_X, Φ_Y, K_Y)``: the fixed (whitened) feature maps of a fitted SISOKR(CV)
     ``model``'s realised sketches with Gaussian kernels of widths ``gx``, ``gy``,
-    ``Φ_X = K_X R_Xᵀ T_X``, ``Φ_Y = K_Y R_Yᵀ T_Y`` (``Tᵀ R K Rᵀ T = I``), densely."""
+    ``Φ_X = K_X R_Xᵀ T_X``, ``Φ_Y = K_Y R_Yᵀ T_Y`` (``Tᵀ R K Rᵀ T = I``), densely; a
+    pre-whitened input sketch as the pass used it at width ``gx`` (:func:`width_sketch`)."""
+    from distsketch.kernels import Gaussian
+
     Kx, Ky = gaussian_gram(X, gamma=gx), gaussian_gram(Y, gamma=gy)
-    Rx, Ry = (dense(r) for r in (model.input_sketch_.matrix(), model.output_sketch_.matrix()))
+    sx = width_sketch(model.input_sketch_, Gaussian(gx), model.input_landmarks_)
+    Rx, Ry = (dense(r) for r in (sx.matrix(), model.output_sketch_.matrix()))
     Px = Kx @ Rx.T @ white(Rx @ Kx @ Rx.T)
     Py = Ky @ Ry.T @ white(Ry @ Ky @ Ry.T)
     return Px, Py, Ky
