@@ -116,6 +116,20 @@ class Tuning:
         each backend's threshold (``Backend.sparse_max_density``: for CuPy
         ``distsketch.backends.cuda.DEVICE_SPARSE_MAX_DENSITY``, a placeholder of 2 % until measured on
         a GPU by ``python benchmarks/bench_gpu.py --sparse-only``); a number overrides it.
+    whole_problem_entries : int
+        The Newton route of the losses with entry-wise kinks (scalar ε-insensitive, pinball,
+        joint quantiles) gathers every entry at each of its kinks (``n·d`` entries, ``2n`` for
+        ε > 0) on the driver while there are at most this many, and solves the whole problem
+        there exactly from its first certified sweep (an interior-point method, then the
+        active set's vertex: ``distsketch.solvers.lipschitz.restricted``): three sweeps per λ. Beyond, or with 0, the smoothing continuation, whose polishes solve the
+        problem restricted to a window around the kinks. Both end at the same model (to the
+        fit's ``tol``; where the minimiser is not unique, e.g. a quantile level's intercept
+        over a gap in the targets, possibly another of the minimisers). 4000, the window's
+        own cap (``WINDOW_ENTRIES``), keeps the gathered rows of ``C`` within 4000·m float64
+        values per sweep. Measured (benchmarks/bench_small_fits.py, RESULTS.md
+        ``small_fits``): the joint quantile fit of 3 levels × 4 λ on 300 rows (900 entries)
+        in 12 sweeps instead of 64, the ε-insensitive fit on 400 rows (800 entries) in 3
+        instead of 16.
     eigen_crossover : tuple of (int, float) pairs
         Path length (number of λ) from which one eigendecomposition beats a Cholesky
         factorisation per λ on a sketched input side, by the rank r of ``H``
@@ -152,6 +166,7 @@ class Tuning:
     sparse_max_density: float = 0.08
     sparse_panel_bytes: int = 4 << 20
     device_sparse_max_density: float | None = None
+    whole_problem_entries: int = 4000
     eigen_crossover: tuple = ((250, 5.2), (500, 7.1), (1000, 7.2), (2000, 19.6), (3000, 18.2))
 
 
@@ -238,6 +253,8 @@ def check_tuning(tuning: Tuning | None) -> Tuning:
              what=" (bytes; 0: CSR × CSR products)")
     _real(t.device_sparse_max_density, "device_sparse_max_density", low=0.0, high=1.0,
           allow_none=True, what=" (None: the backend's own threshold)")
+    _integer(t.whole_problem_entries, "whole_problem_entries", low=0,
+             what=" (entries; 0: never the whole problem)")
     pairs = _crossover(t.eigen_crossover)
     return t if pairs == t.eigen_crossover else replace(t, eigen_crossover=pairs)
 

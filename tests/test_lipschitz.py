@@ -349,25 +349,25 @@ _KILL_SCRIPT = textwrap.dedent("""
 @pytest.mark.parametrize("loss, d", [(Pinball(0.3), 1), (EpsilonInsensitive(0.2), 3)],
                          ids=["pinball", "epsilon-radial"])
 def test_resume_after_sigkill_mid_iterations(tmp_path, loss, d):
-    """Killed mid-iterations, a fit resumes from the last sweep and ends bitwise equal. The
-    radial ε (d = 3) is killed at its last sweep, inside the sphere polish: the held rows,
-    their multipliers and the pending step come back from the store."""
+    """Killed mid-iterations, a fit resumes from the last sweep and ends bitwise equal. Both
+    are killed at their last sweep, inside a polish: the pinball fit (every entry in the
+    window: the probe, one certified sweep, the restricted polish's point) with the gathered
+    entries and their multipliers pending, the radial ε (d = 3) inside the sphere polish with
+    its held rows, their multipliers and the pending step; all come back from the store."""
+    import zarr
+
     X, y = _data(n=200, d=d)
     kw = dict(loss=loss, sketch=ds.SubSampling(20), lam=1e-3, tol=1e-9, max_iter=400,
               random_state=13)
     whole = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), **kw,
                                  store=tmp_path / "whole.zarr").fit(X, y)
-    assert whole.n_iter_ > 6
-    kill_at = 6 if d == 1 else whole.n_iter_
+    assert whole.n_iter_ >= 3
     store = tmp_path / "killed.zarr"
     run_killed(_KILL_SCRIPT.format(tests=os.path.dirname(__file__), store=str(store),
-                                   loss=repr(loss), d=d), kill_at=kill_at)
-    if d > 1:
-        import zarr
-
-        solver = zarr.open_group(str(store), mode="r")["solver"]
-        modes = [g.attrs["state"]["mode"] for _, g in solver.groups()]
-        assert modes == ["sphere"]  # killed inside the polish
+                                   loss=repr(loss), d=d), kill_at=whole.n_iter_)
+    solver = zarr.open_group(str(store), mode="r")["solver"]
+    modes = [g.attrs["state"]["mode"] for _, g in solver.groups()]
+    assert modes == (["polish"] if d == 1 else ["sphere"])  # killed inside the polish
     resumed = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), **kw, store=store).fit(X, y)
     assert np.array_equal(resumed.dual_coef_, whole.dual_coef_)
     assert np.array_equal(resumed.intercepts_, whole.intercepts_)
@@ -403,13 +403,19 @@ def test_bad_input_before_anything_is_written(tmp_path, make, match):
     assert not (tmp_path / "s.zarr").exists()
 
 
-def test_max_iter_warns():
+@pytest.mark.parametrize("whole, max_iter", [(4000, 2), (0, 3)], ids=["whole", "window"])
+def test_max_iter_warns(whole, max_iter):
+    """Stopped at max_iter short of tol, with a warning: the whole problem gathered (stopped
+    with its polish pending) and the smoothing continuation."""
     X, y = _data()
+    options = ds.EngineOptions(block_dtype="float64",
+                               tuning=ds.Tuning(whole_problem_entries=whole))
     est = ds.SketchedRegressor(ds.Gaussian(gamma=GAMMA), loss=Pinball(0.3), sketch=ds.SubSampling(25),
-                               lam=1e-4, tol=1e-12, max_iter=3, random_state=14, options=F64)
+                               lam=1e-4, tol=1e-12, max_iter=max_iter, random_state=14,
+                               options=options)
     with pytest.warns(Warning, match="max_iter"):
         est.fit(X, y)
-    assert est.n_iter_ == 3
+    assert est.n_iter_ == max_iter
 
 
 @pytest.mark.slow

@@ -26,7 +26,11 @@ def _same(a, b) -> bool:
 @pytest.mark.slow
 @pytest.mark.parametrize("loss, d", [(Huber(0.3), 1), (EpsilonInsensitive(0.2), 2),
                                      (Pinball(0.7), 1)], ids=["huber", "epsilon-radial", "pinball"])
-def test_every_saved_state_round_trips_through_newton_state(tmp_path, monkeypatch, loss, d):
+@pytest.mark.parametrize("whole", [4000, 0], ids=["whole", "window"])
+def test_every_saved_state_round_trips_through_newton_state(tmp_path, monkeypatch, loss, d,
+                                                            whole):
+    """Both routes of the entry-wise kinks: the whole problem gathered (pinball: probe, one
+    certified sweep, the polish pending) and the smoothing continuation (``whole = 0``)."""
     saved = []
     real = lipschitz.SolverState.save
     monkeypatch.setattr(lipschitz.SolverState, "save",
@@ -36,10 +40,12 @@ def test_every_saved_state_round_trips_through_newton_state(tmp_path, monkeypatc
     Y = np.sin(X[:, :d]) + 0.3 * rng.standard_t(2, size=(120, d))
     ds.SketchedRegressor(ds.Gaussian(0.5), loss=loss, sketch=ds.SubSampling(25), lam=1e-3,
                          solver="newton", random_state=0, store=tmp_path / "s",
-                         options=ds.EngineOptions(block_dtype="float64")).fit(
+                         options=ds.EngineOptions(
+                             block_dtype="float64",
+                             tuning=ds.Tuning(whole_problem_entries=whole))).fit(
         X, Y if d > 1 else Y[:, 0])
     unfinished = [s for s in saved if not s.get("done")]
-    assert len(unfinished) >= 3
+    assert len(unfinished) >= (2 if whole and isinstance(loss, Pinball) else 3)
     modes = {s.get("mode") for s in unfinished}
     assert modes - {None}, modes  # some saved mid-step
     for state in unfinished:

@@ -125,16 +125,18 @@ def _record_sweeps(monkeypatch):
                                              (EpsilonInsensitive(0.1), True),
                                              (Pinball(0.3), True)], ids=["eps", "eps-b0", "pinball"])
 def test_fit_with_delta_grams_is_certified_and_cvxpy(monkeypatch, loss, intercept):
-    """Whole fits: with the kept Grams (some sweeps ask for their change only) and without
-    them (DELTA_GRAM_BYTES = 0, every Gram whole) both certify the gap and reach CVXPY's
-    objective on the same features; the first sweep picks the next one's level from its
-    counts, which is the level most rows sit at there."""
+    """Whole fits by the smoothing continuation (``whole_problem_entries = 0``: the entries
+    are not gathered as the whole problem): with the kept Grams (some sweeps ask for their
+    change only) and without them (DELTA_GRAM_BYTES = 0, every Gram whole) both certify the
+    gap and reach CVXPY's objective on the same features; the first sweep picks the next
+    one's level from its counts, which is the level most rows sit at there."""
     from reference.lipschitz import data, reference
 
     X, y = data(600, 1, 2, 20)
     kw = dict(loss=loss, sketch=ds.SubSampling(30), lam=1e-4, tol=1e-10, max_iter=300,
               fit_intercept=intercept, random_state=3,
-              options=ds.EngineOptions(block_dtype="float64", block_rows=128))
+              options=ds.EngineOptions(block_dtype="float64", block_rows=128,
+                                       tuning=ds.Tuning(whole_problem_entries=0)))
     seen = _record_sweeps(monkeypatch)
     fast = ds.SketchedRegressor(ds.Gaussian(gamma=0.5), **kw).fit(X, y)
     assert any(it.delta for it in seen)
@@ -154,7 +156,8 @@ def test_fit_with_delta_grams_is_certified_and_cvxpy(monkeypatch, loss, intercep
 def test_kept_grams_plus_their_change_are_the_full_grams(monkeypatch):
     """At every Newton sweep that asked for the change only, the Grams the driver solves with
     (the kept ones plus the change) are those the same sweep forms whole, to rounding. (The
-    sweep counts of the two fits may differ: rounding moves the continuation's decisions.)"""
+    sweep counts of the two fits may differ: rounding moves the continuation's decisions.)
+    The smoothing continuation: ``whole_problem_entries = 0``."""
     import dataclasses
 
     from distsketch.solvers.lipschitz import routes as lipschitz_routes
@@ -187,7 +190,8 @@ def test_kept_grams_plus_their_change_are_the_full_grams(monkeypatch):
     est = ds.SketchedRegressor(ds.Gaussian(gamma=0.5), loss=EpsilonInsensitive(0.1),
                                sketch=ds.SubSampling(30), lam=1e-4, tol=1e-10, max_iter=300,
                                random_state=4, options=ds.EngineOptions(
-                                   block_dtype="float64", block_rows=128)).fit(X, y)
+                                   block_dtype="float64", block_rows=128,
+                                   tuning=ds.Tuning(whole_problem_entries=0))).fit(X, y)
     assert len(checked) >= 3
     assert est.duality_gap_ <= 1e-10 * est.objective_
 

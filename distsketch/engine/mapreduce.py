@@ -14,7 +14,7 @@ the package.
 - :func:`map_blocks` / :func:`tree_reduce` — the two halves as graphs, when several reductions
   are computed together (decoding: one merge tree per query chunk).
 - :func:`row_blocks` — the task arguments of an input's row blocks; :func:`share` — an object
-  every task needs, one graph dependency; :func:`map_local` — a function over items on dask's
+  every task needs, one graph dependency; :func:`map_local` — a function over items on a
   local thread pool.
 
 The active scheduler, its parallel slots and :func:`~distsketch.engine.schedulers.compute` are
@@ -33,8 +33,11 @@ of one such task share a :class:`Workspace`, so block-sized arrays are allocated
 
 from __future__ import annotations
 
+import os
+import threading
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -87,12 +90,16 @@ def share(obj: Any, *, name: str, client: distributed.Client | None = None) -> A
 
 
 def map_local(func: Callable, items: list) -> list:
-    """``[func(item) for item in items]`` on dask's local thread pool, in order.
+    """``[func(item) for item in items]`` on a local thread pool, in order.
 
     For work on data already in this process's memory (numpy inputs to ``predict``):
-    one task per item on all cores, whatever scheduler is active, with nothing shipped.
-    NumPy releases the GIL in BLAS and in ``exp``, so the threads run in parallel; each
-    item's result depends only on the item, never on the number of threads.
+    one task per item on all cores (dask's ``num_workers``, else its ``CPU_COUNT``: the
+    threads of its local pool), whatever scheduler is active, with nothing shipped. NumPy
+    releases the GIL in BLAS and in ``exp``, so the threads run in parallel; each item's
+    result depends only on the item, never on the number of threads. A persistent pool,
+    not a dask graph: the graph cost ~1 ms per call (0.96 ms for two items, against
+    0.03 ms), as much as a prediction of 400 rows itself. Called from one of its own
+    threads, the items run in that thread (no pool waits on itself).
 
     Parameters
     ----------
@@ -112,13 +119,31 @@ def map_local(func: Callable, items: list) -> list:
     >>> map_local(abs, [-1, 2, -3])
     [1, 2, 3]
     """
-    if len(items) <= 1:
+    if len(items) <= 1 or threading.current_thread().name.startswith(_LOCAL_POOL_NAME):
         return [func(item) for item in items]
-    import dask.threaded
+    return list(_local_pool().map(func, items))
 
-    tasks = [delayed(func, pure=False)(item) for item in items]
-    return list(dask.compute(*tasks, scheduler=dask.threaded.get))  # not "threads": no
-    # import of distributed by dask's lookup (local_scheduler)
+
+_LOCAL_POOL_NAME = "distsketch-local"
+_LOCAL_POOL: list = [None, 0, -1]  # [ThreadPoolExecutor, threads, process id]
+_LOCAL_POOL_LOCK = threading.Lock()
+
+
+def _local_pool():
+    """:func:`map_local`'s pool, made again for another thread count or in a forked child
+    (whose copy of the pool has no threads)."""
+    import dask.config
+    import dask.system
+
+    workers = max(1, int(dask.config.get("num_workers", None) or dask.system.CPU_COUNT))
+    with _LOCAL_POOL_LOCK:
+        pool, size, pid = _LOCAL_POOL
+        if pool is None or size != workers or pid != os.getpid():
+            if pool is not None and pid == os.getpid():
+                pool.shutdown(wait=False)
+            pool = ThreadPoolExecutor(workers, thread_name_prefix=_LOCAL_POOL_NAME)
+            _LOCAL_POOL[:] = [pool, workers, os.getpid()]
+        return pool
 
 
 # --------------------------------------------------------------------------- blocks

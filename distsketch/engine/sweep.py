@@ -113,8 +113,9 @@ class Iterate:
     Grams — the rows the driver holds on the sphere ``‖r‖ = ε`` and adds itself (their
     losses stay in ``loss``, ``loss_mu`` and ``grid``; only with ``base = 0``); ``window``:
     when > 0, ``collect`` gathers the entries within ``window·μ`` of their kink
-    (:meth:`~distsketch.losses.Loss.band` with ``width``) instead of the smoothing band, and
-    every sweep counts them (``nwin``); ``level_mus``: also count the rows at each
+    (:meth:`~distsketch.losses.Loss.band` with ``width``; ``math.inf``: every entry at each
+    of its kinks) instead of the smoothing band, and every sweep counts them (``nwin``);
+    ``level_mus``: also count the rows at each
     curvature level for each of these μ (:meth:`~distsketch.losses.Loss.level_counts`,
     ``level_counts``; the first sweep of a smoothed loss, before μ is known); ``delta``
     (with a direction, scalar curvature, no ``exclude``): ``Q`` is the change of the Grams
@@ -374,7 +375,10 @@ def _sweep_block(shared, item, ws) -> dict:
         if it.collect:
             E_C = C[rows]  # (a new array: integer indexing copies)
             a_in = np.zeros((len(rows), alpha.shape[1]))
-            a_in[np.arange(len(rows)), cols] = alpha[rows, cols]
+            # each entry's part of its row's gradient: the gradient itself, or for a row at
+            # two kinks (the whole window of ε) its parts in [0, 1] and [−1, 0]
+            lo_e, hi_e = loss.kink_bounds(cols, kink, R.shape[1])
+            a_in[np.arange(len(rows)), cols] = np.clip(alpha[rows, cols], lo_e, hi_e)
             # Cᵀα less the gathered entries' part: no second read of the block
             out["Ca_out"] = out["Ca"] - E_C.T @ a_in
             out["sa_out"] = out["sa"] - a_in.sum(axis=0)

@@ -316,7 +316,9 @@ class Loss(ParamsMixin):
         mu : float
             Smoothing ``μ > 0``.
         width : float, default 0.0
-            Also the entries within ``width`` of their kink on either side.
+            Also the entries within ``width`` of their kink on either side; ``math.inf``:
+            every entry at each of its kinks (the whole problem; an entry with two kinks,
+            such as the scalar ε-insensitive loss's ``r = ±ε``, appears once per kink).
 
         Returns
         -------

@@ -11,6 +11,7 @@ envelope); its kinks are entry-wise for d = 1 and on the sphere ``‖r‖ = ε``
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
@@ -238,10 +239,13 @@ class EpsilonInsensitive(_Radial):
         if R.shape[1] != 1 or mu <= 0:
             return None
         r = R[:, 0]
-        over = np.abs(r) - float(self.epsilon)
+        eps = float(self.epsilon)
+        if width == math.inf and eps > 0:  # every row at both kinks, +ε then −ε
+            rows = np.repeat(np.arange(len(r)), 2)
+            return rows, np.zeros(len(rows), dtype=np.int64), np.tile([eps, -eps], len(r))
+        over = np.abs(r) - eps
         near = (over > 0) & (over <= mu)
         if width > 0:  # within half the tube of ±ε at most: the sign of r names the kink
-            eps = float(self.epsilon)
             near |= np.abs(over) <= (min(width, 0.5 * eps) if eps > 0 else width)
         rows = np.flatnonzero(near)
         return rows, np.zeros(len(rows), dtype=np.int64), np.sign(r[rows]) * float(self.epsilon)

@@ -151,7 +151,13 @@ def environment() -> dict:
 
     blas = [{k: i.get(k) for k in ("internal_api", "version", "architecture")}
             for i in threadpool_info() if i.get("user_api") == "blas"]
-    return {"numpy": np.__version__, "blas": blas}
+    return {"numpy": np.__version__, "blas": sorted_blas(blas)}
+
+
+def sorted_blas(blas: list) -> list:
+    """The BLAS libraries in a fixed order (threadpoolctl lists them in load order, which
+    differs between processes)."""
+    return sorted(blas, key=lambda b: json.dumps(b, sort_keys=True))
 
 
 def record(path=REFERENCE) -> None:

@@ -42,17 +42,9 @@ from typing import Literal
 import numpy as np
 
 from ...engine.sweep import Iterate
+from ...tuning import Tuning
 from .direction import gradient, newton_direction, warm_start
-from .polish import (
-    RESTRICTED_SIZE,
-    WINDOW,
-    WINDOW_ENTRIES,
-    polish,
-    restricted_polish,
-    sphere_dual_stats,
-    sphere_step,
-    with_fix,
-)
+from .polish import polish, sphere_dual_stats, sphere_step, with_fix
 from .problem import (
     Problem,
     Solution,
@@ -63,6 +55,7 @@ from .problem import (
     objective,
     save_state,
 )
+from .restricted import RESTRICTED_SIZE, WINDOW, WINDOW_ENTRIES, restricted_polish
 
 __all__ = ["NewtonState", "NewtonSetup", "solve_lam", "solve_path"]
 
@@ -106,6 +99,10 @@ DELTA_GRAM_BYTES = 32 << 20
 # --------------------------------------------------------------------------- the iterations
 
 _FIX = ("fix_C", "fix_col", "fix_y", "fix_beta")
+
+#: Most entries (each at each of its kinks) the sweeps gather as the whole problem, solved
+#: on the driver from the first certified sweep (``Tuning.whole_problem_entries``' default).
+WHOLE_ENTRIES = Tuning().whole_problem_entries
 
 #: Most band entries the KKT polish gathers on the driver (rows of C): beyond, no polish.
 POLISH_ENTRIES = 20000
@@ -243,7 +240,8 @@ class NewtonSetup:
     exact Hessian weights, else secant ones outside the smoothing band; ``kind``: their kind,
     :meth:`~distsketch.losses.Loss.curvature_kind`), the most band entries the band polish
     gathers (``cap``), the kink window of the restricted polish in units of μ (``window``;
-    0: none), the squared Lipschitz constant of the loss, and whether the last sweep's
+    0: none; ``math.inf``: every entry at each of its kinks, the whole problem, while at most
+    ``whole_entries``), the squared Lipschitz constant of the loss, and whether the last sweep's
     Grams are small enough to keep (``keep_grams``)."""
 
     tol: float
@@ -256,7 +254,8 @@ class NewtonSetup:
     keep_grams: bool
 
     @classmethod
-    def of(cls, prob: Problem, tol: float, max_iter: int) -> "NewtonSetup":
+    def of(cls, prob: Problem, tol: float, max_iter: int, *,
+           whole_entries: int = WHOLE_ENTRIES) -> "NewtonSetup":
         loss, d = prob.loss, prob.d
         exact = prob.exact_curvature
         # a vertex holds at most r·d + d entries on their kinks: more cannot be a KKT point's
@@ -266,6 +265,11 @@ class NewtonSetup:
         # their kinks, whose restricted problem the driver solves exactly (restricted_polish)
         window = (WINDOW if loss.smoothed and loss.band(np.zeros((1, d)), 1.0) is not None
                   and (prob.r + 1) * d <= RESTRICTED_SIZE else 0.0)
+        if window and prob.n * len(loss.band(np.zeros((1, d)), 1.0, math.inf)[0]) \
+                <= whole_entries:
+            # every entry at each of its kinks fits the window: the restricted problem is
+            # the whole problem, solved exactly from the first certified point
+            window = math.inf
         # the last sweep's Grams kept (and in the solver state) while small: the next Newton
         # sweep from their point asks for their change only (Iterate.delta)
         m1 = prob.Gt.shape[0]
@@ -343,8 +347,9 @@ def sweep_request(prob: Problem, setup: NewtonSetup, state: NewtonState
                  0.0 if probe else mu, grid,
                  grid_mu=0.0 if mode in ("polish", "sphere") else None,
                  gram=not probe, exact=setup.exact,
-                 collect=(0 <= state.window_entries <= WINDOW_ENTRIES if win else
-                          0 <= state.band_entries <= setup.cap and not sphere), window=win,
+                 collect=(win == math.inf or 0 <= state.window_entries <= WINDOW_ENTRIES
+                          if win else 0 <= state.band_entries <= setup.cap and not sphere),
+                 window=win,
                  base=base, levels=levels if len(levels) > 1 else (),
                  exclude=state.held["fix_col"].astype(np.int64) if sphere else None,
                  level_mus=LEVEL_MUS if probe else None, delta=delta)
@@ -534,6 +539,11 @@ def next_step(prob: Problem, lam: float, setup: NewtonSetup, state: NewtonState,
         state.mu, state.level = max(mu * MU_FACTOR, mu_floor), 0  # a narrower band
         start_polish(prob, lam, setup, state, sweep, cert)
         return "sweep"
+    if setup.window == math.inf and len(state.history) == 1 and "E_row" in s:
+        # the whole problem gathered: its exact solution from the first certified point
+        start_polish(prob, lam, setup, state, sweep, cert)
+        if state.mode == "polish":
+            return "sweep"
     gXi, gb = gradient(prob, lam, s, state.Xi)
     damp = state.damping / mu if mu > 0 else 0.0
     dXi, db0 = newton_direction(prob, lam, s, setup.kind, sweep.base + damp, gXi, gb)
@@ -551,7 +561,7 @@ def start_polish(prob: Problem, lam: float, setup: NewtonSetup, state: NewtonSta
     sweep's mode: for the radial ε with d > 1 the sphere polish (the band's rows held on
     ``‖r‖ = ε``), else the restricted polish's point (:func:`restricted_polish`, with a
     window) or the band polish's (:func:`polish`), tried with the next μ's sums."""
-    s, mu = sweep.sums, sweep.mu
+    s = sweep.sums
     if "E_Y" in s:  # radial, d > 1: hold the band's rows on the sphere ‖r‖ = ε
         if len(s["E_row"]) and float(prob.loss.epsilon) > 0:
             state.mode, state.ref_objective = "sphere", cert.objective
@@ -563,7 +573,7 @@ def start_polish(prob: Problem, lam: float, setup: NewtonSetup, state: NewtonSta
     if "E_row" not in s:
         pol = None
     elif setup.window:
-        pol = restricted_polish(prob, lam, s, state.Xi, state.b0, mu)
+        pol = restricted_polish(prob, lam, s, state.Xi, state.b0)
     else:
         pol = polish(prob, lam, s)
     if pol is not None:  # try the active set's KKT point, with the next μ's stats
@@ -573,12 +583,15 @@ def start_polish(prob: Problem, lam: float, setup: NewtonSetup, state: NewtonSta
 
 
 def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_iter: int,
-              state: SolverState | None = None) -> Solution:
+              state: SolverState | None = None, whole_entries: int = WHOLE_ENTRIES
+              ) -> Solution:
     """Newton iterations (with smoothing continuation and KKT polish) for one λ, from
     ``(Xi0, b00)`` or from the solver state in the store: one sweep per loop, then the
     phase of what it evaluated, then, at an accepted point, its certificate and the next
-    step (see the module); the state is saved after each."""
-    setup = NewtonSetup.of(prob, tol, max_iter)
+    step (see the module); the state is saved after each. ``whole_entries``: the most
+    entries (at each of their kinks) gathered as the whole problem
+    (``Tuning.whole_problem_entries``, :class:`NewtonSetup`)."""
+    setup = NewtonSetup.of(prob, tol, max_iter, whole_entries=whole_entries)
     st = state.load() if state is not None else None
     if st is not None and st.get("done"):
         logger.info("λ = %.3g: solution found in the store (%d iterations)", lam, st["n_iter"])
@@ -614,9 +627,10 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
 
 
 def solve_path(prob: Problem, lams, sweeper, *, tol: float, max_iter: int,
-               states=None) -> list[Solution]:
+               states=None, whole_entries: int = WHOLE_ENTRIES) -> list[Solution]:
     """Solve every λ in decreasing order, each warm-started from the one before (the first
-    from the squared-loss closed form); returns the solutions in the order of ``lams``."""
+    from the squared-loss closed form); returns the solutions in the order of ``lams``
+    (``whole_entries``: :func:`solve_lam`'s)."""
     order = sorted(range(len(lams)), key=lambda k: -lams[k])
     out: list[Solution | None] = [None] * len(lams)
     prev = None
@@ -625,6 +639,6 @@ def solve_path(prob: Problem, lams, sweeper, *, tol: float, max_iter: int,
         Xi0, b00 = warm_start(prob, lam) if prev is None else (prev.Xi, prev.b0)
         state = states(k) if states is not None else None
         sol = solve_lam(prob, lam, sweeper, Xi0=Xi0, b00=b00, tol=tol, max_iter=max_iter,
-                        state=state)
+                        state=state, whole_entries=whole_entries)
         out[k] = prev = sol
     return out

@@ -228,7 +228,8 @@ def sweep_path(route: Newton, est: Any, spec: Any, res: Any) -> tuple[CoefTable,
         held_run = held_sweeps(sweeper, data, spec)
         try:
             sols = solve_path(prob, lams, sweeper if held_run is None else held_run, tol=tol,
-                              max_iter=max_iter, states=states)
+                              max_iter=max_iter, states=states,
+                              whole_entries=spec.options.tuning.whole_problem_entries)
         finally:
             if held_run is not None:
                 held_run.close()
