@@ -142,7 +142,10 @@ class EngineOptions:
         pass is cheaper).
         ``None`` (default): every sketched side whose support has at most
         ``distsketch.engine.prewhiten.PREWHITEN_SUPPORT × m`` rows and fewer than ``n``
-        (sub-sampling, leverage scores, accumulation with ``q <= 2``); ``True``: also larger supports below
+        (sub-sampling, leverage scores, accumulation with ``q <= 2``) and whose ``B0`` is
+        ill-conditioned (condition number above
+        ``distsketch.engine.prewhiten.PREWHITEN_COND = 1e6``: CASP's, not that of d = 20
+        standard normal inputs at γ = 1/(2d)); ``True``: every such side, and also larger supports below
         ``n`` (``K_JJ`` of the support on the driver); ``False``: never (the pass sums ``CᵀC``,
         whitened on the driver). A store records the setting's effect: a pass written with
         one is not resumed with the other (refused, or replaced with ``overwrite=True``).

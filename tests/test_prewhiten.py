@@ -30,6 +30,7 @@ _KRR = functools.partial(ds.SketchedKRR, fit_intercept=False)
 
 K = ds.Gaussian(gamma=0.5)
 F64 = dict(block_dtype="float64", block_rows=17)
+ON = dict(prewhiten=True)  # whitened whatever the conditioning (small problems are well conditioned)
 
 
 def _data(n=60, d=3, seed=0):
@@ -181,13 +182,13 @@ def test_a_landmark_with_nan_in_a_lazy_input_is_refused_before_anything_is_writt
 
     X, y, _ = _data(n=80)
     clean = _KRR(K, sketch=ds.SubSampling(15), random_state=0,
-                 options=ds.EngineOptions(block_rows=20)).fit(da.from_array(X, chunks=(20, 3)), y)
+                 options=ds.EngineOptions(block_rows=20, prewhiten=True)).fit(da.from_array(X, chunks=(20, 3)), y)
     row = int(clean.sketch_.support[3])
     X[row, 1] = np.nan
     with pytest.raises(ValueError, match=rf"^X: contains NaN or infinity \(at row {row}, a "
                                          r"landmark of the sketch\)"):
         _KRR(K, sketch=ds.SubSampling(15), random_state=0, store=tmp_path / "t",
-             options=ds.EngineOptions(block_rows=20)).fit(da.from_array(X, chunks=(20, 3)), y)
+             options=ds.EngineOptions(block_rows=20, prewhiten=True)).fit(da.from_array(X, chunks=(20, 3)), y)
     assert not open_fit_store(tmp_path / "t").meta_or_none()  # no pass recorded
 
 
@@ -202,7 +203,7 @@ def test_pass_blocks_and_sums_are_the_dense_formulas(tmp_path, block_dtype):
     X, y, _ = _data()
     m = _KRR(K, sketch=ds.SubSampling(15), random_state=1, store=tmp_path / "s",
              options=ds.EngineOptions(block_dtype=block_dtype, block_rows=17,
-                                      gram_chunk=4)).fit(X, y)
+                                      gram_chunk=4, **ON)).fit(X, y)
     assert isinstance(m.sketch_, WhitenedSketch)
     Rw = dense(m.sketch_.matrix())
     C = zarr.open_group(str(tmp_path / "s"), mode="r")["pass/C"][:]
@@ -223,7 +224,7 @@ def test_sums_independent_of_blocks_and_scheduler():
         with dask.config.set(scheduler=scheduler):
             return _KRR(K, sketch=ds.Accumulation(20), lam=1e-4, random_state=2,
                         options=ds.EngineOptions(block_rows=block_rows,
-                                                 block_dtype="float64")).fit(X, y)
+                                                 block_dtype="float64", **ON)).fit(X, y)
 
     base = fit(7)
     for other in (fit(25), fit(90)):
@@ -245,11 +246,11 @@ def test_krr_regressor_and_features_equal_the_closed_forms(name):
     sketch = {"subsampling": ds.SubSampling(15), "accumulation": ds.Accumulation(15),
               "leverage": ds.LeverageScores(15)}[name]
     lam = 1e-4
-    for setting in (None, False):
+    for setting in (True, False):
         opts = ds.EngineOptions(prewhiten=setting, **F64)
         krr = _KRR(K, sketch=sketch, lam=lam, random_state=5, options=opts).fit(X, y)
-        assert isinstance(krr.sketch_, WhitenedSketch) is (setting is None)
-        R = krr.sketch_.inner.matrix() if setting is None else krr.sketch_.matrix()
+        assert isinstance(krr.sketch_, WhitenedSketch) is (setting is True)
+        R = krr.sketch_.inner.matrix() if setting is True else krr.sketch_.matrix()
         want = sketched_krr_predict(K, R, X, y, Xq, lam)
         assert rel_err(krr.predict(Xq), want) <= 1e-8
         reg = ds.SketchedRegressor(K, loss="squared", sketch=sketch, lam=lam,
@@ -272,7 +273,7 @@ def test_sisokr_equals_prop1_with_the_drawn_sketches(small_problem, side):
     sx = ds.SubSampling(15) if side in ("both", "input") else None
     sy = ds.SubSampling(12) if side in ("both", "output") else None
     model = ds.SISOKR(kx, ky, input_sketch=sx, output_sketch=sy, lam=lam, random_state=0,
-                      options=ds.EngineOptions(block_dtype="float64")).fit(X, Y)
+                      options=ds.EngineOptions(block_dtype="float64", prewhiten=True)).fit(X, Y)
     assert isinstance(model.input_sketch_, WhitenedSketch) is (sx is not None)
     assert isinstance(model.output_sketch_, WhitenedSketch) is (sy is not None)
 
@@ -312,14 +313,15 @@ def test_ill_conditioned_landmarks_reach_the_exact_nystroem_ridge():
     y = np.sin(3 * X[:, 0]) + X[:, 1] ** 2 + 0.01 * rng.normal(size=n)
     Xq = rng.uniform(-1, 1, size=(200, d))
     err = {}
-    for setting in (None, False):
+    for setting in (None, True, False):
         for dtype in ("float64", "float32"):
             m = _KRR(ds.Gaussian(gamma), sketch=ds.SubSampling(400), lam=lam, random_state=0,
                      options=ds.EngineOptions(prewhiten=setting, block_dtype=dtype)).fit(X, y)
             want = _nystroem_ridge(X, y, Xq, m.landmarks_, gamma, lam)
             err[setting, dtype] = np.linalg.norm(m.predict(Xq) - want) / np.linalg.norm(want)
-    assert err[None, "float64"] <= 1e-9
+    assert err[None, "float64"] <= 1e-9  # the default whitens this ill-conditioned K_JJ
     assert err[None, "float32"] <= 1e-6
+    assert err[True, "float64"] == err[None, "float64"]
     # the other order, for the record: measurably further (a test of the test)
     assert err[False, "float64"] >= 100 * err[None, "float64"]
     assert err[False, "float32"] >= 100 * err[None, "float32"]
@@ -333,7 +335,7 @@ def test_width_grid_whitens_each_width_for_its_own_kernel():
     gammas = [0.2, 0.5, 2.0]
     cv = ds.SketchedKRRCV(ds.Gaussian(1.0), sketch=ds.SubSampling(20), lams=[1e-4, 1e-2],
                           gammas=gammas, cv=3, random_state=0,
-                          options=ds.EngineOptions(**F64)).fit(X, y)
+                          options=ds.EngineOptions(**F64, **ON)).fit(X, y)
     g = cv.best_params_["gamma"]
     R = cv.sketch_
     assert isinstance(R, WhitenedSketch)
@@ -344,7 +346,7 @@ def test_width_grid_whitens_each_width_for_its_own_kernel():
             B = landmark_gram(R.inner, ds.Gaussian(other), cv.landmarks_)
             assert np.abs(R.T.T @ B @ R.T - np.eye(R.m)).max() > 1e-3
     plain = ds.SketchedKRR(ds.Gaussian(g), sketch=ds.SubSampling(20), lam=cv.lam_,
-                           random_state=0, options=ds.EngineOptions(**F64)).fit(X, y)
+                           random_state=0, options=ds.EngineOptions(**F64, **ON)).fit(X, y)
     np.testing.assert_array_equal(plain.sketch_.T, R.T)
     assert norm_rel_err(cv.predict(X), plain.predict(X)) <= 1e-8
 
@@ -365,13 +367,13 @@ def test_store_written_with_the_other_setting_is_refused_or_replaced(tmp_path):
 
     off = fit(prewhiten=False)
     with pytest.raises(StoreError, match=r"input\.sketch\.whitened.*EngineOptions\.prewhiten"):
-        fit()
+        fit(prewhiten=True)
     np.testing.assert_array_equal(fit(prewhiten=False).predict(X), off.predict(X))
-    on = fit(overwrite=True)
+    on = fit(overwrite=True, prewhiten=True)
     assert isinstance(on.sketch_, WhitenedSketch)
     with pytest.raises(StoreError, match=r"EngineOptions\.prewhiten"):
         fit(prewhiten=False)
-    np.testing.assert_array_equal(fit().predict(X), on.predict(X))
+    np.testing.assert_array_equal(fit(prewhiten=True).predict(X), on.predict(X))
     loaded = ds.load(path)
     assert isinstance(loaded.sketch_, WhitenedSketch)
     np.testing.assert_array_equal(loaded.predict(X), on.predict(X))
@@ -380,9 +382,36 @@ def test_store_written_with_the_other_setting_is_refused_or_replaced(tmp_path):
 def test_sparse_inputs_are_pre_whitened_as_dense_ones():
     X, y, Xq = _data()
     X[np.abs(X) < 0.8] = 0.0
-    opts = ds.EngineOptions(**F64)
+    opts = ds.EngineOptions(**F64, **ON)
     a = _KRR(K, sketch=ds.SubSampling(15), random_state=3, options=opts).fit(X, y)
     b = _KRR(K, sketch=ds.SubSampling(15), random_state=3, options=opts).fit(
         sp.csr_array(X), y)
     assert norm_rel_err(b.sketch_.T, a.sketch_.T) <= 1e-12
     assert norm_rel_err(b.predict(Xq), a.predict(Xq)) <= 1e-10
+
+
+def test_the_default_whitens_only_an_ill_conditioned_landmark_gram():
+    """``prewhiten=None`` keeps the sketch as drawn where ``B0 = R K Rᵀ`` has a condition
+    number below ``PREWHITEN_COND`` (the previous pass, bitwise), and whitens it above."""
+    from distsketch.engine.prewhiten import PREWHITEN_COND, well_conditioned
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(300, 20))
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=300)
+    k = ds.Gaussian(gamma=1 / 40)
+
+    def fit(setting):
+        return _KRR(k, sketch=ds.SubSampling(60), lam=1e-4, random_state=0,
+                    options=ds.EngineOptions(prewhiten=setting, **F64)).fit(X, y)
+
+    R = fit(False).sketch_
+    B0 = landmark_gram(R, k, X[R.support])
+    assert np.linalg.cond(B0) < PREWHITEN_COND / 100 and well_conditioned(B0)
+    auto = fit(None)
+    assert not isinstance(auto.sketch_, WhitenedSketch)
+    np.testing.assert_array_equal(auto.predict(X), fit(False).predict(X))
+    assert isinstance(fit(True).sketch_, WhitenedSketch)
+    ill = B0 + 0.0
+    ill[:, 1] = ill[:, 0] * (1 + 1e-9)  # two landmarks almost the same direction
+    ill[1, :] = ill[:, 1]
+    assert not well_conditioned(ill)

@@ -53,15 +53,16 @@ def test_a_saved_store_loads_and_predicts_as_when_written(stores, name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["sisokr", "krr", "regressor"])
 def test_a_saved_store_is_reused_by_a_refit_without_a_pass(stores, tmp_path, name):
-    """The stores were written without pre-whitening: a refit with
-    ``EngineOptions(prewhiten=False)`` reuses them; the default (pre-whitened sub-sampling)
-    is another pass, refused with the option named."""
+    """The stores were written before pre-whitening existed: a refit with the default options
+    reuses them (their landmarks' ``R K Rᵀ`` is well conditioned, so the default does not
+    whiten it); ``prewhiten=True`` is another pass, refused with the option named."""
     expected = np.load(stores / "expected.npz")
     kernel = CountingGaussian(gamma=0.4)
     data = expected["Y"] if name == "sisokr" else expected["y"]
     with pytest.raises(StoreError, match=r"input\.sketch\.whitened.*EngineOptions\.prewhiten"):
-        _model(name, kernel, str(stores / f"{name}.zarr")).fit(expected["X"], data)
-    model = _model(name, kernel, str(stores / f"{name}.zarr"), prewhiten=False).fit(
-        expected["X"], data)
+        _model(name, kernel, str(stores / f"{name}.zarr"), prewhiten=True).fit(
+            expected["X"], data)
+    kernel.calls["blocks"] = 0
+    model = _model(name, kernel, str(stores / f"{name}.zarr")).fit(expected["X"], data)
     assert kernel.calls["blocks"] == 0
     assert np.array_equal(np.asarray(_outputs(name, model, expected)), expected[name])

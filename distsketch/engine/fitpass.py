@@ -199,7 +199,7 @@ def _pass_config(X, Y, xs, ys, x_land, y_land, *, x_kernel, y_kernel, sums, mode
         # further input widths only where there are some: earlier stores keep their config
         **({"input_widths": [kernel_description(k) for k in x_widths]} if x_widths else {}),
         # each further width's own pre-whitening, where the input side has one
-        **({"input_width_whitening": [sk.to_config()["whitened"] for sk in x_width_sketches]}
+        **({"input_width_whitening": [sk.to_config().get("whitened") for sk in x_width_sketches]}
            if any(isinstance(sk, WhitenedSketch) for sk in x_width_sketches) else {}),
         # the density rule's knobs only where they are not the defaults (the same reason)
         **store_config(options.tuning),
@@ -223,7 +223,8 @@ def _prewhiten(xs, ys, x_land, y_land, *, x_kernel, y_kernel, x_widths, options,
     the ``sides`` named: ``(xs, ys, x_width_sketches)`` (each further input width whitened for
     its own kernel)."""
     widths = tuple(xs for _ in x_widths)
-    kw = {"rtol": options.prewhiten_rtol, "tuning": options.tuning}
+    kw = {"rtol": options.prewhiten_rtol, "tuning": options.tuning,
+          "always": options.prewhiten is True}
     if "input" in sides and prewhitens(xs, options.prewhiten):
         _check_landmarks(x_land, xs.support, argument="X")
         widths = tuple(prewhitened(xs, k, x_land, argument=kernel_names[0], **kw)

@@ -22,7 +22,7 @@ from ..linalg.solve import sym, whitening
 from ..sketches.base import RealizedSketch
 from ..sketches.whitened import WhitenedSketch
 
-__all__ = ["PREWHITEN_SUPPORT", "prewhitens", "landmark_gram", "prewhitened"]
+__all__ = ["PREWHITEN_SUPPORT", "PREWHITEN_COND", "prewhitens", "landmark_gram", "prewhitened"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +35,15 @@ logger = logging.getLogger(__name__)
 #: support is most rows (Gaussian, CountSketch, dense p-sparsified) would need a kernel matrix
 #: of the size of the data on the driver.
 PREWHITEN_SUPPORT = 2
+
+#: ``EngineOptions(prewhiten=None)`` whitens only where ``B0 = R K Rᵀ`` is ill-conditioned:
+#: its condition number (LAPACK's 1-norm estimate from a Cholesky factor) above this. Below
+#: it, the previous order (``CᵀC`` whitened on the driver) loses little: the blocks' rounding
+#: (float32: 6e-8 relative) is amplified by at most ``sqrt(cond) = 1e3`` along ``K_JJ``'s
+#: small directions, and the pass saves the product by ``T`` (2.4–2.9 times as fast at
+#: d = 20, m = 1000, cond ≈ 1e5: benchmarks/ENGINE.md, "compare"). CASP's ``K_JJ`` (cond
+#: ≈ 6e11 at m = 1000), where the order costs up to +1 % of test RMSE, is whitened.
+PREWHITEN_COND = 1e6
 
 
 def prewhitens(sketch: RealizedSketch | None, setting: bool | None) -> bool:
@@ -88,10 +97,24 @@ def landmark_gram(sketch: RealizedSketch, kernel: Any, landmarks: Any, *,
     return np.asarray(M @ MK.T)  # M (M K)ᵀ = M K Mᵀ (K symmetric)
 
 
+def well_conditioned(B0: np.ndarray) -> bool:
+    """Whether ``B0`` is positive definite with a condition number at most
+    :data:`PREWHITEN_COND` (Cholesky, then LAPACK's ``dpocon`` 1-norm estimate)."""
+    from scipy.linalg.lapack import dpocon, dpotrf
+
+    L, info = dpotrf(B0, lower=1, clean=0)
+    if info != 0:
+        return False
+    rcond, info = dpocon(L, np.abs(B0).sum(axis=0).max(), uplo="L")
+    return info == 0 and rcond * PREWHITEN_COND >= 1.0
+
+
 def prewhitened(sketch: RealizedSketch, kernel: Any, landmarks: Any, *, rtol: float,
-                argument: str = "kernel", tuning: Any = None) -> WhitenedSketch:
+                argument: str = "kernel", tuning: Any = None,
+                always: bool = True) -> RealizedSketch:
     """``R' = Tᵀ R`` with ``T`` the whitening of :func:`landmark_gram` (``Tᵀ B0 T = I_r``,
-    eigenvalues of ``B0`` above ``rtol`` times the largest kept).
+    eigenvalues of ``B0`` above ``rtol`` times the largest kept); with ``always=False``
+    (``prewhiten=None``), ``sketch`` itself where ``B0`` is :func:`well_conditioned`.
 
     Parameters
     ----------
@@ -104,10 +127,12 @@ def prewhitened(sketch: RealizedSketch, kernel: Any, landmarks: Any, *, rtol: fl
         The estimator argument of the side's kernel, which starts the error messages (a
         kernel that overflows, one with no positive eigenvalue on the landmarks).
     tuning : Tuning or None
+    always : bool
+        Whiten whatever ``B0``'s conditioning (``prewhiten=True``).
 
     Returns
     -------
-    WhitenedSketch
+    WhitenedSketch or RealizedSketch
 
     Raises
     ------
@@ -120,6 +145,9 @@ def prewhitened(sketch: RealizedSketch, kernel: Any, landmarks: Any, *, rtol: fl
     # one BLAS thread, whatever the machine's load: LAPACK's rounding depends on its thread
     # count, and T (recorded by its fingerprint) must come out the same when a fit resumes
     with threadpool_limits(limits=1, user_api="blas"):
+        if not always and np.isfinite(B0).all() and well_conditioned(B0):
+            logger.debug("%s: R K Rᵀ well conditioned, not pre-whitened", argument)
+            return sketch
         T = whitening(B0, rtol=rtol, argument=argument)
     logger.debug("%s: pre-whitened sketch, %d of %d directions of R K Rᵀ kept (rtol %g)",
                  argument, T.shape[1], B0.shape[0], rtol)
