@@ -16,26 +16,20 @@ from typing import Any
 
 import numpy as np
 
-from .._hashing import data_fingerprint
 from ..options import EngineOptions
 from ..sketches.base import RealizedSketch
 from .accumulate import run_pass
 from .features import FeatureMap
-from .fitpass import choose_block_rows
+from .fitpass import pass_block_rows
 from .rows import RowSource
 from .sums import PASS_SUMS, PassPlan, width_of
 
-__all__ = ["APPENDABLE", "not_appendable", "batch_pass", "add_batches", "local_sums", "batch_fingerprint"]
+__all__ = ["APPENDABLE", "not_appendable", "batch_pass", "add_batches", "local_sums"]
 
 #: Pass sums that add over row batches (the others hold rows themselves: an exact side's
 #: ``C``, ``D``, ``Y``; contiguous folds, which depend on the total n, have no ``@K`` form
 #: here, seeded ones ``@K:seed`` do).
 APPENDABLE = ("G", "B", "M", "E", "b", "s", "y1", "U", "yy", "count", "kyy", "digest")
-
-#: Rows per piece of a lazy input's fingerprint (fixed: the fingerprint never depends on how
-#: the input is chunked or the pass blocked).
-FINGERPRINT_ROWS = 65536
-
 
 def not_appendable(sums: tuple) -> list[str]:
     """The sums of ``sums`` that do not add over appended rows (none: a fit can grow)."""
@@ -93,12 +87,8 @@ def batch_pass(X: RowSource, Y: RowSource | None, *, x_kernel, x_sketch: Realize
         if sketch is not None and sketch.n != offset + n:
             raise ValueError(f"batch_pass: a sketch over {sketch.n} rows for rows "
                              f"{offset}..{offset + n - 1}")
-    width = x_sketch.m + X.shape[1]
-    if Y is not None:
-        width += (y_sketch.m if y_sketch is not None else Y.shape[1]) + Y.shape[1]
     dtype = np.dtype(options.block_dtype)
-    native = X.native_rows or (Y.native_rows if Y is not None else None)
-    b = choose_block_rows(options, n, width, native, dtype)
+    b = pass_block_rows(options, X, Y, x_sketch, y_sketch, dtype)
     plan = PassPlan(
         n=n, block_rows=b,
         x=FeatureMap(x_kernel, x_landmarks, x_sketch, options.gram_chunk, options.tuning),
@@ -153,22 +143,4 @@ def local_sums(sums: dict, offset: int) -> dict:
     """A batch's sums with ``U``'s indices counted from its own first row (what
     :func:`add_batches` takes)."""
     return _shifted(sums, -int(offset))
-
-
-def batch_fingerprint(X: RowSource, Y: RowSource | None) -> str:
-    """Content hash of a batch's rows (inputs and outputs), independent of its chunking:
-    16 hex digits. Two batches with the same fingerprint hold the same rows."""
-    parts = []
-    for src in (X, Y):
-        if src is None:
-            parts.append(0)
-            continue
-        if not src.lazy:
-            parts.append(data_fingerprint(src.data))
-            continue
-        import dask
-
-        pieces = src.blocks(FINGERPRINT_ROWS)
-        parts.extend(dask.compute(*[dask.delayed(data_fingerprint)(p) for p in pieces]))
-    return f"{data_fingerprint(np.asarray(parts, dtype=np.uint64)):016x}"
 

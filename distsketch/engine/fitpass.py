@@ -29,7 +29,7 @@ from .store import FitStore, StoreDirectory, open_fit_store
 from .storeguard import DataChanged, StoreError
 from .sums import SUM_TERMS, PassPlan, known_sum, sum_term, width_of
 
-__all__ = ["PassResult", "fit_pass", "choose_block_rows", "jsonable", "BLOCK_MULTIPLE",
+__all__ = ["PassResult", "fit_pass", "choose_block_rows", "pass_block_rows", "jsonable", "BLOCK_MULTIPLE",
            "MIN_BLOCK_ROWS"]
 
 logger = logging.getLogger(__name__)
@@ -100,6 +100,18 @@ def choose_block_rows(options: EngineOptions, n: int, width: int, native: int | 
     if native and b >= native:  # whole stored chunks per block; smaller blocks split chunks
         b = (b // native) * native
     return int(min(b, n))
+
+
+def pass_block_rows(options: EngineOptions, X: RowSource, Y: RowSource | None, xs, ys,
+                    dtype: np.dtype, *, extra: int = 0) -> int:
+    """:func:`choose_block_rows` for a pass over ``X`` (and ``Y``) with the realised sketches
+    ``xs`` (and ``ys``; None: vector targets): a row's width is its input and sketched
+    columns, its output or target columns twice, and ``extra`` more block columns."""
+    width = xs.m + X.shape[1] + extra
+    if Y is not None:
+        width += (ys.m if ys is not None else Y.shape[1]) + Y.shape[1]
+    native = X.native_rows or (Y.native_rows if Y is not None else None)
+    return choose_block_rows(options, X.n, width, native, dtype)
 
 
 def fit_pass(
@@ -255,18 +267,14 @@ def _fit_pass(X, Y, *, x_kernel, x_sketch, sums, y_kernel, y_sketch, rng, fs, di
     xs, ys, x_width_sketches = _prewhiten(xs, ys, x_land, y_land, x_kernel=x_kernel,
                                           y_kernel=y_kernel, x_widths=x_widths, options=options,
                                           kernel_names=kernel_names, sides=prewhiten_sides)
-    width = xs.m + X.shape[1]
-    if Y is not None:
-        width += (ys.m if ys is not None else Y.shape[1]) + Y.shape[1]
-    if x_widths:  # one more block buffer, reused by every further width
-        width += max(sk.m for sk in x_width_sketches)
     # An exact side's blocks are used as they are (the n × n Gram matrix K_X + nλI is
     # factored, or C itself enters the model), where float32 rounding would be amplified by
     # up to 1/(nλ): they stay float64 (small n, where the pass is cheap anyway).
     exact = xs.is_identity or (ys is not None and ys.is_identity)
     dtype = "float64" if exact else options.block_dtype
-    native = X.native_rows or (Y.native_rows if Y is not None else None)
-    b = choose_block_rows(options, n, width, native, np.dtype(dtype))
+    # further widths: one more block buffer, reused by every further width
+    b = pass_block_rows(options, X, Y, xs, ys, np.dtype(dtype),
+                        extra=max((sk.m for sk in x_width_sketches), default=0))
     config = _pass_config(X, Y, xs, ys, x_land, y_land, x_kernel=x_kernel, y_kernel=y_kernel,
                           sums=sums, model=model, block_rows=b, dtype=dtype, options=options,
                           x_widths=x_widths, x_width_sketches=x_width_sketches)

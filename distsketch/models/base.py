@@ -169,8 +169,10 @@ def check_random_state(random_state: Any) -> np.random.Generator:
     raise ValueError(f"random_state: expected None, an int or a numpy Generator, got {random_state!r}")
 
 
-def check_data(X: Any, Y: Any, *, y_name: str | None, model: str) -> tuple[RowSource, RowSource | None]:
-    """Row sources of the training data (``y_name=None``: unsupervised, ``Y`` is ignored)."""
+def check_data(X: Any, Y: Any, *, y_name: str | None, model: str,
+               min_rows: int = 2) -> tuple[RowSource, RowSource | None]:
+    """Row sources of the training data (``y_name=None``: unsupervised, ``Y`` is ignored), at
+    least ``min_rows`` of them (a fit needs 2; rows appended to a fitted model, 1)."""
     if y_name is not None and Y is None:
         raise ValueError(f"{y_name}: {model} requires y to be passed, but the target y is None")
     Xs = as_row_source(X, argument="X")
@@ -178,8 +180,9 @@ def check_data(X: Any, Y: Any, *, y_name: str | None, model: str) -> tuple[RowSo
     if Ys is not None and Ys.n != Xs.n:
         raise ValueError(f"{y_name}: has {Ys.n} rows but X has {Xs.n}; "
                          f"X and {y_name} must hold the same samples")
-    if Xs.n < 2:
-        raise ValueError(f"X: at least 2 samples are needed to fit, got n_samples = {Xs.n}")
+    if Xs.n < min_rows:
+        raise ValueError(f"X: at least {min_rows} samples are needed to fit, got n_samples = "
+                         f"{Xs.n}")
     Xs.check_finite()
     if Ys is not None:
         Ys.check_finite()

@@ -25,9 +25,8 @@ import numpy as np
 from .._base import check_lam
 from ..engine.batches import add_batches, batch_pass, local_sums, not_appendable
 from ..engine.fitpass import PassResult
-from ..engine.rows import as_row_source
 from ..options import with_blas_limit
-from .base import FitSpec, check_feature_names
+from .base import FitSpec, check_data, check_feature_names
 
 __all__ = ["DICTIONARY_SUMS", "GROWTH_PREFIX", "growth_state", "growth_from_state", "Growing",
            "Growth", "growth_sums", "start_growth", "partial_fit", "forget"]
@@ -230,17 +229,8 @@ def start_growth(est, spec: FitSpec, route, fitted) -> None:
 def _batch_rows(est, X, Y):
     """Row sources of an appended batch, checked against the fit (one row is enough)."""
     check_feature_names(est, X)
-    Xs = as_row_source(X, argument="X")
+    Xs, Ys = check_data(X, Y, y_name=est._targets, model=type(est).__name__, min_rows=1)
     y_name = est._targets
-    Ys = None
-    if y_name is not None:
-        if Y is None:
-            raise ValueError(f"{y_name}: {type(est).__name__}.partial_fit needs the targets of "
-                             f"the new rows")
-        Ys = as_row_source(Y, argument=y_name, allow_1d=True)
-        if Ys.n != Xs.n:
-            raise ValueError(f"{y_name}: has {Ys.n} rows but X has {Xs.n}; X and {y_name} must "
-                             f"hold the same samples")
     growth = est._growth
     if Ys is not None and Ys.shape[1] != growth.y_width:
         raise ValueError(f"{y_name}: has {Ys.shape[1]} columns, but {type(est).__name__} was "
@@ -248,9 +238,6 @@ def _batch_rows(est, X, Y):
     if Xs.shape[1] != est.n_features_in_:
         raise ValueError(f"X has {Xs.shape[1]} features, but {type(est).__name__} is "
                          f"expecting {est.n_features_in_} features as input")
-    Xs.check_finite()
-    if Ys is not None:
-        Ys.check_finite()
     return Xs, Ys
 
 
