@@ -204,7 +204,9 @@ def test_the_same_rows_twice_are_refused_unless_asked_for():
 def test_refusals_name_the_argument():
     X, y = problem()
     assert not hasattr(krr(None), "partial_fit")  # the exact model: its n × n system grows
+    # contiguous folds (the default cv=5) move with n: tests/test_growing_cv.py has the rest
     assert not hasattr(ds.SketchedKRRCV(sketch=ds.SubSampling(5)), "partial_fit")
+    assert hasattr(ds.SketchedKRRCV(sketch=ds.SubSampling(5), cv="5:0"), "partial_fit")
     model = krr(ds.SubSampling(20)).fit(X[:100], y[:100])
     with pytest.raises(ValueError, match="X has 3 features, but SketchedKRR is expecting 4"):
         model.partial_fit(X[100:, :3], y[100:])

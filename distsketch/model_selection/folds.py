@@ -4,7 +4,8 @@
 spec ``"K"`` / ``"K:seed"`` (:func:`distsketch.engine.sums.fold_ids`);
 :func:`all_rows_for_exact_sides` cross-validates an exact side as the all-rows sub-sampling
 ``SubSampling(n)``, within the driver's budget for the per-fold sums; :func:`ordered_sum` adds
-per-fold sums in a fixed order (the same bits on every machine).
+per-fold sums in a fixed order (the same bits on every machine); :func:`appending_refusal` says
+why a cross-validation cannot take appended rows (docs/design/growing.md, "Cross-validation").
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 from ..models.base import FitSpec
 
-__all__ = ["fold_spec", "all_rows_for_exact_sides", "ordered_sum"]
+__all__ = ["fold_spec", "appending_refusal", "all_rows_for_exact_sides", "ordered_sum"]
 
 
 def fold_spec(cv, *, argument: str = "cv") -> str:
@@ -53,6 +54,48 @@ def fold_spec(cv, *, argument: str = "cv") -> str:
         return f"{int(k)}:{int(seed)}"
     raise ValueError(f"{argument}: expected a number of folds (int >= 2) or a KFold-like "
                      f"splitter (n_splits, shuffle, random_state), got {cv!r}")
+
+
+def appending_refusal(cv, *, grid: bool, sketches: dict) -> str | None:
+    """Why a cross-validation with folds ``cv`` (the ``cv`` argument or its fold spec) cannot
+    take appended rows, or None.
+
+    Appended rows keep their fold, ``splitmix64(seed, i) mod K`` of their position ``i`` among
+    the rows held (:func:`~distsketch.engine.sums.fold_ids`), which is the fold a fresh fit on
+    all the rows gives them: only seeded folds (``"K:seed"``) are a function of the row alone;
+    contiguous folds (``"K"``, row ``i`` in fold ``⌊iK/n⌋``) move with the total ``n``. A grid of
+    input kernels (``grid``) would need every width's blocks of the new rows, and an exact side
+    an ``n × n`` system that grows with the rows.
+
+    Parameters
+    ----------
+    cv : int, str or KFold-like
+        As :func:`fold_spec` takes it (an invalid one: None, the fit reports it).
+    grid : bool
+        Whether the model scores a grid of input kernels (``gammas`` or ``kernels``).
+    sketches : dict
+        The sketch arguments by parameter name (an exact side: None or ``Identity()``).
+    """
+    exact = next((name for name, sk in sketches.items()
+                  if sk is None or getattr(sk, "exact", False) is True
+                  or getattr(sk, "is_identity", False) is True), None)
+    if exact is not None:
+        return (f"an exact side ({exact}=None or Identity()) is cross-validated as the "
+                f"all-rows SubSampling(n), which new rows enlarge; give {exact} a sketch")
+    try:
+        spec = fold_spec(cv)
+    except ValueError:
+        return None
+    if ":" not in spec:
+        return (f"cv: contiguous folds (cv={cv!r}) depend on the number of rows, which "
+                f"appended rows change; shuffled folds keep each row's fold (a seeded hash of "
+                f"its position): cv=KFold(n_splits={spec}, shuffle=True, random_state=0) or "
+                f"cv='{spec}:0'")
+    if grid:
+        return ("gammas, kernels: a grid of input kernels is not re-scored over appended rows "
+                "(the pass over a batch computes the fitted kernel's blocks only); fit with "
+                "gammas=None and kernels=None to append rows")
+    return None
 
 
 def all_rows_for_exact_sides(spec: FitSpec, K: int) -> FitSpec:

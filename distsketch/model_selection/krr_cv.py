@@ -38,7 +38,7 @@ from ..models.base import FitSpec
 from ..models.krr import SketchedKRR
 from ..models.ridge import KRRClosedForm, centre_targets
 from ..solvers.direct import solve_krr
-from .folds import all_rows_for_exact_sides, fold_spec, ordered_sum
+from .folds import all_rows_for_exact_sides, appending_refusal, fold_spec, ordered_sum
 from .grid import candidate_kernels, check_gammas, json_kernels, prefixes_of
 from .scoring import krr_fold_error, resolved, set_best
 
@@ -100,6 +100,10 @@ class SketchedKRRCV(SketchedKRR):
         Number of contiguous folds, or a splitter with ``n_splits``, ``shuffle``,
         ``random_state`` (scikit-learn's ``KFold``; shuffled folds are a seeded hash of the row
         index, the same rows whatever the chunking, not the rows ``KFold`` itself would pick).
+        Seeded folds (a shuffled ``KFold``, or ``"K:seed"``) take appended rows
+        (``partial_fit``: each row keeps the fold of the position it arrives at, every fold
+        and λ is scored again; docs/design/growing.md); contiguous folds, whose boundaries
+        move with ``n``, and a kernel grid (``gammas``, ``kernels``) have no ``partial_fit``.
     scoring : {"neg_mean_squared_error", "r2"}
         Validation score, greater is better: minus the mean squared error over rows and
         targets, or R² per target (fold mean as baseline) averaged over targets.
@@ -154,8 +158,9 @@ class SketchedKRRCV(SketchedKRR):
                     "random_state": "random_state", "store": "store", "options": "options"}
     _configurable = True
 
-    #: No ``partial_fit``: appended rows would need the folds scored again (not implemented)
-    _appends = False
+    #: ``partial_fit`` / ``forget`` with seeded folds: every fold and λ scored again from the
+    #: batches' per-fold sums (docs/design/growing.md, "Cross-validation")
+    _appends = True
 
     def __init__(self, kernel: Kernel | str | Callable = "gaussian", *,
                  sketch: Sketch | None = None,
@@ -198,6 +203,14 @@ class SketchedKRRCV(SketchedKRR):
         self._prefixes = prefixes
         kernels = spec.kernels if widths is None else {**spec.kernels, "kernel": widths[0]}
         return FitSpec(spec.X, spec.Y, kernels, spec.sketches, spec.options, spec.rng, lams)
+
+    def _appending_refusal(self) -> str | None:
+        grid = getattr(self, "gammas", None) is not None \
+            or getattr(self, "kernels", None) is not None
+        return appending_refusal(self.cv, grid=grid, sketches={"sketch": self.sketch})
+
+    def _growth_refusal(self, spec: FitSpec) -> str | None:
+        return self._appending_refusal()
 
     def _x_widths(self, spec: FitSpec) -> tuple:
         return () if self._widths is None else tuple(self._widths[1:])
@@ -308,13 +321,15 @@ class SketchedKRRCV(SketchedKRR):
         arrays.update(cv_scores=np.stack([r[f"split{k}_test_score"]
                                           for k in range(self.n_splits_)]))
         state.update(best_index=self.best_index_, scoring=self.scoring, gammas=self.gammas_,
-                     cv_prefixes=self._prefixes)
+                     cv_prefixes=self._prefixes, cv_folds=self._folds)
         return arrays, state
 
     def _set_state(self, arrays, state):
         super()._set_state(arrays, state)
         self.gammas_ = state.get("gammas")
         self._prefixes = state.get("cv_prefixes")
+        # what a re-solve over appended rows reads (models saved before: no batches held)
+        self._folds, self._widths = state.get("cv_folds"), None
         self.kernels_ = None if self._prefixes is None or "kernel" not in self._prefixes[0] \
             else [p["kernel"] for p in self._prefixes]
         set_best(self, np.asarray(arrays["cv_scores"]),

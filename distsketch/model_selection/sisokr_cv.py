@@ -27,7 +27,7 @@ from ..models.sisokr import SISOKR
 from ..solvers.direct import input_basis
 from ..solvers.reduced_rank import check_rank
 from .fold_algebra import output_scale, sisokr_fold_scores
-from .folds import all_rows_for_exact_sides, fold_spec, ordered_sum
+from .folds import all_rows_for_exact_sides, appending_refusal, fold_spec, ordered_sum
 from .grid import candidate_kernels, check_gammas, json_kernels, prefixes_of
 from .scoring import auto_scoring, is_binary, set_best
 
@@ -93,7 +93,8 @@ class SISOKRCV(SISOKR):
         ``input_kernel_``.
     cv : int or KFold-like
         The number of contiguous folds, or a splitter with ``n_splits``, ``shuffle`` and
-        ``random_state``, as for :class:`SketchedKRRCV`.
+        ``random_state``, as for :class:`SketchedKRRCV`. Seeded folds take appended rows
+        (``partial_fit``) with ``scoring="surrogate"`` and no kernel grid.
     scoring : {"auto", "surrogate", "f1_samples", "kernel_loss", "topk_accuracy"}
         ``"auto"`` (default): the task's metric where decoding the folds is affordable,
         ``"f1_samples"`` for binary outputs, else ``"kernel_loss"``, when ``n · |U| ·
@@ -158,8 +159,9 @@ class SISOKRCV(SISOKR):
     _configurable = True
     _needs_eigenbasis = True  # the fold scores work in the refit's eigenbasis of H
 
-    #: No ``partial_fit``: appended rows would need the folds scored again (not implemented)
-    _appends = False
+    #: ``partial_fit`` / ``forget`` with seeded folds: every fold and λ scored again from the
+    #: batches' per-fold sums (docs/design/growing.md, "Cross-validation")
+    _appends = True
 
     def __init__(self, input_kernel: Kernel | str | Callable = "gaussian",
                  output_kernel: Kernel | str | Callable = "gaussian", *,
@@ -216,6 +218,21 @@ class SISOKRCV(SISOKR):
         kernels = spec.kernels if widths is None else {**spec.kernels,
                                                        "input_kernel": widths[0]}
         return FitSpec(spec.X, spec.Y, kernels, spec.sketches, spec.options, spec.rng, lams)
+
+    def _appending_refusal(self) -> str | None:
+        grid = getattr(self, "gammas", None) is not None \
+            or getattr(self, "kernels", None) is not None
+        why = appending_refusal(self.cv, grid=grid,
+                                sketches={"input_sketch": self.input_sketch,
+                                          "output_sketch": self.output_sketch})
+        if why is None and self.scoring != "surrogate":
+            why = (f"scoring: scoring={self.scoring!r} decodes every fold's rows, read again "
+                   f"after the pass, which a re-solve over appended rows does not hold; give "
+                   f"scoring='surrogate' to append rows")
+        return why
+
+    def _growth_refusal(self, spec: FitSpec) -> str | None:
+        return self._appending_refusal()
 
     def _x_widths(self, spec: FitSpec) -> tuple:
         return () if self._widths is None else tuple(self._widths[1:])
@@ -395,12 +412,14 @@ class SISOKRCV(SISOKR):
                                           for k in range(self.n_splits_)]))
         state.update(best_index=self.best_index_, scoring=self.scoring_,
                      cv_params=[[float(p["lam"]), p["rank"]] for p in self.cv_results_["params"]],
-                     gammas=self.gammas_, cv_prefixes=self._prefixes)
+                     gammas=self.gammas_, cv_prefixes=self._prefixes, cv_folds=self._folds)
         return arrays, state
 
     def _set_state(self, arrays, state):
         super()._set_state(arrays, state)
         self.gammas_ = state.get("gammas")
+        # what a re-solve over appended rows reads (models saved before: no batches held)
+        self._folds, self._widths = state.get("cv_folds"), None
         # a model saved before scoring_ existed: its scoring was never "auto"
         self.scoring_ = state.get("scoring", getattr(self, "scoring", "surrogate"))
         params = [{"lam": float(a), "rank": None if b is None else int(b)}

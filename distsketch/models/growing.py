@@ -316,7 +316,8 @@ def _spec(est, growth: Growth) -> FitSpec:
     """The fit specification a re-solve reads: the current λ path and options, the fitted
     kernels, and the shapes of all the rows held (sources without data: a re-solve reads
     sums only)."""
-    lams = check_lam(est.lam) if "lam" in est._param_kinds else ()
+    path = next((p for p in ("lam", "lams") if p in est._param_kinds), None)  # CV: lams
+    lams = check_lam(getattr(est, path), argument=path) if path else ()
     n = growth.rows
     X = SimpleNamespace(n=n, shape=(n, int(est.n_features_in_)), input_ndim=2)
     Y = None if growth.y_width is None else SimpleNamespace(
@@ -333,8 +334,9 @@ def _exact(sketch) -> bool:
 
 class _IfAppends:
     """A method present only where the model can take appended rows: a class whose
-    ``_appends`` is true, with a sketch (not the exact side) for each sketch parameter
-    (scikit-learn's ``available_if``: ``hasattr(est, "partial_fit")`` says so)."""
+    ``_appends`` is true, with a sketch (not the exact side) for each sketch parameter and
+    parameters that allow it (``_appending_refusal``; scikit-learn's ``available_if``:
+    ``hasattr(est, "partial_fit")`` says so)."""
 
     def __init__(self, fn):
         self.fn = fn
@@ -354,6 +356,9 @@ class _IfAppends:
             raise AttributeError(f"{cls.__name__} with {exact[0]}=None (exact) has no "
                                  f"{self.fn.__name__}: the exact model's n × n system grows "
                                  f"with the rows; give {exact[0]} a sketch")
+        why = obj._appending_refusal()
+        if why is not None:
+            raise AttributeError(f"{cls.__name__} has no {self.fn.__name__}: {why}")
         return self.fn.__get__(obj, cls)
 
 
@@ -459,6 +464,11 @@ class Growing:
         super()._after_fit(spec, route, fitted)
         if type(self)._appends:
             start_growth(self, spec, route, fitted)
+
+    def _appending_refusal(self) -> str | None:
+        """Why a model with these parameters cannot take appended rows, decided from the
+        parameters alone (then it has no ``partial_fit`` nor ``forget``), or None."""
+        return None
 
     def _growth_refusal(self, spec: FitSpec) -> str | None:
         """Why this model's fit cannot take appended rows beyond the common reasons (an
