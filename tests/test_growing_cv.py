@@ -329,3 +329,27 @@ def test_sklearn_checks_with_partial_fit(name):
     if name == "SketchedKRRCV":  # a regressor: the checks call partial_fit
         assert any(r["check_name"] == "check_estimators_partial_fit_n_features"
                    and r["status"] == "passed" for r in results)
+
+
+def test_a_kfold_splitter_saves_as_its_fold_spec(tmp_path):
+    """``cv=KFold(shuffle=True, random_state=s)`` is saved as the fold spec ``"K:s"``: the loaded
+    model has the same folds, scores and batches, and takes rows as the saved one."""
+    from sklearn.model_selection import KFold
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(150, 4))
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=150)
+    model = ds.SketchedKRRCV(ds.Gaussian(gamma=0.3), sketch=ds.SubSampling(25),
+                             lams=[1e-6, 1e-4, 1e-2, 1.0],
+                             cv=KFold(n_splits=4, shuffle=True, random_state=3), random_state=0,
+                             options=ds.EngineOptions(block_dtype="float64")).fit(X[:100], y[:100])
+    model.save(str(tmp_path / "m.zarr"))
+    back = ds.load(str(tmp_path / "m.zarr"))
+    assert back.cv == "4:3"
+    np.testing.assert_array_equal(back.cv_results_["mean_test_score"],
+                                  model.cv_results_["mean_test_score"])
+    model.partial_fit(X[100:], y[100:])
+    back.partial_fit(X[100:], y[100:])
+    np.testing.assert_array_equal(back.predict(X), model.predict(X))
+    np.testing.assert_array_equal(back.cv_results_["mean_test_score"],
+                                  model.cv_results_["mean_test_score"])

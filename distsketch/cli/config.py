@@ -414,7 +414,7 @@ def _model_params(model: dict, kinds: dict) -> dict[str, Any]:
     (``kinds``: the model's declared parameter kinds); unknown keys are refused."""
     keys = {name for name, kind in kinds.items()
             if kind in ("kernel", "sketch", "lam", "rank", "random_state", "loss", "matrix",
-                        "solver", "json")}
+                        "solver", "json", "folds")}
     _unknown(model, {"type", *keys}, "model")
     params: dict[str, Any] = {}
     for k, kind in kinds.items():
@@ -449,7 +449,7 @@ def _model_params(model: dict, kinds: dict) -> dict[str, Any]:
             except ValueError as exc:
                 raise _err(f"model.{k}", str(exc).removeprefix("rank: ")) from None
             params[k] = model[k]
-        elif kind in ("matrix", "solver", "json") and k in model:
+        elif kind in ("matrix", "solver", "json", "folds") and k in model:
             params[k] = model[k]  # validated by the estimator when it fits (a route's name)
         elif kind == "random_state":
             rs = model.get(k)

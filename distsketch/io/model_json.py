@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..engine.store import StoreDirectory
+from ..engine.sums import fold_spec
 from ..kernels.base import CallableKernel, check_kernel, kernel_from_config
 from ..options import options_from_dict
 from ..sketches.base import check_sketch, sketch_from_config
@@ -109,6 +110,9 @@ def params_to_json(est) -> dict:
                 out[name] = {"store_directory": os.fspath(value.path)}
             else:
                 out[name] = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+        elif kind == "folds":  # a KFold-like splitter as its fold spec: the same folds
+            out[name] = value if value is None or isinstance(value, (int, str)) \
+                else fold_spec(value, argument=name)
         elif kind == "lam":
             out[name] = np.asarray(value, dtype=float).tolist()
         elif kind == "loss":

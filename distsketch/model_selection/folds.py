@@ -11,49 +11,13 @@ why a cross-validation cannot take appended rows (docs/design/growing.md, "Cross
 from __future__ import annotations
 
 import dataclasses
-import numbers
 
 import numpy as np
 
+from ..engine.sums import fold_spec
 from ..models.base import FitSpec
 
 __all__ = ["fold_spec", "appending_refusal", "all_rows_for_exact_sides", "ordered_sum"]
-
-
-def fold_spec(cv, *, argument: str = "cv") -> str:
-    """The pass's fold spec (``"K"`` or ``"K:seed"``) of ``cv``: an int ``K ≥ 2`` (contiguous
-    folds), or an object with ``n_splits``, ``shuffle`` and ``random_state`` (scikit-learn's
-    ``KFold``): shuffled folds are a seeded hash of the row index (the same rows for the same
-    seed, whatever the chunking; not the rows ``KFold`` itself would pick), or the spec itself
-    as a string, ``"K"`` or ``"K:seed"`` (what :func:`distsketch.model_selection.select.select`
-    passes: it is saved with the model as a plain value)."""
-    if isinstance(cv, str):
-        from ..engine.sums import parse_folds
-
-        try:
-            parse_folds(cv)
-        except ValueError:
-            raise ValueError(f"{argument}: expected a number of folds, a KFold-like splitter or "
-                             f"a fold spec 'K' / 'K:seed' (K >= 2), got {cv!r}") from None
-        k, sep, seed = cv.partition(":")
-        return f"{int(k)}:{int(seed)}" if sep else str(int(k))
-    if isinstance(cv, numbers.Integral) and not isinstance(cv, bool):
-        if cv < 2:
-            raise ValueError(f"{argument}: the number of folds must be at least 2, got {cv!r}")
-        return str(int(cv))
-    k = getattr(cv, "n_splits", None)
-    if isinstance(k, numbers.Integral) and not isinstance(k, bool) and k >= 2 \
-            and hasattr(cv, "shuffle"):
-        if not cv.shuffle:
-            return str(int(k))
-        seed = getattr(cv, "random_state", None)
-        if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0:
-            raise ValueError(f"{argument}: shuffled folds need an integer random_state "
-                             f"(KFold(n_splits={k}, shuffle=True, random_state=0)), got "
-                             f"{seed!r}")
-        return f"{int(k)}:{int(seed)}"
-    raise ValueError(f"{argument}: expected a number of folds (int >= 2) or a KFold-like "
-                     f"splitter (n_splits, shuffle, random_state), got {cv!r}")
 
 
 def appending_refusal(cv, *, grid: bool, sketches: dict) -> str | None:

@@ -154,7 +154,7 @@ class SketchedKRRCV(SketchedKRR):
     """
 
     _param_kinds = {"kernel": "kernel", "sketch": "sketch", "lams": "json", "gammas": "json",
-                    "kernels": "json", "cv": "json", "scoring": "json", "fit_intercept": "json",
+                    "kernels": "json", "cv": "folds", "scoring": "json", "fit_intercept": "json",
                     "random_state": "random_state", "store": "store", "options": "options"}
     _configurable = True
 

@@ -152,7 +152,7 @@ class SISOKRCV(SISOKR):
 
     _param_kinds = {"input_kernel": "kernel", "output_kernel": "kernel",
                     "input_sketch": "sketch", "output_sketch": "sketch", "lams": "json",
-                    "ranks": "json", "gammas": "json", "kernels": "json", "cv": "json",
+                    "ranks": "json", "gammas": "json", "kernels": "json", "cv": "folds",
                     "scoring": "json",
                     "top_k": "json", "random_state": "random_state", "store": "store",
                     "options": "options"}

@@ -218,7 +218,8 @@ class SketchedEstimator(ParamsMixin):
     _param_kinds : dict
         Constructor parameter → kind: ``"kernel"``, ``"sketch"``, ``"lam"``, ``"rank"``,
         ``"loss"``, ``"matrix"``, ``"solver"`` (a route's name or a
-        ``distsketch.Route``), ``"random_state"``, ``"store"``, ``"options"`` (or
+        ``distsketch.Route``), ``"folds"`` (``cv``: saved as its fold spec), ``"random_state"``,
+        ``"store"``, ``"options"`` (or
         ``"json"`` for plain values). Kernels are validated in order, then sketches; saved models and
         configs convert and validate each by its kind, never by its name.
     _input : (kernel param, sketch param)
