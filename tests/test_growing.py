@@ -222,11 +222,14 @@ def test_refusals_name_the_argument():
         pcg.partial_fit(X[100:], y[100:])
 
 
-def test_a_kept_store_refuses_for_now(tmp_path):
+def test_a_kept_store_takes_appended_rows(tmp_path):
+    """More in tests/test_growing_store.py: the batch is a pass of its own in the store."""
     X, y = problem()
     model = krr(ds.SubSampling(20), store=str(tmp_path / "s.zarr")).fit(X[:100], y[:100])
-    with pytest.raises(ValueError, match="kept store"):
-        model.partial_fit(X[100:], y[100:])
+    model.partial_fit(X[100:], y[100:])
+    free = krr(ds.SubSampling(20)).fit(X[:100], y[:100]).partial_fit(X[100:], y[100:])
+    np.testing.assert_array_equal(model.predict(X), free.predict(X))
+    assert [b["batch"] for b in ds.load(tmp_path / "s.zarr").batches_] == [0, 1]
 
 
 def test_sisokr_appends_rows():

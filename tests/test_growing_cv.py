@@ -267,11 +267,17 @@ def test_refusals_name_the_argument():
         model.batches_
 
 
-def test_a_kept_store_refuses_for_now(tmp_path):
+def test_a_kept_store_appends_as_in_memory(tmp_path):
+    """With a kept store each batch is written there (its blocks, records and per-fold sums);
+    the scores and the model are those of the same appends without a store."""
     X, y, _ = problem()
-    model = krr_cv(ds.SubSampling(20), store=str(tmp_path / "s.zarr")).fit(X[:120], y[:120])
-    with pytest.raises(ValueError, match="kept store"):
-        model.partial_fit(X[120:], y[120:])
+    stored = appended(krr_cv(ds.SubSampling(20), store=str(tmp_path / "s.zarr")), X, y, [120, 160])
+    memory = appended(krr_cv(ds.SubSampling(20)), X, y, [120, 160])
+    np.testing.assert_array_equal(scores(stored), scores(memory))
+    np.testing.assert_array_equal(stored.predict(X), memory.predict(X))
+    back = ds.load(str(tmp_path / "s.zarr"))
+    assert [b["rows"] for b in back.batches_] == [120, 40, 40]
+    np.testing.assert_array_equal(back.predict(X), memory.predict(X))
 
 
 def test_saved_models_take_rows_after_loading(tmp_path):

@@ -1,10 +1,11 @@
-"""The ``distsketch`` command line: fit, predict, evaluate, info, demo.
+"""The ``distsketch`` command line: fit, predict, evaluate, update, info, demo.
 
 ::
 
     distsketch fit CONFIG.toml [--store PATH] [--scheduler ADDR | --scheduler-file F | --local N]
     distsketch predict STORE --input FILE [--output OUT] [--candidates FILE] [--k K]
     distsketch evaluate STORE [--test FILE] [--metrics NAME ...] [--json]
+    distsketch update STORE (--input FILE [--repeat] | --forget BATCH)
     distsketch info STORE
     distsketch demo [--output DIR]
 
@@ -356,6 +357,53 @@ def _switch(model, args) -> None:
         model.set_rank(rank)
 
 
+def cmd_update(args) -> int:
+    """Append the rows of ``--input`` to a stored model as a batch, or ``--forget`` a batch;
+    the model is solved again and saved in its store (its ``partial_fit`` / ``forget``)."""
+    if (args.input is None) == (args.forget is None):
+        raise ValueError("update: give --input FILE (rows to append) or --forget BATCH (a batch "
+                         "number of `distsketch info`), one of them")
+    group = open_store(args.store, solved=True)
+    stored = stored_cli_config(group)
+    model = load_model(args)
+    if not hasattr(model, "partial_fit"):
+        raise ValueError(f"{args.store}: the stored {type(model).__name__} takes no appended rows "
+                         f"(an exact side, or a model without partial_fit); refit it on all the rows "
+                         f"with `distsketch fit`")
+    if "store" in model.get_params(deep=False):  # the store as named here (fit may have run elsewhere)
+        model.set_params(store=os.fspath(args.store))
+    with scheduler(args):
+        t = time.perf_counter()
+        if args.input is not None:
+            data = input_file(args.input, stored, key="--input", targets=True,
+                              n_features=getattr(model, "n_features_in_", None))
+            if data.Y is None:
+                raise ValueError("--input: the file holds no targets (Y); it is read with the "
+                                 "fit's [data] options (y_key / n_targets / target_columns)")
+            try:
+                model.partial_fit(data.X, data.Y, repeat=args.repeat)
+            except ValueError as exc:  # the Python argument's name is not the option's
+                if "repeat=True" not in str(exc):
+                    raise
+                raise ValueError(str(exc).replace("repeat=True", "--repeat")) from None
+            done = f"appended batch {model.batches_[-1]['batch']} ({model.batches_[-1]['rows']:,} rows)"
+        else:
+            model.forget(args.forget)
+            done = f"forgot batch {args.forget}"
+        seconds = time.perf_counter() - t
+    batches = model.batches_
+    rows = sum(b["rows"] for b in batches)
+    if getattr(args, "json", False):
+        import json
+
+        _out(json.dumps({"model": type(model).__name__, "seconds": seconds, "rows": rows,
+                         "lam": float(model.lam_), "batches": batches, "store": str(args.store)}))
+        return EXIT_OK
+    _out(f"{done} in {seconds:.2f} s; {type(model).__name__} on {rows:,} rows in {len(batches)} "
+         f"batches, λ = {model.lam_:g}; model saved in {args.store}")
+    return EXIT_OK
+
+
 def cmd_info(args) -> int:
     import numpy as np
 
@@ -381,9 +429,13 @@ def cmd_info(args) -> int:
         m = dict(group["model"].attrs.get("distsketch_model", {}))
         st = m.get("state", {})
         _out(f"model:          {m.get('class')}, λ path {st.get('lams')}, active λ {st.get('lam')}")
-        for b in (st.get("growth") or {}).get("batches", []):  # rows appended by partial_fit
-            _out(f"batch {b['batch']:<8} {b['rows']:,} rows, added {b['added']}, "
-                 f"digest {b['digest']}")
+        if not meta.get("batches"):
+            for b in (st.get("growth") or {}).get("batches", []):  # rows appended by partial_fit
+                _out(f"batch {b['batch']:<8} {b['rows']:,} rows, added {b['added']}, "
+                     f"digest {b['digest']}")
+    for b in meta.get("batches") or []:  # the store's batches: complete, pending, forgotten
+        _out(f"batch {b['batch']:<8} {b['rows']:,} rows, added {b['added']}, "
+             f"digest {b['digest']}, {b.get('status')}")
     size = sum(f.stat().st_size for f in Path(args.store).rglob("*") if f.is_file())
     _out(f"size on disk:   {size / 2**20:.1f} MiB")
     return EXIT_OK
@@ -481,6 +533,24 @@ def build_parser() -> argparse.ArgumentParser:
                     help="allow loading a model whose kernel is a user function (imports it)")
     _add_scheduler(ev)
     ev.set_defaults(func=cmd_evaluate)
+
+    up = sub.add_parser("update", parents=[common], help="append rows to a stored model, or forget a batch",
+                        description="Append the rows of a file to a stored model as a new batch (read "
+                                    "with the fit's [data] options; the model is solved again from "
+                                    "every batch's sums, without reading earlier batches' data), or "
+                                    "forget a batch. `distsketch info` lists the batches.")
+    up.add_argument("store", help="store of a fitted model")
+    what = up.add_mutually_exclusive_group()
+    what.add_argument("--input", help="rows to append (.npy, .npz/.h5/.zarr with X and Y, .arff, .csv), "
+                                      "with their targets")
+    what.add_argument("--forget", type=int, metavar="BATCH", help="the batch to drop (0: the fit's)")
+    up.add_argument("--repeat", action="store_true",
+                    help="append rows even if a batch holds the same rows (their weight doubles)")
+    up.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    up.add_argument("--trusted", action="store_true",
+                    help="allow loading a model whose kernel is a user function (imports it)")
+    _add_scheduler(up)
+    up.set_defaults(func=cmd_update)
 
     info = sub.add_parser("info", parents=[common], help="describe a store (complete or not)")
     info.add_argument("store")

@@ -24,7 +24,8 @@ from .fitpass import pass_block_rows
 from .rows import RowSource
 from .sums import PASS_SUMS, PassPlan, width_of
 
-__all__ = ["APPENDABLE", "not_appendable", "batch_pass", "add_batches", "local_sums"]
+__all__ = ["APPENDABLE", "not_appendable", "batch_plan", "batch_pass", "add_batches",
+           "local_sums"]
 
 #: Pass sums that add over row batches (the others hold rows themselves: an exact side's
 #: ``C``, ``D``, ``Y``; contiguous folds, which depend on the total n, have no ``@K`` form
@@ -48,16 +49,17 @@ def _check_appendable(sums: tuple) -> None:
                          f"side, or contiguous folds); this model cannot take appended rows")
 
 
-def batch_pass(X: RowSource, Y: RowSource | None, *, x_kernel, x_sketch: RealizedSketch,
+def batch_plan(X: RowSource, Y: RowSource | None, *, x_kernel, x_sketch: RealizedSketch,
                x_landmarks: Any, y_kernel=None, y_sketch: RealizedSketch | None = None,
                y_landmarks: Any = None, sums: tuple, offset: int,
-               options: EngineOptions) -> dict:
-    """The pass sums of appended rows: training rows ``offset .. offset + X.n − 1``.
+               options: EngineOptions) -> PassPlan:
+    """The pass plan of appended rows: training rows ``offset .. offset + X.n − 1``.
 
     ``x_sketch`` (and ``y_sketch``) are the fit's realised sketches grown over the new rows
     (``sketch.grown(offset + X.n)``): their columns there are zero, so the rows add their own
     blocks ``C_I = k(X_I, X_J) R_mixᵀ`` from the fit's landmarks and nothing to ``B`` or
-    ``E``. The blocks are not stored.
+    ``E``. The plan writes no blocks (``C = D = records = None``); a kept store's batch
+    (:mod:`distsketch.engine.batchstore`) gives it its arrays.
 
     Parameters
     ----------
@@ -77,9 +79,8 @@ def batch_pass(X: RowSource, Y: RowSource | None, *, x_kernel, x_sketch: Realize
 
     Returns
     -------
-    dict
-        The batch's sums, as :func:`~distsketch.engine.accumulate.run_pass` returns them
-        (``U``'s first-occurrence indices are training-row positions, offset included).
+    PassPlan
+        Blocks of ``pass_block_rows`` rows, ``row_offset = offset``.
     """
     _check_appendable(tuple(sums))
     n = X.n
@@ -89,7 +90,7 @@ def batch_pass(X: RowSource, Y: RowSource | None, *, x_kernel, x_sketch: Realize
                              f"{offset}..{offset + n - 1}")
     dtype = np.dtype(options.block_dtype)
     b = pass_block_rows(options, X, Y, x_sketch, y_sketch, dtype)
-    plan = PassPlan(
+    return PassPlan(
         n=n, block_rows=b,
         x=FeatureMap(x_kernel, x_landmarks, x_sketch, options.gram_chunk, options.tuning),
         y=(FeatureMap(y_kernel, y_landmarks, y_sketch, options.gram_chunk, options.tuning)
@@ -97,6 +98,19 @@ def batch_pass(X: RowSource, Y: RowSource | None, *, x_kernel, x_sketch: Realize
         sums=tuple(sums), C=None, D=None, records=None, dtype=dtype,
         check_x=X.lazy, check_y=Y is not None and Y.lazy, direct_io=options.direct_io,
         backend=options.backend, row_offset=int(offset))
+
+
+def batch_pass(X: RowSource, Y: RowSource | None, *, options: EngineOptions, **kw) -> dict:
+    """The pass sums of appended rows, blocks not stored: :func:`run_pass` of
+    :func:`batch_plan` (same arguments).
+
+    Returns
+    -------
+    dict
+        The batch's sums, as :func:`~distsketch.engine.accumulate.run_pass` returns them
+        (``U``'s first-occurrence indices are training-row positions, offset included).
+    """
+    plan = batch_plan(X, Y, options=options, **kw)
     return run_pass(plan, X, Y, split_every=options.split_every, progress=options.progress)
 
 

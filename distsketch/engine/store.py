@@ -14,6 +14,8 @@ Layout (one zarr v3 group per fit)::
                                   b; C, D, Y assembled for an exact side), see
                                   distsketch.engine.sums
         sums/U_rows, sums/U_index unique output rows, first training row (a row-set sum)
+        batches/<k>/              rows appended by partial_fit, one pass each, laid out as
+                                  the root's pass/ and sums/ (distsketch.engine.batchstore)
 
 ``status`` moves ``"pass"`` → ``"pass-complete"`` (all blocks done, sums written)
 → ``"saving-model"`` (a model being written by :mod:`distsketch.io.persist`) → ``"solved"``
@@ -60,8 +62,8 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 2
 _ATTR = "distsketch"
 #: The groups distsketch writes at the root of a fit's store: the pass, its sums, the saved
-#: model, solver states.
-_LAYOUT = ("pass", "sums", "model", "solver")
+#: model, solver states, appended batches.
+_LAYOUT = ("pass", "sums", "model", "solver", "batches")
 
 
 #: Columns of ``pass/blocks``, one uint64 row per row block (0 everywhere: not done).
@@ -164,6 +166,10 @@ class FitStore:
         return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
 
     def _set_meta(self, **updates: Any) -> None:
+        self.update_meta(**updates)
+
+    def update_meta(self, **updates: Any) -> None:
+        """Set entries of the store's distsketch attributes (the others kept)."""
         meta = self.meta
         meta.update(updates)
         self.group.attrs[_ATTR] = meta
@@ -332,7 +338,7 @@ class FitStore:
 
         A value is an array (float sums are stored as float64) or a pair ``(rows, index)`` of
         a row set (unique output rows and their first training row), stored as
-        ``<name>_rows`` and ``<name>_index``.
+        ``<name>_rows`` and ``<name>_index``; a uint64 sum (the rows' digest) stays uint64.
         """
         if self.temporary:  # never read back
             self._set_meta(status="pass-complete", sums={})
@@ -344,8 +350,9 @@ class FitStore:
                 rows, index = value
                 arrays = {f"{key}_rows": np.asarray(rows),
                           f"{key}_index": np.asarray(index, dtype=np.int64)}
-            else:
-                arrays = {key: np.asarray(value, dtype=np.float64)}
+            else:  # a digest (uint64) kept exact
+                arr = np.asarray(value)
+                arrays = {key: arr if arr.dtype == np.uint64 else arr.astype(np.float64)}
             for name, arr in arrays.items():
                 grp.create_array(name, data=arr, overwrite=True)
                 digests[name] = _array_digest(arr)

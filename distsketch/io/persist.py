@@ -616,6 +616,9 @@ def _load(group: zarr.Group, location: str, mmeta: dict, *, trusted: bool):
     arrays = {name: model.get(name) for name in sorted({k.split(".")[0] for k in model.checksums})}
     est = cls(**params_from_json(cls, mmeta["params"]))
     est._set_state(arrays, mmeta["state"])
+    if getattr(est, "store_", None) is not None and _directory(group) is not None:
+        # a model fitted with a kept store lives where it is loaded from: appends go there
+        est.store_ = location if os.path.isdir(location) else _directory(group)
     with blas_limit():  # the same BLAS threads as fit and set_lam: bitwise the same coefficients
         est._update_coef()
     return est

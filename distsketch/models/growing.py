@@ -9,7 +9,9 @@ batch order and solves again — every λ (and rank) from the new totals. The mo
 fresh fit on all the rows with the fitted model's realised sketch
 (``sketch=model.sketch_``, replayed by :class:`~distsketch.sketches.fixed.Fixed`), to
 rounding. ``forget(k)`` re-adds every other batch's sums (no subtraction) and solves again.
-docs/design/growing.md has the rules and what they cost.
+With a kept store each batch is a pass of its own in the store and the model is saved there
+again (:func:`append_in_store`; :mod:`distsketch.engine.batchstore`). docs/design/growing.md
+has the rules and what they cost; docs/design/store.md, "Appended batches", the store's part.
 """
 
 from __future__ import annotations
@@ -23,13 +25,26 @@ from typing import Any
 import numpy as np
 
 from .._base import check_lam
-from ..engine.batches import add_batches, batch_pass, local_sums, not_appendable
+from ..engine.accumulate import run_pass
+from ..engine.batches import add_batches, batch_plan, local_sums, not_appendable
+from ..engine.batchstore import (
+    batch_digest,
+    batch_groups,
+    drop_batch_group,
+    held_in_store,
+    record_batches,
+    stored_batch,
+)
 from ..engine.fitpass import PassResult
+from ..engine.store import open_fit_store
+from ..engine.storeguard import StoreError
+from ..io import persist
 from ..options import with_blas_limit
 from .base import FitSpec, check_data, check_feature_names
 
 __all__ = ["DICTIONARY_SUMS", "GROWTH_PREFIX", "growth_state", "growth_from_state", "Growing",
-           "Growth", "growth_sums", "start_growth", "partial_fit", "forget"]
+           "Growth", "growth_sums", "start_growth", "partial_fit", "forget", "kept_store",
+           "append_in_store"]
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +103,7 @@ class Growth:
         digest = np.asarray(sums.pop("digest")).reshape(-1)[0]
         number, self.numbered = self.numbered, self.numbered + 1
         record = {"batch": number, "rows": int(rows), "digest": f"{int(digest):016x}",
-                  "added": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                      timespec="seconds")}
+                  "added": _now()}
         self.parts.append(local_sums(sums, offset))
         self.batches.append(record)
         return record
@@ -182,9 +196,6 @@ def _refusal(est, spec: FitSpec, route) -> str | None:
     if route is not None and route.iterative:
         return (f"the {route.name!r} route's fit is not a closed form of its pass sums; "
                 f"appending rows is implemented for the direct route (solver='direct')")
-    if est.store is not None:
-        return ("a model fitted with a kept store takes appended rows through its store, "
-                "which is not implemented yet; fit with store=None")
     sketches = [est._input[1]] + ([est._output[1]] if est._output else [])
     for name in sketches:
         if spec.exact(name):
@@ -224,6 +235,12 @@ def start_growth(est, spec: FitSpec, route, fitted) -> None:
                     y_width=None if spec.Y is None else spec.Y.shape[1])
     growth.add(sums, rows=res.n, offset=0)
     est._growth = growth
+    fs = getattr(fitted, "fs", None)
+    if fs is not None and not fs.temporary:  # a new model: batches of an earlier one go
+        for k in batch_groups(fs):
+            drop_batch_group(fs, k)
+            logger.info("store %s: removed batch %d of the model fitted before", fs.location, k)
+        record_batches(fs, growth.batches, fresh=True)
 
 
 def _batch_rows(est, X, Y):
@@ -243,6 +260,9 @@ def _batch_rows(est, X, Y):
 
 def partial_fit(est, X: Any, Y: Any = None, *, repeat: bool = False):
     """``est.partial_fit``: append the batch ``(X, Y)`` to a fitted model (or fit it).
+
+    With a kept store the batch is a pass of its own in the store
+    (:func:`append_in_store`); otherwise its blocks are not kept.
 
     Parameters
     ----------
@@ -268,27 +288,105 @@ def partial_fit(est, X: Any, Y: Any = None, *, repeat: bool = False):
     n = offset + Xs.n
     kx, sx = est._input
     out = est._output
-    sums = batch_pass(Xs, Ys, x_kernel=growth.kernels[kx],
+    plan = batch_plan(Xs, Ys, x_kernel=growth.kernels[kx],
                       x_sketch=growth.x_sketch.grown(n), x_landmarks=growth.x_landmarks,
                       y_kernel=growth.kernels[out[0]] if out else None,
                       y_sketch=None if growth.y_sketch is None else growth.y_sketch.grown(n),
                       y_landmarks=growth.y_landmarks, sums=growth.sums, offset=offset,
                       options=spec.options)
-    digest = f"{int(np.asarray(sums['digest']).reshape(-1)[0]):016x}"
-    same = [b["batch"] for b in growth.batches if b["digest"] == digest]
-    if same and not repeat:
-        raise ValueError(f"X: these rows are those of batch {same[0]} already (same digest "
-                         f"{digest}); give repeat=True to append them again")
-    record = growth.add(sums, rows=Xs.n, offset=offset)
-    _resolve(est, _spec(est, growth), growth)
+    location = kept_store(est)
+    if location is not None:
+        record = append_in_store(est, growth, plan, Xs, Ys, location=location, repeat=repeat)
+    else:
+        options = spec.options
+        sums = run_pass(plan, Xs, Ys, split_every=options.split_every,
+                        progress=options.progress)
+        _refuse_repeat(growth, f"{int(np.asarray(sums['digest']).reshape(-1)[0]):016x}",
+                       repeat)
+        record = growth.add(sums, rows=Xs.n, offset=offset)
+        _resolve(est, _spec(est, growth), growth)
     logger.info("partial_fit: batch %d, %d rows appended (%d in all)", record["batch"],
                 record["rows"], growth.rows)
     return est
 
 
+def _refuse_repeat(growth: Growth, digest: str, repeat: bool) -> None:
+    same = [b["batch"] for b in growth.batches if b["digest"] == digest]
+    if same and not repeat:
+        raise ValueError(f"X: these rows are those of batch {same[0]} already (same digest "
+                         f"{digest}); give repeat=True to append them again")
+
+
+def kept_store(est) -> Any:
+    """The kept store a model's batches live in (None: no store): the one it was fitted or
+    loaded from (``store_``; a zarr group argument itself)."""
+    if est.store is None or getattr(est, "store_", None) is None:
+        return None
+    return est.store if hasattr(est.store, "attrs") else est.store_
+
+
+def _open_held(est, location, growth: Growth):
+    """The model's store, opened and locked, after checking that its saved model holds the
+    batches ``growth`` holds (a model of other batches is never appended to)."""
+    fs = open_fit_store(location, lock=True)
+    try:
+        held = held_in_store(fs)
+        if held != growth.batches:
+            saved = "no saved model that holds batches" if held is None else \
+                f"a saved model of batches {[b['batch'] for b in held]}"
+            raise StoreError(
+                f"store {fs.location!r} holds {saved} (status {fs.meta.get('status')!r}), this "
+                f"{type(est).__name__} holds batches {[b['batch'] for b in growth.batches]}: "
+                f"load the model from the store (distsketch.load) and append to it, or fit "
+                f"again")
+        for k in batch_groups(fs):  # forgotten batches whose group a killed forget left
+            if k < growth.numbered and k not in [b["batch"] for b in held]:
+                drop_batch_group(fs, k)
+                logger.info("store %s: removed the group of forgotten batch %d", fs.location, k)
+    except BaseException:
+        fs.close()
+        raise
+    return fs
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def append_in_store(est, growth: Growth, plan, Xs, Ys, *, location, repeat: bool) -> dict:
+    """Append a batch through the model's kept store; the batch's record.
+
+    The rows' digest is computed first (one read of them, no kernel) and a repeat refused
+    before anything is written. Under the store's lock: the store's saved model must hold the
+    batches the model holds; the batch is recorded ``pending`` in the store's batch list, its
+    pass runs (or resumes, or is reused) in ``batches/<k>``
+    (:func:`~distsketch.engine.batchstore.stored_batch`), the model is solved from the
+    batches' sums and saved into the store again, and the batch recorded ``complete``. A
+    kill before the save leaves the saved model of the earlier batches (it loads), the batch
+    ``pending``: the same rows appended again resume it bitwise.
+    """
+    options = est._options()
+    digest = batch_digest(plan, Xs, Ys, progress=options.progress)
+    _refuse_repeat(growth, digest, repeat)
+    with _open_held(est, location, growth) as fs:
+        k = growth.numbered
+        record_batches(fs, growth.batches,
+                       pending={"batch": k, "rows": int(Xs.n), "digest": digest,
+                                "added": _now()})
+        sums = stored_batch(fs, plan, Xs, Ys, batch=k, digest=digest,
+                            split_every=options.split_every, progress=options.progress)
+        record = growth.add(dict(sums), rows=Xs.n, offset=plan.row_offset)
+        _resolve(est, _spec(est, growth), growth)
+        persist.save(est, fs, overwrite=True)
+        record_batches(fs, growth.batches)
+    return record
+
+
 def forget(est, batch: int):
     """``est.forget``: drop batch ``batch`` and solve from the other batches' sums (and the
-    dictionary sums of the batches forgotten, :meth:`Growth.drop`)."""
+    dictionary sums of the batches forgotten, :meth:`Growth.drop`). With a kept store the
+    model is saved there again, the batch recorded ``forgotten`` and an appended batch's
+    group deleted (after the save)."""
     growth = est._held_growth()
     if growth is None:
         raise ValueError(f"batch: {type(est).__name__} holds no batches to forget "
@@ -300,8 +398,22 @@ def forget(est, batch: int):
     if len(numbers) == 1:
         raise ValueError(f"batch: batch {numbers[0]} is the only one held; forgetting it "
                          f"leaves no rows to fit")
-    growth.drop(numbers.index(int(batch)))
-    _resolve(est, _spec(est, growth), growth)
+    location = kept_store(est)
+    if location is None:
+        growth.drop(numbers.index(int(batch)))
+        _resolve(est, _spec(est, growth), growth)
+    else:
+        with _open_held(est, location, growth) as fs:
+            if drop_batch_group(fs, growth.numbered):
+                logger.warning("store %s: the unfinished append of batch %d is dropped (the "
+                               "rows after a forgotten batch move)", fs.location,
+                               growth.numbered)
+            record = dict(growth.batches[numbers.index(int(batch))])
+            growth.drop(numbers.index(int(batch)))
+            _resolve(est, _spec(est, growth), growth)
+            persist.save(est, fs, overwrite=True)
+            record_batches(fs, growth.batches, forgotten=record)
+            drop_batch_group(fs, int(batch))
     logger.info("forget: batch %d dropped (%d rows left)", int(batch), growth.rows)
     return est
 
@@ -472,5 +584,5 @@ class Growing:
 
     def _growth_refusal(self, spec: FitSpec) -> str | None:
         """Why this model's fit cannot take appended rows beyond the common reasons (an
-        iterative route, a kept store, an exact side), or None."""
+        iterative route, an exact side, centred outputs), or None."""
         return None
