@@ -254,8 +254,10 @@ def test_sisokr_appends_rows():
     lin = ds.SISOKR(Gaussian(gamma=0.2), Linear(), input_sketch=ds.SubSampling(30),
                     output_sketch=ds.SubSampling(20), fit_intercept=True, random_state=0)
     lin.fit(X[:80], Y[:80])
-    with pytest.raises(ValueError, match="fit_intercept centres the outputs"):
-        lin.partial_fit(X[80:], Y[80:])
+    lin.partial_fit(X[80:], Y[80:])  # re-centred by the mean of all rows: test_growing_intercept
+    np.testing.assert_allclose(lin.intercept_, Y.mean(axis=0), rtol=1e-13)
+    with pytest.raises(ValueError, match="cannot take appended rows: the 'pcg' route"):
+        lin.set_params(solver="pcg").fit(X[:80], Y[:80]).partial_fit(X[80:], Y[80:])
 
 
 def test_features_do_not_change_with_appended_rows():

@@ -201,9 +201,6 @@ def _refusal(est, spec: FitSpec, route) -> str | None:
         if spec.exact(name):
             return (f"an exact side ({name}=None or Identity()) holds the n × n Gram matrix, "
                     f"which new rows enlarge; give {name} a sketch such as SubSampling(m)")
-    if getattr(est, "_offset", None) is not None:  # SISOKR's centred vector outputs
-        return ("fit_intercept centres the outputs by the mean of the fit's rows, which "
-                "appended rows change; fit with fit_intercept=False to append rows")
     return est._growth_refusal(spec)
 
 
@@ -283,6 +280,7 @@ def partial_fit(est, X: Any, Y: Any = None, *, repeat: bool = False):
         why = getattr(est, "_growth_refused", None) or "the model holds no batch sums"
         raise ValueError(f"partial_fit: {type(est).__name__} cannot take appended rows: {why}")
     Xs, Ys = _batch_rows(est, X, Y)
+    Ys = est._growth_targets(Ys)
     offset = growth.next_position
     spec = _spec(est, growth)
     n = offset + Xs.n
@@ -420,7 +418,7 @@ def forget(est, batch: int):
 
 def _resolve(est, spec: FitSpec, growth: Growth) -> None:
     """Solve the model from every batch's sums (the direct route's adopt)."""
-    est._solve(spec, growth.result())
+    est._solve(spec, est._growth_result(growth))
     est._update_coef()
 
 
@@ -581,6 +579,14 @@ class Growing:
         """Why a model with these parameters cannot take appended rows, decided from the
         parameters alone (then it has no ``partial_fit`` nor ``forget``), or None."""
         return None
+
+    def _growth_targets(self, Y: Any) -> Any:
+        """An appended batch's target or output rows as its pass takes them (as given)."""
+        return Y
+
+    def _growth_result(self, growth: Growth) -> PassResult:
+        """The pass result a re-solve reads: the batches' totals (:meth:`Growth.result`)."""
+        return growth.result()
 
     def _growth_refusal(self, spec: FitSpec) -> str | None:
         """Why this model's fit cannot take appended rows beyond the common reasons (an

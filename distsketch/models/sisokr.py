@@ -38,6 +38,7 @@ from ..solvers.direct import sisokr_coef, sisokr_sums, solve_sisokr
 from ..solvers.reduced_rank import check_rank
 from ..solvers.routes import fitted_index
 from .base import FitSpec, RidgeEstimator, checks_feature_names
+from .centring import CentredGrowth
 from .growing import Growing
 from .ridge import (
     RIDGE_PARAMS,
@@ -64,7 +65,7 @@ __all__ = ["SISOKR"]
 
 
 
-class SISOKR(Growing, RidgeEstimator):
+class SISOKR(CentredGrowth, Growing, RidgeEstimator):
     """Sketch-In-Sketch-Out kernel regression for structured outputs (IOKR family).
 
     Learns a surrogate ``ĥ`` from the sketched input space to the sketched output space — kernel
@@ -110,7 +111,8 @@ class SISOKR(Growing, RidgeEstimator):
         :class:`SketchedKRR` does with ``fit_intercept=True``. ``ȳ`` is computed before the
         pass (one read of ``Y``, not of ``X``). Decoding among candidates then ranks
         ``‖ĥ(x) + ȳ − y‖²``; a :class:`~distsketch.CandidateStore` (features cached for the
-        uncentred outputs) is refused.
+        uncentred outputs) is refused. ``partial_fit`` and ``forget`` centre by the mean of every
+        row held (docs/design/growing.md, "Centred vector outputs").
     random_state : None, int or numpy.random.Generator
         Seeds the sketches (one generator per fit).
     store : None, path, zarr.Group or StoreDirectory

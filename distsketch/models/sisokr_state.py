@@ -12,6 +12,7 @@ import numpy as np
 
 from ..engine.features import FeatureMap
 from ..solvers.reduced_rank import factored_directions, principal_directions
+from .centring import centring_from_state, centring_state
 from .ridge import SisokrClosedForm, with_metric
 
 __all__ = ["OUTPUT_GRAM_BYTES", "output_metric", "operator_gram", "principal_at", "sisokr_state",
@@ -90,7 +91,7 @@ def sisokr_state(est, arrays: dict, state: dict) -> tuple[dict, dict]:
                   output_whitening=est.output_whitening_, operator=est.operator_,
                   candidates=est.candidates_, candidate_index=est.candidate_index_,
                   output_map=est._output_map_base)
-    arrays.update(intercept=est.intercept_)
+    arrays.update(intercept=est.intercept_, **centring_state(getattr(est, "_centring", None)))
     state.update(n_outputs=est.n_outputs_, ranks=list(est.ranks_), rank=est.rank_,
                  rank_lam=est.rank_lam_)
     return arrays, state
@@ -120,5 +121,7 @@ def set_sisokr_state(est, arrays, state) -> None:
     est.rank_lam_ = None if state.get("rank_lam") is None else float(state["rank_lam"])
     intercept = arrays.get("intercept")
     est.intercept_ = None if intercept is None else np.asarray(intercept, dtype=np.float64)
+    est._offset = est.intercept_  # the intercept a re-solve replaces (partial_fit, forget)
+    est._centring = centring_from_state(arrays)
     est._principal = est._metric = est._opgram = None
     est._caches = {}
