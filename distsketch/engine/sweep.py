@@ -48,7 +48,8 @@ if TYPE_CHECKING:
 
     from .mapreduce import Workspace
 
-__all__ = ["SweepData", "Iterate", "SweepSums", "sweep", "block_native", "block_C"]
+__all__ = ["SweepData", "Segment", "Segments", "Iterate", "SweepSums", "sweep", "block_native",
+           "block_C"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,100 @@ class SweepData:
     @property
     def n_blocks(self) -> int:
         return -(-self.n // self.block_rows)
+
+    def locate(self, i: int) -> tuple[SweepData, int]:
+        """The source of block ``i`` and its index there: this data itself."""
+        return self, i
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One run of consecutive rows a sweep reads: its blocks and its rows.
+
+    Attributes
+    ----------
+    data : SweepData
+        Where its blocks come from (its stored ``C`` with their CRC-32, held blocks, or
+        recomputed from ``X`` by ``data.x``); ``data.n``: its rows.
+    Y : RowSource
+        Its targets (``data.n`` rows).
+    X : RowSource or None
+        Its input rows, needed only when its blocks are recomputed.
+    """
+
+    data: SweepData
+    Y: RowSource
+    X: RowSource | None = None
+
+
+@dataclass(frozen=True)
+class Segments:
+    """Several row segments swept as one: the rows of ``parts[0]``, then of ``parts[1]``, ….
+
+    A :class:`SweepData` as the block functions see it: the items of every part in segment
+    order, block ``i`` numbered globally (``rows(i)``: global row indices, ``offsets[k]``
+    the first row of part k), the sums added in the engine's fixed tree over all of them.
+    Each part keeps its own ``block_rows``, store, checksums and dtype. Built by
+    :meth:`of`; a :class:`Sweeper` over it takes the parts' ``X`` and ``Y`` as tuples.
+    """
+
+    parts: tuple
+    m: int
+    d: int
+    location: str = "<memory>"
+
+    @classmethod
+    def of(cls, segments: Sequence[Segment]) -> tuple[Segments, tuple, tuple]:
+        """``(data, Xs, Ys)`` for :class:`Sweeper` from ``segments`` (in row order; at least
+        one, all of the same ``m`` and ``d``)."""
+        segments = tuple(segments)
+        if not segments:
+            raise ValueError("segments: at least one segment is needed")
+        first = segments[0].data
+        for seg in segments:
+            if (seg.data.m, seg.data.d) != (first.m, first.d):
+                raise ValueError(f"segments: every segment needs m = {first.m}, d = {first.d}; "
+                                 f"got m = {seg.data.m}, d = {seg.data.d}")
+        locations = sorted({seg.data.location for seg in segments})
+        data = cls(tuple(seg.data for seg in segments), first.m, first.d, ", ".join(locations))
+        return data, tuple(seg.X for seg in segments), tuple(seg.Y for seg in segments)
+
+    @property
+    def n(self) -> int:
+        return sum(part.n for part in self.parts)
+
+    @property
+    def n_blocks(self) -> int:
+        return sum(part.n_blocks for part in self.parts)
+
+    @property
+    def offsets(self) -> tuple:
+        """The global index of each part's first row."""
+        return tuple(int(v) for v in np.cumsum([0] + [p.n for p in self.parts])[:-1])
+
+    @property
+    def held(self) -> tuple | None:
+        """Every part's held blocks in order, or None unless every part holds its blocks."""
+        if any(part.held is None for part in self.parts):
+            return None
+        return tuple(b for part in self.parts for b in part.held)
+
+    def locate(self, i: int) -> tuple[SweepData, int]:
+        """The part holding global block ``i``, and its index there."""
+        for part in self.parts:
+            if i < part.n_blocks:
+                return part, i
+            i -= part.n_blocks
+        raise IndexError(f"block {i} beyond the segments' blocks")
+
+    def rows(self, i: int) -> tuple[int, int]:
+        """Global rows ``[s, e)`` of global block ``i``."""
+        for part, offset in zip(self.parts, self.offsets):
+            if i < part.n_blocks:
+                s, e = part.rows(i)
+                return offset + s, offset + e
+            i -= part.n_blocks
+        raise IndexError(f"block {i} beyond the segments' blocks")
 
 
 @dataclass(frozen=True)
@@ -176,12 +271,14 @@ SWEEP_SUMS = SweepSums()
 SWEEP_PROGRESS_MINIMUM = 1.0
 
 
-def block_native(data: SweepData, i: int, ref: Any, crc: int | None, ws: Workspace
-                 ) -> np.ndarray:
+def block_native(data: SweepData | Segments, i: int, ref: Any, crc: int | None,
+                 ws: Workspace) -> np.ndarray:
     """``C_I`` in its own dtype (the block dtype, float32 or float64): the stored block (read
     by the engine from its :class:`Stored` reference; ``crc`` its recorded checksum), the held
-    block, or recomputed from the input rows into this thread's work array."""
+    block, or recomputed from the input rows into this thread's work array (of the segment
+    holding block ``i``; rows named globally)."""
     s, e = data.rows(i)
+    data, i = data.locate(i)
     if data.held is not None:
         return ref  # float64 already (read only)
     if crc is not None:
@@ -193,7 +290,8 @@ def block_native(data: SweepData, i: int, ref: Any, crc: int | None, ws: Workspa
     return data.x.block(ref, dtype=data.dtype, out=ws.get("C", (e - s, data.m), data.dtype))
 
 
-def block_C(data: SweepData, i: int, ref: Any, crc: int | None, ws: Workspace) -> np.ndarray:
+def block_C(data: SweepData | Segments, i: int, ref: Any, crc: int | None, ws: Workspace
+            ) -> np.ndarray:
     """``C_I`` as float64 (:func:`block_native`, converted into a work array unless it is
     float64 already)."""
     C = block_native(data, i, ref, crc, ws)
@@ -399,9 +497,17 @@ def _sweep_block(shared, item, ws) -> dict:
     return out
 
 
-def sweep_items(data: SweepData, X: RowSource, Y: RowSource, *,
+def sweep_items(data: SweepData | Segments, X: Any, Y: Any, *,
                 client: distributed.Client | None = None) -> list:
-    """One item per block: ``(i, Stored C rows or input rows, crc, target rows)``."""
+    """One item per block: ``(i, Stored C rows or input rows, crc, target rows)``; over
+    :class:`Segments` (``X``, ``Y``: one per part) the parts' items in order, numbered on."""
+    if isinstance(data, Segments):
+        items: list = []
+        for part, x, y in zip(data.parts, X, Y):
+            start = len(items)
+            items += [(start + i, *rest)
+                      for i, *rest in sweep_items(part, x, y, client=client)]
+        return items
     y_blocks = row_blocks(Y, data.block_rows, argument="y", client=client)
     if data.held is not None:
         refs = list(data.held)
@@ -414,9 +520,12 @@ def sweep_items(data: SweepData, X: RowSource, Y: RowSource, *,
 
 
 class Sweeper:
-    """Runs sweeps over a fit's blocks; the items (and scattered rows) are built once."""
+    """Runs sweeps over a fit's blocks; the items (and scattered rows) are built once.
 
-    def __init__(self, data: SweepData, X: RowSource, Y: RowSource, *, split_every: int,
+    ``data``: a :class:`SweepData` with its ``X``, ``Y`` (row sources), or :class:`Segments`
+    with a tuple of each (:meth:`Segments.of`)."""
+
+    def __init__(self, data: SweepData | Segments, X: Any, Y: Any, *, split_every: int,
                  progress: bool = False, block: Callable | None = None,
                  name: str = "sweep") -> None:
         self.data, self.X, self.Y = data, X, Y

@@ -184,7 +184,7 @@ def _first_pass(sweeper: Sweeper, state) -> dict:
                 f"stored PCG iterations were computed from ({which}, rows {s}–{e - 1}); fit on "
                 f"the same data, or use EngineOptions(overwrite=True) or a new store path")
         return {k: st[k] for k in ("b", "s", "y1", "yy")}
-    sums = sweeper(PCGStep(None, first=True, check=sweeper.X.lazy or sweeper.Y.lazy,
+    sums = sweeper(PCGStep(None, first=True, check=_lazy(sweeper.X) or _lazy(sweeper.Y),
                            fingerprint=state is not None))
     if state is not None:
         state.save({**sums, "done": True})
@@ -375,13 +375,19 @@ def _divergence_message(lam: float, tol: float, failures: dict, res: np.ndarray,
             f"EngineOptions(block_dtype='float64')")
 
 
+def _lazy(src) -> bool:
+    """Whether a row source (or any of a tuple of them, one per segment) is lazy."""
+    return any(part.lazy for part in src) if isinstance(src, tuple) else bool(src.lazy)
+
+
 def _rel(rr: np.ndarray, norm0: np.ndarray) -> np.ndarray:
     return np.where(norm0 > 0, np.sqrt(rr) / np.where(norm0 > 0, norm0, 1.0), 0.0)
 
 
 def pcg_path(data: SweepData, X, Y, *, Kmm: LandmarkGram, lams, tol: float, max_iter: int,
              fit_intercept: bool, split_every: int = 4, progress: bool = False,
-             states=None, centre: bool = False, T: np.ndarray | None = None) -> PCGResult:
+             states=None, centre: bool = False, T: np.ndarray | None = None,
+             warm: np.ndarray | None = None) -> PCGResult:
     """Solve ``(K_nmᵀ K_nm + nλ K_mm) α = K_nmᵀ (Y − 1ȳᵀ)`` for every λ of ``lams`` by PCG.
 
     With ``centre=True`` (and ``fit_intercept``) the intercept is an unpenalised bias fitted
@@ -412,6 +418,12 @@ def pcg_path(data: SweepData, X, Y, *, Kmm: LandmarkGram, lams, tol: float, max_
         Also centre the features: the jointly fitted intercept (see above).
     T : ndarray (m, m), optional
         ``K_mm``'s factor (:func:`factor_kmm`) when already computed.
+    warm : ndarray (n_lams, m, t), optional
+        A start per λ (in the order of ``lams``; a fitted path's ``α``): the first pass also
+        forms ``K_nmᵀ K_nm α₀`` of every start (one product of ``n_lams·t`` columns), and each
+        λ starts from its own instead of the previous λ's solution. ``data`` may be
+        :class:`~distsketch.engine.sweep.Segments` (``X``, ``Y``: tuples, one per part):
+        every pass, and so every residual, is over the rows of every segment.
 
     Returns
     -------
@@ -420,7 +432,16 @@ def pcg_path(data: SweepData, X, Y, *, Kmm: LandmarkGram, lams, tol: float, max_
     sweeper = Sweeper(data, X, Y, split_every=split_every, progress=progress, block=pcg_block,
                       name="pcg")
     n = data.n
-    sums = _first_pass(sweeper, None if states is None else _RhsState(states({"what": "rhs"})))
+    starts = None
+    if warm is None:
+        sums = _first_pass(sweeper,
+                           None if states is None else _RhsState(states({"what": "rhs"})))
+    else:  # the right-hand side and the starts' products, in one pass
+        a0 = np.asarray(warm, dtype=np.float64)
+        L, m0, t0 = a0.shape
+        sums = sweeper(PCGStep(np.ascontiguousarray(a0.transpose(1, 0, 2).reshape(m0, -1)),
+                               first=True, check=_lazy(X) or _lazy(Y)))
+        starts = (a0, np.asarray(sums["GV"]).reshape(m0, L, t0).transpose(1, 0, 2))
     b = np.asarray(sums["b"], dtype=np.float64)
     y1 = np.asarray(sums["y1"], dtype=np.float64).reshape(-1)
     s = np.asarray(sums["s"], dtype=np.float64).reshape(-1)
@@ -436,7 +457,7 @@ def pcg_path(data: SweepData, X, Y, *, Kmm: LandmarkGram, lams, tol: float, max_
     # SketchedKRR's keys as they were; the centred system is another one
     key = {"intercept": bool(fit_intercept), **({"centre": True} if centre else {})}
     res = lam_path(sweeper, Kmm, z, lams, tol=tol, max_iter=max_iter, states=states, key=key,
-                   c=c, T=T)
+                   c=c, T=T, warm=starts)
     t = z.shape[1]
     intercepts = np.tile(ybar, (len(lams), 1))
     rss, penalties = np.empty((len(lams), t)), np.empty((len(lams), t))
@@ -455,7 +476,7 @@ def pcg_path(data: SweepData, X, Y, *, Kmm: LandmarkGram, lams, tol: float, max_
 
 def lam_path(sweeper: Sweeper, Kmm, z: np.ndarray, lams, *, tol: float, max_iter: int,
              states=None, key: dict | None = None, c: np.ndarray | None = None,
-             T: np.ndarray | None = None) -> PCGResult:
+             T: np.ndarray | None = None, warm: tuple | None = None) -> PCGResult:
     """Solve ``(K_nmᵀ K_nm + nλ K_mm) α = z`` (``− c cᵀ`` with ``c``) for every λ of ``lams``
     by PCG, all columns of ``z`` (m × t) at once, from a right-hand side already computed.
 
@@ -465,7 +486,8 @@ def lam_path(sweeper: Sweeper, Kmm, z: np.ndarray, lams, *, tol: float, max_iter
     :class:`~distsketch.engine.sweep.Sweeper` running :func:`pcg_block`. Returns a
     :class:`PCGResult` with ``galphas`` (``K_nmᵀ K_nm α(λ)``) and zero ``intercept``;
     ``n_passes`` counts the sweeper's passes so far. ``T``: ``K_mm``'s factor
-    (:func:`factor_kmm`) when already computed.
+    (:func:`factor_kmm`) when already computed. ``warm``: ``(α₀, K_nmᵀ K_nm α₀)``, arrays
+    (n_lams, m, t): each λ starts from its own instead (its state keyed ``"start": "given"``).
     """
     n = sweeper.data.n
     m, t = z.shape
@@ -481,10 +503,13 @@ def lam_path(sweeper: Sweeper, Kmm, z: np.ndarray, lams, *, tol: float, max_iter
     for k in order:
         lam = float(lams[k])
         state = None
+        if warm is not None:
+            alpha, galpha = warm[0][k], warm[1][k]
         if states is not None:
             state = _PCGState(states({"what": "lam", "lam": lam, "tol": float(tol),
                                       "warm": sorted(float(v) for v in lams if v > lam),
-                                      **(key or {})}))
+                                      **(key or {}),
+                                      **({"start": "given"} if warm is not None else {})}))
         alpha, galpha, n_iters[k], residuals[k], converged[k] = _solve_lam(
             Kmm, T, z, lam, n, sweeper, alpha0=alpha, galpha0=galpha, tol=tol,
             max_iter=max_iter, state=state, c=c)

@@ -281,7 +281,9 @@ class AdmmIterate:
 
     ``A = T Ξ S`` (m, d) and ``b0`` (d,): the iterate ``F = C A + b₀``; ``rho``: the penalty;
     ``u_scale``: factor applied to the stored ``U`` (``ρ_old/ρ_new`` after a change of ρ);
-    ``first``: the first iteration (``Z = F``, ``U = 0`` instead of a stored generation);
+    ``first``: the first iteration (``Z = F``, ``U = 0`` instead of a stored generation;
+    with ``dual_start``, ``U = ∇h(F − Y)/ρ``, the start's own dual point; the rows below
+    ``given_rows`` read ``Z, U`` from generation ``read``, a given start's);
     ``read``, ``write``: generations; ``rows``: the :class:`RowState`; ``expect``: the
     checksums ``(z, u)`` per block of the generation read (None: rows in memory), checked
     before the rows are used.
@@ -298,6 +300,8 @@ class AdmmIterate:
     rows: Any
     relax: float = 1.0
     expect: tuple | None = None
+    dual_start: bool = False
+    given_rows: int = 0
 
 
 def project_dual(loss: Loss, alpha: np.ndarray) -> np.ndarray:
@@ -335,7 +339,14 @@ def admm_block(shared: Any, item: Any, ws: Workspace) -> dict:
     Y = np.broadcast_to(dense(yb).astype(np.float64, copy=False).reshape(C.shape[0], -1),
                         F.shape)
     if it.first:
-        z_old, u_old = F, np.zeros_like(F)
+        if it.dual_start:  # a given start: its gradients as the first duals
+            z_old, u_old = F, it.loss.gradient(F - Y, 0.0) / float(it.rho)
+        else:
+            z_old, u_old = F, np.zeros_like(F)
+        if it.given_rows > s:  # the given rows' own Z, U (new arrays: F stays)
+            g = min(e, it.given_rows)
+            z_old, u_old = z_old.copy(), np.array(u_old, dtype=np.float64)
+            z_old[:g - s], u_old[:g - s] = it.rows.read(it.read, s, g)
     else:
         z_old, u_old = it.rows.read(it.read, s, e)
         if it.expect is not None:
@@ -424,8 +435,14 @@ def _feature_norm(prob: Problem, Cx: np.ndarray, sx: np.ndarray) -> float:
 
 def solve_lam(prob: Problem, lam: float, sweeper: Any, *, Xi0: np.ndarray, b00: np.ndarray,
               tol: float, max_iter: int, rows: RowState, state: SolverState | None = None,
-              xupdate: XUpdate | None = None) -> Solution:
-    """ADMM iterations for one λ, one sweep each (see the module's notes)."""
+              xupdate: XUpdate | None = None, given: bool = False,
+              start_rows: dict | None = None) -> Solution:
+    """ADMM iterations for one λ, one sweep each (see the module's notes). ``given``:
+    ``(Xi0, b00)`` is a given start near the solution (a fitted one): the first sweep takes
+    ``U = ∇h(F − Y)/ρ`` instead of 0 on the rows ``start_rows`` does not give.
+    ``start_rows``: ``{"Z", "U", "rho"}``, a fitted path's per-row variables of its first
+    ``len(Z)`` rows (``U`` scaled at ``rho``, the penalty the start continues with),
+    written to ``rows`` before the first sweep."""
     loss = prob.loss
     xup = xupdate if xupdate is not None else XUpdate(prob)
     st = state.load() if state is not None else None
@@ -445,6 +462,11 @@ def solve_lam(prob: Problem, lam: float, sweeper: Any, *, Xi0: np.ndarray, b00: 
         v = {"Xi": np.array(Xi0, dtype=np.float64), "b0": np.array(b00, dtype=np.float64),
              "route": "admm", "rho": RHO0, "u_scale": 1.0, "n_iter": 0, "history": [],
              "mu": 0.0}
+        if start_rows is not None:
+            Z0 = np.asarray(start_rows["Z"], dtype=np.float64)
+            rows.write(1, 0, len(Z0), Z0, np.asarray(start_rows["U"], dtype=np.float64))
+            v["rho"] = float(start_rows["rho"])
+    n_given = 0 if start_rows is None else len(start_rows["Z"])
     while True:
         if v["n_iter"] >= max_iter:
             return finish(prob, lam, v, tol, state, None, why=f"max_iter = {max_iter}")
@@ -453,7 +475,8 @@ def solve_lam(prob: Problem, lam: float, sweeper: Any, *, Xi0: np.ndarray, b00: 
         it = AdmmIterate(loss, prob.coef(Xi), b0, rho, float(v["u_scale"]), first=k == 0,
                          read=(k - 1) % 2, write=k % 2, rows=rows,
                          relax=RELAX if loss.smoothed else 1.0,
-                         expect=rows.expected((k - 1) % 2) if k > 0 else None)
+                         expect=rows.expected((k - 1) % 2) if k > 0 else None,
+                         dual_start=given, given_rows=n_given if k == 0 else 0)
         s = sweeper(it)
         v["n_iter"] = k + 1
         p = objective(prob, lam, s["loss"], Xi)
@@ -500,18 +523,28 @@ def _save(state, v: dict) -> None:
 
 def solve_path(prob: Problem, lams: Sequence[float], sweeper: Any, *, tol: float, max_iter: int,
                rows: Callable[..., RowState],
-               states: Callable[[int], SolverState | None] | None = None) -> list[Solution]:
+               states: Callable[[int], SolverState | None] | None = None,
+               warm: Sequence[tuple] | None = None,
+               duals: Sequence[dict | None] | None = None) -> list[Solution]:
     """Every λ in decreasing order, each warm-started from the one before (the first from
-    the squared-loss closed form); ``rows(k)``: the :class:`RowState` of λ number k."""
+    the squared-loss closed form), or with ``warm`` (one ``(Ξ, b₀)`` per λ of ``lams``) from
+    its own given start; ``rows(k)``: the :class:`RowState` of λ number k. A start begins
+    with ``Z = F`` on every row and ``U = 0``, or for a given start ``U = ∇h(F − Y)/ρ``
+    (:func:`admm_block`'s first sweep); ``duals``: per λ, None or :func:`solve_lam`'s
+    ``start_rows`` (a fitted path's ``Z, U`` of its rows and ρ)."""
     order = sorted(range(len(lams)), key=lambda k: -lams[k])
     out: list[Solution | None] = [None] * len(lams)
     prev = None
     xup = XUpdate(prob)
     for k in order:
         lam = lams[k]
-        Xi0, b00 = warm_start(prob, lam) if prev is None else (prev.Xi, prev.b0)
+        if warm is not None:
+            Xi0, b00 = warm[k]
+        else:
+            Xi0, b00 = warm_start(prob, lam) if prev is None else (prev.Xi, prev.b0)
         state = states(k) if states is not None else None
         out[k] = prev = solve_lam(prob, lam, sweeper, Xi0=Xi0, b00=b00, tol=tol,
                                   max_iter=max_iter, rows=rows(k, state), state=state,
-                                  xupdate=xup)
+                                  xupdate=xup, given=warm is not None,
+                                  start_rows=None if duals is None else duals[k])
     return out

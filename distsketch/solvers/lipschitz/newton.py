@@ -627,16 +627,21 @@ def solve_lam(prob: Problem, lam: float, sweeper, *, Xi0, b00, tol: float, max_i
 
 
 def solve_path(prob: Problem, lams, sweeper, *, tol: float, max_iter: int,
-               states=None, whole_entries: int = WHOLE_ENTRIES) -> list[Solution]:
+               states=None, whole_entries: int = WHOLE_ENTRIES, warm=None) -> list[Solution]:
     """Solve every λ in decreasing order, each warm-started from the one before (the first
-    from the squared-loss closed form); returns the solutions in the order of ``lams``
+    from the squared-loss closed form), or with ``warm`` (a sequence of ``(Ξ, b₀)``, one per
+    λ of ``lams``) each from its own given start (μ from its residuals, as any start's: the
+    continuation and polishes run again); returns the solutions in the order of ``lams``
     (``whole_entries``: :func:`solve_lam`'s)."""
     order = sorted(range(len(lams)), key=lambda k: -lams[k])
     out: list[Solution | None] = [None] * len(lams)
     prev = None
     for k in order:
         lam = lams[k]
-        Xi0, b00 = warm_start(prob, lam) if prev is None else (prev.Xi, prev.b0)
+        if warm is not None:
+            Xi0, b00 = warm[k]
+        else:
+            Xi0, b00 = warm_start(prob, lam) if prev is None else (prev.Xi, prev.b0)
         state = states(k) if states is not None else None
         sol = solve_lam(prob, lam, sweeper, Xi0=Xi0, b00=b00, tol=tol, max_iter=max_iter,
                         state=state, whole_entries=whole_entries)

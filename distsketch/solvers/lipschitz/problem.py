@@ -29,6 +29,7 @@ to and from them), so a store written by an earlier release resumes.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -130,6 +131,23 @@ class Problem:
     def coef(self, Xi: np.ndarray) -> np.ndarray:
         """``A = T Ξ S`` (m, d): predictions ``C A + b₀`` on the training rows."""
         return self.T @ Xi @ self.S
+
+    def with_rows(self, *, G: np.ndarray, s: np.ndarray, b: np.ndarray, y1: np.ndarray,
+                  n: int) -> Problem:
+        """This problem over its rows and ``n`` more, from their sums (same ``T``, ``S``,
+        loss): ``G = C_newᵀ C_new`` (m, m), ``s = C_newᵀ 1`` (m,), ``b = C_newᵀ Y_new``
+        (m, d, or (m, 1) broadcast to d outputs), ``y1 = Σ y`` (d or 1,), added to ``G̃``,
+        ``b``, ``Σy`` and ``n``::
+
+            G̃ ← G̃ + [G s; sᵀ n],   b ← b + b_new,   Σy ← Σy + y1_new,   n ← n + n_new
+        """
+        m, d = self.b.shape
+        add = np.empty((m + 1, m + 1))
+        add[:m, :m], add[:m, m], add[m, :m], add[m, m] = G, s, s, n
+        b = np.broadcast_to(np.asarray(b, dtype=np.float64).reshape(m, -1), (m, d))
+        y1 = np.broadcast_to(np.asarray(y1, dtype=np.float64).reshape(-1), (d,))
+        return dataclasses.replace(self, Gt=self.Gt + add, b=self.b + b, y1=self.y1 + y1,
+                                   n=self.n + int(n))
 
 
 @dataclass

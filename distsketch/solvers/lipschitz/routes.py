@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from ...losses.base import Loss
     from .problem import Problem
 
-__all__ = ["Newton", "ADMM", "NewtonOrADMM", "HeldSweeps", "held_sweeps", "local_memory_ok"]
+__all__ = ["Newton", "ADMM", "NewtonOrADMM", "HeldSweeps", "held_sweeps", "local_memory_ok",
+           "path_table"]
 
 
 def local_memory_ok() -> bool:
@@ -95,9 +96,10 @@ class HeldSweeps:
             self._pool = None
 
 
-def held_sweeps(sweeper: Sweeper, data: SweepData, spec: Any) -> HeldSweeps | None:
+def held_sweeps(sweeper: Sweeper, data: SweepData, spec: Any = None) -> HeldSweeps | None:
     """A :class:`HeldSweeps` over ``sweeper`` when its blocks are held in memory, no cluster
-    runs the fit and the targets are in memory; else None. Held sweeps show no progress bar
+    runs the fit and the targets are in memory (the sweeper's ``X``, ``Y``; ``spec`` is not
+    read); else None. Held sweeps show no progress bar
     (a dask sweep would show one only past
     :data:`~distsketch.engine.sweep.SWEEP_PROGRESS_MINIMUM`)."""
     import dask
@@ -106,7 +108,7 @@ def held_sweeps(sweeper: Sweeper, data: SweepData, spec: Any) -> HeldSweeps | No
 
     if data.held is None or distributed_client() is not None:
         return None
-    items = sweep_items(data, spec.X, spec.Y)
+    items = sweep_items(data, sweeper.X, sweeper.Y)
     if any(dask.is_dask_collection(part) or hasattr(part, "key")
            for item in items for part in item[1:]):
         return None  # lazy targets: the dask sweep reads them
@@ -233,10 +235,15 @@ def sweep_path(route: Newton, est: Any, spec: Any, res: Any) -> tuple[CoefTable,
         finally:
             if held_run is not None:
                 held_run.close()
-    table = CoefTable(lams, np.stack([sol.Xi for sol in sols]),
-                      np.array([sol.n_iter for sol in sols]),
-                      intercepts=np.stack([sol.b0 for sol in sols]),
-                      objectives=np.array([sol.objective for sol in sols]),
-                      duality_gaps=np.array([sol.gap for sol in sols]),
-                      basis=prob.T, output_sqrt=prob.S)
-    return table, taken, sweeper.count
+    return path_table(prob, lams, sols), taken, sweeper.count
+
+
+def path_table(prob: Problem, lams, sols) -> CoefTable:
+    """The :class:`~distsketch.solvers.routes.CoefTable` of the solutions ``sols`` of
+    ``lams`` (``Ξ`` in ``prob``'s whitened features, intercepts, objectives and gaps)."""
+    return CoefTable(lams, np.stack([sol.Xi for sol in sols]),
+                     np.array([sol.n_iter for sol in sols]),
+                     intercepts=np.stack([sol.b0 for sol in sols]),
+                     objectives=np.array([sol.objective for sol in sols]),
+                     duality_gaps=np.array([sol.gap for sol in sols]),
+                     basis=prob.T, output_sqrt=prob.S)
