@@ -406,3 +406,47 @@ def test_an_append_sigkilled_mid_batch_resumes_bitwise(tmp_path, monkeypatch):
     for lam in LAMS:
         np.testing.assert_array_equal(again.set_lam(lam).predict(X),
                                       whole.set_lam(lam).predict(X))
+
+
+def test_the_saved_model_refers_to_the_stored_batches(tmp_path):
+    """The model saved in the store copies the fit's sums only: the appended batches' sums are
+    referred to in their groups, so its arrays do not grow with the batches; the model loads
+    (and a copy of the store loads) with bitwise the same parts; a changed batch sum is
+    refused, naming the batch; a loaded model saved elsewhere carries its sums with it."""
+    X, y = problem()
+    path = tmp_path / "s.zarr"
+    model = krr(store=str(path)).fit(X[:90], y[:90])
+
+    def saved_arrays():
+        return sorted(zarr.open_group(str(path / "model"), mode="r").array_keys())
+
+    model.partial_fit(X[90:110], y[90:110])
+    first = saved_arrays()
+    model.partial_fit(X[110:130], y[110:130])
+    model.partial_fit(X[130:], y[130:])
+    assert saved_arrays() == first
+    shutil.copytree(path, tmp_path / "copy.zarr")
+    for where in (path, tmp_path / "copy.zarr"):
+        back = ds.load(str(where))
+        assert back.batches_ == model.batches_
+        for got, want in zip(back._held_growth().parts, model._growth.parts):
+            assert set(got) == set(want)
+            for name in want:
+                np.testing.assert_array_equal(np.asarray(got[name], dtype=object)
+                                              if name == "U" else got[name],
+                                              np.asarray(want[name], dtype=object)
+                                              if name == "U" else want[name])
+    elsewhere = str(tmp_path / "model-only.zarr")
+    ds.load(str(path)).save(elsewhere)
+    shutil.rmtree(tmp_path / "copy.zarr")
+    moved = ds.load(elsewhere)
+    assert moved.batches_ == model.batches_
+    moved.set_params(store=None)
+    moved.forget(2)
+    model.set_params(store=None)
+    np.testing.assert_array_equal(moved.predict(X), model.forget(2).predict(X))
+    # a batch's stored sum changed behind the model's back
+    g = zarr.open_group(str(path / "batches" / "1" / "sums"), mode="r+")
+    g["G"][0, 0] = g["G"][0, 0] + 1.0
+    with pytest.raises(StoreError, match="batches/1.*sums/G does not match its checksum"):
+        ds.load(str(path)).batches_

@@ -18,8 +18,11 @@ covers it): its blocks, records and sums are written, resumed and verified exact
 fit's pass. Its configuration (:func:`batch_config`) names the batch number, the training-row
 position of its first row, its rows, their digest and the block layout; its status moves
 ``"pass"`` → ``"pass-complete"``. The batch's rows are identified by their digest
-(:func:`batch_digest`) before anything is written; the earlier batches' data are never read
-(their sums are in the saved model). The model side — which batch is held, the re-solve, the
+(:func:`batch_digest`) before anything is written; the earlier batches' data are never read.
+The model saved in the store refers to the appended batches' sums where they are
+(:func:`batch_reference`: the group, its first row's position and the sums' checksums) rather
+than copying them, so saving it again after an append writes the same bytes whatever the
+number of batches; loading reads them back checksum-verified (:func:`referenced_sums`). The model side — which batch is held, the re-solve, the
 saved model — is :mod:`distsketch.models.growing`'s.
 """
 
@@ -34,15 +37,17 @@ import zarr
 
 from .._hashing import rows_digest
 from .accumulate import run_pass
+from .batches import local_sums
 from .mapreduce import map_blocks, row_blocks
 from .rows import RowSource, check_finite_block
 from .schedulers import compute, distributed_client
-from .store import FitStore
+from .store import FitStore, open_fit_store
 from .storeguard import DataChanged, StoreError
 from .sums import PassPlan
 
 __all__ = ["BATCHES", "batch_digest", "batch_config", "batch_group", "stored_batch",
-           "held_in_store", "record_batches", "drop_batch_group", "batch_groups", "stored_sums"]
+           "held_in_store", "record_batches", "drop_batch_group", "batch_groups", "stored_sums",
+           "batch_reference", "referenced_sums"]
 
 logger = logging.getLogger(__name__)
 
@@ -214,3 +219,42 @@ def stored_sums(fs: FitStore, batch: int) -> dict[str, Any]:
     return FitStore(group, location=f"{fs.location}/{BATCHES}/{int(batch)}",
                     temporary=False).read_sums()
 
+
+
+def batch_reference(fs: FitStore, batch: int) -> dict:
+    """What a model saved in the store records of batch ``batch``'s sums instead of copying
+    them: the batch, the position of its first row and the checksums its group recorded."""
+    sub = FitStore(fs.group[f"{BATCHES}/{int(batch)}"],
+                   location=f"{fs.location}/{BATCHES}/{int(batch)}", temporary=False)
+    meta = sub.meta
+    return {"batch": int(batch), "offset": int(meta["pass"]["offset"]),
+            "sums": dict(meta["sums"])}
+
+
+def referenced_sums(location: str, ref: dict) -> dict[str, Any]:
+    """The sums of the batch a saved model refers to (:func:`batch_reference`), read from the
+    store at ``location`` (read-only, checksum-verified) as the model holds them: without the
+    digest, ``U``'s positions counted from the batch's first row.
+
+    Raises
+    ------
+    StoreError
+        If the batch's group is gone, or its sums are not those the model recorded.
+    """
+    k = int(ref["batch"])
+    fs = open_fit_store(location)
+    try:
+        group = fs.group[f"{BATCHES}/{k}"]
+    except KeyError:
+        raise StoreError(f"store {location!r}: the saved model's batch {k} has no group "
+                         f"({BATCHES}/{k}) in the store; the store is damaged: fit again"
+                         ) from None
+    sub = FitStore(group, location=f"{location}/{BATCHES}/{k}", temporary=False)
+    meta = sub.meta_or_none() or {}
+    if meta.get("sums") != ref["sums"] or (meta.get("pass") or {}).get("offset") != ref["offset"]:
+        raise StoreError(f"store {location!r}: batch {k}'s stored sums are not those the saved "
+                         f"model recorded (changed or damaged); load a store as it was saved, "
+                         f"or fit again")
+    sums = sub.read_sums()
+    sums.pop("digest", None)
+    return local_sums(sums, int(ref["offset"]))

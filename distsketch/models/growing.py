@@ -30,9 +30,11 @@ from ..engine.batches import add_batches, batch_plan, local_sums, not_appendable
 from ..engine.batchstore import (
     batch_digest,
     batch_groups,
+    batch_reference,
     drop_batch_group,
     held_in_store,
     record_batches,
+    referenced_sums,
     stored_batch,
 )
 from ..engine.fitpass import PassResult
@@ -142,11 +144,18 @@ class Growth:
 GROWTH_PREFIX = "growth__"
 
 
-def growth_state(growth: Growth) -> tuple[dict, dict]:
+def growth_state(growth: Growth, *, references: dict | None = None) -> tuple[dict, dict]:
     """The batches' sums as a saved model's ``(arrays, json)``: each part's and the
-    dictionary's arrays (``U`` as its rows and positions), the batch records."""
+    dictionary's arrays (``U`` as its rows and positions), the batch records. A batch in
+    ``references`` (by number: :func:`~distsketch.engine.batchstore.batch_reference`, the
+    model saved in the store that holds its sums) is recorded by reference, not copied."""
+    references = references or {}
     arrays, parts = {}, []
     for k, part in enumerate(list(growth.parts) + [growth.dictionary]):
+        number = growth.batches[k]["batch"] if k < len(growth.parts) else None
+        if number in references:
+            parts.append({"stored": references[number]})
+            continue
         names = []
         for name, value in part.items():
             key = f"{GROWTH_PREFIX}{k}__{name}"
@@ -164,7 +173,8 @@ def growth_state(growth: Growth) -> tuple[dict, dict]:
 def growth_from_state(est, arrays: dict, state: dict) -> Growth:
     """Inverse of :func:`growth_state` on a restored model: its sides (fitted kernels,
     realised sketches, landmarks) are read from its attributes, named after its parameters
-    (``kernel_``, ``sketch_``, ``landmarks_``; ``input_…``, ``output_…``)."""
+    (``kernel_``, ``sketch_``, ``landmarks_``; ``input_…``, ``output_…``); a batch recorded
+    by reference is read from the store the model was loaded from (``store_``)."""
     def side(pair):
         if pair is None:
             return None, None, None
@@ -177,6 +187,14 @@ def growth_from_state(est, arrays: dict, state: dict) -> Growth:
     kernels = {est._input[0]: kx, **({est._output[0]: ky} if est._output else {})}
     stored = []
     for k, names in enumerate(state["parts"]):
+        if isinstance(names, dict):
+            location = getattr(est, "store_", None)
+            if not isinstance(location, str):
+                raise StoreError(f"{type(est).__name__}: the saved model refers to batch "
+                                 f"{names['stored']['batch']}'s sums in its store, which is "
+                                 f"not known here; load the model from its store")
+            stored.append(referenced_sums(location, names["stored"]))
+            continue
         part = {}
         for name in names:
             key = f"{GROWTH_PREFIX}{k}__{name}"
@@ -351,6 +369,18 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+def _save_in_store(est, fs, growth: Growth) -> None:
+    """Save the model in its store again, the appended batches' sums by reference to their
+    groups there (:func:`~distsketch.engine.batchstore.batch_reference`)."""
+    groups = set(batch_groups(fs))
+    est._saving_references = {b["batch"]: batch_reference(fs, b["batch"])
+                              for b in growth.batches if b["batch"] in groups}
+    try:
+        persist.save(est, fs, overwrite=True)
+    finally:
+        del est._saving_references
+
+
 def append_in_store(est, growth: Growth, plan, Xs, Ys, *, location, repeat: bool) -> dict:
     """Append a batch through the model's kept store; the batch's record.
 
@@ -375,7 +405,7 @@ def append_in_store(est, growth: Growth, plan, Xs, Ys, *, location, repeat: bool
                             split_every=options.split_every, progress=options.progress)
         record = growth.add(dict(sums), rows=Xs.n, offset=plan.row_offset)
         _resolve(est, _spec(est, growth), growth)
-        persist.save(est, fs, overwrite=True)
+        _save_in_store(est, fs, growth)
         record_batches(fs, growth.batches)
     return record
 
@@ -409,7 +439,7 @@ def forget(est, batch: int):
             record = dict(growth.batches[numbers.index(int(batch))])
             growth.drop(numbers.index(int(batch)))
             _resolve(est, _spec(est, growth), growth)
-            persist.save(est, fs, overwrite=True)
+            _save_in_store(est, fs, growth)
             record_batches(fs, growth.batches, forgotten=record)
             drop_batch_group(fs, int(batch))
     logger.info("forget: batch %d dropped (%d rows left)", int(batch), growth.rows)
@@ -543,7 +573,8 @@ class Growing:
         arrays, state = super()._get_state()
         growth = self._held_growth()
         if growth is not None:
-            more, state["growth"] = growth_state(growth)
+            more, state["growth"] = growth_state(
+                growth, references=getattr(self, "_saving_references", None))
             arrays.update(more)
         return arrays, state
 
