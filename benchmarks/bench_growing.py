@@ -174,6 +174,35 @@ def synthetic(args, *, store: str | None = None) -> tuple[dict, str]:
     return rec, text
 
 
+def successive(args, *, store: str) -> tuple[dict, str]:
+    """Twelve successive appends of 2 000 rows to a model with a kept store (n = 30 000,
+    m = 1000): whether an append's cost grows with the number of batches held."""
+    import shutil
+
+    n, d, m, new, count = 30_000, 20, 1000, 2000, 12
+    if args.quick:
+        n, m, new, count = 5000, 200, 500, 4
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(n + count * new, d))
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=len(X))
+    path = str(Path(store) / "successive.zarr")
+    shutil.rmtree(path, ignore_errors=True)
+    est = ds.SketchedKRR(ds.Gaussian(gamma=1.0 / d), sketch=ds.SubSampling(m), lam=1e-6,
+                         random_state=0, store=path).fit(X[:n], y[:n])
+    times = []
+    for k in range(count):
+        rows = slice(n + k * new, n + (k + 1) * new)
+        t = time.perf_counter()
+        est.partial_fit(X[rows], y[rows])
+        times.append(time.perf_counter() - t)
+    shutil.rmtree(path, ignore_errors=True)
+    rec = {"n": n, "m": m, "appended": new, "times_s": times}
+    text = (f"Successive appends with a kept store (n = {n}, `SubSampling({m})`, {count} batches "
+            f"of {new} rows, each saved model referring to the stored batches): "
+            + ", ".join(f"{t:.2f}" for t in times) + " s.")
+    return rec, text
+
+
 def main() -> None:
     ap = _common.parser(__doc__, quick="600 rows a year, m = 100; synthetic n = 20 000",
                         repeats=3)
@@ -197,6 +226,9 @@ def main() -> None:
         if args.store:
             rec, more = synthetic(args, store=args.store)
             data["synthetic_store"] = rec
+            text += "\n\n" + more
+            rec, more = successive(args, store=args.store)
+            data["successive_store"] = rec
             text += "\n\n" + more
     _common.record("growing", text + f"\n\nCPU load average at the end: "
                    f"{_common.load_average():.2f}.", data, args=args)
