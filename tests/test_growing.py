@@ -17,18 +17,12 @@ from conftest import SKETCH_TYPES
 from distsketch._hashing import rows_digest
 from distsketch.kernels import Gaussian, Linear
 from distsketch.sketches import Fixed, LeverageScores, sketch_from_config
+from growinghelpers import appended, problem
 from reference.closed_forms import sketched_krr_predict
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=37)
 GAMMA = 0.3
 LAMS = [1e-2, 1e-4]
-
-
-def problem(n=150, d=4, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d))
-    y = np.sin(X[:, 0]) + 0.5 * X[:, 1] + 0.1 * rng.normal(size=n)
-    return X, y
 
 
 def rel(a, b):
@@ -42,14 +36,6 @@ SKETCHED = {name: make for name, make in SKETCH_TYPES.items() if name != "identi
 def krr(sketch, options=F64, **kw):
     return ds.SketchedKRR(Gaussian(gamma=GAMMA), sketch=sketch, lam=LAMS, random_state=0,
                           options=options, **kw)
-
-
-def appended(model, X, y, cuts):
-    """``model`` fitted on the first rows, then each further slice appended."""
-    model.fit(X[: cuts[0]], y[: cuts[0]])
-    for a, b in zip(cuts, cuts[1:] + [len(X)]):
-        model.partial_fit(X[a:b], y[a:b])
-    return model
 
 
 @pytest.mark.parametrize("name", sorted(SKETCHED))

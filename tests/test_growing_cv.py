@@ -14,6 +14,7 @@ import distsketch as ds
 from conftest import SKETCH_TYPES
 from distsketch.engine.sums import fold_ids
 from distsketch.kernels import Gaussian
+from growinghelpers import appended
 from reference.closed_forms import dense, white
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=37)
@@ -46,14 +47,6 @@ def sisokr_cv(input_sketch, output_sketch, options=F64, **kw):
     return ds.SISOKRCV(Gaussian(gamma=GX), Gaussian(gamma=GY), input_sketch=input_sketch,
                        output_sketch=output_sketch, lams=LAMS[1:], random_state=0,
                        options=options, **kw)
-
-
-def appended(model, X, Y, cuts):
-    """``model`` fitted on the first rows, then each further slice appended."""
-    model.fit(X[: cuts[0]], Y[: cuts[0]])
-    for a, b in zip(cuts, cuts[1:] + [len(X)]):
-        model.partial_fit(X[a:b], Y[a:b])
-    return model
 
 
 def scores(model):

@@ -13,6 +13,7 @@ import distsketch as ds
 from distsketch.engine.fitpass import PassResult
 from distsketch.kernels import Gaussian, Linear
 from distsketch.models.centring import Centring, recentred
+from growinghelpers import appended
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=37)
 F32 = ds.EngineOptions(block_rows=37)
@@ -39,13 +40,6 @@ def rel(a, b):
 def sisokr(sx, sy, options=F64, **kw):
     return ds.SISOKR(Gaussian(gamma=0.2), Linear(), input_sketch=sx, output_sketch=sy,
                      lam=LAMS, fit_intercept=True, random_state=0, options=options, **kw)
-
-
-def appended(model, X, Y, cuts):
-    model.fit(X[: cuts[0]], Y[: cuts[0]])
-    for a, b in zip(cuts, cuts[1:] + [len(X)]):
-        model.partial_fit(X[a:b], Y[a:b])
-    return model
 
 
 def fresh_of(model, X, Y, **kw):

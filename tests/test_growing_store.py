@@ -27,17 +27,11 @@ from distsketch.engine.batchstore import stored_sums
 from distsketch.engine.store import open_fit_store
 from distsketch.engine.storeguard import StoreError
 from distsketch.kernels import Gaussian
+from growinghelpers import problem
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=37)
 SMALL = ds.EngineOptions(block_dtype="float64", block_rows=10)
 LAMS = [1e-2, 1e-4]
-
-
-def problem(n=150, d=4, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d))
-    y = np.sin(X[:, 0]) + 0.5 * X[:, 1] + 0.1 * rng.normal(size=n)
-    return X, y
 
 
 def krr(sketch=None, options=F64, **kw):
