@@ -130,3 +130,15 @@ def test_update_refusals_exit_2_with_one_line(tmp_path, capsys):
         assert len(err) == 1 and err[0].startswith("distsketch: error: "), err
         assert message in err[0], err[0]
     assert [b["rows"] for b in ds.load(store).batches_] == [150]
+
+
+def test_update_json_is_one_object_with_the_batches(tmp_path, capsys):
+    import json
+
+    store, _, _ = fitted(tmp_path)
+    capsys.readouterr()
+    assert main(["-q", "update", str(store), "--input", str(tmp_path / "new.csv"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["model"] == "SketchedKRR" and out["rows"] == 210 and out["store"] == str(store)
+    assert [b["rows"] for b in out["batches"]] == [150, 60]
+    assert out["batches"] == ds.load(store).batches_
