@@ -33,7 +33,7 @@ from .admm import RowState, admm_block, supports
 from .admm import solve_path as admm_path
 from .newton import WHOLE_ENTRIES, solve_path
 from .problem import Problem, SolverState
-from .routes import held_sweeps, local_memory_ok, path_table
+from .sweeps import held_sweeps, local_memory_ok, path_table
 
 __all__ = ["Resolved", "warm_starts", "fitted_duals", "resolve_path"]
 
