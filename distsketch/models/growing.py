@@ -29,6 +29,7 @@ from ..engine.accumulate import run_pass
 from ..engine.batches import add_batches, batch_plan, local_sums, not_appendable
 from ..engine.batchstore import (
     batch_digest,
+    batch_group,
     batch_groups,
     batch_reference,
     drop_batch_group,
@@ -38,10 +39,12 @@ from ..engine.batchstore import (
     stored_batch,
 )
 from ..engine.fitpass import PassResult
+from ..engine.keptrows import keep_rows
 from ..engine.store import open_fit_store
 from ..engine.storeguard import StoreError
 from ..io import persist
 from ..options import with_blas_limit
+from ..solvers.routes import get_route
 from .base import FitSpec, check_data, check_feature_names
 
 __all__ = ["DICTIONARY_SUMS", "GROWTH_PREFIX", "growth_state", "growth_from_state", "Growing",
@@ -211,9 +214,13 @@ def growth_from_state(est, arrays: dict, state: dict) -> Growth:
 def _refusal(est, spec: FitSpec, route) -> str | None:
     """Why the fit ``spec`` of ``est`` by ``route`` (None: not known yet) cannot take appended
     rows, or None."""
-    if route is not None and route.iterative:
-        return (f"the {route.name!r} route's fit is not a closed form of its pass sums; "
-                f"appending rows is implemented for the direct route (solver='direct')")
+    if route is not None and not route.appends:
+        return (f"the {route.name!r} route cannot re-solve appended rows; fit with a route "
+                f"that can (solver='direct')")
+    if route is not None and route.iterative and est.store is None:
+        return (f"the {route.name or 'sweeps'!r} route re-solves over every row (their blocks or "
+                f"inputs, and targets), which only a kept store keeps: fit with store=... "
+                f"(a path) to append rows to this model")
     sketches = [est._input[1]] + ([est._output[1]] if est._output else [])
     for name in sketches:
         if spec.exact(name):
@@ -251,6 +258,11 @@ def start_growth(est, spec: FitSpec, route, fitted) -> None:
     growth.add(sums, rows=res.n, offset=0)
     est._growth = growth
     fs = getattr(fitted, "fs", None)
+    if fs is not None and not fs.temporary and route.kept_rows:  # what its re-solve reads
+        block_rows = int(fs.meta["pass"]["block_rows"])
+        for name, source in (("X", spec.X), ("Y", spec.Y)):
+            if name in route.kept_rows and source is not None:
+                keep_rows(fs.group, name, source, block_rows=block_rows)
     if fs is not None and not fs.temporary:  # a new model: batches of an earlier one go
         for k in batch_groups(fs):
             drop_batch_group(fs, k)
@@ -403,8 +415,14 @@ def append_in_store(est, growth: Growth, plan, Xs, Ys, *, location, repeat: bool
                                 "added": _now()})
         sums = stored_batch(fs, plan, Xs, Ys, batch=k, digest=digest,
                             split_every=options.split_every, progress=options.progress)
+        kept = _fitted_route(est).kept_rows
+        if kept:  # what the route re-solves from: this batch's rows, beside its blocks
+            sub = batch_group(fs, k)
+            for name, source in (("X", Xs), ("Y", Ys)):
+                if name in kept and source is not None:
+                    keep_rows(sub.group, name, source, block_rows=plan.block_rows)
         record = growth.add(dict(sums), rows=Xs.n, offset=plan.row_offset)
-        _resolve(est, _spec(est, growth), growth)
+        _resolve(est, _spec(est, growth), growth, fs)
         _save_in_store(est, fs, growth)
         record_batches(fs, growth.batches)
     return record
@@ -438,7 +456,7 @@ def forget(est, batch: int):
                                growth.numbered)
             record = dict(growth.batches[numbers.index(int(batch))])
             growth.drop(numbers.index(int(batch)))
-            _resolve(est, _spec(est, growth), growth)
+            _resolve(est, _spec(est, growth), growth, fs)
             _save_in_store(est, fs, growth)
             record_batches(fs, growth.batches, forgotten=record)
             drop_batch_group(fs, int(batch))
@@ -446,10 +464,17 @@ def forget(est, batch: int):
     return est
 
 
-def _resolve(est, spec: FitSpec, growth: Growth) -> None:
-    """Solve the model from every batch's sums (the direct route's adopt)."""
-    est._solve(spec, est._growth_result(growth))
+def _resolve(est, spec: FitSpec, growth: Growth, fs=None) -> None:
+    """Solve the model again over every batch held, by the route that fitted it
+    (:meth:`~distsketch.Route.resolve`: the direct route from the batches' sums, an
+    iterative one over the rows ``fs``, the open store, keeps)."""
+    _fitted_route(est).resolve(est, spec, growth, fs)
     est._update_coef()
+
+
+def _fitted_route(est):
+    """The route object of a fitted model (its ``solver_``)."""
+    return get_route(getattr(est, "solver_", None) or "direct")()
 
 
 def _spec(est, growth: Growth) -> FitSpec:

@@ -32,6 +32,7 @@ from ..losses.quantile import Pinball
 from ..options import with_blas_limit
 from ..solvers.lipschitz.problem import Problem
 from .base import FitSpec, SketchedEstimator, checks_feature_names
+from .growing import Growing
 from .krr import SketchedKRR
 from .ridge import kernel_expansion
 
@@ -106,7 +107,7 @@ def _check_tol(value) -> float:
     return float(value)
 
 
-class SketchedRegressor(SketchedEstimator):
+class SketchedRegressor(Growing, SketchedEstimator):
     """Sketched kernel regression with a Lipschitz (or the squared) loss, scalar or multi-output.
 
     Minimises ``(1/n) Σ_i ℓ(f(x_i) − y_i) + (λ/2) Tr(B Γ M Γᵀ)`` over

@@ -314,6 +314,11 @@ class Route:
     name: ClassVar[str | None] = None
     #: Whether the route makes passes per iteration (its λ path is a :class:`CoefTable`).
     iterative: ClassVar[bool] = True
+    #: Whether a model it fitted can take appended rows (:meth:`resolve`).
+    appends: ClassVar[bool] = False
+    #: What a kept store keeps of each batch's rows for :meth:`resolve` (``"Y"``: the
+    #: targets, ``"X"``: the inputs; :mod:`distsketch.engine.keptrows`).
+    kept_rows: ClassVar[tuple] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -397,6 +402,25 @@ class Route:
             What :meth:`run` gave.
         """
         est._adopt_path(spec, fitted)
+
+    def resolve(self, est: Any, spec: Any, growth: Any, fs: Any) -> None:
+        """Solve a model again after rows were appended or forgotten (``partial_fit``,
+        ``forget``: :mod:`distsketch.models.growing`), for a route that :attr:`appends`.
+
+        Parameters
+        ----------
+        est : estimator
+            The fitted model.
+        spec : FitSpec
+            The re-solve's specification (λ path, fitted kernels, the shapes of every row).
+        growth : Growth
+            The batches the model holds, their sums (``est._growth_result(growth)``: the
+            totals as a pass's result).
+        fs : FitStore or None
+            The model's kept store, open and locked (None: no store).
+        """
+        raise NotImplementedError(f"solver: the {self.name!r} route cannot re-solve appended "
+                                  f"rows")
 
     def to_config(self) -> dict:
         """What saved models record of a route object.
@@ -572,12 +596,17 @@ class Direct(Route):
 
     name = "direct"
     iterative = False
+    appends = True
 
     def run(self, est: Any, spec: Any) -> RouteFit:
         return RouteFit.from_pass(est.run_pass(spec), solver=self.name)
 
     def adopt(self, est: Any, spec: Any, fitted: RouteFit) -> None:
         est._solve(spec, fitted.result)
+
+    def resolve(self, est: Any, spec: Any, growth: Any, fs: Any) -> None:
+        """The closed form again, from the batches' summed sums (no row is read)."""
+        est._solve(spec, est._growth_result(growth))
 
 
 class PCG(Route):

@@ -27,15 +27,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...engine.sweep import Segment, Segments, Sweeper
-from ..routes import CoefTable
+from ...engine.batchstore import batch_group
+from ...engine.keptrows import kept_rows
+from ...engine.store import CSUM
+from ...engine.storeguard import StoreError
+from ...engine.sweep import Segment, Segments, SweepData, Sweeper
+from ..routes import CoefTable, RouteFit
 from .admm import RowState, admm_block, supports
 from .admm import solve_path as admm_path
 from .newton import WHOLE_ENTRIES, solve_path
 from .problem import Problem, SolverState
 from .sweeps import held_sweeps, local_memory_ok, path_table
 
-__all__ = ["Resolved", "warm_starts", "fitted_duals", "resolve_path"]
+__all__ = ["Resolved", "warm_starts", "fitted_duals", "resolve_path", "batch_segments",
+           "resolve_batches"]
 
 logger = logging.getLogger(__name__)
 
@@ -162,3 +167,76 @@ def resolve_path(prob: Problem, lams: Sequence[float], segments: Sequence[Segmen
                 len(lams), len(data.parts), data.n, [sol.n_iter for sol in sols],
                 sweeper.count)
     return Resolved(path_table(prob, lams, sols), solver, sweeper.count)
+
+
+def batch_segments(fs, batches: Sequence[dict], *, m: int, d: int) -> list[Segment]:
+    """The row segments of a kept store's batches, in order: batch 0's stored ``C`` (the
+    fit's pass), then each appended batch's (``batches/<k>``), each with its CRC-32 records
+    and the targets the store keeps beside it (:func:`~distsketch.engine.keptrows.kept_rows`,
+    checked against their checksums).
+
+    Parameters
+    ----------
+    fs : FitStore
+        The model's store, open.
+    batches : sequence of dict
+        The batches held (``batch``, ``rows``), in row order.
+    m, d : int
+        Columns of ``C`` (the landmarks' features) and outputs.
+
+    Returns
+    -------
+    list of Segment
+    """
+    segments = []
+    for record in batches:
+        k, rows = int(record["batch"]), int(record["rows"])
+        store = fs if k == 0 else batch_group(fs, k)
+        meta = store.meta_or_none() or {}
+        if not meta.get("pass") or int(meta["pass"]["n"]) != rows:
+            raise StoreError(f"store {store.location!r}: holds no pass of batch {k}'s {rows} "
+                             f"rows; the store is damaged: fit again")
+        C = store.pass_arrays()[0]
+        data = SweepData(n=rows, block_rows=int(meta["pass"]["block_rows"]), m=m, d=d, C=C,
+                         crcs=tuple(int(v) for v in store.records()[:, CSUM]), x=None,
+                         dtype=np.dtype(meta["pass"]["block_dtype"]), location=store.location)
+        segments.append(Segment(data, kept_rows(store.group, "Y", location=store.location,
+                                                 rows=rows)))
+    return segments
+
+
+def resolve_batches(solver: str, est, spec, growth, fs) -> None:
+    """A Newton or ADMM model solved again over every batch it holds
+    (:meth:`~distsketch.Route.resolve` of the sweeps' routes).
+
+    The problem of all rows comes from the batches' summed sums
+    (``est._lipschitz_problem`` of ``est._growth_result(growth)``); each λ of ``spec.lams``
+    starts from the fitted solution at the nearest fitted λ (:func:`warm_starts`) and is
+    certified, by sweeps over the store's segments (:func:`batch_segments`), to the model's
+    ``tol`` on all rows. ADMM keeps its per-row variables in memory here: on a cluster the
+    re-solve runs Newton's sweeps instead (the same certificate). The model adopts the
+    path as a fit's (``_adopt_path``); ``n_passes_`` counts the batch's pass and the sweeps.
+    """
+    if fs is None or fs.temporary:
+        raise ValueError(f"partial_fit: the {solver!r} route re-solves over every row's stored "
+                         f"blocks; fit with store=... (a path)")
+    res = est._growth_result(growth)
+    prob, _ = est._lipschitz_problem(spec, res)
+    segments = batch_segments(fs, growth.batches, m=prob.Gt.shape[0] - 1, d=prob.b.shape[1])
+    fitted = np.log(np.asarray(est.lams_, dtype=np.float64))
+    nearest = [int(np.argmin(np.abs(fitted - np.log(lam)))) for lam in spec.lams]
+    sweeps = solver
+    if solver == "admm" and not local_memory_ok():
+        sweeps = "newton"
+        logger.info("re-solve: ADMM's per-row variables need the local scheduler; Newton's "
+                    "sweeps certify the same duality gap on this cluster")
+    out = resolve_path(prob, spec.lams, segments, coefs=np.asarray(est.coefs_)[nearest],
+                       intercepts=np.asarray(est.intercepts_)[nearest], basis=est.whitening_,
+                       solver=sweeps, tol=float(est.tol), max_iter=int(est.max_iter),
+                       split_every=spec.options.split_every, progress=spec.options.progress,
+                       whole_entries=spec.options.tuning.whole_problem_entries)
+    est._adopt_path(spec, RouteFit(None, getattr(est, "store_", None), solver,
+                                   1 + out.n_sweeps, res.x_sketch, res.x_landmarks, out.path,
+                                   res))
+    est.n_passes_ = 1 + out.n_sweeps
+

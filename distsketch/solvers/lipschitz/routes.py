@@ -22,6 +22,7 @@ from .admm import RowState, admm_block, choose_route, supports
 from .admm import solve_path as admm_path
 from .newton import solve_path
 from .problem import SolverState, state_key
+from .resolve import resolve_batches
 from .sweeps import HeldSweeps, held_sweeps, local_memory_ok, path_table
 
 if TYPE_CHECKING:
@@ -40,6 +41,13 @@ class Newton(Route):
     (:mod:`distsketch.solvers.lipschitz.newton`), stopped on a certified relative duality gap."""
 
     name = "newton"
+    appends = True
+    kept_rows = ("Y",)
+
+    def resolve(self, est: Any, spec: Any, growth: Any, fs: Any) -> None:
+        """Sweeps over every batch's stored blocks and kept targets, warm-started from the
+        fitted path (:func:`~distsketch.solvers.lipschitz.resolve.resolve_batches`)."""
+        resolve_batches(self.name, est, spec, growth, fs)
 
     def choose(self, prob: Problem, loss: Loss, fs: Any, spec: Any) -> str:
         """The sweeps' solver for ``prob``: this route's own."""
