@@ -388,6 +388,14 @@ class SketchedRegressor(Growing, SketchedEstimator):
         self.lams_ = tuple(spec.lams)
         self.lam_ = spec.lams[0]
 
+    def _appending_refusal(self) -> str | None:
+        """Every route of this model (Newton, ADMM, PCG) re-solves over all rows: appending
+        needs the rows' blocks and targets kept in a store."""
+        if self.store is None:
+            return ("its routes re-solve over every row's blocks and targets, which only a "
+                    "kept store keeps: fit with store=... (a path) to append rows")
+        return None
+
     def _check_own(self) -> None:
         """Checks of the subclass's own arguments (before the data)."""
         if not isinstance(self.loss, (str, dict, Loss)):
