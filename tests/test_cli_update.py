@@ -142,3 +142,26 @@ def test_update_json_is_one_object_with_the_batches(tmp_path, capsys):
     assert out["model"] == "SketchedKRR" and out["rows"] == 210 and out["store"] == str(store)
     assert [b["rows"] for b in out["batches"]] == [150, 60]
     assert out["batches"] == ds.load(store).batches_
+
+
+def test_update_of_a_model_solved_by_sweeps_equals_its_python_append(tmp_path, capsys):
+    """A κ-Huber regressor (Newton's sweeps) fitted by the command line: ``update`` re-solves
+    over the store's blocks and kept targets as ``partial_fit`` on the loaded model does."""
+    config = KRR.replace('type = "SketchedKRR"', 'type = "SketchedRegressor"\nloss = "huber"'
+                         '\ntol = 1e-10\nmax_iter = 300')
+    regression_csv(tmp_path / "train.csv", 150, seed=0)
+    Xn, yn = regression_csv(tmp_path / "new.csv", 60, seed=1)
+    (tmp_path / "fit.toml").write_text(config.format(data=DATA, store="reg.zarr") + F64)
+    assert main(["-q", "fit", str(tmp_path / "fit.toml")]) == 0
+    store = tmp_path / "reg.zarr"
+    copy = tmp_path / "copy.zarr"
+    shutil.copytree(store, copy)
+    expected = ds.load(copy).partial_fit(imputed(store, Xn), yn)
+    assert main(["-q", "update", str(store), "--input", str(tmp_path / "new.csv")]) == 0
+    after = ds.load(store)
+    assert [b["rows"] for b in after.batches_] == [150, 60] and after.solver_ == "newton"
+    assert after.duality_gap_ <= 1e-10
+    Xt, _ = regression_csv(tmp_path / "test.csv", 40, seed=2)
+    # the CSV's decimal text rounds the new rows' inputs (relative 1e-16): not bitwise
+    np.testing.assert_allclose(after.predict(Xt), expected.predict(Xt), rtol=1e-10, atol=0)
+    assert np.abs(after.predict(Xt) - ds.load(copy).predict(Xt)).max() < 1e-10

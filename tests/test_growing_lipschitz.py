@@ -24,6 +24,7 @@ from sklearn.base import clone
 
 import distsketch as ds
 import distsketch.solvers.lipschitz.resolve as resolve
+from conftest import SKETCH_TYPES
 from distsketch.engine.storeguard import StoreError
 from distsketch.kernels import Gaussian
 from growinghelpers import problem
@@ -226,3 +227,18 @@ def test_a_local_cluster_appends_as_the_threaded_scheduler(solver, tmp_path):
         np.testing.assert_array_equal(got.predict(X), want.predict(X))
     else:
         check_same_optimum(got, want)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in SKETCH_TYPES if n != "identity"))
+def test_every_sketch_type_appends_as_a_fresh_fit(name, tmp_path):
+    """Newton over every sketch type: the appended model and a fresh fit with the fitted
+    sketch reach the same optimum (certified on all rows), predictions within the bound of the
+    module docstring."""
+    X, y = data(n=200, seed=14)
+    model = regressor(tmp_path / "s", sketch=SKETCH_TYPES[name](20)).fit(X[:140], y[:140])
+    model.partial_fit(X[140:], y[140:])
+    fresh = fresh_like(model, X, y)
+    check_same_optimum(model, fresh)
+    lam = model.lam_
+    bound = 2 * np.sqrt(2 * TOL * max(model.objective_, fresh.objective_) / lam)
+    assert np.max(np.abs(model.predict(X) - fresh.predict(X))) <= bound
