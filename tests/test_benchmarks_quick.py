@@ -177,6 +177,17 @@ def test_cli_regression_quick():
 
 
 @pytest.mark.slow
+def test_falkon_quick_or_its_skip():
+    """Without Falkon (torch stays out of the project's extras) the script says why and ends
+    with status 0; with it, the quick side-by-side table."""
+    out = run("bench_falkon.py")
+    if importlib.util.find_spec("falkon") is None:
+        assert "skipped: Falkon is not importable" in out
+    else:
+        assert "| Falkon float64 |" in out and "| distsketch PCG, 20 it. |" in out
+
+
+@pytest.mark.slow
 def test_large_m_quick():
     """PCG against the direct solve on a tiny synthetic problem."""
     out = run("bench_large_m.py")
