@@ -38,6 +38,7 @@ import zarr
 from .._hashing import rows_digest
 from .accumulate import run_pass
 from .batches import local_sums
+from .keptrows import keep_batch_rows
 from .mapreduce import map_blocks, row_blocks
 from .rows import RowSource, check_finite_block
 from .schedulers import compute, distributed_client
@@ -47,7 +48,7 @@ from .sums import PassPlan
 
 __all__ = ["BATCHES", "batch_digest", "batch_config", "batch_group", "stored_batch",
            "held_in_store", "record_batches", "drop_batch_group", "batch_groups", "stored_sums",
-           "batch_reference", "referenced_sums"]
+           "batch_reference", "referenced_sums", "kept_batch"]
 
 logger = logging.getLogger(__name__)
 
@@ -154,6 +155,31 @@ def stored_batch(fs: FitStore, plan: PassPlan, X: RowSource, Y: RowSource | None
         raise StoreError(f"store {fs.location!r}: the rows of batch {batch} changed while it "
                          f"was appended (digest {found}, {digest} before the pass); append "
                          f"them again")
+    sub.write_sums(sums)
+    return sums
+
+
+def kept_batch(fs: FitStore, plan: PassPlan, X: RowSource, Y: RowSource | None, *,
+               batch: int, digest: str, names: tuple) -> dict:
+    """Batch ``batch`` of a route that makes no pass per batch (PCG: it recomputes every
+    row's kernel blocks per iteration): its group keeps the rows ``names``
+    (:func:`~distsketch.engine.keptrows.keep_batch_rows`) and, as its only sum, their
+    digest. Written afresh each time (a killed append writes it again: no kernel block).
+
+    Returns
+    -------
+    dict
+        ``{"digest": …}`` as the pass gives it.
+    """
+    config = {**batch_config(plan, batch=batch, digest=digest), "m_x": None, "m_y": None,
+              "sums": ["digest"], "kept": list(names)}
+    sub = batch_group(fs, batch)
+    sub.reset(config)
+    found = keep_batch_rows(sub.group, tuple(names), X, Y, block_rows=plan.block_rows)
+    if found != digest:
+        raise StoreError(f"store {fs.location!r}: the rows of batch {batch} changed while it "
+                         f"was appended (digest {found}, {digest} before); append them again")
+    sums = {"digest": np.array([int(digest, 16)], dtype=np.uint64)}
     sub.write_sums(sums)
     return sums
 

@@ -23,18 +23,73 @@ from typing import Any
 import dask
 import numpy as np
 
-from .._hashing import checksum
+from .._hashing import checksum, rows_digest
 from ..backends.base import dense
 from .rows import RowSource, as_row_source
 from .storeguard import StoreError
 
-__all__ = ["ROWS", "keep_rows", "kept_rows", "has_kept_rows"]
+__all__ = ["ROWS", "keep_rows", "keep_batch_rows", "kept_rows", "has_kept_rows"]
 
 logger = logging.getLogger(__name__)
 
 #: The group of a fit store (or batch group) that holds kept rows.
 ROWS = "rows"
 _ATTR = "distsketch_rows"
+
+
+def _created(group: Any, name: str, source: RowSource, b: int):
+    n, w = source.shape
+    return group.require_group(ROWS).create_array(
+        name, shape=(n, w), chunks=(b, w), dtype="float64", fill_value=0.0, compressors=None,
+        overwrite=True)
+
+
+def _computed(*blocks):
+    """The blocks in memory (a lazy input's computed together)."""
+    if any(dask.is_dask_collection(blk) for blk in blocks):
+        return dask.compute(*blocks)
+    return blocks
+
+
+def keep_batch_rows(group: Any, names: tuple, X: RowSource, Y: RowSource | None, *,
+                    block_rows: int) -> str:
+    """Keep the rows ``names`` (``"X"``, ``"Y"``) of a batch in ``group`` as
+    :func:`keep_rows` does, one block of each at a time, and return the batch's digest
+    (16 hex digits, ``Σ_blocks rows_digest(X_I, Y_I) mod 2⁶⁴``: the pass's ``"digest"``
+    sum, whatever the blocks) from the same reads.
+
+    Parameters
+    ----------
+    group : zarr.Group
+    names : tuple of str
+    X, Y : RowSource (Y: or None)
+    block_rows : int
+
+    Returns
+    -------
+    str
+    """
+    b = int(block_rows)
+    kept = [(name, src) for name, src in (("X", X), ("Y", Y))
+            if name in names and src is not None]
+    arrays = {name: _created(group, name, src, b) for name, src in kept}
+    crcs: dict = {name: [] for name, _ in kept}
+    xs = X.blocks(b)
+    ys = Y.blocks(b) if Y is not None else [None] * len(xs)
+    total = 0
+    for i, pair in enumerate(zip(xs, ys)):
+        xb, yb = _computed(*pair)
+        total = (total + int(rows_digest(xb, yb))) % 2**64
+        for name, src in kept:
+            values = np.ascontiguousarray(dense(xb if name == "X" else yb),
+                                          dtype=np.float64).reshape(-1, src.shape[1])
+            arrays[name][i * b: i * b + values.shape[0]] = values
+            crcs[name].append(int(checksum(values)))
+    for name, src in kept:
+        arrays[name].attrs[_ATTR] = {"crcs": crcs[name], "ndim": int(src.input_ndim or 2),
+                                     "block_rows": b}
+    logger.debug("kept %s: %d rows in %d blocks", names, X.n, len(xs))
+    return f"{total:016x}"
 
 
 def keep_rows(group: Any, name: str, source: RowSource, *, block_rows: int) -> None:
@@ -52,21 +107,16 @@ def keep_rows(group: Any, name: str, source: RowSource, *, block_rows: int) -> N
     block_rows : int
         Rows per chunk (the pass's blocks).
     """
-    n, w = source.shape
     b = int(block_rows)
-    grp = group.require_group(ROWS)
-    arr = grp.create_array(name, shape=(n, w), chunks=(b, w), dtype="float64",
-                           fill_value=0.0, compressors=None, overwrite=True)
+    arr = _created(group, name, source, b)
     crcs = []
     for i, block in enumerate(source.blocks(b)):
-        if dask.is_dask_collection(block):
-            (block,) = dask.compute(block)
+        (block,) = _computed(block)
         values = np.ascontiguousarray(dense(block), dtype=np.float64)
         arr[i * b: i * b + values.shape[0]] = values
         crcs.append(int(checksum(values)))
-    arr.attrs[_ATTR] = {"crcs": crcs, "ndim": int(source.input_ndim or 2),
-                        "block_rows": b}
-    logger.debug("kept %s: %d rows × %d in %d blocks", name, n, w, len(crcs))
+    arr.attrs[_ATTR] = {"crcs": crcs, "ndim": int(source.input_ndim or 2), "block_rows": b}
+    logger.debug("kept %s: %d rows × %d in %d blocks", name, *source.shape, len(crcs))
 
 
 def has_kept_rows(group: Any, name: str) -> bool:

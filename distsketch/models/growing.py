@@ -34,12 +34,13 @@ from ..engine.batchstore import (
     batch_reference,
     drop_batch_group,
     held_in_store,
+    kept_batch,
     record_batches,
     referenced_sums,
     stored_batch,
 )
 from ..engine.fitpass import PassResult
-from ..engine.keptrows import keep_rows
+from ..engine.keptrows import keep_batch_rows
 from ..engine.store import open_fit_store
 from ..engine.storeguard import StoreError
 from ..io import persist
@@ -217,6 +218,9 @@ def _refusal(est, spec: FitSpec, route) -> str | None:
     if route is not None and not route.appends:
         return (f"the {route.name!r} route cannot re-solve appended rows; fit with a route "
                 f"that can (solver='direct')")
+    why = None if route is None else route.growth_refusal(est)
+    if why is not None:
+        return why
     if route is not None and route.iterative and est.store is None:
         return (f"the {route.name or 'sweeps'!r} route re-solves over every row (their blocks or "
                 f"inputs, and targets), which only a kept store keeps: fit with store=... "
@@ -240,14 +244,26 @@ def growth_sums(est, spec: FitSpec, sums: tuple) -> tuple:
 
 def start_growth(est, spec: FitSpec, route, fitted) -> None:
     """Keep on ``est`` what appending rows needs, after a fit (``est._growth``), or why it
-    cannot (``est._growth_refusal_``)."""
+    cannot (``est._growth_refusal_``). A kept store also keeps the rows the route re-solves
+    from (:attr:`~distsketch.Route.kept_rows`); a route without a pass per batch
+    (:attr:`~distsketch.Route.batch_pass`) records the batch by their digest alone."""
     est._growth = None
     est._growth_refused = _refusal(est, spec, route)
-    res = fitted.result
-    if est._growth_refused is None and not (isinstance(res, PassResult)
-                                            and "digest" in res.sums):
-        est._growth_refused = "the fit's pass sums do not add over rows"
     if est._growth_refused is not None:
+        return
+    fs = getattr(fitted, "fs", None)
+    kept = fs is not None and not fs.temporary and bool(route.kept_rows)
+    digest = None
+    if kept:  # what its re-solve reads (the digest from the same reads)
+        digest = keep_batch_rows(fs.group, route.kept_rows, spec.X, spec.Y,
+                                 block_rows=int(fs.meta["pass"]["block_rows"]))
+    res = fitted.result
+    if not route.batch_pass and digest is not None:
+        res = PassResult(n=spec.X.n, x_sketch=fitted.x_sketch, x_landmarks=fitted.x_landmarks,
+                         y_sketch=None, y_landmarks=None, store=None,
+                         sums={"digest": np.array([int(digest, 16)], dtype=np.uint64)})
+    if not (isinstance(res, PassResult) and "digest" in res.sums):
+        est._growth_refused = "the fit's pass sums do not add over rows"
         return
     sums = dict(res.sums)
     growth = Growth(kernels=dict(spec.kernels), x_sketch=res.x_sketch,
@@ -257,12 +273,6 @@ def start_growth(est, spec: FitSpec, route, fitted) -> None:
                     y_width=None if spec.Y is None else spec.Y.shape[1])
     growth.add(sums, rows=res.n, offset=0)
     est._growth = growth
-    fs = getattr(fitted, "fs", None)
-    if fs is not None and not fs.temporary and route.kept_rows:  # what its re-solve reads
-        block_rows = int(fs.meta["pass"]["block_rows"])
-        for name, source in (("X", spec.X), ("Y", spec.Y)):
-            if name in route.kept_rows and source is not None:
-                keep_rows(fs.group, name, source, block_rows=block_rows)
     if fs is not None and not fs.temporary:  # a new model: batches of an earlier one go
         for k in batch_groups(fs):
             drop_batch_group(fs, k)
@@ -413,14 +423,15 @@ def append_in_store(est, growth: Growth, plan, Xs, Ys, *, location, repeat: bool
         record_batches(fs, growth.batches,
                        pending={"batch": k, "rows": int(Xs.n), "digest": digest,
                                 "added": _now()})
-        sums = stored_batch(fs, plan, Xs, Ys, batch=k, digest=digest,
-                            split_every=options.split_every, progress=options.progress)
-        kept = _fitted_route(est).kept_rows
-        if kept:  # what the route re-solves from: this batch's rows, beside its blocks
-            sub = batch_group(fs, k)
-            for name, source in (("X", Xs), ("Y", Ys)):
-                if name in kept and source is not None:
-                    keep_rows(sub.group, name, source, block_rows=plan.block_rows)
+        route = _fitted_route(est)
+        if route.batch_pass:
+            sums = stored_batch(fs, plan, Xs, Ys, batch=k, digest=digest,
+                                split_every=options.split_every, progress=options.progress)
+            if route.kept_rows:  # what the route re-solves from, beside the batch's blocks
+                keep_batch_rows(batch_group(fs, k).group, route.kept_rows, Xs, Ys,
+                                block_rows=plan.block_rows)
+        else:  # the route keeps the batch's rows only (no blocks, no sums but the digest)
+            sums = kept_batch(fs, plan, Xs, Ys, batch=k, digest=digest, names=route.kept_rows)
         record = growth.add(dict(sums), rows=Xs.n, offset=plan.row_offset)
         _resolve(est, _spec(est, growth), growth, fs)
         _save_in_store(est, fs, growth)

@@ -177,6 +177,13 @@ class SketchedKRR(Growing, RidgeEstimator):
         check_pcg_sketch(check_sketch(getattr(self, param), argument=param), solver="pcg",
                          argument=param)
 
+    def _appending_refusal(self) -> str | None:
+        """PCG re-solves over every row's inputs: appending needs them kept in a store."""
+        if self.store is None and getattr(self.solver, "name", self.solver) == "pcg":
+            return ("solver='pcg' re-solves over every row's inputs, which only a kept store "
+                    "keeps: fit with store=... (a path) to append rows")
+        return None
+
     def _sums(self, spec: FitSpec) -> tuple[str, ...]:
         sums = krr_sums(x_exact=spec.exact("sketch"))
         return sums + intercept_sums(sums) if self.fit_intercept else sums

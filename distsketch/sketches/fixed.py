@@ -73,12 +73,16 @@ class Fixed(Sketch):
     """
 
     name = "fixed"
-    #: Not offered to the PCG route (whose preconditioner is drawn with the fit): a fixed
-    #: sketch fits by the direct route.
-    selects_landmarks = False
 
     def __init__(self, sketch: RealizedSketch | dict) -> None:
         self.sketch = sketch
+
+    @property
+    def selects_landmarks(self) -> bool:  # a class attribute of the other sketches
+        """Whether the replayed sketch picks landmarks: a diagonal ``R_mix`` (its ``scale``;
+        a sub-sampling draw, not pre-whitened), which the PCG route takes."""
+        R = self._realised()
+        return R.scale is not None and not R.is_identity
 
     def _realised(self, *, argument: str = "sketch") -> RealizedSketch:
         sketch = self.sketch

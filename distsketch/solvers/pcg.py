@@ -53,7 +53,7 @@ from .lipschitz.problem import SolverState, state_key
 from .preconditioner import LandmarkGram, distinct_landmarks, factor_kmm, select_landmarks
 
 __all__ = ["landmark_sketches", "AUTO_STORE_BYTES", "PCG_STATE_VERSION", "check_pcg_sketch",
-           "choose_solver", "PCGFit", "fit_pcg", "SisokrPCGFit", "fit_pcg_sisokr"]
+           "choose_solver", "PCGFit", "fit_pcg", "SisokrPCGFit", "fit_pcg_sisokr", "refit_pcg"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def landmark_sketches() -> list[str]:
     from ..sketches.base import SKETCHES
 
     return list(dict.fromkeys(cls.__name__ for cls in SKETCHES.values()
-                              if cls.selects_landmarks))  # in registration order
+                              if cls.selects_landmarks is True))  # in registration order
 
 
 #: ``solver="auto"``'s cost model (:func:`choose_solver`): direct while forming ``G`` costs no
@@ -405,3 +405,63 @@ def fit_pcg_sisokr(spec, *, store, reuse_seeds: bool, tol: float, max_iter: int,
     result = dataclasses.replace(result, n_passes=result.n_passes + 1)  # and the first pass
     return SisokrPCGFit(xs, res.x_landmarks, ys, res.y_landmarks, res.sums, T_Y, result,
                         None if fs.temporary else fs.location, fs)
+
+
+# --------------------------------------------------------------------------- appended rows
+
+
+def refit_pcg(est, spec, growth, fs) -> tuple[PCGResult, object]:
+    """A PCG model (:class:`~distsketch.SketchedKRR`, the squared-loss
+    :class:`~distsketch.SketchedRegressor`) solved again over every batch it holds: the
+    route's :meth:`~distsketch.Route.resolve`.
+
+    PCG recomputes every row's kernel blocks at each iteration, so its kept store keeps each
+    batch's inputs and targets (``rows/X``, ``rows/Y``:
+    :mod:`~distsketch.engine.keptrows`, checked against their checksums): the sweeps run over
+    them as segments in batch order (:class:`~distsketch.engine.sweep.Segments`), against the
+    fit's landmarks and kernel, and :func:`~distsketch.solvers.conjugate_gradient.pcg_path`
+    solves ``(K_nmᵀ K_nm + nλ K_mm) α = K_nmᵀ (Y − 1ȳᵀ)`` over all rows (ȳ, and the centred
+    system's ``s``, from its first pass over all rows), each λ started from the fitted ``α``
+    at the nearest fitted λ, to the model's ``tol``.
+
+    Returns
+    -------
+    (PCGResult, RealizedSketch)
+        The path (``α`` on all m landmarks) and the fitted sketch grown over the rows.
+    """
+    from ..engine.batchstore import batch_group
+    from ..engine.keptrows import kept_rows
+    from ..engine.sweep import Segment, Segments
+
+    if fs is None or fs.temporary:
+        raise ValueError("partial_fit: the 'pcg' route re-solves over every row's inputs, "
+                         "which only a kept store keeps; fit with store=... (a path)")
+    options = spec.options
+    kernel, land = growth.kernels[est._input[0]], growth.x_landmarks
+    keep, Kmm, T = select_landmarks(kernel, land, chunk=options.gram_chunk,
+                                    what=type(est).__name__, tuning=options.tuning)
+    segments = []
+    for record in growth.batches:
+        k, rows = int(record["batch"]), int(record["rows"])
+        store = fs if k == 0 else batch_group(fs, k)
+        X, Y = (kept_rows(store.group, name, location=store.location, rows=rows)
+                for name in ("X", "Y"))
+        data = SweepData(n=rows, block_rows=int(store.meta["pass"]["block_rows"]), m=Kmm.m,
+                         d=1, C=None, crcs=(), x=Kmm.fmap,
+                         dtype=np.dtype(options.block_dtype), location=store.location)
+        segments.append(Segment(data, Y, X))
+    data, Xs, Ys = Segments.of(segments)
+    table = getattr(est, "path_", None)  # SketchedKRR: its table; the regressor: coefs_
+    coefs = np.asarray(table.coefs if hasattr(table, "coefs") else est.coefs_)
+    fitted = np.log(np.asarray(est.lams_, dtype=np.float64))
+    warm = coefs[[int(np.argmin(np.abs(fitted - np.log(lam)))) for lam in spec.lams]]
+    warm = warm.reshape(len(spec.lams), land.shape[0], -1)
+    if keep is not None:
+        warm = np.ascontiguousarray(warm[:, keep])
+    result = pcg_path(data, Xs, Ys, Kmm=Kmm, lams=spec.lams, tol=float(est.tol),
+                      max_iter=int(est.max_iter), fit_intercept=bool(est.fit_intercept),
+                      split_every=options.split_every, progress=options.progress,
+                      centre=bool(est._pcg_centre), T=T, warm=warm)
+    grown = growth.x_sketch.grown(max(growth.rows, growth.x_sketch.rows_drawn))
+    return _expand(result, keep, land, Kmm), grown
+

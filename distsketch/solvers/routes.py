@@ -319,6 +319,14 @@ class Route:
     #: What a kept store keeps of each batch's rows for :meth:`resolve` (``"Y"``: the
     #: targets, ``"X"``: the inputs; :mod:`distsketch.engine.keptrows`).
     kept_rows: ClassVar[tuple] = ()
+    #: Whether an appended batch runs the model's pass (its blocks and sums); False: the
+    #: store keeps its rows only (:func:`~distsketch.engine.batchstore.kept_batch`).
+    batch_pass: ClassVar[bool] = True
+
+    def growth_refusal(self, est: Any) -> str | None:
+        """Why a model this route fitted cannot take appended rows (None: it can, where
+        :attr:`appends`)."""
+        return None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -410,12 +418,10 @@ class Route:
         Parameters
         ----------
         est : estimator
-            The fitted model.
         spec : FitSpec
             The re-solve's specification (λ path, fitted kernels, the shapes of every row).
         growth : Growth
-            The batches the model holds, their sums (``est._growth_result(growth)``: the
-            totals as a pass's result).
+            The batches the model holds (``est._growth_result(growth)``: their summed sums).
         fs : FitStore or None
             The model's kept store, open and locked (None: no store).
         """
@@ -617,6 +623,9 @@ class PCG(Route):
     (SISOKR, a model with an output side)."""
 
     name = "pcg"
+    appends = True
+    kept_rows = ("X", "Y")
+    batch_pass = False
 
     def prepare(self, est: Any, X: Any) -> None:
         est._check_pcg_args()
@@ -643,14 +652,38 @@ class PCG(Route):
         res = fit_pcg(spec, kernel=spec.kernels[kx], sketch=spec.sketches[sx],
                       fit_intercept=bool(est.fit_intercept), centre=est._pcg_centre, **common)
         r = res.result
-        table = CoefTable(spec.lams, r.alphas, r.n_iters, residuals=r.residuals,
-                          intercepts=getattr(r, "intercepts", None))
-        if est._pcg_centre:  # (1/n) Σ ½‖r_i‖² + (λ/2) Σ_j α_jᵀ K_mm α_j from the sums
-            table.objectives = (0.5 * r.rss.sum(axis=1) / spec.X.n
-                                + 0.5 * np.asarray(spec.lams) * r.penalties.sum(axis=1))
-            table.duality_gaps = np.full(len(spec.lams), np.nan)
         return RouteFit(res.fs, res.store, self.name, int(r.n_passes), res.sketch,
-                        res.landmarks, table, res, intercept=r.intercept)
+                        res.landmarks, _pcg_table(spec, r, est._pcg_centre), res,
+                        intercept=r.intercept)
+
+    def growth_refusal(self, est: Any) -> str | None:
+        return None if est._output is None else (
+            "SISOKR's PCG route takes its right-hand side from a pass over every row's "
+            "outputs, which the store does not keep: fit with solver='direct' to append rows")
+
+    def resolve(self, est: Any, spec: Any, growth: Any, fs: Any) -> None:
+        """PCG over every batch's kept inputs and targets, warm-started from the fitted
+        path (:func:`~distsketch.solvers.pcg.refit_pcg`)."""
+        from .pcg import refit_pcg
+
+        r, sketch = refit_pcg(est, spec, growth, fs)
+        est._adopt_path(spec, RouteFit(None, getattr(est, "store_", None), self.name,
+                                       int(r.n_passes), sketch, growth.x_landmarks,
+                                       _pcg_table(spec, r, est._pcg_centre), r,
+                                       intercept=r.intercept))
+        est.n_passes_ = int(r.n_passes)
+
+
+def _pcg_table(spec: Any, r: Any, centre: bool) -> CoefTable:
+    """A PCG λ path as a table; with the jointly fitted intercept (``centre``) its
+    objectives ``(1/n) Σ ½‖r_i‖² + (λ/2) Σ_j α_jᵀ K_mm α_j`` from the sums."""
+    table = CoefTable(spec.lams, r.alphas, r.n_iters, residuals=r.residuals,
+                      intercepts=getattr(r, "intercepts", None))
+    if centre:
+        table.objectives = (0.5 * r.rss.sum(axis=1) / spec.X.n
+                            + 0.5 * np.asarray(spec.lams) * r.penalties.sum(axis=1))
+        table.duality_gaps = np.full(len(spec.lams), np.nan)
+    return table
 
 
 class Auto(Route):
