@@ -165,3 +165,22 @@ def test_update_of_a_model_solved_by_sweeps_equals_its_python_append(tmp_path, c
     # the CSV's decimal text rounds the new rows' inputs (relative 1e-16): not bitwise
     np.testing.assert_allclose(after.predict(Xt), expected.predict(Xt), rtol=1e-10, atol=0)
     assert np.abs(after.predict(Xt) - ds.load(copy).predict(Xt)).max() < 1e-10
+
+
+def test_update_of_a_pcg_model_equals_its_python_append(tmp_path):
+    """KRR by PCG: the store keeps every batch's inputs and targets, ``update`` runs PCG over
+    all of them as ``partial_fit`` on the loaded model does."""
+    config = KRR.replace('random_state = 0', 'random_state = 0\nsolver = "pcg"\ntol = 1e-10')
+    regression_csv(tmp_path / "train.csv", 150, seed=0)
+    Xn, yn = regression_csv(tmp_path / "new.csv", 60, seed=1)
+    (tmp_path / "fit.toml").write_text(config.format(data=DATA, store="pcg.zarr") + F64)
+    assert main(["-q", "fit", str(tmp_path / "fit.toml")]) == 0
+    store, copy = tmp_path / "pcg.zarr", tmp_path / "copy.zarr"
+    shutil.copytree(store, copy)
+    expected = ds.load(copy).partial_fit(imputed(store, Xn), yn)
+    assert main(["-q", "update", str(store), "--input", str(tmp_path / "new.csv")]) == 0
+    after = ds.load(store)
+    assert [b["rows"] for b in after.batches_] == [150, 60] and after.solver_ == "pcg"
+    Xt, _ = regression_csv(tmp_path / "test.csv", 40, seed=2)
+    # the CSV's decimal text rounds the new rows' inputs (relative 1e-16): not bitwise
+    np.testing.assert_allclose(after.predict(Xt), expected.predict(Xt), rtol=1e-9, atol=0)
