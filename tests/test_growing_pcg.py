@@ -20,7 +20,7 @@ import zarr
 
 import distsketch as ds
 import distsketch.solvers.pcg as pcg
-from distsketch.kernels import Gaussian
+from distsketch.kernels import Gaussian, Linear
 from growinghelpers import problem
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=37)
@@ -124,11 +124,43 @@ def test_refusals(tmp_path):
     with pytest.raises(ValueError, match="repeat=True"):
         m.partial_fit(X[150:], y[150:])
     Y = np.c_[y, -y]
-    sisokr = ds.SISOKR(input_kernel=Gaussian(gamma=0.3), input_sketch=ds.SubSampling(20),
-                       output_sketch=ds.SubSampling(20), lam=1e-3, solver="pcg",
-                       random_state=0, options=F64, store=tmp_path / "o").fit(X[:150], Y[:150])
-    with pytest.raises(ValueError, match="solver='direct'"):
-        sisokr.partial_fit(X[150:], Y[150:])
+    centred = ds.SISOKR(input_kernel=Gaussian(gamma=0.3), output_kernel=Linear(),
+                        input_sketch=ds.SubSampling(20), output_sketch=ds.SubSampling(20),
+                        lam=1e-3, solver="pcg", fit_intercept=True, random_state=0,
+                        options=F64, store=tmp_path / "o").fit(X[:150], Y[:150])
+    with pytest.raises(ValueError, match="fit_intercept=True.*solver='direct'"):
+        centred.partial_fit(X[150:], Y[150:])
+
+
+def test_sisokr_input_side_by_pcg_appends(tmp_path):
+    """SISOKR by PCG: each batch's pass adds its ``M``, ``E``, ``U`` (no block stored), the
+    input side is solved again over every batch's kept inputs; against a fresh PCG fit with
+    both fitted sketches, the coefficients agree to the CG tolerance and the default
+    candidates are every row's outputs."""
+    X, y = problem(n=320, seed=7)
+    Y = np.c_[np.sin(X[:, 0]), X[:, 1] * X[:, 2], y]
+
+    def sisokr(store=None, **kw):
+        return ds.SISOKR(input_kernel=Gaussian(gamma=0.3), output_kernel=Gaussian(gamma=0.5),
+                         input_sketch=kw.pop("input_sketch", ds.SubSampling(30)),
+                         output_sketch=kw.pop("output_sketch", ds.SubSampling(20)), lam=LAMS,
+                         solver="pcg", tol=1e-12, max_iter=400, random_state=0, options=F64,
+                         store=store, **kw)
+
+    m = sisokr(tmp_path / "s").fit(X[:200], Y[:200])
+    m.partial_fit(X[200:270], Y[200:270]).partial_fit(X[270:], Y[270:])
+    fresh = sisokr(input_sketch=m.input_sketch_, output_sketch=m.output_sketch_).fit(X, Y)
+    assert m.candidates_.shape == fresh.candidates_.shape == (320, 3)
+    for k in range(len(LAMS)):
+        assert rel(m.path_.coefs[k], fresh.path_.coefs[k]) < 1e-9
+    np.testing.assert_array_equal(m.predict(X[:40]), fresh.predict(X[:40]))
+    m.forget(1)
+    keep = np.r_[0:200, 270:320]
+    fresh = sisokr(input_sketch=m.input_sketch_, output_sketch=m.output_sketch_).fit(X[keep],
+                                                                                    Y[keep])
+    assert rel(m.path_.coefs[0], fresh.path_.coefs[0]) < 1e-9
+    loaded = ds.load(str(tmp_path / "s"))
+    assert np.array_equal(loaded.path_.coefs, m.path_.coefs)
 
 
 def test_fresh_pcg_fit_takes_a_fitted_landmark_sketch():

@@ -160,26 +160,31 @@ def stored_batch(fs: FitStore, plan: PassPlan, X: RowSource, Y: RowSource | None
 
 
 def kept_batch(fs: FitStore, plan: PassPlan, X: RowSource, Y: RowSource | None, *,
-               batch: int, digest: str, names: tuple) -> dict:
-    """Batch ``batch`` of a route that makes no pass per batch (PCG: it recomputes every
-    row's kernel blocks per iteration): its group keeps the rows ``names``
-    (:func:`~distsketch.engine.keptrows.keep_batch_rows`) and, as its only sum, their
-    digest. Written afresh each time (a killed append writes it again: no kernel block).
+               batch: int, digest: str, names: tuple, split_every: int = 4,
+               progress: bool = False) -> dict:
+    """Batch ``batch`` of a route whose iterations recompute every row's kernel blocks (PCG):
+    its group keeps the rows ``names`` (:func:`~distsketch.engine.keptrows.keep_batch_rows`)
+    and the batch's sums — their digest, and where the plan has others (SISOKR's ``M``,
+    ``E``, ``U``) those of a pass whose blocks are not stored. Written afresh each time (a
+    killed append writes it again).
 
     Returns
     -------
     dict
-        ``{"digest": …}`` as the pass gives it.
+        The batch's sums, as :func:`~distsketch.engine.accumulate.run_pass` gives them.
     """
     config = {**batch_config(plan, batch=batch, digest=digest), "m_x": None, "m_y": None,
-              "sums": ["digest"], "kept": list(names)}
+              "kept": list(names)}
     sub = batch_group(fs, batch)
     sub.reset(config)
     found = keep_batch_rows(sub.group, tuple(names), X, Y, block_rows=plan.block_rows)
+    sums = {"digest": np.array([int(digest, 16)], dtype=np.uint64)}
+    if any(s != "digest" for s in plan.sums):
+        sums = run_pass(plan, X, Y, split_every=split_every, progress=progress)
+        found = f"{int(np.asarray(sums['digest']).reshape(-1)[0]):016x}"
     if found != digest:
         raise StoreError(f"store {fs.location!r}: the rows of batch {batch} changed while it "
                          f"was appended (digest {found}, {digest} before); append them again")
-    sums = {"digest": np.array([int(digest, 16)], dtype=np.uint64)}
     sub.write_sums(sums)
     return sums
 

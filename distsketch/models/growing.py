@@ -258,10 +258,12 @@ def start_growth(est, spec: FitSpec, route, fitted) -> None:
         digest = keep_batch_rows(fs.group, route.kept_rows, spec.X, spec.Y,
                                  block_rows=int(fs.meta["pass"]["block_rows"]))
     res = fitted.result
-    if not route.batch_pass and digest is not None:
+    if not route.batch_pass and digest is not None:  # the route's own sums (SISOKR's M, E)
         res = PassResult(n=spec.X.n, x_sketch=fitted.x_sketch, x_landmarks=fitted.x_landmarks,
-                         y_sketch=None, y_landmarks=None, store=None,
-                         sums={"digest": np.array([int(digest, 16)], dtype=np.uint64)})
+                         y_sketch=getattr(res, "y_sketch", None),
+                         y_landmarks=getattr(res, "y_landmarks", None), store=None,
+                         sums={**dict(getattr(res, "sums", None) or {}),
+                               "digest": np.array([int(digest, 16)], dtype=np.uint64)})
     if not (isinstance(res, PassResult) and "digest" in res.sums):
         est._growth_refused = "the fit's pass sums do not add over rows"
         return
@@ -431,7 +433,8 @@ def append_in_store(est, growth: Growth, plan, Xs, Ys, *, location, repeat: bool
                 keep_batch_rows(batch_group(fs, k).group, route.kept_rows, Xs, Ys,
                                 block_rows=plan.block_rows)
         else:  # the route keeps the batch's rows only (no blocks, no sums but the digest)
-            sums = kept_batch(fs, plan, Xs, Ys, batch=k, digest=digest, names=route.kept_rows)
+            sums = kept_batch(fs, plan, Xs, Ys, batch=k, digest=digest, names=route.kept_rows,
+                              split_every=options.split_every, progress=options.progress)
         record = growth.add(dict(sums), rows=Xs.n, offset=plan.row_offset)
         _resolve(est, _spec(est, growth), growth, fs)
         _save_in_store(est, fs, growth)

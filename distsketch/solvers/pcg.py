@@ -48,7 +48,7 @@ from .._hashing import fingerprint
 from ..engine.storeguard import DataChanged
 from ..engine.sweep import SweepData, Sweeper
 from ..tuning import check_tuning, store_config
-from .conjugate_gradient import PCGResult, lam_path, pcg_block, pcg_path
+from .conjugate_gradient import PCGResult, PCGStep, lam_path, pcg_block, pcg_path
 from .lipschitz.problem import SolverState, state_key
 from .preconditioner import LandmarkGram, distinct_landmarks, factor_kmm, select_landmarks
 
@@ -410,10 +410,10 @@ def fit_pcg_sisokr(spec, *, store, reuse_seeds: bool, tol: float, max_iter: int,
 # --------------------------------------------------------------------------- appended rows
 
 
-def refit_pcg(est, spec, growth, fs) -> tuple[PCGResult, object]:
+def refit_pcg(est, spec, growth, fs) -> tuple[PCGResult, object, object]:
     """A PCG model (:class:`~distsketch.SketchedKRR`, the squared-loss
-    :class:`~distsketch.SketchedRegressor`) solved again over every batch it holds: the
-    route's :meth:`~distsketch.Route.resolve`.
+    :class:`~distsketch.SketchedRegressor`, :class:`~distsketch.SISOKR`'s input side)
+    solved again over every batch it holds: the route's :meth:`~distsketch.Route.resolve`.
 
     PCG recomputes every row's kernel blocks at each iteration, so its kept store keeps each
     batch's inputs and targets (``rows/X``, ``rows/Y``:
@@ -424,15 +424,16 @@ def refit_pcg(est, spec, growth, fs) -> tuple[PCGResult, object]:
     system's ``s``, from its first pass over all rows), each λ started from the fitted ``α``
     at the nearest fitted λ, to the model's ``tol``.
 
+    SISOKR's right-hand side ``z = diag(1/r) Mᵀ T_Y`` comes from the batches' summed ``M``
+    instead (each batch's pass computes its ``M``, ``E``, ``U``; nothing is stored of its
+    blocks): :func:`_refit_sisokr`.
+
     Returns
     -------
-    (PCGResult, RealizedSketch)
-        The path (``α`` on all m landmarks) and the fitted sketch grown over the rows.
+    (PCGResult, RealizedSketch, object)
+        The path (``α`` on all m landmarks), the fitted sketch grown over the rows, and what
+        the model adopts (the path; SISOKR: a :class:`SisokrPCGFit`).
     """
-    from ..engine.batchstore import batch_group
-    from ..engine.keptrows import kept_rows
-    from ..engine.sweep import Segment, Segments
-
     if fs is None or fs.temporary:
         raise ValueError("partial_fit: the 'pcg' route re-solves over every row's inputs, "
                          "which only a kept store keeps; fit with store=... (a path)")
@@ -440,6 +441,33 @@ def refit_pcg(est, spec, growth, fs) -> tuple[PCGResult, object]:
     kernel, land = growth.kernels[est._input[0]], growth.x_landmarks
     keep, Kmm, T = select_landmarks(kernel, land, chunk=options.gram_chunk,
                                     what=type(est).__name__, tuning=options.tuning)
+    data, Xs, Ys = _kept_segments(fs, growth, Kmm, options)
+    table = getattr(est, "path_", None)  # SketchedKRR, SISOKR: its table; the regressor: coefs_
+    coefs = np.asarray(table.coefs if hasattr(table, "coefs") else est.coefs_)
+    fitted = np.log(np.asarray(est.lams_, dtype=np.float64))
+    warm = coefs[[int(np.argmin(np.abs(fitted - np.log(lam)))) for lam in spec.lams]]
+    warm = warm.reshape(len(spec.lams), land.shape[0], -1)
+    if keep is not None:
+        warm = np.ascontiguousarray(warm[:, keep])
+    grown = growth.x_sketch.grown(max(growth.rows, growth.x_sketch.rows_drawn))
+    if est._output is not None:
+        fit = _refit_sisokr(est, spec, growth, data, Xs, Ys, Kmm, T, keep, warm)
+        return fit.result, grown, fit
+    result = pcg_path(data, Xs, Ys, Kmm=Kmm, lams=spec.lams, tol=float(est.tol),
+                      max_iter=int(est.max_iter), fit_intercept=bool(est.fit_intercept),
+                      split_every=options.split_every, progress=options.progress,
+                      centre=bool(est._pcg_centre), T=T, warm=warm)
+    result = _expand(result, keep, land, Kmm)
+    return result, grown, result
+
+
+def _kept_segments(fs, growth, Kmm: LandmarkGram, options):
+    """``Segments.of`` the batches' kept inputs and targets: kernel blocks against ``Kmm``'s
+    landmarks, recomputed from each batch's ``rows/X`` in its own blocks."""
+    from ..engine.batchstore import batch_group
+    from ..engine.keptrows import kept_rows
+    from ..engine.sweep import Segment, Segments
+
     segments = []
     for record in growth.batches:
         k, rows = int(record["batch"]), int(record["rows"])
@@ -450,18 +478,31 @@ def refit_pcg(est, spec, growth, fs) -> tuple[PCGResult, object]:
                          d=1, C=None, crcs=(), x=Kmm.fmap,
                          dtype=np.dtype(options.block_dtype), location=store.location)
         segments.append(Segment(data, Y, X))
-    data, Xs, Ys = Segments.of(segments)
-    table = getattr(est, "path_", None)  # SketchedKRR: its table; the regressor: coefs_
-    coefs = np.asarray(table.coefs if hasattr(table, "coefs") else est.coefs_)
-    fitted = np.log(np.asarray(est.lams_, dtype=np.float64))
-    warm = coefs[[int(np.argmin(np.abs(fitted - np.log(lam)))) for lam in spec.lams]]
-    warm = warm.reshape(len(spec.lams), land.shape[0], -1)
-    if keep is not None:
-        warm = np.ascontiguousarray(warm[:, keep])
-    result = pcg_path(data, Xs, Ys, Kmm=Kmm, lams=spec.lams, tol=float(est.tol),
-                      max_iter=int(est.max_iter), fit_intercept=bool(est.fit_intercept),
-                      split_every=options.split_every, progress=options.progress,
-                      centre=bool(est._pcg_centre), T=T, warm=warm)
-    grown = growth.x_sketch.grown(max(growth.rows, growth.x_sketch.rows_drawn))
-    return _expand(result, keep, land, Kmm), grown
+    return Segments.of(segments)
+
+
+def _refit_sisokr(est, spec, growth, data, Xs, Ys, Kmm, T, keep, warm) -> SisokrPCGFit:
+    """SISOKR's input side again over every batch: ``z = diag(1/r) Mᵀ T_Y`` from the
+    batches' summed ``M`` (``E``, hence ``T_Y``, is the fit's: appended rows add nothing to
+    it), then :func:`lam_path` from the fitted ``α`` (their products by one pass)."""
+    from ..linalg.solve import whitening
+
+    options = spec.options
+    res = est._growth_result(growth)
+    xs = res.x_sketch
+    T_Y = whitening(np.asarray(res.sums["E"], dtype=np.float64), rtol=options.eig_rtol,
+                    argument="output_kernel")
+    M = np.asarray(res.sums["M"], dtype=np.float64)
+    z = np.ascontiguousarray((M.T @ T_Y) / np.asarray(xs.scale, dtype=np.float64)[:, None])
+    z = z if keep is None else np.ascontiguousarray(z[keep])
+    sweeper = Sweeper(data, Xs, Ys, split_every=options.split_every,
+                      progress=options.progress, block=pcg_block, name="pcg")
+    L, m0, t = warm.shape
+    gv = sweeper(PCGStep(np.ascontiguousarray(warm.transpose(1, 0, 2).reshape(m0, -1))))["GV"]
+    starts = (warm, np.asarray(gv).reshape(m0, L, t).transpose(1, 0, 2))
+    result = lam_path(sweeper, Kmm, z, spec.lams, tol=float(est.tol),
+                      max_iter=int(est.max_iter), T=T, warm=starts)
+    result = _expand(result, keep, res.x_landmarks, Kmm)
+    return SisokrPCGFit(xs, res.x_landmarks, res.y_sketch, res.y_landmarks, res.sums, T_Y,
+                        result, None, None)
 

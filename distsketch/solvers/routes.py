@@ -644,10 +644,8 @@ class PCG(Route):
             res = fit_pcg_sisokr(spec, linear_output=isinstance(
                 spec.kernels[est._output[0]], Linear), **common)
             r = res.result
-            table = CoefTable(spec.lams, r.alphas, r.n_iters, residuals=r.residuals,
-                              products=r.galphas)
             return RouteFit(res.fs, res.store, self.name, int(r.n_passes), res.x_sketch,
-                            res.x_landmarks, table, res)
+                            res.x_landmarks, _pcg_table(spec, r, False, products=True), res)
         kx, sx = est._input
         res = fit_pcg(spec, kernel=spec.kernels[kx], sketch=spec.sketches[sx],
                       fit_intercept=bool(est.fit_intercept), centre=est._pcg_centre, **common)
@@ -657,28 +655,30 @@ class PCG(Route):
                         intercept=r.intercept)
 
     def growth_refusal(self, est: Any) -> str | None:
-        return None if est._output is None else (
-            "SISOKR's PCG route takes its right-hand side from a pass over every row's "
-            "outputs, which the store does not keep: fit with solver='direct' to append rows")
+        return None if getattr(est, "_offset", None) is None else (
+            "SISOKR's PCG route with fit_intercept=True does not re-centre appended outputs: "
+            "fit with solver='direct' (or fit_intercept=False) to append rows")
 
     def resolve(self, est: Any, spec: Any, growth: Any, fs: Any) -> None:
         """PCG over every batch's kept inputs and targets, warm-started from the fitted
         path (:func:`~distsketch.solvers.pcg.refit_pcg`)."""
         from .pcg import refit_pcg
 
-        r, sketch = refit_pcg(est, spec, growth, fs)
+        r, sketch, result = refit_pcg(est, spec, growth, fs)
+        table = _pcg_table(spec, r, est._pcg_centre, products=est._output is not None)
         est._adopt_path(spec, RouteFit(None, getattr(est, "store_", None), self.name,
-                                       int(r.n_passes), sketch, growth.x_landmarks,
-                                       _pcg_table(spec, r, est._pcg_centre), r,
-                                       intercept=r.intercept))
+                                       int(r.n_passes), sketch, growth.x_landmarks, table,
+                                       result, intercept=r.intercept))
         est.n_passes_ = int(r.n_passes)
 
 
-def _pcg_table(spec: Any, r: Any, centre: bool) -> CoefTable:
-    """A PCG λ path as a table; with the jointly fitted intercept (``centre``) its
-    objectives ``(1/n) Σ ½‖r_i‖² + (λ/2) Σ_j α_jᵀ K_mm α_j`` from the sums."""
+def _pcg_table(spec: Any, r: Any, centre: bool, *, products: bool = False) -> CoefTable:
+    """A PCG λ path as a table (SISOKR's with ``products``, ``K_nmᵀK_nm α``); with the
+    jointly fitted intercept (``centre``) its objectives
+    ``(1/n) Σ ½‖r_i‖² + (λ/2) Σ_j α_jᵀ K_mm α_j`` from the sums."""
     table = CoefTable(spec.lams, r.alphas, r.n_iters, residuals=r.residuals,
-                      intercepts=getattr(r, "intercepts", None))
+                      intercepts=getattr(r, "intercepts", None),
+                      products=r.galphas if products else None)
     if centre:
         table.objectives = (0.5 * r.rss.sum(axis=1) / spec.X.n
                             + 0.5 * np.asarray(spec.lams) * r.penalties.sum(axis=1))
