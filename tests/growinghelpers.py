@@ -2,6 +2,9 @@
 first rows with the further slices appended batch by batch."""
 
 import numpy as np
+import pytest
+
+import distsketch as ds
 
 
 def problem(n=150, d=4, seed=0):
@@ -18,3 +21,21 @@ def appended(model, X, Y, cuts):
     for a, b in zip(cuts, cuts[1:] + [len(X)]):
         model.partial_fit(X[a:b], Y[a:b])
     return model
+
+
+def _killed(*args, **kw):
+    raise KeyboardInterrupt("killed in the re-solve")
+
+
+def killed_then_resumed(fitted, new, *, monkeypatch, module, name, path):
+    """Append the rows ``new = (X, Y)`` to ``fitted`` (kept in the store ``path``) with
+    ``module.name`` raising, a kill in the re-solve; then the model loaded from the store, which
+    holds the fit's batch only, appends them again: that model."""
+    monkeypatch.setattr(module, name, _killed)
+    with pytest.raises(KeyboardInterrupt):
+        fitted.partial_fit(*new)
+    monkeypatch.undo()
+    before = ds.load(str(path))  # the model of the first batch still loads
+    assert [b["batch"] for b in before.batches_] == [0]
+    return before.partial_fit(*new)
+

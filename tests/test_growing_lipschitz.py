@@ -27,7 +27,7 @@ import distsketch.solvers.lipschitz.resolve as resolve
 from conftest import SKETCH_TYPES
 from distsketch.engine.storeguard import StoreError
 from distsketch.kernels import Gaussian
-from growinghelpers import problem
+from growinghelpers import killed_then_resumed, problem
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=37)
 LAMS = [1e-2, 1e-3]
@@ -143,19 +143,9 @@ def test_killed_resolve_resumes_bitwise(tmp_path, monkeypatch):
     X, y = data(seed=8)
     ref = regressor(tmp_path / "r").fit(X[:190], y[:190]).partial_fit(X[190:], y[190:])
     model = regressor(tmp_path / "k").fit(X[:190], y[:190])
-    real = resolve.resolve_path
-
-    def killed(*args, **kw):
-        raise KeyboardInterrupt("killed in the re-solve")
-
-    monkeypatch.setattr(resolve, "resolve_path", killed)
-    with pytest.raises(KeyboardInterrupt):
-        model.partial_fit(X[190:], y[190:])
-    monkeypatch.setattr(resolve, "resolve_path", real)
-    before = ds.load(str(tmp_path / "k"))  # the model of the first batch still loads
-    assert [b["batch"] for b in before.batches_] == [0]
-    before.partial_fit(X[190:], y[190:])
-    assert np.array_equal(before.predict(X), ref.predict(X))
+    again = killed_then_resumed(model, (X[190:], y[190:]), monkeypatch=monkeypatch,
+                                module=resolve, name="resolve_path", path=tmp_path / "k")
+    assert np.array_equal(again.predict(X), ref.predict(X))
 
 
 def test_damaged_kept_targets_are_refused(tmp_path):

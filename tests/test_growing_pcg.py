@@ -21,7 +21,7 @@ import zarr
 import distsketch as ds
 import distsketch.solvers.pcg as pcg
 from distsketch.kernels import Gaussian, Linear
-from growinghelpers import problem
+from growinghelpers import killed_then_resumed, problem
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=37)
 LAMS = [1e-2, 1e-4]
@@ -98,19 +98,9 @@ def test_killed_append_resumes_bitwise(tmp_path, monkeypatch):
     ref = model(ds.SketchedKRR, tmp_path / "r").fit(X[:170], y[:170]).partial_fit(X[170:],
                                                                                    y[170:])
     m = model(ds.SketchedKRR, tmp_path / "k").fit(X[:170], y[:170])
-    real = pcg.pcg_path
-
-    def killed(*args, **kw):
-        raise KeyboardInterrupt("killed in the re-solve")
-
-    monkeypatch.setattr(pcg, "pcg_path", killed)
-    with pytest.raises(KeyboardInterrupt):
-        m.partial_fit(X[170:], y[170:])
-    monkeypatch.setattr(pcg, "pcg_path", real)
-    before = ds.load(str(tmp_path / "k"))
-    assert [b["batch"] for b in before.batches_] == [0]
-    before.partial_fit(X[170:], y[170:])
-    assert np.array_equal(before.predict(X), ref.predict(X))
+    again = killed_then_resumed(m, (X[170:], y[170:]), monkeypatch=monkeypatch, module=pcg,
+                                name="pcg_path", path=tmp_path / "k")
+    assert np.array_equal(again.predict(X), ref.predict(X))
 
 
 def test_refusals(tmp_path):
