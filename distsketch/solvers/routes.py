@@ -39,10 +39,9 @@ __all__ = ["Route", "RouteFit", "CoefTable", "Direct", "PCG", "Auto", "ROUTES", 
 #: Solver routes by name (each class registers itself by its ``name``).
 ROUTES: Registry = Registry("solver route")
 
-#: Modules whose route classes register themselves when imported.
 #: The package whose modules hold the built-in routes (a route defined elsewhere is a user's).
 PACKAGE = __name__.split(".")[0]
-
+#: Modules whose route classes register themselves when imported.
 BUILTIN_ROUTES = ("solvers.routes", "solvers.lipschitz.routes")
 
 
@@ -317,15 +316,24 @@ class Route:
     #: Whether a model it fitted can take appended rows (:meth:`resolve`).
     appends: ClassVar[bool] = False
     #: What a kept store keeps of each batch's rows for :meth:`resolve` (``"Y"``: the
-    #: targets, ``"X"``: the inputs; :mod:`distsketch.engine.keptrows`).
+    #: targets, ``"X"``: the inputs; ``distsketch.engine.keptrows``).
     kept_rows: ClassVar[tuple] = ()
     #: Whether an appended batch runs the model's pass (its blocks and sums); False: the
-    #: store keeps its rows only (:func:`~distsketch.engine.batchstore.kept_batch`).
+    #: store keeps its rows only (``distsketch.engine.batchstore.kept_batch``).
     batch_pass: ClassVar[bool] = True
 
     def growth_refusal(self, est: Any) -> str | None:
-        """Why a model this route fitted cannot take appended rows (None: it can, where
-        :attr:`appends`)."""
+        """Why a model this route fitted cannot take appended rows.
+
+        Parameters
+        ----------
+        est : estimator
+
+        Returns
+        -------
+        str or None
+            The reason; None where it can (and the route :attr:`appends`).
+        """
         return None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -413,7 +421,7 @@ class Route:
 
     def resolve(self, est: Any, spec: Any, growth: Any, fs: Any) -> None:
         """Solve a model again after rows were appended or forgotten (``partial_fit``,
-        ``forget``: :mod:`distsketch.models.growing`), for a route that :attr:`appends`.
+        ``forget``: ``distsketch.models.growing``), for a route that :attr:`appends`.
 
         Parameters
         ----------
@@ -425,8 +433,7 @@ class Route:
         fs : FitStore or None
             The model's kept store, open and locked (None: no store).
         """
-        raise NotImplementedError(f"solver: the {self.name!r} route cannot re-solve appended "
-                                  f"rows")
+        raise NotImplementedError(f"solver: the {self.name!r} route cannot re-solve appended rows")
 
     def to_config(self) -> dict:
         """What saved models record of a route object.
@@ -611,8 +618,7 @@ class Direct(Route):
         est._solve(spec, fitted.result)
 
     def resolve(self, est: Any, spec: Any, growth: Any, fs: Any) -> None:
-        """The closed form again, from the batches' summed sums (no row is read)."""
-        est._solve(spec, est._growth_result(growth))
+        est._solve(spec, est._growth_result(growth))  # the batches' summed sums: no row read
 
 
 class PCG(Route):
@@ -660,10 +666,7 @@ class PCG(Route):
             "fit with solver='direct' (or fit_intercept=False) to append rows")
 
     def resolve(self, est: Any, spec: Any, growth: Any, fs: Any) -> None:
-        """PCG over every batch's kept inputs and targets, warm-started from the fitted
-        path (:func:`~distsketch.solvers.pcg.refit_pcg`)."""
-        from .pcg import refit_pcg
-
+        from .pcg import refit_pcg  # over every batch's kept rows, from the fitted path
         r, sketch, result = refit_pcg(est, spec, growth, fs)
         table = _pcg_table(spec, r, est._pcg_centre, products=est._output is not None)
         est._adopt_path(spec, RouteFit(None, getattr(est, "store_", None), self.name,
@@ -673,9 +676,8 @@ class PCG(Route):
 
 
 def _pcg_table(spec: Any, r: Any, centre: bool, *, products: bool = False) -> CoefTable:
-    """A PCG λ path as a table (SISOKR's with ``products``, ``K_nmᵀK_nm α``); with the
-    jointly fitted intercept (``centre``) its objectives
-    ``(1/n) Σ ½‖r_i‖² + (λ/2) Σ_j α_jᵀ K_mm α_j`` from the sums."""
+    """A PCG λ path as a table (SISOKR's with ``products``, ``K_nmᵀK_nm α``); ``centre``: with
+    the objectives ``(1/n) Σ ½‖r_i‖² + (λ/2) Σ_j α_jᵀ K_mm α_j`` of the joint intercept."""
     table = CoefTable(spec.lams, r.alphas, r.n_iters, residuals=r.residuals,
                       intercepts=getattr(r, "intercepts", None),
                       products=r.galphas if products else None)
@@ -687,8 +689,7 @@ def _pcg_table(spec: Any, r: Any, centre: bool, *, products: bool = False) -> Co
 
 
 class Auto(Route):
-    """``solver="auto"``: the model's choice for the data (its ``_auto_route``), made by
-    :func:`resolve_route` before the fit (never run itself)."""
+    """``solver="auto"``: the model's ``_auto_route``, taken by :func:`resolve_route` first."""
 
     name = "auto"
 
