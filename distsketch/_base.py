@@ -16,7 +16,7 @@ from typing import Any, Self
 
 import numpy as np
 
-__all__ = ["ParamsMixin", "MissingExtra", "check_lam"]
+__all__ = ["ParamsMixin", "MissingExtra", "check_lam", "nearest_lams"]
 
 
 class MissingExtra(ImportError):
@@ -122,6 +122,23 @@ def _same(a: Any, b: Any) -> bool:
         return bool(a is b or a == b)
     except Exception:  # arrays and other objects without a scalar ==
         return a is b
+
+
+def nearest_lams(fitted, lams) -> list[int]:
+    """For each λ of ``lams``, the position of the nearest fitted λ (on a log scale): where a
+    re-solve starts each λ of a path from the fitted solutions.
+
+    Parameters
+    ----------
+    fitted : sequence of float > 0
+    lams : sequence of float > 0
+
+    Returns
+    -------
+    list of int
+    """
+    logs = np.log(np.asarray(fitted, dtype=np.float64))
+    return [int(np.argmin(np.abs(logs - np.log(float(lam))))) for lam in lams]
 
 
 def check_lam(lam: Any, *, argument: str = "lam") -> tuple[float, ...]:

@@ -10,7 +10,7 @@ the fit's group (batch 0) and in each batch's group (:mod:`distsketch.engine.bat
                   {"crcs": CRC-32 of each chunk (:func:`~distsketch._hashing.checksum`),
                    "ndim": the input's ndim}
 
-:func:`keep_rows` writes them one block at a time (the driver holds one block);
+:func:`keep_batch_rows` writes them one block at a time (the driver holds one block);
 :func:`kept_rows` reads them back as a :class:`~distsketch.engine.rows.RowSource` after
 checking every chunk against its checksum (one read of the rows, no kernel).
 """
@@ -28,7 +28,7 @@ from ..backends.base import dense
 from .rows import RowSource, as_row_source
 from .storeguard import StoreError
 
-__all__ = ["ROWS", "keep_rows", "keep_batch_rows", "kept_rows", "has_kept_rows"]
+__all__ = ["ROWS", "keep_batch_rows", "kept_rows"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +53,9 @@ def _computed(*blocks):
 
 def keep_batch_rows(group: Any, names: tuple, X: RowSource, Y: RowSource | None, *,
                     block_rows: int) -> str:
-    """Keep the rows ``names`` (``"X"``, ``"Y"``) of a batch in ``group`` as
-    :func:`keep_rows` does, one block of each at a time, and return the batch's digest
+    """Keep the rows ``names`` (``"X"``, ``"Y"``) of a batch in ``group`` as ``rows/<name>``
+    (float64, replacing rows kept there before), one block of each at a time with its CRC-32,
+    and return the batch's digest
     (16 hex digits, ``Σ_blocks rows_digest(X_I, Y_I) mod 2⁶⁴``: the pass's ``"digest"``
     sum, whatever the blocks) from the same reads.
 
@@ -92,43 +93,8 @@ def keep_batch_rows(group: Any, names: tuple, X: RowSource, Y: RowSource | None,
     return f"{total:016x}"
 
 
-def keep_rows(group: Any, name: str, source: RowSource, *, block_rows: int) -> None:
-    """Write ``source``'s rows into ``group`` as ``rows/<name>`` (float64), with the CRC-32
-    of each block of ``block_rows`` rows (replacing rows kept there before).
-
-    Parameters
-    ----------
-    group : zarr.Group
-        A fit store's group, or a batch's.
-    name : str
-        ``"Y"`` (targets) or ``"X"`` (inputs).
-    source : RowSource
-        The rows, shape (n, w).
-    block_rows : int
-        Rows per chunk (the pass's blocks).
-    """
-    b = int(block_rows)
-    arr = _created(group, name, source, b)
-    crcs = []
-    for i, block in enumerate(source.blocks(b)):
-        (block,) = _computed(block)
-        values = np.ascontiguousarray(dense(block), dtype=np.float64)
-        arr[i * b: i * b + values.shape[0]] = values
-        crcs.append(int(checksum(values)))
-    arr.attrs[_ATTR] = {"crcs": crcs, "ndim": int(source.input_ndim or 2), "block_rows": b}
-    logger.debug("kept %s: %d rows × %d in %d blocks", name, *source.shape, len(crcs))
-
-
-def has_kept_rows(group: Any, name: str) -> bool:
-    """Whether ``group`` keeps rows ``name`` (:func:`keep_rows`)."""
-    try:
-        return _ATTR in group[f"{ROWS}/{name}"].attrs
-    except KeyError:
-        return False
-
-
 def kept_rows(group: Any, name: str, *, location: str, rows: int | None = None) -> RowSource:
-    """The rows :func:`keep_rows` wrote, each block checked against its CRC-32 first.
+    """The rows :func:`keep_batch_rows` wrote, each block checked against its CRC-32 first.
 
     Parameters
     ----------

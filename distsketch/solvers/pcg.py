@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import solve_triangular
 
+from .._base import nearest_lams
 from .._hashing import fingerprint
 from ..engine.storeguard import DataChanged
 from ..engine.sweep import SweepData, Sweeper
@@ -444,8 +445,7 @@ def refit_pcg(est, spec, growth, fs) -> tuple[PCGResult, object, object]:
     data, Xs, Ys = _kept_segments(fs, growth, Kmm, options)
     table = getattr(est, "path_", None)  # SketchedKRR, SISOKR: its table; the regressor: coefs_
     coefs = np.asarray(table.coefs if hasattr(table, "coefs") else est.coefs_)
-    fitted = np.log(np.asarray(est.lams_, dtype=np.float64))
-    warm = coefs[[int(np.argmin(np.abs(fitted - np.log(lam)))) for lam in spec.lams]]
+    warm = coefs[nearest_lams(est.lams_, spec.lams)]
     warm = warm.reshape(len(spec.lams), land.shape[0], -1)
     if keep is not None:
         warm = np.ascontiguousarray(warm[:, keep])

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..._base import nearest_lams
 from ...engine.batchstore import batch_group
 from ...engine.keptrows import kept_rows
 from ...engine.store import CSUM
@@ -223,8 +224,7 @@ def resolve_batches(solver: str, est, spec, growth, fs) -> None:
     res = est._growth_result(growth)
     prob, _ = est._lipschitz_problem(spec, res)
     segments = batch_segments(fs, growth.batches, m=prob.Gt.shape[0] - 1, d=prob.b.shape[1])
-    fitted = np.log(np.asarray(est.lams_, dtype=np.float64))
-    nearest = [int(np.argmin(np.abs(fitted - np.log(lam)))) for lam in spec.lams]
+    nearest = nearest_lams(est.lams_, spec.lams)
     sweeps = solver
     if solver == "admm" and not local_memory_ok():
         sweeps = "newton"
