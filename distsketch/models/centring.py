@@ -155,6 +155,12 @@ class CentredGrowth:
         return centring_sums(super()._pass_sums(spec),
                              centred=getattr(self, "_offset", None) is not None)
 
+    def _first_pass_sums(self, sums: tuple[str, ...]) -> tuple[str, ...]:
+        sums = super()._first_pass_sums(sums)
+        if getattr(self, "_offset", None) is None or not type(self)._appends:
+            return sums
+        return tuple(sums) + tuple(s for s in INTERCEPT_SUMS if s not in sums)
+
     def _after_fit(self, spec: Any, route: Any, fitted: Any) -> None:
         super()._after_fit(spec, route, fitted)
         self._centring = start_centring(getattr(self, "_offset", None),

@@ -640,6 +640,12 @@ class Growing:
         sums = self._sums(spec)
         return growth_sums(self, spec, sums) if type(self)._appends else sums
 
+    def _first_pass_sums(self, sums: tuple[str, ...]) -> tuple[str, ...]:
+        """The sums of the first pass of a route without a pass per batch (SISOKR's PCG:
+        ``M``, ``E``, ``U``), with what a growing fit adds to them (centred outputs: their
+        intercept's sums)."""
+        return sums
+
     def _after_fit(self, spec: FitSpec, route: Any, fitted: Any) -> None:
         super()._after_fit(spec, route, fitted)
         if type(self)._appends:

@@ -300,7 +300,8 @@ class SisokrPCGFit:
 
 
 def fit_pcg_sisokr(spec, *, store, reuse_seeds: bool, tol: float, max_iter: int,
-                   linear_output: bool, model: str = "SISOKR") -> SisokrPCGFit:
+                   linear_output: bool, sums: tuple | None = None,
+                   model: str = "SISOKR") -> SisokrPCGFit:
     """SISOKR's input side by PCG: multi-output KRR of the whitened output features.
 
     With a sub-sampling input sketch (landmarks ``X_J``, ``C = K_nm diag(r)``) and a sketched
@@ -324,7 +325,9 @@ def fit_pcg_sisokr(spec, *, store, reuse_seeds: bool, tol: float, max_iter: int,
     ``EngineOptions(overwrite=True)`` solved afresh).
 
     ``spec``: the validated :class:`~distsketch.models.base.FitSpec` of a SISOKR (kernels and
-    sketches under ``input_*`` / ``output_*``).
+    sketches under ``input_*`` / ``output_*``). ``sums``: the first pass's sums (default
+    ``M``, ``E`` and, unless the output kernel is linear, ``U``; a growing fit with centred
+    outputs adds the intercept's ``b``, ``s``, ``y1``, which add over row batches).
     """
     from ..engine.fitpass import choose_block_rows, fit_pass, jsonable
     from ..engine.store import StoreDirectory, open_fit_store
@@ -343,7 +346,8 @@ def fit_pcg_sisokr(spec, *, store, reuse_seeds: bool, tol: float, max_iter: int,
         if reuse_seeds and fs is not None:
             found = [fs.recorded_seed(side) for side in ("input", "output")]
             seeds = [s if f is None else f for f, s in zip(found, seeds)]
-        sums = ("M", "E") if linear_output else ("M", "E", "U")
+        if sums is None:
+            sums = ("M", "E") if linear_output else ("M", "E", "U")
         # the route's preconditioner and right-hand side are in the input landmarks' own
         # coordinates (C = K_nm diag(r)): the input side is never pre-whitened; the output
         # side is as the direct route's (EngineOptions.prewhiten), the same output features
@@ -484,7 +488,9 @@ def _kept_segments(fs, growth, Kmm: LandmarkGram, options):
 def _refit_sisokr(est, spec, growth, data, Xs, Ys, Kmm, T, keep, warm) -> SisokrPCGFit:
     """SISOKR's input side again over every batch: ``z = diag(1/r) Mᵀ T_Y`` from the
     batches' summed ``M`` (``E``, hence ``T_Y``, is the fit's: appended rows add nothing to
-    it), then :func:`lam_path` from the fitted ``α`` (their products by one pass)."""
+    it; with centred outputs both are re-centred by the mean of every row held, from the
+    batches' ``b``, ``s``, ``y1``: ``est._growth_result``), then :func:`lam_path` from the
+    fitted ``α`` (their products by one pass)."""
     from ..linalg.solve import whitening
 
     options = spec.options

@@ -647,8 +647,9 @@ class PCG(Route):
         common = dict(store=est.store, reuse_seeds=est.random_state is None,
                       tol=float(est.tol), max_iter=int(est.max_iter), model=model)
         if est._output is not None:  # SISOKR: the whitened output features as targets
-            res = fit_pcg_sisokr(spec, linear_output=isinstance(
-                spec.kernels[est._output[0]], Linear), **common)
+            linear = isinstance(spec.kernels[est._output[0]], Linear)
+            res = fit_pcg_sisokr(spec, linear_output=linear, sums=est._first_pass_sums(
+                ("M", "E") if linear else ("M", "E", "U")), **common)
             r = res.result
             return RouteFit(res.fs, res.store, self.name, int(r.n_passes), res.x_sketch,
                             res.x_landmarks, _pcg_table(spec, r, False, products=True), res)
@@ -659,11 +660,6 @@ class PCG(Route):
         return RouteFit(res.fs, res.store, self.name, int(r.n_passes), res.sketch,
                         res.landmarks, _pcg_table(spec, r, est._pcg_centre), res,
                         intercept=r.intercept)
-
-    def growth_refusal(self, est: Any) -> str | None:
-        return None if getattr(est, "_offset", None) is None else (
-            "SISOKR's PCG route with fit_intercept=True does not re-centre appended outputs: "
-            "fit with solver='direct' (or fit_intercept=False) to append rows")
 
     def resolve(self, est: Any, spec: Any, growth: Any, fs: Any) -> None:
         from .pcg import refit_pcg  # over every batch's kept rows, from the fitted path
