@@ -213,6 +213,29 @@ def fit_falkon(X, y, Xt, *, m: int, dtype: str, max_cpu_mem: float, threads: int
                          "passes": n_passes}
 
 
+#: Rows and centres of the warm-up fit before the timed one (:func:`warm_up`).
+WARMUP_N, WARMUP_M = 2000, 50
+
+
+def warm_up(variant: str, *, threads: int) -> float:
+    """One small fit (``WARMUP_N`` rows, ``WARMUP_M`` centres, 3 iterations) of the variant's
+    tool before the timed fit, so that neither tool's fit time counts its one-time imports
+    and set-up: Falkon's (torch) are loaded by ``import falkon`` already, distsketch's
+    (dask, zarr, scipy.linalg, scikit-learn's warning class) by its first fit. Its seconds."""
+    X, y = data(WARMUP_N, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if variant.startswith("distsketch"):
+            _, seconds = _common.timed(lambda: fit_distsketch(
+                X, y, X[:10], m=WARMUP_M, tol=1e-12, threads=threads, max_iter=3))
+        else:
+            _, seconds = _common.timed(lambda: fit_falkon(
+                X, y, X[:10], m=WARMUP_M, threads=threads, maxiter=3,
+                dtype="float32" if variant.startswith("falkon32") else "float64",
+                max_cpu_mem=np.inf))
+    return seconds
+
+
 def child(args) -> None:
     """One fit of ``args.child`` in this fresh process; prints one JSON line."""
     variant = args.child
@@ -220,6 +243,7 @@ def child(args) -> None:
         import distsketch  # noqa: F401
     else:
         import falkon  # noqa: F401
+    warmup_s = warm_up(variant, threads=args.threads)
     X, y = data(args.n, 0)
     Xt, yt = data(args.n_test, 1)
     before = _common.peak_rss_mib()
@@ -235,7 +259,7 @@ def child(args) -> None:
                                   dtype="float32" if variant.startswith("falkon32") else "float64",
                                   max_cpu_mem=mem)
     out.update(rmse=rmse(pred, yt), peak_rss_mib=_common.peak_rss_mib(),
-               rss_before_fit_mib=before)
+               rss_before_fit_mib=before, warmup_s=warmup_s)
     print(json.dumps(out))
 
 
@@ -285,8 +309,9 @@ def grid(part: str, n: int, ms: list[int], args, report) -> dict:
                    "failed": [r["failed"] for r in rs if "failed" in r]}
             if ok:
                 for k in ("fit_s", "predict_s", "iterations", "passes", "rmse", "peak_rss_mib",
-                          "rss_before_fit_mib"):
-                    row[k] = float(np.median([r[k] for r in ok]))
+                          "rss_before_fit_mib", "warmup_s"):
+                    if all(k in r for r in ok):
+                        row[k] = float(np.median([r[k] for r in ok]))
                 row["fit_s_all"] = [r["fit_s"] for r in ok]
                 row["warnings"] = sorted({w for r in ok for w in r.get("warnings", [])})
             rows.append(row)
@@ -439,18 +464,19 @@ def merged(part: str, current: dict | None) -> dict | None:
 
 def grid_table(g: dict, mib: float) -> list[str]:
     md = ["| n | m | tool | fit (s), median (all) | predict (s) | iterations | kernel passes | "
-          "test RMSE | peak RSS (MiB) | RSS before fit (MiB) | run (load) |",
-          "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---|"]
+          "test RMSE | peak RSS (MiB) | RSS before fit (MiB) | warm-up (s) | run (load) |",
+          "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in g["rows"]:
         label = LABELS[r["variant"]].format(mib=f"{mib:g}")
         if not r["runs"]:
             md.append(f"| {r['n']:,} | {r['m']:,} | {label} | failed: {r['failed'][0][:80]} "
-                      f"| | | | | | | {r.get('date', '')} |")
+                      f"| | | | | | | | {r.get('date', '')} |")
             continue
         every = ", ".join(f"{s:.1f}" for s in r["fit_s_all"])
         md.append(f"| {r['n']:,} | {r['m']:,} | {label} | {r['fit_s']:.1f} ({every}) | "
                   f"{r['predict_s']:.2f} | {r['iterations']:.0f} | {r['passes']:.0f} | "
                   f"{r['rmse']:.4f} | {r['peak_rss_mib']:.0f} | {r['rss_before_fit_mib']:.0f} | "
+                  + (f"{r['warmup_s']:.1f}" if "warmup_s" in r else "none") + " | "
                   f"{r.get('date', '')} ({r.get('load', float('nan')):.1f}) |"
                   + (f" ({len(r['failed'])} failed)" if r["failed"] else ""))
     return md
@@ -468,7 +494,11 @@ def write(out: dict, args) -> None:
           "distsketch: `SketchedKRR(solver=\"pcg\")`, engine defaults (float32 kernel blocks, "
           "float64 sums); \"20 it.\" is `max_iter=20, tol=1e-12`, Falkon `maxiter=20`. Each fit "
           "in a fresh process, variants alternated; medians (each run's fit time in brackets). "
-          "Peak RSS: the process's "
+          "Before the timed fit each process makes one warm-up fit of its tool (2 000 rows, "
+          "50 centres, 3 iterations), so that neither fit time counts one-time imports and "
+          "set-up (Falkon's torch is imported by `import falkon` before it; distsketch's "
+          "first fit imports dask, zarr and scikit-learn's warning class): "
+          "the warm-up's time is in the record (`warmup_s`). Peak RSS: the process's "
           "high-water mark, `VmHWM` (data in float64 and imports — torch's — included; before fit: after the "
           "imports and the data, just before `fit`). Kernel passes: products over the training rows (Falkon "
           "recomputes its residual every 10 iterations)."]
