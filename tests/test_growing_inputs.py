@@ -15,6 +15,7 @@ import scipy.sparse as sp
 
 import distsketch as ds
 from distsketch.kernels import Gaussian
+from distsketch.sketches.whitened import WhitenedSketch
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=29)
 LAMS = [1e-4, 1e-2]
@@ -33,9 +34,15 @@ def sisokr(sx=None, sy=None):
                      lam=LAMS, random_state=0, options=F64)
 
 
-def krr_cv(sketch=None):
+def krr_cv(sketch=None, **kw):
     return ds.SketchedKRRCV(Gaussian(gamma=0.3), sketch=sketch or ds.SubSampling(25),
-                            lams=[1e-6, 1e-4, 1e-2, 1.0], cv="4:2", random_state=0, options=F64)
+                            lams=[1e-6, 1e-4, 1e-2, 1.0], cv="4:2", random_state=0, options=F64,
+                            **kw)
+
+
+def draw(sketch):
+    """The realised draw every width of a grid shares: a whitened sketch's inner one."""
+    return sketch.inner if isinstance(sketch, WhitenedSketch) else sketch
 
 
 def sisokr_cv(sx=None, sy=None):
@@ -55,6 +62,10 @@ MODELS = {
     "SISOKRCV": (lambda m=None: sisokr_cv() if m is None else sisokr_cv(m.input_sketch_,
                                                                      m.output_sketch_),
                  lambda X, Y: Y),
+    "SketchedKRRCV-gammas": (
+        lambda m=None: krr_cv(gammas=[0.1, 0.3, 1.0]) if m is None else krr_cv(
+            draw(m.sketch_), gammas=[0.1, 0.3, 1.0]),
+        lambda X, Y: np.sin(X[:, 0]) + Y[:, 0]),
 }
 
 

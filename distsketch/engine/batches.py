@@ -52,7 +52,7 @@ def _check_appendable(sums: tuple) -> None:
 def batch_plan(X: RowSource, Y: RowSource | None, *, x_kernel, x_sketch: RealizedSketch,
                x_landmarks: Any, y_kernel=None, y_sketch: RealizedSketch | None = None,
                y_landmarks: Any = None, sums: tuple, offset: int,
-               options: EngineOptions) -> PassPlan:
+               options: EngineOptions, x_widths: tuple = ()) -> PassPlan:
     """The pass plan of appended rows: training rows ``offset .. offset + X.n − 1``.
 
     ``x_sketch`` (and ``y_sketch``) are the fit's realised sketches grown over the new rows
@@ -76,6 +76,11 @@ def batch_plan(X: RowSource, Y: RowSource | None, *, x_kernel, x_sketch: Realize
     offset : int
         Training rows before these (the position of the batch's first row).
     options : EngineOptions
+    x_widths : tuple of (Kernel, RealizedSketch)
+        A kernel grid's further input kernels, each with its fitted realised sketch grown
+        as ``x_sketch`` (over the same landmarks): the sums ``"<sum>~<j>"`` are the
+        ``j``-th's, from its own blocks (:attr:`~distsketch.engine.sums.PassPlan.x_widths`,
+        as the fit's pass computes them).
 
     Returns
     -------
@@ -84,12 +89,13 @@ def batch_plan(X: RowSource, Y: RowSource | None, *, x_kernel, x_sketch: Realize
     """
     _check_appendable(tuple(sums))
     n = X.n
-    for sketch in (x_sketch, y_sketch):
+    for sketch in (x_sketch, y_sketch, *(sk for _, sk in x_widths)):
         if sketch is not None and sketch.n != offset + n:
             raise ValueError(f"batch_pass: a sketch over {sketch.n} rows for rows "
                              f"{offset}..{offset + n - 1}")
     dtype = np.dtype(options.block_dtype)
-    b = pass_block_rows(options, X, Y, x_sketch, y_sketch, dtype)
+    b = pass_block_rows(options, X, Y, x_sketch, y_sketch, dtype,
+                        extra=max((sk.m for _, sk in x_widths), default=0))
     return PassPlan(
         n=n, block_rows=b,
         x=FeatureMap(x_kernel, x_landmarks, x_sketch, options.gram_chunk, options.tuning),
@@ -97,7 +103,9 @@ def batch_plan(X: RowSource, Y: RowSource | None, *, x_kernel, x_sketch: Realize
            if y_sketch is not None else None),
         sums=tuple(sums), C=None, D=None, records=None, dtype=dtype,
         check_x=X.lazy, check_y=Y is not None and Y.lazy, direct_io=options.direct_io,
-        backend=options.backend, row_offset=int(offset))
+        backend=options.backend, row_offset=int(offset),
+        x_widths=tuple(FeatureMap(k, x_landmarks, sk, options.gram_chunk, options.tuning)
+                       for k, sk in x_widths))
 
 
 def batch_pass(X: RowSource, Y: RowSource | None, *, options: EngineOptions, **kw) -> dict:

@@ -5,7 +5,8 @@ spec ``"K"`` / ``"K:seed"`` (:func:`distsketch.engine.sums.fold_ids`);
 :func:`all_rows_for_exact_sides` cross-validates an exact side as the all-rows sub-sampling
 ``SubSampling(n)``, within the driver's budget for the per-fold sums; :func:`ordered_sum` adds
 per-fold sums in a fixed order (the same bits on every machine); :func:`appending_refusal` says
-why a cross-validation cannot take appended rows (docs/design/growing.md, "Cross-validation").
+why a cross-validation cannot take appended rows and :func:`fitted_widths` gives a re-solve
+the input kernels of its grid (docs/design/growing.md, "Cross-validation").
 """
 
 from __future__ import annotations
@@ -17,26 +18,26 @@ import numpy as np
 from ..engine.sums import fold_spec
 from ..models.base import FitSpec
 
-__all__ = ["fold_spec", "appending_refusal", "all_rows_for_exact_sides", "ordered_sum"]
+__all__ = ["fold_spec", "appending_refusal", "fitted_widths", "all_rows_for_exact_sides",
+           "ordered_sum"]
 
 
-def appending_refusal(cv, *, grid: bool, sketches: dict) -> str | None:
+def appending_refusal(cv, *, sketches: dict) -> str | None:
     """Why a cross-validation with folds ``cv`` (the ``cv`` argument or its fold spec) cannot
     take appended rows, or None.
 
     Appended rows keep their fold, ``splitmix64(seed, i) mod K`` of their position ``i`` among
     the rows held (:func:`~distsketch.engine.sums.fold_ids`), which is the fold a fresh fit on
     all the rows gives them: only seeded folds (``"K:seed"``) are a function of the row alone;
-    contiguous folds (``"K"``, row ``i`` in fold ``⌊iK/n⌋``) move with the total ``n``. A grid of
-    input kernels (``grid``) would need every width's blocks of the new rows, and an exact side
-    an ``n × n`` system that grows with the rows.
+    contiguous folds (``"K"``, row ``i`` in fold ``⌊iK/n⌋``) move with the total ``n``. An
+    exact side would need an ``n × n`` system that grows with the rows. A grid of input
+    kernels (``gammas``, ``kernels``) takes rows: the pass over a batch computes every width's
+    blocks and per-fold sums, with each width's realised sketch as the fit drew it.
 
     Parameters
     ----------
     cv : int, str or KFold-like
         As :func:`fold_spec` takes it (an invalid one: None, the fit reports it).
-    grid : bool
-        Whether the model scores a grid of input kernels (``gammas`` or ``kernels``).
     sketches : dict
         The sketch arguments by parameter name (an exact side: None or ``Identity()``).
     """
@@ -55,11 +56,28 @@ def appending_refusal(cv, *, grid: bool, sketches: dict) -> str | None:
                 f"appended rows change; shuffled folds keep each row's fold (a seeded hash of "
                 f"its position): cv=KFold(n_splits={spec}, shuffle=True, random_state=0) or "
                 f"cv='{spec}:0'")
-    if grid:
-        return ("gammas, kernels: a grid of input kernels is not re-scored over appended rows "
-                "(the pass over a batch computes the fitted kernel's blocks only); fit with "
-                "gammas=None and kernels=None to append rows")
     return None
+
+
+def fitted_widths(growth, kernel: str) -> list | None:
+    """The input kernels a re-solve over the batches ``growth`` holds scores: the fitted grid,
+    width 0 (``growth.kernels[kernel]``) first, then the further widths the batches' sums
+    ``"<sum>~<j>"`` are of; None without a grid.
+
+    Parameters
+    ----------
+    growth : Growth
+        The batches held (``distsketch.models.growing.Growth``).
+    kernel : str
+        The input kernel's parameter name (``"kernel"``, ``"input_kernel"``).
+
+    Returns
+    -------
+    list of Kernel or None
+    """
+    if not growth.x_widths:
+        return None
+    return [growth.kernels[kernel], *(k for k, _ in growth.x_widths)]
 
 
 def all_rows_for_exact_sides(spec: FitSpec, K: int) -> FitSpec:

@@ -38,7 +38,13 @@ from ..models.base import FitSpec
 from ..models.krr import SketchedKRR
 from ..models.ridge import KRRClosedForm, centre_targets
 from ..solvers.direct import solve_krr
-from .folds import all_rows_for_exact_sides, appending_refusal, fold_spec, ordered_sum
+from .folds import (
+    all_rows_for_exact_sides,
+    appending_refusal,
+    fitted_widths,
+    fold_spec,
+    ordered_sum,
+)
 from .grid import candidate_kernels, check_gammas, json_kernels, prefixes_of
 from .scoring import krr_fold_error, resolved, set_best
 
@@ -102,8 +108,10 @@ class SketchedKRRCV(SketchedKRR):
         index, the same rows whatever the chunking, not the rows ``KFold`` itself would pick).
         Seeded folds (a shuffled ``KFold``, or ``"K:seed"``) take appended rows
         (``partial_fit``: each row keeps the fold of the position it arrives at, every fold
-        and λ is scored again; docs/design/growing.md); contiguous folds, whose boundaries
-        move with ``n``, and a kernel grid (``gammas``, ``kernels``) have no ``partial_fit``.
+        and λ is scored again; with ``gammas`` / ``kernels``, every fitted width from its own
+        per-fold sums, the batch's pass computing each width's blocks with the fit's
+        realised sketch of that width; docs/design/growing.md); contiguous folds, whose
+        boundaries move with ``n``, have no ``partial_fit``.
     scoring : {"neg_mean_squared_error", "r2"}
         Validation score, greater is better: minus the mean squared error over rows and
         targets, or R² per target (fold mean as baseline) averaged over targets.
@@ -199,15 +207,17 @@ class SketchedKRRCV(SketchedKRR):
             raise ValueError(f"cv: {K} folds need at least {2 * K} rows, got {spec.X.n}")
         spec = all_rows_for_exact_sides(spec, K)
         self._folds = folds
-        self._widths = widths
+        self._widths, self._gammas = widths, gammas
         self._prefixes = prefixes
         kernels = spec.kernels if widths is None else {**spec.kernels, "kernel": widths[0]}
         return FitSpec(spec.X, spec.Y, kernels, spec.sketches, spec.options, spec.rng, lams)
 
     def _appending_refusal(self) -> str | None:
-        grid = getattr(self, "gammas", None) is not None \
-            or getattr(self, "kernels", None) is not None
-        return appending_refusal(self.cv, grid=grid, sketches={"sketch": self.sketch})
+        return appending_refusal(self.cv, sketches={"sketch": self.sketch})
+
+    def _growth_result(self, growth):
+        self._widths = fitted_widths(growth, "kernel")
+        return growth.result()
 
     def _growth_refusal(self, spec: FitSpec) -> str | None:
         return self._appending_refusal()
@@ -229,7 +239,7 @@ class SketchedKRRCV(SketchedKRR):
         widths = self._widths or [spec.kernels["kernel"]]
         scores = np.concatenate([self._width_scores(spec, res, j) for j in range(len(widths))],
                                 axis=1)
-        gammas = None if self.gammas is None else [float(g) for g in self.gammas]
+        gammas = self._gammas  # the fitted grid's (a re-solve scores the widths it holds)
         set_best(self, scores, _krr_params(lams, gammas, self._prefixes))
         best_width, best_lam = divmod(self.best_index_, len(lams))
         # the refit on all rows at the best width, from the same sums (the folds summed)
@@ -238,8 +248,8 @@ class SketchedKRRCV(SketchedKRR):
         intercept = bool(self.fit_intercept)
         self.kernel_ = widths[best_width]
         self.gammas_ = gammas
-        self.kernels_ = None if getattr(self, "kernels", None) is None else \
-            [p["kernel"] for p in self._prefixes]
+        self.kernels_ = None if self._prefixes is None or "kernel" not in self._prefixes[0] \
+            else [p["kernel"] for p in self._prefixes]
         self.sketch_ = res.x_sketch_of(best_width)  # pre-whitened for that width's kernel
         self.landmarks_ = res.x_landmarks
         self.input_solution_, rhs = solve_krr({"G": G, "B": B, "b": b}, self.sketch_,
@@ -326,9 +336,10 @@ class SketchedKRRCV(SketchedKRR):
 
     def _set_state(self, arrays, state):
         super()._set_state(arrays, state)
-        self.gammas_ = state.get("gammas")
+        self.gammas_ = self._gammas = state.get("gammas")
         self._prefixes = state.get("cv_prefixes")
-        # what a re-solve over appended rows reads (models saved before: no batches held)
+        # what a re-solve over appended rows reads (models saved before: no batches held);
+        # the input kernels of a grid are the batches' (_growth_result)
         self._folds, self._widths = state.get("cv_folds"), None
         self.kernels_ = None if self._prefixes is None or "kernel" not in self._prefixes[0] \
             else [p["kernel"] for p in self._prefixes]

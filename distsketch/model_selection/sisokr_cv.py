@@ -27,7 +27,13 @@ from ..models.sisokr import SISOKR
 from ..solvers.direct import input_basis
 from ..solvers.reduced_rank import check_rank
 from .fold_algebra import output_scale, sisokr_fold_scores
-from .folds import all_rows_for_exact_sides, appending_refusal, fold_spec, ordered_sum
+from .folds import (
+    all_rows_for_exact_sides,
+    appending_refusal,
+    fitted_widths,
+    fold_spec,
+    ordered_sum,
+)
 from .grid import candidate_kernels, check_gammas, json_kernels, prefixes_of
 from .scoring import auto_scoring, is_binary, set_best
 
@@ -94,7 +100,8 @@ class SISOKRCV(SISOKR):
     cv : int or KFold-like
         The number of contiguous folds, or a splitter with ``n_splits``, ``shuffle`` and
         ``random_state``, as for :class:`SketchedKRRCV`. Seeded folds take appended rows
-        (``partial_fit``) with ``scoring="surrogate"`` and no kernel grid.
+        (``partial_fit``) with ``scoring="surrogate"``, a kernel grid's every width scored
+        again (as for :class:`SketchedKRRCV`).
     scoring : {"auto", "surrogate", "f1_samples", "kernel_loss", "topk_accuracy"}
         ``"auto"`` (default): the task's metric where decoding the folds is affordable,
         ``"f1_samples"`` for binary outputs, else ``"kernel_loss"``, when ``n · |U| ·
@@ -213,18 +220,15 @@ class SISOKRCV(SISOKR):
             raise ValueError(f"cv: {K} folds need at least {2 * K} rows, got {spec.X.n}")
         spec = all_rows_for_exact_sides(spec, K)
         self._folds = folds
-        self._widths = widths
+        self._widths, self._gammas = widths, gammas
         self._prefixes = prefixes
         kernels = spec.kernels if widths is None else {**spec.kernels,
                                                        "input_kernel": widths[0]}
         return FitSpec(spec.X, spec.Y, kernels, spec.sketches, spec.options, spec.rng, lams)
 
     def _appending_refusal(self) -> str | None:
-        grid = getattr(self, "gammas", None) is not None \
-            or getattr(self, "kernels", None) is not None
-        why = appending_refusal(self.cv, grid=grid,
-                                sketches={"input_sketch": self.input_sketch,
-                                          "output_sketch": self.output_sketch})
+        why = appending_refusal(self.cv, sketches={"input_sketch": self.input_sketch,
+                                                   "output_sketch": self.output_sketch})
         if why is None and self.scoring != "surrogate":
             why = (f"scoring: scoring={self.scoring!r} decodes every fold's rows, read again "
                    f"after the pass, which a re-solve over appended rows does not hold; give "
@@ -233,6 +237,10 @@ class SISOKRCV(SISOKR):
 
     def _growth_refusal(self, spec: FitSpec) -> str | None:
         return self._appending_refusal()
+
+    def _growth_result(self, growth):
+        self._widths = fitted_widths(growth, "input_kernel")
+        return growth.result()
 
     def _x_widths(self, spec: FitSpec) -> tuple:
         return () if self._widths is None else tuple(self._widths[1:])
@@ -266,7 +274,7 @@ class SISOKRCV(SISOKR):
         scores = []
         for j in range(len(widths)):  # each width's refit is left fitted by its scores
             scores.append(self._width_scores(self._width_spec(spec, j), res, j))
-        gammas = None if getattr(self, "gammas", None) is None else [float(g) for g in self.gammas]
+        gammas = self._gammas  # the fitted grid's (a re-solve scores the widths it holds)
         set_best(self, np.concatenate(scores, axis=1),
                   _sisokr_params(lams, ranks, gammas, self._prefixes))
         best_width = self.best_index_ // (len(lams) * max(len(ranks), 1))
@@ -274,8 +282,8 @@ class SISOKRCV(SISOKR):
             SISOKR._solve(self, self._width_spec(spec, best_width),
                           self._width_result(res, best_width))
         self.gammas_ = gammas
-        self.kernels_ = None if getattr(self, "kernels", None) is None else \
-            [p["kernel"] for p in self._prefixes]
+        self.kernels_ = None if self._prefixes is None or "kernel" not in self._prefixes[0] \
+            else [p["kernel"] for p in self._prefixes]
         # the refit at the best (λ, p): best first, as SISOKR(lam=[...], rank=[...]) would
         best_lam, best_rank = self.best_params_["lam"], self.best_params_["rank"]
         self.lams_ = (best_lam, *[v for v in lams if v != best_lam])
@@ -417,8 +425,9 @@ class SISOKRCV(SISOKR):
 
     def _set_state(self, arrays, state):
         super()._set_state(arrays, state)
-        self.gammas_ = state.get("gammas")
-        # what a re-solve over appended rows reads (models saved before: no batches held)
+        self.gammas_ = self._gammas = state.get("gammas")
+        # what a re-solve over appended rows reads (models saved before: no batches held);
+        # the input kernels of a grid are the batches' (_growth_result)
         self._folds, self._widths = state.get("cv_folds"), None
         # a model saved before scoring_ existed: its scoring was never "auto"
         self.scoring_ = state.get("scoring", getattr(self, "scoring", "surrogate"))

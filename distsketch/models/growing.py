@@ -43,10 +43,12 @@ from ..engine.fitpass import PassResult
 from ..engine.keptrows import keep_batch_rows
 from ..engine.store import open_fit_store
 from ..engine.storeguard import StoreError
+from ..engine.sums import width_of
 from ..io import persist
 from ..options import with_blas_limit
 from ..solvers.routes import get_route
 from .base import FitSpec, check_data, check_feature_names
+from .widths import widths_from_state, widths_state
 
 __all__ = ["DICTIONARY_SUMS", "GROWTH_PREFIX", "growth_state", "growth_from_state", "Growing",
            "Growth", "growth_sums", "start_growth", "partial_fit", "forget", "kept_store",
@@ -72,6 +74,10 @@ class Growth:
         The realised sketches as drawn by the fit (``drawn`` rows).
     x_landmarks, y_landmarks : array
         The rows of their supports.
+    x_widths : tuple of (Kernel, RealizedSketch)
+        The further input kernels of a kernel grid (the sums ``"<sum>~<j>"`` are the ``j``-th's)
+        with their realised sketches as the fit's pass drew them (pre-whitened for their own
+        kernel where the input side is): their landmarks are ``x_landmarks``.
     sums : tuple of str
         The pass sums the model's solve reads, and ``"digest"``.
     parts : list of dict
@@ -99,6 +105,7 @@ class Growth:
     batches: list = field(default_factory=list)
     numbered: int = 0
     dictionary: dict = field(default_factory=dict)
+    x_widths: tuple = ()
 
     @property
     def rows(self) -> int:
@@ -130,14 +137,15 @@ class Growth:
         grow = max(n, self.x_sketch.rows_drawn)
         return PassResult(n=n, x_sketch=self.x_sketch.grown(grow), x_landmarks=self.x_landmarks,
                           y_sketch=None if self.y_sketch is None else self.y_sketch.grown(grow),
-                          y_landmarks=self.y_landmarks, sums=totals, store=None)
+                          y_landmarks=self.y_landmarks, sums=totals, store=None,
+                          x_width_sketches=tuple(sk.grown(grow) for _, sk in self.x_widths))
 
     def drop(self, k: int) -> None:
         """Forget the ``k``-th batch held: its row sums go, its sums over the sketches' own
-        rows (:data:`DICTIONARY_SUMS`) stay in :attr:`dictionary`."""
+        rows (:data:`DICTIONARY_SUMS`, of every input width) stay in :attr:`dictionary`."""
         part = self.parts[k]
-        for key in DICTIONARY_SUMS:
-            if key in part:
+        for key in part:
+            if width_of(key)[0] in DICTIONARY_SUMS:
                 kept = self.dictionary.get(key)
                 self.dictionary[key] = (np.array(part[key], dtype=np.float64, copy=True)
                                         if kept is None else kept + part[key])
@@ -169,16 +177,22 @@ def growth_state(growth: Growth, *, references: dict | None = None) -> tuple[dic
                 arrays[key] = np.asarray(value)
             names.append(name)
         parts.append(names)
-    return arrays, {"batches": [dict(b) for b in growth.batches], "numbered": growth.numbered,
-                    "y_ndim": growth.y_ndim, "y_width": growth.y_width,
-                    "sums": list(growth.sums), "parts": parts}
+    state = {"batches": [dict(b) for b in growth.batches], "numbered": growth.numbered,
+             "y_ndim": growth.y_ndim, "y_width": growth.y_width, "sums": list(growth.sums),
+             "parts": parts}
+    if growth.x_widths:  # a kernel grid: the model's own side is its chosen width's
+        more, state["widths"] = widths_state(growth.kernels, growth.x_sketch, growth.x_widths,
+                                             prefix=GROWTH_PREFIX)
+        arrays.update(more)
+    return arrays, state
 
 
 def growth_from_state(est, arrays: dict, state: dict) -> Growth:
     """Inverse of :func:`growth_state` on a restored model: its sides (fitted kernels,
     realised sketches, landmarks) are read from its attributes, named after its parameters
-    (``kernel_``, ``sketch_``, ``landmarks_``; ``input_…``, ``output_…``); a batch recorded
-    by reference is read from the store the model was loaded from (``store_``)."""
+    (``kernel_``, ``sketch_``, ``landmarks_``; ``input_…``, ``output_…``), a kernel grid's
+    input kernels and sketches from the state; a batch recorded by reference is read from
+    the store the model was loaded from (``store_``)."""
     def side(pair):
         if pair is None:
             return None, None, None
@@ -206,10 +220,13 @@ def growth_from_state(est, arrays: dict, state: dict) -> Growth:
                            np.asarray(arrays[key + "__first"], dtype=np.int64))
                           if name == "U" else np.asarray(arrays[key]))
         stored.append(part)
+    x_widths, widths = (), state.get("widths")
+    if widths:  # a kernel grid: each width's own kernel and sketch, not the chosen one's
+        kernels, sx, x_widths = widths_from_state(arrays, widths, prefix=GROWTH_PREFIX)
     return Growth(kernels=kernels, x_sketch=sx, x_landmarks=lx, y_sketch=sy, y_landmarks=ly,
                   sums=tuple(state["sums"]), y_ndim=state["y_ndim"], y_width=state["y_width"],
                   parts=stored[:-1], batches=[dict(b) for b in state["batches"]],
-                  numbered=int(state["numbered"]), dictionary=stored[-1])
+                  numbered=int(state["numbered"]), dictionary=stored[-1], x_widths=x_widths)
 
 
 def _refusal(est, spec: FitSpec, route) -> str | None:
@@ -267,12 +284,17 @@ def start_growth(est, spec: FitSpec, route, fitted) -> None:
     if not (isinstance(res, PassResult) and "digest" in res.sums):
         est._growth_refused = "the fit's pass sums do not add over rows"
         return
+    further, width_sketches = tuple(est._x_widths(spec)), tuple(res.x_width_sketches)
+    if len(further) != len(width_sketches):
+        est._growth_refused = "the fit's pass has no realised sketch of every input kernel"
+        return
     sums = dict(res.sums)
     growth = Growth(kernels=dict(spec.kernels), x_sketch=res.x_sketch,
                     x_landmarks=res.x_landmarks, y_sketch=res.y_sketch,
                     y_landmarks=res.y_landmarks, sums=tuple(k for k in sums if k != "digest")
                     + ("digest",), y_ndim=None if spec.Y is None else spec.Y.input_ndim,
-                    y_width=None if spec.Y is None else spec.Y.shape[1])
+                    y_width=None if spec.Y is None else spec.Y.shape[1],
+                    x_widths=tuple(zip(further, width_sketches)))
     growth.add(sums, rows=res.n, offset=0)
     est._growth = growth
     if fs is not None and not fs.temporary:  # a new model: batches of an earlier one go
@@ -333,7 +355,8 @@ def partial_fit(est, X: Any, Y: Any = None, *, repeat: bool = False):
                       y_kernel=growth.kernels[out[0]] if out else None,
                       y_sketch=None if growth.y_sketch is None else growth.y_sketch.grown(n),
                       y_landmarks=growth.y_landmarks, sums=growth.sums, offset=offset,
-                      options=spec.options)
+                      options=spec.options,
+                      x_widths=tuple((k, sk.grown(n)) for k, sk in growth.x_widths))
     location = kept_store(est)
     if location is not None:
         record = append_in_store(est, growth, plan, Xs, Ys, location=location, repeat=repeat)
@@ -612,8 +635,13 @@ class Growing:
         arrays, state = super()._get_state()
         growth = self._held_growth()
         if growth is not None:
-            more, state["growth"] = growth_state(
-                growth, references=getattr(self, "_saving_references", None))
+            try:
+                more, state["growth"] = growth_state(
+                    growth, references=getattr(self, "_saving_references", None))
+            except ValueError as exc:  # a grid's kernel that cannot be named (a lambda)
+                logger.warning("the batches are not saved: %s", exc)
+                state["growth_refused"] = f"the batches were not saved: {exc}"
+                return arrays, state
             arrays.update(more)
         return arrays, state
 
@@ -623,7 +651,8 @@ class Growing:
         saved = state.get("growth")  # models saved before partial_fit existed have none
         self._growth_saved = None if saved is None else (
             {k: v for k, v in arrays.items() if k.startswith(GROWTH_PREFIX)}, saved)
-        self._growth_refused = None if saved is not None else (
+        self._growth_refused = None if saved is not None else state.get(
+            "growth_refused",
             "the saved model holds no batch sums (saved by a fit that could not take rows)")
 
     def _held_growth(self) -> Growth | None:
