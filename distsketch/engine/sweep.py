@@ -303,8 +303,8 @@ def block_C(data: SweepData | Segments, i: int, ref: Any, crc: int | None, ws: W
 
 
 #: Bytes of a float64 tile of :func:`gram_product` (its rows: this over ``8m``, within
-#: [8, 512]): the tile is read twice (``C_t V``, then ``C_tᵀ(·)``), so it must stay in
-#: cache. Measured (one thread, b = 1191 rows, one column): 0.58–0.65 ns per value with
+#: [8, 512]; also the fused kernel product's tiles, ``distsketch.engine.fused``): the tile
+#: is read twice (``C_t V``, then ``C_tᵀ(·)``), so it must stay in cache. Measured (one thread, b = 1191 rows, one column): 0.58–0.65 ns per value with
 #: tiles of 1–2.5 MB at m = 1000 … 20 000, against 2.46 ns at m = 20 000 and 1.01 ns at
 #: m = 8000 with the former fixed 256 rows (41 and 16 MB tiles).
 PRODUCT_TILE_BYTES = 2 << 20
@@ -321,7 +321,11 @@ def gram_product(C: np.ndarray, V: np.ndarray, ws: Workspace) -> np.ndarray:
 
     A float32 block is converted tile by tile (:func:`product_tile_rows`, in cache) and
     each tile's ``C_tᵀ (C_t V)`` added in tile order: one read of the block instead of a
-    float64 copy written and read twice. A float64 block is multiplied as it is."""
+    float64 copy written and read twice. A float64 block is multiplied as it is. PCG's
+    iterations over recomputed Gaussian blocks do not form ``C`` at all: the kernel is
+    computed just ahead of these same tiles and added in the same order, bitwise the same
+    sum (``distsketch.engine.fused.fused_gram_product``, which shares the ``tile64`` work
+    array)."""
     if C.dtype == np.float64:
         return C.T @ (C @ V)
     b, m = C.shape

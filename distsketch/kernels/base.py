@@ -159,6 +159,30 @@ class Kernel(ParamsMixin):
         self._fill(A, B, out, scale, be)
         return out
 
+    def fill_rows(self, n_b: int, d: int) -> int | None:
+        """Rows of the independent tiles of ``fill`` on dense host (numpy) blocks, or None.
+
+        A kernel whose ``fill`` computes a dense ``A`` (n_a × d) against ``n_b`` rows in
+        row tiles ``[t·h, min((t+1)·h, n_a))``, each from its own rows alone, returns ``h``:
+        then ``fill`` of the rows ``A[r:e]`` (``r`` a multiple of ``h``, ``e − r ≤ h``, ``e``
+        a multiple of ``h`` or ``n_a``) makes the same calls as tile ``r/h`` of ``fill(A)``
+        and writes bitwise the same values. (A product's rounding may depend on its shape,
+        so rows computed in another grouping need not agree.) None (the default): no such
+        tiling is promised.
+
+        Parameters
+        ----------
+        n_b : int
+            Rows of ``B`` (columns of the block).
+        d : int
+            Columns of ``A`` and ``B``.
+
+        Returns
+        -------
+        int or None
+        """
+        return None
+
     def diag(self, A: Block) -> Any:
         """``k(A[i], A[i])`` for every row, without forming the Gram matrix.
 

@@ -305,6 +305,15 @@ class _ExponentialKernel(Kernel):
             out *= scale
 
 
+def _fill_tile_rows(n_b: int, d: int, tile_bytes: int | None) -> int | None:
+    """Rows per tile of ``Gaussian.fill`` on dense blocks of ``d`` columns against ``n_b``
+    landmarks (``tile_bytes`` of float64 exponent per tile; None: ``_TILE_BYTES``), or None
+    where one tile takes the whole block (``d > _TILE_MAX_D``)."""
+    if d > _TILE_MAX_D:
+        return None
+    return max(8, (tile_bytes or _TILE_BYTES) // (8 * max(n_b, 1)))
+
+
 class Gaussian(_ExponentialKernel):
     """Gaussian (RBF) kernel ``k(x, x') = exp(−gamma ‖x − x'‖²)``.
 
@@ -341,6 +350,23 @@ class Gaussian(_ExponentialKernel):
                                          apply_exp=True, same=A is B)
         return super()._compute(A, B, be)
 
+    def fill_rows(self, n_b: int, d: int) -> int | None:
+        """Rows per tile of ``fill`` on dense host blocks: ``max(8, 4 MiB / (8 n_b))``, or
+        None for ``d > 64`` (one tile takes the whole block; see ``Kernel.fill_rows``).
+
+        Parameters
+        ----------
+        n_b : int
+            Landmark rows (columns of the block).
+        d : int
+            Input columns.
+
+        Returns
+        -------
+        int or None
+        """
+        return _fill_tile_rows(n_b, d, None)
+
     def _fill(self, A: Block, B: Block, out, scale, be: Backend) -> None:
         """Dense blocks in row tiles of about ``_TILE_BYTES`` (small ``d``): the GEMM, clip,
         ``exp``, rounding and scaling of a tile run while it is in cache, the augmented
@@ -358,8 +384,8 @@ class Gaussian(_ExponentialKernel):
         d = A.shape[1]
         same = A is B
         Ba = _augment_right(B, self.gamma, be)
-        tile = be.tile_bytes or _TILE_BYTES  # a GPU backend fills far larger tiles
-        rows = max(n_a, 1) if d > _TILE_MAX_D else max(8, tile // (8 * max(n_b, 1)))
+        # a GPU backend fills far larger tiles
+        rows = _fill_tile_rows(n_b, d, be.tile_bytes) or max(n_a, 1)
         for r in range(0, n_a, rows):
             e = min(r + rows, n_a)
             dst = out[r:e]

@@ -161,6 +161,22 @@ class Standardized(Kernel):
         TA = self._transform(A, be)
         self.kernel.fill(TA, TA if B is A else self._transform(B, be), out, scale)
 
+    def fill_rows(self, n_b: int, d: int) -> int | None:
+        """The wrapped kernel's (the scaling is elementwise, row by row).
+
+        Parameters
+        ----------
+        n_b : int
+            Rows of ``B``.
+        d : int
+            Columns of ``A`` and ``B``.
+
+        Returns
+        -------
+        int or None
+        """
+        return self.kernel.fill_rows(n_b, d)
+
     def _diag(self, A: Block, be: Backend):
         return self.kernel.diag(self._transform(A, be))
 

@@ -22,7 +22,7 @@ import scipy.sparse as sp
 from ..backends.base import backend_of
 from ..sketches.base import RealizedSketch
 
-__all__ = ["gram_dot", "pad_rows", "aligned_rows", "as_float"]
+__all__ = ["gram_dot", "landmark_spans", "pad_rows", "aligned_rows", "as_float"]
 
 #: Row multiple of every fixed-shape tile whose equal rows must give bitwise-equal results
 #: (decoding's candidate features, folded candidates and scores: exact ties between duplicate
@@ -70,6 +70,25 @@ def distinct_rows(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
     return first[order], rank[inverse.ravel()]
+
+
+def landmark_spans(s: int, chunk: int) -> list[tuple[int, int]]:
+    """The spans ``[a, c)`` of landmark columns :func:`gram_dot` computes one at a time without
+    a sketch: ``chunk`` columns each (at least 1), the last one shorter.
+
+    Parameters
+    ----------
+    s : int
+        Number of landmarks.
+    chunk : int
+        Landmark columns per kernel block.
+
+    Returns
+    -------
+    list of (int, int)
+    """
+    step = max(int(chunk), 1)
+    return [(a, min(a + step, s)) for a in range(0, s, step)]
 
 
 def gram_dot(
@@ -129,9 +148,9 @@ def gram_dot(
         k = sketch.m
         spans = sketch.support_spans(chunk)
     else:
-        s, step = landmarks.shape[0], max(int(chunk), 1)
+        s = landmarks.shape[0]
         k = s if right is None else right.shape[1]
-        spans = [(a, min(a + step, s)) for a in range(0, s, step)]
+        spans = landmark_spans(s, chunk)
     diagonal = sketch is not None and sketch.scale is not None
     if diagonal or (sketch is None and right is None):
         # each output column is one scaled kernel column (R_mix = diag(scale), or no factor)

@@ -41,6 +41,7 @@ import numpy as np
 
 from .._hashing import data_fingerprint
 from ..backends.base import dense
+from ..engine.fused import fused_block_product
 from ..engine.rows import check_finite_block
 from ..engine.storeguard import DataChanged
 from ..engine.sweep import SweepData, Sweeper, block_native, gram_product
@@ -60,6 +61,11 @@ DIVERGE_GROWTH = 1e3
 #: … or has not gone below that lowest for this many iterations.
 STALL_WINDOW = 50
 
+#: Whether :func:`pcg_block` computes a recomputed float32 block's kernel fused with its
+#: product (``distsketch.engine.fused``: bitwise the same ``K_Iᵀ (K_I V)``, without the
+#: b × m block in memory). Tests switch it off to compare.
+FUSE_KERNEL_PRODUCT = True
+
 
 # --------------------------------------------------------------------------- the block task
 
@@ -77,7 +83,15 @@ class PCGStep:
 
 def pcg_block(shared, item, ws) -> dict:
     """``K_Iᵀ (K_I V)`` of one row block (and on the first pass ``K_Iᵀ Y``, ``K_Iᵀ 1``,
-    ``Σ y`` and ``Σ y²`` per column), float64, from the kernel block recomputed from the rows."""
+    ``Σ y`` and ``Σ y²`` per column), float64, from the kernel block recomputed from the rows.
+
+    The iterations' passes (``V`` without the first pass's sums) over float32 blocks compute
+    the kernel fused with the product where it applies
+    (``distsketch.engine.fused.fused_block_product``: Gaussian kernel, dense rows): the
+    kernel's own row tiles into a ring of rows, the product's float64 tiles taken from it,
+    bitwise the same ``K_Iᵀ (K_I V)`` as the block written whole and multiplied by
+    :func:`~distsketch.engine.sweep.gram_product`, without the b × m block in memory.
+    :data:`FUSE_KERNEL_PRODUCT` switches it off."""
     data, step = shared
     i, ref, crc, yb = item
     if step.check:  # lazy inputs are checked block by block, as the streaming pass does
@@ -91,6 +105,11 @@ def pcg_block(shared, item, ws) -> dict:
             fp[i, 2 * j], fp[i, 2 * j + 1] = h >> 32, h & 0xFFFFFFFF
         out["fp"] = fp
         if step.V is None and not step.first:
+            return out
+    if FUSE_KERNEL_PRODUCT and step.V is not None and not step.first:
+        GV = fused_block_product(data, i, ref, crc, step.V, ws)
+        if GV is not None:
+            out["GV"] = GV
             return out
     K = block_native(data, i, ref, crc, ws)  # k(X_I, X_J) at the block dtype
     if step.V is not None:  # float32 blocks converted tile by tile, accumulated in float64
