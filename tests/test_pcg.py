@@ -434,3 +434,25 @@ def test_a_user_sketch_declaring_landmarks_takes_the_pcg_route(tmp_path):
     finally:
         SKETCHES.pop("test_my_subsampling", None)
         SKETCHES.pop("test_my_mixing", None)
+
+
+@pytest.mark.parametrize("m", [1, 5, 1024, 1500, 2049])
+def test_the_held_landmark_gram_is_the_symmetrised_kernel_matrix(m):
+    """``LandmarkGram`` symmetrises ``K_mm`` in place tile by tile: bitwise ``½(K + Kᵀ)`` of
+    the kernel matrix (each entry ``½(K_ij + K_ji)``; addition commutes), exactly
+    symmetric, and ``matrix()`` a Fortran-ordered copy of it."""
+    from distsketch.engine.features import FeatureMap
+    from distsketch.solvers.preconditioner import LandmarkGram
+
+    L = np.random.default_rng(m).random((m, 3))
+    fmap = FeatureMap(ds.Gaussian(gamma=0.7), L, None, 700)
+    K = LandmarkGram(fmap, hold=False).matrix()  # the kernel rows as computed, not symmetrised
+    held = LandmarkGram(fmap)
+    want = 0.5 * (K + K.T)
+    np.testing.assert_array_equal(held._K, want)
+    np.testing.assert_array_equal(held._K, held._K.T)
+    got = held.matrix()
+    assert got.flags.f_contiguous and not np.shares_memory(got, held._K)
+    np.testing.assert_array_equal(got, want)
+    v = np.random.default_rng(1).standard_normal((m, 2))
+    np.testing.assert_array_equal(held.dot(v), want @ v)
