@@ -225,6 +225,11 @@ def sparse_report(rows: list[dict], label: str) -> tuple[str, dict]:
     return "\n".join(lines), cross
 
 
+#: PCG's λ and iteration cap (the issue's n = 10⁶, m = 2·10⁴ fits at tol 1e-3 and 1e-6).
+PCG_LAM = 1e-6
+PCG_MAX_ITER = 200
+
+
 def pass_flops(n: int, m: int) -> float:
     """Kernel GEMM, ``G = CᵀC`` as the full GEMM the device runs, and ``b = Cᵀy``."""
     return n * (2.0 * m * (D + 2) + 2.0 * m * m + 2.0 * m)
@@ -244,6 +249,24 @@ def fit_seconds(X, y, m: int, *, device: str, backend: str = "numpy",
     seconds = time.perf_counter() - t
     assert len(times.seconds) == before + 1, "the fit ran no pass"
     return seconds, times.seconds[-1]
+
+
+def pcg_fit(X, y, Xt, yt, m: int, tol: float, *, device: str, backend: str = "numpy",
+            **options) -> dict:
+    """One ``SketchedKRR(solver="pcg")`` fit (``store=None``): its wall time, iterations,
+    kernel passes and test RMSE."""
+    import distsketch as ds
+
+    opts = ds.EngineOptions(device=device, backend=backend, **options)
+    model = ds.SketchedKRR(ds.Gaussian(gamma=GAMMA), sketch=ds.SubSampling(m), lam=PCG_LAM,
+                           solver="pcg", tol=tol, max_iter=PCG_MAX_ITER, random_state=0,
+                           options=opts)
+    t = time.perf_counter()
+    model.fit(X, y)
+    seconds = time.perf_counter() - t
+    pred = np.asarray(model.predict(Xt), dtype=np.float64)
+    return {"fit_s": seconds, "iterations": int(model.n_iter_), "passes": int(model.n_passes_),
+            "rmse": float(np.sqrt(np.mean((pred - yt) ** 2)))}
 
 
 def decode_seconds(q: int, c: int, r: int, k: int, backend: str, candidate_rows: int) -> float:
@@ -283,6 +306,11 @@ def main() -> None:
                     help="only the sparse-rows crossover (section gpu_sparse)")
     ap.add_argument("--densities", default=SPARSE_DENSITIES,
                     help="densities of the sparse-rows crossover, comma-separated")
+    ap.add_argument("--pcg-n", type=int, default=1_000_000, help="PCG's training rows")
+    ap.add_argument("--pcg-m", type=int, default=20_000, help="PCG's landmarks")
+    ap.add_argument("--pcg-tols", default="1e-3,1e-6", help="PCG tolerances, comma-separated")
+    ap.add_argument("--pcg-cpu-tols", default="1e-3",
+                    help="the tolerances also fitted on the CPU path (comma-separated; '' none)")
     ap.add_argument("--json", metavar="PATH",
                     help="also write the figures as JSON to PATH (partial ones while running)")
     args = ap.parse_args()
@@ -408,8 +436,27 @@ crossover; if SpMM wins by far, densify the landmarks' operand on the device ins
         ok = "PASS" if dec["fraction_of_gemm_f32"] >= TARGET_DECODE else "FAIL"
         line += f"; {dec['fraction_of_gemm_f32']:.0%} of the float32 GEMM rate ({ok})"
     print(line)
-    print({"pass": results, "decode": dec})
-    write_json(args.json, {**out, "pass": results, "decode": dec, "complete": True})
+    write_json(args.json, {**out, "pass": results, "decode": dec})
+    pcg_n, pcg_m = (20_000, 300) if args.quick else (args.pcg_n, args.pcg_m)
+    X, y = data(pcg_n)
+    Xt, yt = data(20_000, seed=1)
+    pcg = []
+    for tol in [float(v) for v in args.pcg_tols.split(",") if v]:
+        with dask.config.set(scheduler="threads", num_workers=args.gpu_threads):
+            row = {"n": pcg_n, "m": pcg_m, "tol": tol,
+                   "gpu": pcg_fit(X, y, Xt, yt, pcg_m, tol, **gpu)}
+        if tol in [float(v) for v in args.pcg_cpu_tols.split(",") if v]:
+            with dask.config.set(scheduler="threads", num_workers=None):
+                row["cpu"] = pcg_fit(X, y, Xt, yt, pcg_m, tol, device="cpu")
+            row["rmse_rel_diff"] = abs(row["gpu"]["rmse"] - row["cpu"]["rmse"]) / row["cpu"]["rmse"]
+        pcg.append(row)
+        write_json(args.json, {**out, "pass": results, "decode": dec, "pcg": pcg})
+        print(f"PCG n={pcg_n} m={pcg_m} tol={tol:g}: {label} {row['gpu']['fit_s']:.1f} s, "
+              f"{row['gpu']['iterations']} it., RMSE {row['gpu']['rmse']:.6f}"
+              + (f"; CPU {row['cpu']['fit_s']:.1f} s, RMSE {row['cpu']['rmse']:.6f}"
+                 if "cpu" in row else ""))
+    print({"pass": results, "decode": dec, "pcg": pcg})
+    write_json(args.json, {**out, "pass": results, "decode": dec, "pcg": pcg, "complete": True})
     if args.quick or roof is None or args.no_record:
         print("(--quick / no GPU / --no-record: nothing recorded)")
         return
@@ -425,9 +472,20 @@ Roofline (measured now): float64 GEMM {roof['gemm_f64'] / 1e12:.1f} TFLOP/s, flo
 Decoding {q} queries × {c:,} candidates (r = {r}, k = 10, precomputed features): GPU
 {g_dec:.2f} s = {dec['fraction_of_gemm_f32']:.0%} of the float32 GEMM rate (target ≥ 50 %),
 CPU {c_dec:.2f} s.
-"""
+
+`SketchedKRR(solver="pcg")`, λ = {PCG_LAM:g}, Gaussian γ = {GAMMA:g}, float32 blocks, 20 000
+test rows (the kernel blocks and both products of each iteration on the GPU; the
+preconditioner and iterates on the host):
+
+| n | m | tol | GPU fit (s) | iterations | GPU test RMSE | CPU fit (s) | CPU test RMSE |
+|---|---|---|---|---|---|---|---|
+""" + "\n".join(
+        f"| {r['n']:,} | {r['m']:,} | {r['tol']:g} | {r['gpu']['fit_s']:.1f} | "
+        f"{r['gpu']['iterations']} | {r['gpu']['rmse']:.6f} | "
+        + (f"{r['cpu']['fit_s']:.1f} | {r['cpu']['rmse']:.6f} |" if "cpu" in r else "– | – |")
+        for r in pcg) + "\n"
     _common.record("gpu", md, {"machine_gpu": machine, "roofline": roof, "pass": results,
-                               "decode": dec}, args=args)
+                               "decode": dec, "pcg": pcg}, args=args)
 
 
 if __name__ == "__main__":

@@ -75,6 +75,10 @@ class SweepData:
     held : tuple of ndarray or None
         The blocks of ``C`` kept in memory from the pass, float64 (a fit without a store on
         the local scheduler, within ``EngineOptions.sweep_memory``).
+    backend : str
+        The compute backend of recomputed blocks (``EngineOptions.backend``): PCG's tasks
+        fill and multiply them on a device backend's GPU
+        (``distsketch.engine.deviceblocks``).
     """
 
     n: int
@@ -87,6 +91,7 @@ class SweepData:
     dtype: Any
     location: str = "<memory>"
     held: tuple | None = None
+    backend: str = "numpy"
 
     def rows(self, i: int) -> tuple[int, int]:
         s = i * self.block_rows

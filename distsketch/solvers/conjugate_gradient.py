@@ -41,6 +41,7 @@ import numpy as np
 
 from .._hashing import data_fingerprint
 from ..backends.base import dense
+from ..engine.deviceblocks import device_block_products
 from ..engine.fused import fused_block_product
 from ..engine.rows import check_finite_block
 from ..engine.storeguard import DataChanged
@@ -106,6 +107,10 @@ def pcg_block(shared, item, ws) -> dict:
         out["fp"] = fp
         if step.V is None and not step.first:
             return out
+    on_device = device_block_products(data, i, ref, crc, step.V, yb, first=step.first, ws=ws)
+    if on_device is not None:  # a device backend: the block and its products on the GPU
+        out.update(on_device)
+        return out
     if FUSE_KERNEL_PRODUCT and step.V is not None and not step.first:
         GV = fused_block_product(data, i, ref, crc, step.V, ws)
         if GV is not None:

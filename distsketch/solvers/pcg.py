@@ -174,7 +174,7 @@ def _prepare_pcg(fs, config: dict, options, *, Kmm: LandmarkGram, n: int, block_
     ``key`` in a kept store (None in a temporary one)."""
     fs.prepare_pass(config, overwrite=options.overwrite)
     data = SweepData(n=n, block_rows=block_rows, m=Kmm.m, d=1, C=None, crcs=(),
-                     x=Kmm.fmap, dtype=dtype, location=fs.location)
+                     x=Kmm.fmap, dtype=dtype, location=fs.location, backend=options.backend)
 
     def states(key: dict):
         if fs.temporary:
@@ -480,7 +480,8 @@ def _kept_segments(fs, growth, Kmm: LandmarkGram, options):
                 for name in ("X", "Y"))
         data = SweepData(n=rows, block_rows=int(store.meta["pass"]["block_rows"]), m=Kmm.m,
                          d=1, C=None, crcs=(), x=Kmm.fmap,
-                         dtype=np.dtype(options.block_dtype), location=store.location)
+                         dtype=np.dtype(options.block_dtype), location=store.location,
+                         backend=options.backend)
         segments.append(Segment(data, Y, X))
     return Segments.of(segments)
 
