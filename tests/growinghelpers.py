@@ -15,6 +15,22 @@ def problem(n=150, d=4, seed=0):
     return X, y
 
 
+def cv_problem(n=200, seed=0):
+    """``(X, y, Y)`` of the cross-validation tests: a scalar target with a mean and binary
+    outputs of 6 columns, from 3 inputs."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    y = np.sin(X[:, 0]) + 0.3 * X[:, 1] + 0.5 * rng.normal(size=n) + 2.0
+    Y = (X @ rng.normal(size=(3, 6)) + 0.3 * rng.normal(size=(n, 6)) > 0.5).astype(float)
+    return X, y, Y
+
+
+def nan_rel(a, b):
+    """``max |a − b| / max |b|`` over the entries that are not NaN."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.nanmax(np.abs(a - b)) / np.nanmax(np.abs(b)))
+
+
 def appended(model, X, Y, cuts):
     """``model`` fitted on the rows before ``cuts[0]``, then each further slice appended."""
     model.fit(X[: cuts[0]], Y[: cuts[0]])

@@ -14,26 +14,13 @@ import distsketch as ds
 from conftest import SKETCH_TYPES
 from distsketch.engine.sums import fold_ids
 from distsketch.kernels import Gaussian
-from growinghelpers import appended
+from growinghelpers import appended, cv_problem, nan_rel
 from reference.closed_forms import dense, white
 
 F64 = ds.EngineOptions(block_dtype="float64", block_rows=37)
 LAMS = [1e-6, 1e-4, 1e-2, 1.0]
 FOLDS = "4:7"  # seeded folds: a hash of the row's position
 GX, GY = 0.3, 0.5
-
-
-def problem(n=200, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 3))
-    y = np.sin(X[:, 0]) + 0.3 * X[:, 1] + 0.5 * rng.normal(size=n) + 2.0
-    Y = (X @ rng.normal(size=(3, 6)) + 0.3 * rng.normal(size=(n, 6)) > 0.5).astype(float)
-    return X, y, Y
-
-
-def rel(a, b):
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return float(np.nanmax(np.abs(a - b)) / np.nanmax(np.abs(b)))
 
 
 def krr_cv(sketch, options=F64, **kw):
@@ -56,8 +43,8 @@ def scores(model):
 def assert_same_selection(model, fresh, tol):
     """The same grid, scores (to ``tol``), ranks and choice as ``fresh``."""
     assert model.cv_results_["params"] == fresh.cv_results_["params"]
-    assert rel(scores(model), scores(fresh)) < tol
-    assert rel(model.cv_results_["mean_test_score"], fresh.cv_results_["mean_test_score"]) < tol
+    assert nan_rel(scores(model), scores(fresh)) < tol
+    assert nan_rel(model.cv_results_["mean_test_score"], fresh.cv_results_["mean_test_score"]) < tol
     np.testing.assert_array_equal(np.isnan(scores(model)), np.isnan(scores(fresh)))
     np.testing.assert_array_equal(model.cv_results_["rank_test_score"],
                                   fresh.cv_results_["rank_test_score"])
@@ -67,7 +54,7 @@ def assert_same_selection(model, fresh, tol):
 @pytest.mark.parametrize("name", ["subsampling", "gaussian", "psparse_rademacher", "count"])
 @pytest.mark.parametrize("fit_intercept", [True, False])
 def test_krr_cv_appended_rows_equal_a_fresh_fit_with_the_same_sketch(name, fit_intercept):
-    X, y, _ = problem()
+    X, y, _ = cv_problem()
     model = appended(krr_cv(SKETCH_TYPES[name](24), fit_intercept=fit_intercept), X, y,
                      [110, 160])
     assert [b["rows"] for b in model.batches_] == [110, 50, 40]
@@ -76,24 +63,24 @@ def test_krr_cv_appended_rows_equal_a_fresh_fit_with_the_same_sketch(name, fit_i
     assert_same_selection(model, fresh, 1e-10)
     assert model.lam_ == fresh.lam_
     for lam in LAMS:  # the refit's whole λ path
-        assert rel(model.set_lam(lam).predict(X), fresh.set_lam(lam).predict(X)) < 1e-10
+        assert nan_rel(model.set_lam(lam).predict(X), fresh.set_lam(lam).predict(X)) < 1e-10
     np.testing.assert_allclose(model.intercept_, fresh.intercept_, rtol=1e-12)
 
 
 def test_krr_cv_r2_scoring_and_vector_targets():
-    X, y, _ = problem()
+    X, y, _ = cv_problem()
     Y = np.c_[y, np.cos(X[:, 1])]
     model = appended(krr_cv(ds.SubSampling(24), scoring="r2"), X, Y, [120])
     fresh = krr_cv(model.sketch_, scoring="r2").fit(X, Y)
     assert_same_selection(model, fresh, 1e-10)
-    assert rel(model.predict(X), fresh.predict(X)) < 1e-10
+    assert nan_rel(model.predict(X), fresh.predict(X)) < 1e-10
 
 
 @pytest.mark.parametrize("ranks", [None, [1, 3, 100]])
 @pytest.mark.parametrize("sides", [("subsampling", "subsampling"), ("gaussian", "count"),
                                    ("accumulation", "psparse_gaussian")])
 def test_sisokr_cv_appended_rows_equal_a_fresh_fit_with_the_same_sketches(sides, ranks):
-    X, _, Y = problem()
+    X, _, Y = cv_problem()
     sx, sy = (SKETCH_TYPES[s](m) for s, m in zip(sides, (24, 16)))
     model = appended(sisokr_cv(sx, sy, ranks=ranks), X, Y, [120, 170])
     fresh = sisokr_cv(model.input_sketch_, model.output_sketch_, ranks=ranks).fit(X, Y)
@@ -101,25 +88,25 @@ def test_sisokr_cv_appended_rows_equal_a_fresh_fit_with_the_same_sketches(sides,
     assert (model.lam_, model.rank_) == (fresh.lam_, fresh.rank_)
     np.testing.assert_array_equal(model.candidates_, fresh.candidates_)  # all batches' outputs
     Yc = Y[:30]
-    assert rel(model.score_candidates(X[:20], Yc), fresh.score_candidates(X[:20], Yc)) < 1e-10
+    assert nan_rel(model.score_candidates(X[:20], Yc), fresh.score_candidates(X[:20], Yc)) < 1e-10
 
 
 def test_float32_blocks_agree_to_float32_rounding():
-    X, y, Y = problem()
+    X, y, Y = cv_problem()
     f32 = ds.EngineOptions(block_rows=37)
     model = appended(krr_cv(ds.SubSampling(24), options=f32), X, y, [120])
     fresh = krr_cv(model.sketch_, options=f32).fit(X, y)
-    assert rel(scores(model), scores(fresh)) < 1e-4
-    assert rel(model.predict(X), fresh.predict(X)) < 1e-4
+    assert nan_rel(scores(model), scores(fresh)) < 1e-4
+    assert nan_rel(model.predict(X), fresh.predict(X)) < 1e-4
     sis = appended(sisokr_cv(ds.SubSampling(24), ds.SubSampling(16), options=f32), X, Y, [130])
     fresh = sisokr_cv(sis.input_sketch_, sis.output_sketch_, options=f32).fit(X, Y)
-    assert rel(scores(sis), scores(fresh)) < 1e-4
-    assert rel(sis.score_candidates(X[:20], Y[:30]), fresh.score_candidates(X[:20], Y[:30])) \
+    assert nan_rel(scores(sis), scores(fresh)) < 1e-4
+    assert nan_rel(sis.score_candidates(X[:20], Y[:30]), fresh.score_candidates(X[:20], Y[:30])) \
         < 1e-4
 
 
 def test_an_unfitted_model_fits():
-    X, y, _ = problem()
+    X, y, _ = cv_problem()
     a = krr_cv(ds.SubSampling(24)).partial_fit(X, y)
     b = krr_cv(ds.SubSampling(24)).fit(X, y)
     np.testing.assert_array_equal(scores(a), scores(b))
@@ -127,7 +114,7 @@ def test_an_unfitted_model_fits():
 
 
 def test_the_current_lams_are_scored():
-    X, y, _ = problem()
+    X, y, _ = cv_problem()
     model = krr_cv(ds.SubSampling(24)).fit(X[:120], y[:120])
     lams = [1e-5, 1e-3, 1e-1, 10.0]
     model.set_params(lams=lams)
@@ -138,12 +125,12 @@ def test_the_current_lams_are_scored():
 
 
 def test_forgetting_the_last_batch_equals_a_fresh_fit_without_it():
-    X, y, Y = problem()
+    X, y, Y = cv_problem()
     model = appended(krr_cv(ds.SubSampling(24)), X, y, [110, 160])
     model.forget(2)
     fresh = krr_cv(model.sketch_).fit(X[:160], y[:160])
     assert_same_selection(model, fresh, 1e-10)
-    assert rel(model.predict(X), fresh.predict(X)) < 1e-10
+    assert nan_rel(model.predict(X), fresh.predict(X)) < 1e-10
     sis = appended(sisokr_cv(ds.SubSampling(24), ds.SubSampling(16)), X, Y, [120, 170])
     sis.forget(2)
     fresh = sisokr_cv(sis.input_sketch_, sis.output_sketch_).fit(X[:170], Y[:170])
@@ -178,20 +165,20 @@ def test_rows_keep_the_fold_they_arrived_in():
     """Forgetting a batch before others: the later rows keep the folds of the positions they
     were appended at (a fresh fit on the remaining rows would hash their new positions);
     forgetting the fit's batch keeps its landmarks as the dictionary (``B`` stays)."""
-    X, y, _ = problem()
+    X, y, _ = cv_problem()
     model = appended(krr_cv(ds.SubSampling(24)), X, y, [100, 140])
     model.forget(1)  # rows 100–139
     keep = np.r_[0:100, 140:200]
     arrived = fold_ids(0, 200, 200, FOLDS)[keep]
     L = X[:100][model.sketch_.support]
     want = dense_krr_cv(model.sketch_, X[keep], y[keep], arrived, LAMS, L)
-    assert rel(scores(model), want) < 1e-8
+    assert nan_rel(scores(model), want) < 1e-8
     assert model.best_params_ == {"lam": LAMS[int(np.argmax(want.mean(axis=0)))]}
     # the refit reads the summed folds: a fresh fit on the remaining rows at any λ
     fresh = krr_cv(model.sketch_).fit(X[keep], y[keep])
-    assert rel(model.predict(X), fresh.set_lam(model.lam_).predict(X)) < 1e-10
+    assert nan_rel(model.predict(X), fresh.set_lam(model.lam_).predict(X)) < 1e-10
     assert (fold_ids(0, 160, 160, FOLDS) != arrived).any()  # the fresh fit's other folds
-    assert rel(scores(model), scores(fresh)) > 1e-6
+    assert nan_rel(scores(model), scores(fresh)) > 1e-6
     model.forget(0)  # rows 0–99 leave the sums, their landmarks stay
     assert [b["batch"] for b in model.batches_] == [2]
     model.partial_fit(X[100:120] + 0.01, y[100:120])  # placed after the sketch's rows
@@ -199,13 +186,13 @@ def test_rows_keep_the_fold_they_arrived_in():
     want = dense_krr_cv(model.sketch_, rows, np.r_[y[140:200], y[100:120]],
                         np.r_[fold_ids(140, 200, 200, FOLDS), fold_ids(100, 120, 200, FOLDS)],
                         LAMS, L)
-    assert rel(scores(model), want) < 1e-8
+    assert nan_rel(scores(model), want) < 1e-8
 
 
 def test_sisokr_cv_forgets_the_fits_batch():
     """SISOKRCV without the fit's batch: the per-fold surrogate errors of the model in the
     feature maps of the first batch's landmarks, densely (``E`` and ``B`` kept)."""
-    X, _, Y = problem()
+    X, _, Y = cv_problem()
     model = appended(sisokr_cv(ds.SubSampling(24), ds.SubSampling(16), ranks=None), X, Y,
                      [100])
     model.forget(0)
@@ -225,13 +212,13 @@ def test_sisokr_cv_forgets_the_fits_batch():
             g = Px[va] @ np.linalg.solve(A, Px[tr].T @ Py[tr])
             err = np.ones(va.sum()) - 2.0 * np.sum(g * Py[va], axis=1) + np.sum(g * g, axis=1)
             want[f, j] = -np.mean(err)  # k_Y(y, y) = 1 for the Gaussian kernel
-    assert rel(scores(model), want) < 1e-8
+    assert nan_rel(scores(model), want) < 1e-8
 
 
 def test_refusals_name_the_argument():
     from sklearn.model_selection import KFold
 
-    X, y, Y = problem()
+    X, y, Y = cv_problem()
     for est in (ds.SketchedKRRCV(sketch=ds.SubSampling(5)),  # cv=5: contiguous folds
                 krr_cv(ds.SubSampling(5), cv=KFold(4)),
                 ds.SISOKRCV(input_sketch=ds.SubSampling(5), output_sketch=ds.SubSampling(5))):
@@ -264,7 +251,7 @@ def test_refusals_name_the_argument():
 def test_a_kept_store_appends_as_in_memory(tmp_path):
     """With a kept store each batch is written there (its blocks, records and per-fold sums);
     the scores and the model are those of the same appends without a store."""
-    X, y, _ = problem()
+    X, y, _ = cv_problem()
     stored = appended(krr_cv(ds.SubSampling(20), store=str(tmp_path / "s.zarr")), X, y, [120, 160])
     memory = appended(krr_cv(ds.SubSampling(20)), X, y, [120, 160])
     np.testing.assert_array_equal(scores(stored), scores(memory))
@@ -275,7 +262,7 @@ def test_a_kept_store_appends_as_in_memory(tmp_path):
 
 
 def test_saved_models_take_rows_after_loading(tmp_path):
-    X, y, Y = problem()
+    X, y, Y = cv_problem()
     model = appended(krr_cv(ds.SubSampling(24)), X, y, [100, 140])
     model.save(str(tmp_path / "m.zarr"))
     back = ds.load(str(tmp_path / "m.zarr"))

@@ -23,7 +23,7 @@ from distsketch.engine.sums import fold_ids
 from distsketch.kernels import Gaussian
 from distsketch.model_selection import krr_cv as krr_cv_module
 from distsketch.sketches.whitened import WhitenedSketch
-from growinghelpers import appended, killed_then_resumed
+from growinghelpers import appended, cv_problem, killed_then_resumed, nan_rel
 from reference.closed_forms import dense
 
 # the grids' choices on these small problems may sit on an edge: advice, not an error here
@@ -34,19 +34,6 @@ F64 = ds.EngineOptions(block_dtype="float64", block_rows=37)
 LAMS = [1e-4, 1e-2, 1.0]
 GAMMAS = [0.1, 0.5, 3.0]
 FOLDS = "3:0"
-
-
-def problem(n=200, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 3))
-    y = np.sin(X[:, 0]) + 0.3 * X[:, 1] + 0.5 * rng.normal(size=n) + 2.0
-    Y = (X @ rng.normal(size=(3, 6)) + 0.3 * rng.normal(size=(n, 6)) > 0.5).astype(float)
-    return X, y, Y
-
-
-def rel(a, b):
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return float(np.nanmax(np.abs(a - b)) / np.nanmax(np.abs(b)))
 
 
 def draw(sketch):
@@ -75,7 +62,7 @@ def assert_same_selection(model, fresh, tol):
     """The same grid (every width × λ), per-fold scores to ``tol``, ranks and choice."""
     assert model.cv_results_["params"] == fresh.cv_results_["params"]
     np.testing.assert_array_equal(np.isnan(scores(model)), np.isnan(scores(fresh)))
-    assert rel(scores(model), scores(fresh)) < tol
+    assert nan_rel(scores(model), scores(fresh)) < tol
     np.testing.assert_array_equal(model.cv_results_["rank_test_score"],
                                   fresh.cv_results_["rank_test_score"])
     assert model.best_index_ == fresh.best_index_ and model.best_params_ == fresh.best_params_
@@ -85,7 +72,7 @@ def assert_same_krr(model, fresh, X, tol):
     assert_same_selection(model, fresh, tol)
     assert model.kernel_.gamma == fresh.kernel_.gamma and model.lam_ == fresh.lam_
     for lam in LAMS:  # the refit's whole λ path at the chosen width
-        assert rel(model.set_lam(lam).predict(X), fresh.set_lam(lam).predict(X)) < PRED_TOL
+        assert nan_rel(model.set_lam(lam).predict(X), fresh.set_lam(lam).predict(X)) < PRED_TOL
 
 
 # float64 blocks: the two differ by the order of the sums' additions (the batches' left fold
@@ -106,7 +93,7 @@ PRED_TOL = 1e-8
     ("leverage", lambda: ds.LeverageScores(24, lam=1e-3), True),  # drawn from the rows
 ])
 def test_krr_cv_grid_appends_as_a_fresh_fit_with_the_same_sketch(name, sketch, prewhiten):
-    X, y, _ = problem()
+    X, y, _ = cv_problem()
     options = ds.EngineOptions(block_dtype="float64", block_rows=37, prewhiten=prewhiten)
     model = krr_cv(sketch(), options=options).fit(X[:120], y[:120])
     fitted = dict(model.best_params_)
@@ -119,7 +106,7 @@ def test_krr_cv_grid_appends_as_a_fresh_fit_with_the_same_sketch(name, sketch, p
 
 
 def test_krr_cv_without_an_intercept_and_a_kernels_grid():
-    X, y, _ = problem()
+    X, y, _ = cv_problem()
     kw = {"fit_intercept": False, "kernels": ["gaussian", "laplacian"], "gammas": [0.1, 0.5]}
     model = appended(krr_cv(ds.SubSampling(24), **kw), X, y, [110])
     fresh = krr_cv(draw(model.sketch_), **kw).fit(X, y)
@@ -133,7 +120,7 @@ def test_krr_cv_without_an_intercept_and_a_kernels_grid():
                                    "gammas": None}])
 @pytest.mark.parametrize("prewhiten", [None, True])
 def test_sisokr_cv_grid_appends_as_a_fresh_fit_with_the_same_sketches(grid, prewhiten):
-    X, _, Y = problem()
+    X, _, Y = cv_problem()
     options = ds.EngineOptions(block_dtype="float64", block_rows=37, prewhiten=prewhiten)
     model = appended(sisokr_cv(ds.SubSampling(24), ds.SubSampling(16), options=options,
                                **grid), X, Y, [60, 130])
@@ -143,13 +130,13 @@ def test_sisokr_cv_grid_appends_as_a_fresh_fit_with_the_same_sketches(grid, prew
     assert (model.lam_, model.rank_) == (fresh.lam_, fresh.rank_)
     assert model.input_kernel_.get_params() == fresh.input_kernel_.get_params()
     np.testing.assert_array_equal(model.candidates_, fresh.candidates_)
-    assert rel(model.score_candidates(X[:20], Y[:30]), fresh.score_candidates(X[:20], Y[:30])) \
+    assert nan_rel(model.score_candidates(X[:20], Y[:30]), fresh.score_candidates(X[:20], Y[:30])) \
         < PRED_TOL
 
 
 def test_forgetting_the_appended_batch_gives_back_the_fit():
     """Forgetting batch 1 re-adds batch 0's sums alone: the fit's every width, bitwise."""
-    X, y, Y = problem()
+    X, y, Y = cv_problem()
     model = krr_cv(ds.SubSampling(24)).fit(X[:120], y[:120])
     fit_scores, fit_pred = scores(model), model.predict(X)
     model.partial_fit(X[120:], y[120:]).forget(1)
@@ -166,7 +153,7 @@ def test_forgetting_the_fits_batch_keeps_every_widths_dictionary():
     """Without the fit's batch, each width's fold scores are those of the Nyström models on
     the first batch's landmarks (its ``B~j`` kept), computed densely; one sketch for every
     width (``prewhiten=False``)."""
-    X, y, _ = problem()
+    X, y, _ = cv_problem()
     options = ds.EngineOptions(block_dtype="float64", block_rows=37, prewhiten=False)
     model = appended(krr_cv(ds.SubSampling(24), options=options), X, y, [100])
     model.forget(0)
@@ -186,13 +173,13 @@ def test_forgetting_the_fits_batch_keeps_every_widths_dictionary():
                 beta = np.linalg.pinv(0.5 * (A + A.T), rtol=1e-12, hermitian=True) \
                     @ C[tr].T @ (yr[tr] - ybar)
                 want[f, w * len(LAMS) + i] = -np.mean((yr[va] - C[va] @ beta - ybar) ** 2)
-    assert rel(scores(model), want) < 1e-8
+    assert nan_rel(scores(model), want) < 1e-8
 
 
 def test_saved_grid_models_append_after_loading(tmp_path):
     """A loaded model appends at every width: its own side is the chosen width's, the
     batches keep every width's kernel and realised sketch."""
-    X, y, Y = problem()
+    X, y, Y = cv_problem()
     options = ds.EngineOptions(block_dtype="float64", block_rows=37, prewhiten=True)
     model = krr_cv(ds.SubSampling(24), options=options, gammas=GAMMAS[::-1]).fit(X[:120],
                                                                                y[:120])
@@ -227,7 +214,7 @@ def test_a_kept_store_appends_as_in_memory_and_resumes_a_killed_append(tmp_path,
     model is that of the same appends in memory, and the model loaded from the store appends
     and forgets as it. An append killed in its re-solve leaves the fit's model; appending the
     rows again gives the uninterrupted append's model bitwise."""
-    X, y, _ = problem()
+    X, y, _ = cv_problem()
     path = tmp_path / "s.zarr"
     stored = appended(krr_cv(ds.SubSampling(20), store=str(path)), X, y, [120, 160])
     memory = appended(krr_cv(ds.SubSampling(20)), X, y, [120, 160])
@@ -256,7 +243,7 @@ def test_an_append_killed_in_its_pass_resumes_every_width_bitwise(tmp_path, monk
     """Killed after the batch's first stored block: appending the rows again reads that block
     back (its further widths' blocks computed again from the rows) and computes the others;
     the model is the uninterrupted append's, bitwise."""
-    X, y, _ = problem()
+    X, y, _ = cv_problem()
     path = tmp_path / "s.zarr"
     krr_cv(ds.SubSampling(20), store=str(path)).fit(X[:120], y[:120])
     written, real, lock = [], accumulate._write_block, threading.Lock()
@@ -283,7 +270,7 @@ def test_an_append_killed_in_its_pass_resumes_every_width_bitwise(tmp_path, monk
 
 def test_sparse_and_dask_batches():
     da = pytest.importorskip("dask.array")
-    X, y, Y = problem()
+    X, y, Y = cv_problem()
     Xs = sp.csr_array(np.where(np.abs(X) > 0.5, X, 0.0))
     model = krr_cv(ds.SubSampling(24)).fit(Xs[:120], y[:120]).partial_fit(Xs[120:], y[120:])
     fresh = krr_cv(draw(model.sketch_)).fit(Xs, y)
@@ -297,7 +284,7 @@ def test_sparse_and_dask_batches():
 def test_the_fitted_grid_is_scored():
     """A grid given after the fit (set_params) is not re-scored: the batches hold the fitted
     widths' sums, and the re-solve scores those, labelled as fitted."""
-    X, y, _ = problem()
+    X, y, _ = cv_problem()
     model = krr_cv(ds.SubSampling(24)).fit(X[:120], y[:120])
     model.set_params(gammas=[1.0, 2.0])
     model.partial_fit(X[120:], y[120:])

@@ -124,14 +124,7 @@ def test_pcg_block_same_with_and_without_fusion(monkeypatch, first):
              Segment(_sweep_data(fmap, 400), y[300:], A[300:])]
     data, _, _ = Segments.of(parts)
     step = PCGStep(V, first=first)
-    used = []
-
-    def spy(*args):
-        out = fused_block_product(*args)
-        used.append(out is not None)
-        return out
-
-    monkeypatch.setattr(conjugate_gradient, "fused_block_product", spy)
+    used = _spied(monkeypatch)
     fused = pcg_block((data, step), (1, A[300:], None, y[300:]), Workspace())
     monkeypatch.setattr(conjugate_gradient, "FUSE_KERNEL_PRODUCT", False)
     plain = pcg_block((data, step), (1, A[300:], None, y[300:]), Workspace())
@@ -141,8 +134,8 @@ def test_pcg_block_same_with_and_without_fusion(monkeypatch, first):
         np.testing.assert_array_equal(fused[key], plain[key])
 
 
-def _fit_twice(monkeypatch, make, X, y):
-    """``make()`` fitted with the fusion on (counting the fused blocks) and off."""
+def _spied(monkeypatch) -> list:
+    """Whether each block took the fused product (True) or fell back (False), in order."""
     used = []
 
     def spy(*args):
@@ -151,6 +144,12 @@ def _fit_twice(monkeypatch, make, X, y):
         return out
 
     monkeypatch.setattr(conjugate_gradient, "fused_block_product", spy)
+    return used
+
+
+def _fit_twice(monkeypatch, make, X, y):
+    """``make()`` fitted with the fusion on (counting the fused blocks) and off."""
+    used = _spied(monkeypatch)
     fused = make().fit(X, y)
     monkeypatch.setattr(conjugate_gradient, "FUSE_KERNEL_PRODUCT", False)
     plain = make().fit(X, y)
