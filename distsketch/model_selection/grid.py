@@ -15,8 +15,8 @@ import warnings
 
 import numpy as np
 
-__all__ = ["GridEdgeWarning", "grid_edges", "warn_edges", "prefixes_of", "candidate_kernels",
-           "json_kernels", "check_gammas", "with_width"]
+__all__ = ["GridEdgeWarning", "grid_edges", "warn_edges", "prefixes_of", "kernel_descriptions",
+           "candidate_kernels", "json_kernels", "check_gammas", "with_width"]
 
 
 class GridEdgeWarning(UserWarning):
@@ -99,6 +99,15 @@ def prefixes_of(prefixes, gammas):
     if prefixes is not None:
         return [dict(p) for p in prefixes]
     return None if gammas is None else [{"gamma": g} for g in gammas]
+
+
+def kernel_descriptions(prefixes) -> list | None:
+    """The ``kernels_`` of a fitted grid: each candidate's kernel description from its
+    ``cv_results_`` columns ``prefixes``, or None where the grid has no ``kernels`` (a width
+    grid, or none)."""
+    if prefixes is None or "kernel" not in prefixes[0]:
+        return None
+    return [p["kernel"] for p in prefixes]
 
 
 def candidate_kernels(kernel, kernels, gammas, *, kernel_name: str):

@@ -45,7 +45,13 @@ from .folds import (
     fold_spec,
     ordered_sum,
 )
-from .grid import candidate_kernels, check_gammas, json_kernels, prefixes_of
+from .grid import (
+    candidate_kernels,
+    check_gammas,
+    json_kernels,
+    kernel_descriptions,
+    prefixes_of,
+)
 from .scoring import krr_fold_error, resolved, set_best
 
 if TYPE_CHECKING:
@@ -217,7 +223,7 @@ class SketchedKRRCV(SketchedKRR):
 
     def _growth_result(self, growth):
         self._widths = fitted_widths(growth, "kernel")
-        return growth.result()
+        return super()._growth_result(growth)
 
     def _growth_refusal(self, spec: FitSpec) -> str | None:
         return self._appending_refusal()
@@ -248,8 +254,7 @@ class SketchedKRRCV(SketchedKRR):
         intercept = bool(self.fit_intercept)
         self.kernel_ = widths[best_width]
         self.gammas_ = gammas
-        self.kernels_ = None if self._prefixes is None or "kernel" not in self._prefixes[0] \
-            else [p["kernel"] for p in self._prefixes]
+        self.kernels_ = kernel_descriptions(self._prefixes)
         self.sketch_ = res.x_sketch_of(best_width)  # pre-whitened for that width's kernel
         self.landmarks_ = res.x_landmarks
         self.input_solution_, rhs = solve_krr({"G": G, "B": B, "b": b}, self.sketch_,
@@ -341,8 +346,7 @@ class SketchedKRRCV(SketchedKRR):
         # what a re-solve over appended rows reads (models saved before: no batches held);
         # the input kernels of a grid are the batches' (_growth_result)
         self._folds, self._widths = state.get("cv_folds"), None
-        self.kernels_ = None if self._prefixes is None or "kernel" not in self._prefixes[0] \
-            else [p["kernel"] for p in self._prefixes]
+        self.kernels_ = kernel_descriptions(self._prefixes)
         set_best(self, np.asarray(arrays["cv_scores"]),
                   _krr_params(self.lams_, self.gammas_, self._prefixes), state["best_index"])
 

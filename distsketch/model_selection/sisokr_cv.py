@@ -34,7 +34,13 @@ from .folds import (
     fold_spec,
     ordered_sum,
 )
-from .grid import candidate_kernels, check_gammas, json_kernels, prefixes_of
+from .grid import (
+    candidate_kernels,
+    check_gammas,
+    json_kernels,
+    kernel_descriptions,
+    prefixes_of,
+)
 from .scoring import auto_scoring, is_binary, set_best
 
 if TYPE_CHECKING:
@@ -240,7 +246,7 @@ class SISOKRCV(SISOKR):
 
     def _growth_result(self, growth):
         self._widths = fitted_widths(growth, "input_kernel")
-        return growth.result()
+        return super()._growth_result(growth)
 
     def _x_widths(self, spec: FitSpec) -> tuple:
         return () if self._widths is None else tuple(self._widths[1:])
@@ -282,8 +288,7 @@ class SISOKRCV(SISOKR):
             SISOKR._solve(self, self._width_spec(spec, best_width),
                           self._width_result(res, best_width))
         self.gammas_ = gammas
-        self.kernels_ = None if self._prefixes is None or "kernel" not in self._prefixes[0] \
-            else [p["kernel"] for p in self._prefixes]
+        self.kernels_ = kernel_descriptions(self._prefixes)
         # the refit at the best (λ, p): best first, as SISOKR(lam=[...], rank=[...]) would
         best_lam, best_rank = self.best_params_["lam"], self.best_params_["rank"]
         self.lams_ = (best_lam, *[v for v in lams if v != best_lam])
@@ -434,8 +439,7 @@ class SISOKRCV(SISOKR):
         params = [{"lam": float(a), "rank": None if b is None else int(b)}
                   for a, b in state["cv_params"]]
         self._prefixes = prefixes_of(state.get("cv_prefixes"), self.gammas_)
-        self.kernels_ = None if self._prefixes is None or "kernel" not in self._prefixes[0] \
-            else [p["kernel"] for p in self._prefixes]
+        self.kernels_ = kernel_descriptions(self._prefixes)
         if self._prefixes is not None:  # the pairs repeat per kernel, the outer loop
             per = len(params) // len(self._prefixes)
             params = [{**self._prefixes[i // per], **p} for i, p in enumerate(params)]
