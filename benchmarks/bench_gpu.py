@@ -30,8 +30,18 @@ density is where a sparse route's time meets the dense one's (linear interpolati
 densities); the smallest ``sparse`` crossover over the shapes is the value to write into
 ``DEVICE_SPARSE_MAX_DENSITY`` (below it the sparse route won on every shape measured).
 
+PCG's preconditioner on the driver's device (section ``gpu_factor``): the threshold behind
+``distsketch.backends.cuda.DEVICE_FACTOR_MIN_M`` (a placeholder until this runs on a GPU). For
+``m`` landmarks (``--factor-ms``, default 10 000 and 20 000; d = 20, Gaussian), the host's and
+the device's (``distsketch.solvers.devicefactor``) times of the three things PCG's driver
+does: factoring ``K_mm`` (``factor_kmm``, the device's including its copy of ``K_mm`` over the
+bus), building the preconditioner for one λ, and one iteration's driver work (``Pᵀ``, ``P``
+and ``K_mm`` applied to one column; median of ``--repeats``). The host runs on every core
+(``driver_threads``). ``K_mm``'s fill is left out of both, since it is the same host work.
+
     python benchmarks/bench_gpu.py [--n 1000000,10000000] [--m 1000,4000] [--quick]
     python benchmarks/bench_gpu.py --sparse-only [--densities 0.001,0.002,...]
+    python benchmarks/bench_gpu.py --factor-only [--factor-ms 10000,20000]
 
 Without CuPy and a CUDA device the full run stops at once (nothing is measured or written).
 ``--quick`` runs tiny sizes once and writes nothing: on a machine without a GPU it runs the
@@ -42,7 +52,7 @@ check the script end to end — those "device" times are host times and are labe
 measurement, with ``"complete": false`` until the run ends, so a run cut short keeps what it
 measured); ``--no-record`` leaves benchmarks/RESULTS.md, ENGINE.md and results/ alone (a
 borrowed machine's copy of the tree: benchmarks/gpu_check.sh passes both). Sections: ``gpu``
-(RESULTS.md) and ``gpu_sparse`` (ENGINE.md).
+(RESULTS.md), ``gpu_sparse`` and ``gpu_factor`` (ENGINE.md).
 """
 
 from __future__ import annotations
@@ -225,6 +235,61 @@ def sparse_report(rows: list[dict], label: str) -> tuple[str, dict]:
     return "\n".join(lines), cross
 
 
+def _driver_seconds(gram, v: np.ndarray, repeats: int) -> dict:
+    """Seconds of ``factor_kmm(gram)``, of one λ's preconditioner and (median of ``repeats``)
+    of one iteration's ``Pᵀ``, ``P`` and ``K_mm`` products, on ``gram``'s device or host."""
+    from distsketch.solvers.preconditioner import Preconditioner, factor_kmm
+
+    t = time.perf_counter()
+    T = factor_kmm(gram)
+    factor_s = time.perf_counter() - t
+    t = time.perf_counter()
+    P = (Preconditioner(gram, PCG_LAM, 10**6, T=T) if gram.on_device is None
+         else gram.on_device.preconditioner(T, PCG_LAM, 10**6))
+    precond_s = time.perf_counter() - t
+    return {"factor_s": factor_s, "preconditioner_s": precond_s,
+            "iteration_s": _host_seconds(lambda: P.apply(P.apply_t(v)) + gram.dot(v), repeats)}
+
+
+def factor_compare(device_be, ms: list[int], repeats: int, on_row=None) -> list[dict]:
+    """Per ``m``: seconds of ``factor_kmm``, of one λ's preconditioner and of one iteration's
+    driver work (``P.apply_t``, ``P.apply``, ``K_mm v``; median of ``repeats``), on the host
+    and on ``device_be``'s device. ``on_row(rows)`` after each ``m``."""
+    import distsketch as ds
+    from distsketch.engine.features import FeatureMap
+    from distsketch.options import driver_threads
+    from distsketch.solvers.devicefactor import DeviceAlgebra
+    from distsketch.solvers.preconditioner import LandmarkGram, factor_kmm
+
+    rows = []
+    for m in ms:
+        land = np.random.default_rng(5).standard_normal((m, D))
+        fmap = FeatureMap(ds.Gaussian(gamma=GAMMA), land, None, 2048, None)
+        v = np.random.default_rng(6).standard_normal((m, 1))
+        row = {"m": m}
+        for where in ("host", "device"):
+            device = None if where == "host" else DeviceAlgebra(device_be)
+            if device is not None:  # warm-up: cuSOLVER's and cuBLAS's first calls
+                small = LandmarkGram(FeatureMap(ds.Gaussian(gamma=GAMMA), land[:256], None,
+                                                2048, None), on_device=DeviceAlgebra(device_be))
+                small.on_device.preconditioner(factor_kmm(small), PCG_LAM, 10**6).apply(v[:256])
+            with driver_threads(m):
+                row.update({f"{where}_{k}": t for k, t in
+                            _driver_seconds(LandmarkGram(fmap, on_device=device), v,
+                                            repeats).items()})
+        row["device_wins"] = (row["device_factor_s"] + row["device_preconditioner_s"]
+                              < row["host_factor_s"] + row["host_preconditioner_s"]
+                              and row["device_iteration_s"] < row["host_iteration_s"])
+        rows.append(row)
+        print(f"factor m={m}: host factor {row['host_factor_s']:.2f} s, preconditioner "
+              f"{row['host_preconditioner_s']:.2f} s, iteration {row['host_iteration_s']:.3f} s;"
+              f" device {row['device_factor_s']:.2f} / {row['device_preconditioner_s']:.2f} / "
+              f"{row['device_iteration_s']:.3f} s")
+        if on_row is not None:
+            on_row(rows)
+    return rows
+
+
 #: PCG's λ and iteration cap (the issue's n = 10⁶, m = 2·10⁴ fits at tol 1e-3 and 1e-6).
 PCG_LAM = 1e-6
 PCG_MAX_ITER = 200
@@ -289,6 +354,39 @@ def decode_seconds(q: int, c: int, r: int, k: int, backend: str, candidate_rows:
     return time.perf_counter() - t
 
 
+def factor_only(args, out: dict, device_be, label: str, machine: str, *, record: bool) -> None:
+    """``--factor-only``: :func:`factor_compare`, its JSON and (a GPU, no ``--quick`` or
+    ``--no-record``) ENGINE.md's section ``gpu_factor``."""
+    import distsketch.backends.cuda as dcuda
+
+    ms = [300, 600] if args.quick else [int(v) for v in args.factor_ms.split(",")]
+    rows = factor_compare(device_be, ms, 1 if args.quick else args.repeats,
+                          on_row=lambda rows: write_json(args.json, {**out, "factor": rows}))
+    wins = [r["m"] for r in rows if r["device_wins"]]
+    out.update(factor=rows, device_factor_min_m=dcuda.DEVICE_FACTOR_MIN_M,
+               device_wins_from=min(wins) if wins else None, complete=True)
+    write_json(args.json, out)
+    print(f"factor ({label}): the device wins (factor + preconditioner, and the iteration) at "
+          f"m = {wins or 'none measured'}; DEVICE_FACTOR_MIN_M is {dcuda.DEVICE_FACTOR_MIN_M}")
+    if args.quick or args.no_record or not record:
+        print("(--quick / no GPU / --no-record: nothing recorded)")
+        return
+    table = "\n".join(
+        f"| {r['m']:,} | {r['host_factor_s']:.2f} | {r['device_factor_s']:.2f} | "
+        f"{r['host_preconditioner_s']:.2f} | {r['device_preconditioner_s']:.2f} | "
+        f"{r['host_iteration_s']:.4f} | {r['device_iteration_s']:.4f} |" for r in rows)
+    _common.record("gpu_factor", f"""GPU: {machine}. Host: {_common.machine()['cores']} cores
+(`driver_threads`). PCG's driver work for m Gaussian landmarks (d = {D}): `factor_kmm` (the
+device's including the copy of `K_mm` over the bus), one λ's preconditioner, and one
+iteration's `Pᵀ`, `P` and `K_mm` products on one column (median of {args.repeats}); seconds.
+`DEVICE_FACTOR_MIN_M` was {dcuda.DEVICE_FACTOR_MIN_M} during this run; the device won both
+at m = {wins or 'none measured'}.
+
+| m | host factor | device factor | host preconditioner | device preconditioner | host iteration | device iteration |
+|---:|---:|---:|---:|---:|---:|---:|
+""" + table + "\n", {"machine_gpu": machine, "rows": rows}, args=args)
+
+
 def main() -> None:
     ap = _common.parser(__doc__, quick="n = 20 000, m = 200, 50 × 20 000 decoding, one sparse "
                         "shape", repeats=5,
@@ -304,6 +402,10 @@ def main() -> None:
                     help="threads of the scheduler feeding the one GPU")
     ap.add_argument("--sparse-only", action="store_true",
                     help="only the sparse-rows crossover (section gpu_sparse)")
+    ap.add_argument("--factor-only", action="store_true",
+                    help="only PCG's preconditioner, host against device (section gpu_factor)")
+    ap.add_argument("--factor-ms", default="10000,20000",
+                    help="landmarks of the preconditioner comparison, comma-separated")
     ap.add_argument("--densities", default=SPARSE_DENSITIES,
                     help="densities of the sparse-rows crossover, comma-separated")
     ap.add_argument("--pcg-n", type=int, default=1_000_000, help="PCG's training rows")
@@ -337,7 +439,7 @@ def main() -> None:
         gpu = {"device": "cuda", "backend": "numpy"}
         label, machine = "GPU", gpu_description()
         device_be, seconds = get_backend("cuda"), _device_seconds
-        roof = None if args.sparse_only else gpu_roofline()
+        roof = None if args.sparse_only or args.factor_only else gpu_roofline()
     else:
         from distsketch.backends.cuda import CupyBackend
         from distsketch.testing.devices import HostModules
@@ -348,9 +450,13 @@ def main() -> None:
         seconds = _host_seconds
     print(f"device path: {label} — {machine}")
     out = {"command": _common.command_line(), "quick": args.quick,
-           "sparse_only": args.sparse_only, "device_path": label, "machine_gpu": machine,
-           "emulated": why is not None, "roofline": roof, "complete": False}
+           "sparse_only": args.sparse_only, "factor_only": args.factor_only,
+           "device_path": label, "machine_gpu": machine, "emulated": why is not None,
+           "roofline": roof, "complete": False}
     write_json(args.json, out)
+    if args.factor_only:
+        factor_only(args, out, device_be, label, machine, record=why is None)
+        return
     densities = [float(v) for v in args.densities.split(",")]
     shapes, n_land = SPARSE_SHAPES, SPARSE_LANDMARKS
     if args.quick:

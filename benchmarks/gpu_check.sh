@@ -2,7 +2,7 @@
 # The CUDA path on a borrowed GPU machine, in one run within a hard time budget: install the
 # brought wheels (dask, distributed, zarr and the dependencies that machine lacks), record the
 # device and versions, run `pytest -m gpu`, then benchmarks/bench_gpu.py --quick and (time
-# left) --sparse-only, every log and JSON into OUTDIR. Always exits 0 after writing
+# left) --factor-only and --sparse-only, every log and JSON into OUTDIR. Always exits 0 after writing
 # OUTDIR/summary.json (each step's status, exit code, seconds; the pytest counts), printed last.
 #
 #   bash benchmarks/gpu_check.sh OUTDIR [--budget SECONDS]      # default budget 330 s
@@ -13,7 +13,8 @@
 # 2. run(command='bash benchmarks/gpu_check.sh "$OUT" --budget 330',
 #        carry=[".gpu-wheels"], timeout_s=360)
 #    (no `kind`: one H100 is plenty). The files come back under files_at: summary.json,
-#    env.txt/env.json, gpu-tests.{log,xml}, bench-quick.{log,json}, bench-sparse.{log,json}.
+#    env.txt/env.json, gpu-tests.{log,xml}, bench-quick.{log,json}, bench-factor.{log,json},
+#    bench-sparse.{log,json}.
 # 3. give_back() unless rerunning at once. A rerun of one part on the still-warm machine
 #    (.gpu-site/ stays there, so the install is skipped):
 #        run(command='GPU_CHECK_STEPS=install,env,sparse bash benchmarks/gpu_check.sh "$OUT" --budget 240',
@@ -22,7 +23,8 @@
 #
 # Budget B (seconds; the run ends by B + ~1 s): install <= 90 s and env probe <= 40 s out of the
 # time left; tests min(B*180/330, left - B*90/330) (180 s at the default: the benchmark keeps at
-# least B*90/330); bench --quick min(B*100/330, left); bench --sparse-only whatever is left.
+# least B*90/330); bench --quick min(B*100/330, left); bench --factor-only min(B*45/330, left);
+# bench --sparse-only whatever is left.
 # Each step runs under `timeout -k 2 LIMIT` (its whole process group is signalled); 5 s stay
 # reserved for the kill grace and summary.json. Step statuses: ok, failed, timeout, skipped
 # (install not needed, or not in GPU_CHECK_STEPS), not_run (no time left), no_tests (pytest
@@ -43,7 +45,7 @@
 #   GPU_SITE                  pip --target folder put first on PYTHONPATH (default .gpu-site)
 #   GPU_CHECK_FORCE_INSTALL=1 install even when dask, distributed and zarr import
 #   GPU_CHECK_PIP_ARGS        extra pip arguments (e.g. --python-version 3.12)
-#   GPU_CHECK_STEPS           comma list of install,env,tests,bench,sparse (default: all)
+#   GPU_CHECK_STEPS           comma list of install,env,tests,bench,factor,sparse (default: all)
 #   GPU_CHECK_PYTEST_TARGETS  pytest paths instead of the configured testpaths
 set -u
 
@@ -69,10 +71,11 @@ mkdir -p "$OUTDIR" && OUT=$(cd "$OUTDIR" && pwd) || { echo "gpu_check: cannot cr
 PY=${GPU_CHECK_PYTHON:-python3}
 WHEELS=${GPU_WHEELS:-$ROOT/.gpu-wheels}
 SITE=${GPU_SITE:-$ROOT/.gpu-site}
-STEPS=",${GPU_CHECK_STEPS:-install,env,tests,bench,sparse},"
+STEPS=",${GPU_CHECK_STEPS:-install,env,tests,bench,factor,sparse},"
 RESERVE_S=5   # kill grace (2 s) + summary.json
 END_MS=$((START_MS + (BUDGET - RESERVE_S) * 1000))
 TEST_SHARE=$((BUDGET * 180 / 330)) BENCH_MIN=$((BUDGET * 90 / 330)) QUICK_SHARE=$((BUDGET * 100 / 330))
+FACTOR_SHARE=$((BUDGET * 45 / 330))
 export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 STEPS_TSV="$OUT/steps.tsv"
@@ -316,7 +319,7 @@ else
     record tests skipped "" 0 0 "not in GPU_CHECK_STEPS"
 fi
 
-# ---- 4. benchmark: --quick, then --sparse-only -----------------------------------------------
+# ---- 4. benchmark: --quick, then --factor-only and --sparse-only ----------------------------
 bench_status() {  # bench_gpu.py exits 2 with this sentence when there is no CuPy/device
     if [[ $RC == 2 ]] && grep -q "nothing measured, nothing written" "$1"; then
         STATUS=no_gpu
@@ -335,6 +338,19 @@ if wanted bench; then
     fi
 else
     record bench_quick skipped "" 0 0 "not in GPU_CHECK_STEPS"
+fi
+if wanted factor; then
+    limit=$(min "$FACTOR_SHARE" "$(left_s)")
+    step bench_factor "$limit" "$OUT/bench-factor.log" \
+        "$PY" benchmarks/bench_gpu.py --factor-only --no-record --json "$OUT/bench-factor.json"
+    if [[ $STATUS != not_run ]]; then
+        bench_status "$OUT/bench-factor.log" bench_factor
+        record bench_factor "$STATUS" "$RC" "$SECS" "$limit" \
+            "$(grep -m1 '^factor (' "$OUT/bench-factor.log")"
+        grep -E '^(device path|factor|bench_gpu:)' "$OUT/bench-factor.log" | sed 's/^/  /'
+    fi
+else
+    record bench_factor skipped "" 0 0 "not in GPU_CHECK_STEPS"
 fi
 if wanted sparse; then
     limit=$(left_s)
@@ -372,7 +388,7 @@ env = load("env.json") or {}
 cuda = env.get("cuda", {})
 LOGS = {"install": "install.log", "env": "env.log", "tests": "gpu-tests.log",
         "tests_w_default": "gpu-tests-w-default.log", "bench_quick": "bench-quick.log",
-        "bench_sparse": "bench-sparse.log"}
+        "bench_factor": "bench-factor.log", "bench_sparse": "bench-sparse.log"}
 for name, step in steps.items():  # what went wrong, at a glance
     if step["status"] in ("failed", "timeout", "no_tests") and name in LOGS:
         try:
@@ -432,6 +448,8 @@ summary = {
                          if "tests_w_default" in steps else None),
     "bench_quick": bench("bench-quick.json", ("complete", "emulated", "device_path",
                                               "roofline", "pass", "decode", "sparse_crossover")),
+    "bench_factor": bench("bench-factor.json", ("complete", "emulated", "device_path", "factor",
+                                                "device_factor_min_m", "device_wins_from")),
     "bench_sparse": bench("bench-sparse.json", ("complete", "emulated", "device_path",
                                                 "sparse_crossover", "device_sparse_max_density")),
 }

@@ -116,6 +116,15 @@ class Tuning:
         each backend's threshold (``Backend.sparse_max_density``: for CuPy
         ``distsketch.backends.cuda.DEVICE_SPARSE_MAX_DENSITY``, a placeholder of 2 % until measured on
         a GPU by ``python benchmarks/bench_gpu.py --sparse-only``); a number overrides it.
+    device_factor_min_m : int or None
+        Landmarks (m) from which PCG, on a device backend (``EngineOptions(device="cuda")``),
+        factors ``K_mm`` and applies its preconditioner on the driver's device
+        (``distsketch.solvers.devicefactor``): ``None`` takes the backend's own threshold
+        (``Backend.factor_min_m``: for CuPy ``distsketch.backends.cuda.DEVICE_FACTOR_MIN_M``,
+        a placeholder of 4096 until measured on a GPU by ``python benchmarks/bench_gpu.py
+        --factor-only``); a number overrides it. Where the driver has no device (a driver
+        without CuPy or a GPU, workers with one), the host factors. The model is the same to
+        the solver's ``tol`` either way (the factor differs by rounding).
     whole_problem_entries : int
         The Newton route of the losses with entry-wise kinks (scalar ε-insensitive, pinball,
         joint quantiles) gathers every entry at each of its kinks (``n·d`` entries, ``2n`` for
@@ -166,6 +175,7 @@ class Tuning:
     sparse_max_density: float = 0.08
     sparse_panel_bytes: int = 4 << 20
     device_sparse_max_density: float | None = None
+    device_factor_min_m: int | None = None
     whole_problem_entries: int = 4000
     eigen_crossover: tuple = ((250, 5.2), (500, 7.1), (1000, 7.2), (2000, 19.6), (3000, 18.2))
 
@@ -253,6 +263,8 @@ def check_tuning(tuning: Tuning | None) -> Tuning:
              what=" (bytes; 0: CSR × CSR products)")
     _real(t.device_sparse_max_density, "device_sparse_max_density", low=0.0, high=1.0,
           allow_none=True, what=" (None: the backend's own threshold)")
+    _integer(t.device_factor_min_m, "device_factor_min_m", low=1, allow_none=True,
+             what=" (landmarks)")
     _integer(t.whole_problem_entries, "whole_problem_entries", low=0,
              what=" (entries; 0: never the whole problem)")
     pairs = _crossover(t.eigen_crossover)

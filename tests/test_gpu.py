@@ -14,6 +14,7 @@ block rounding by its conditioning).
 from __future__ import annotations
 
 import collections
+import json
 import subprocess
 import sys
 import types
@@ -26,29 +27,23 @@ import scipy.sparse as sp
 import distsketch as ds
 import distsketch.backends.cuda as dcuda
 from conftest import CLOSED_FORM_RTOL
-from distsketch.backends.base import BACKENDS, get_backend, register_backend
+from distsketch.backends.base import BACKENDS, register_backend
 from distsketch.backends.cuda import CupyBackend
 from distsketch.decoding.preimage import decode_fixed, decode_ragged
 from distsketch.engine.features import FeatureMap
 from distsketch.linalg import topk
 from distsketch.options import check_options
 from distsketch.testing.devices import EmulatedCSR, EmulatedDeviceArray, HostModules
-from gpuhelpers import cupy_skip_reason
+from gpuhelpers import DEVICE_PARAMS, cupy_skip_reason, pick_device
 from reference.errors import norm_rel_err
 
 EMU = register_backend(CupyBackend(HostModules(), name="cuda-emulated"))
 
 
-@pytest.fixture(params=["emulated", pytest.param("cupy", marks=pytest.mark.gpu)])
+@pytest.fixture(params=DEVICE_PARAMS)
 def device(request):
     """``(backend, exact)``: the emulated backend (bitwise the host results) or real CuPy."""
-    if request.param == "emulated":
-        register_backend(EMU)  # its array types map to it (another test may register a twin)
-        return EMU, True
-    reason = cupy_skip_reason()
-    if reason:
-        pytest.skip(reason)
-    return get_backend("cuda"), False
+    return pick_device(request.param, EMU)
 
 
 @pytest.fixture
@@ -538,7 +533,7 @@ def test_device_cuda_without_a_device_says_so(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_bench_gpu_quick_runs_and_records_nothing_without_a_gpu():
+def test_bench_gpu_quick_runs_and_records_nothing_without_a_gpu(tmp_path):
     if cupy_skip_reason() is None:
         pytest.skip("a GPU is present: the quick run would measure it (run it by hand)")
     from pathlib import Path
@@ -555,3 +550,15 @@ def test_bench_gpu_quick_runs_and_records_nothing_without_a_gpu():
     full = subprocess.run([sys.executable, str(bench / "bench_gpu.py"), "--n", "1000"],
                           capture_output=True, text=True, timeout=600, cwd=bench)
     assert full.returncode == 2 and "nothing measured, nothing written" in full.stdout
+    # the preconditioner's host-against-device comparison, on the stand-in
+    path = tmp_path / "factor.json"
+    factor = subprocess.run([sys.executable, str(bench / "bench_gpu.py"), "--factor-only",
+                             "--quick", "--json", str(path)],
+                            capture_output=True, text=True, timeout=600, cwd=bench)
+    assert factor.returncode == 0, factor.stderr[-3000:]
+    assert "NOT a GPU" in factor.stdout and "nothing recorded" in factor.stdout
+    got = json.loads(path.read_text())
+    assert got["complete"] and got["emulated"] and [r["m"] for r in got["factor"]] == [300, 600]
+    for row in got["factor"]:
+        assert all(row[f"{w}_{k}_s"] > 0 for w in ("host", "device")
+                   for k in ("factor", "preconditioner", "iteration"))

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 #: The brought wheels (../shared/wheels beside the clone; README there).
 WHEELS = Path(__file__).resolve().parents[2] / "shared" / "wheels" / "py312"
-STEPS = ("install", "env", "tests", "bench_quick", "bench_sparse")
+STEPS = ("install", "env", "tests", "bench_quick", "bench_factor", "bench_sparse")
 STATUSES = {"ok", "failed", "timeout", "skipped", "not_run", "no_tests", "no_gpu"}
 
 pytestmark = pytest.mark.skipif(shutil.which("timeout") is None, reason="no coreutils timeout")
@@ -52,7 +52,7 @@ def test_without_a_gpu_every_step_is_recorded_and_the_run_exits_0(tmp_path):
     proc, wall, summary = run_check(out, 60, GPU_SITE=str(tmp_path / "site"))
     assert wall < 65 and summary["elapsed_s"] <= 60 and summary["within_budget"]
     assert {"budget_s", "elapsed_s", "gpu_ok", "device", "cuda", "versions", "steps", "pytest",
-            "bench_quick", "bench_sparse", "ok", "files"} <= set(summary)
+            "bench_quick", "bench_factor", "bench_sparse", "ok", "files"} <= set(summary)
     steps = summary["steps"]
     # dask, distributed and zarr import here: nothing to install
     assert steps["install"]["status"] == "skipped" and not (tmp_path / "site").exists()
@@ -68,13 +68,16 @@ def test_without_a_gpu_every_step_is_recorded_and_the_run_exits_0(tmp_path):
     assert py["junit"]["skipped"] == py["junit"]["tests"] == py["skipped"]
     assert py["failed_tests"] == [] and py["warning_failures"] == []
     assert "skipped" in py["summary_line"] and py["summary_line"] in proc.stdout
-    # --quick runs on the numpy stand-in; the real --sparse-only refuses without a device
+    # --quick runs on the numpy stand-in; the real --factor-only and --sparse-only refuse
+    # without a device
     assert steps["bench_quick"]["status"] == "ok"
     assert summary["bench_quick"]["complete"] and summary["bench_quick"]["emulated"]
+    assert steps["bench_factor"]["status"] == "no_gpu" and steps["bench_factor"]["rc"] == 2
+    assert summary["bench_factor"] is None
     assert steps["bench_sparse"]["status"] == "no_gpu" and steps["bench_sparse"]["rc"] == 2
     assert summary["bench_sparse"] is None  # nothing measured: no JSON
     for name in ("env.txt", "env.json", "gpu-tests.log", "gpu-tests.xml", "bench-quick.log",
-                 "bench-quick.json", "bench-sparse.log", "summary.json"):
+                 "bench-quick.json", "bench-factor.log", "bench-sparse.log", "summary.json"):
         assert (out / name).is_file() and name in summary["files"], name
     # the benchmark records nothing into the tree (--no-record; its JSON went to OUTDIR)
     assert (results.read_text() if results.exists() else None) == before
@@ -117,7 +120,7 @@ def test_a_step_past_its_share_is_killed_and_recorded_as_timed_out(tmp_path):
     limit = steps["tests"]["limit_s"]
     assert 4 <= limit <= 8 and limit - 0.5 < steps["tests"]["seconds"] < limit + 3
     assert summary["pytest"]["junit"] is None  # pytest was killed before writing it
-    for name in ("install", "env", "bench_quick", "bench_sparse"):
+    for name in ("install", "env", "bench_quick", "bench_factor", "bench_sparse"):
         assert steps[name]["status"] == "skipped", name
     # the whole process group went: the test's own child too
     pid = int(pidfile.read_text())

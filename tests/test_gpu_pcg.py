@@ -20,28 +20,22 @@ import pytest
 import distsketch as ds
 import distsketch.engine.deviceblocks as deviceblocks
 from conftest import CLOSED_FORM_RTOL
-from distsketch.backends.base import get_backend, register_backend
+from distsketch.backends.base import register_backend
 from distsketch.backends.cuda import CupyBackend
 from distsketch.engine.sweep import Sweeper
 from distsketch.kernels import Gaussian, Linear
 from distsketch.testing.devices import HostModules
-from gpuhelpers import cupy_skip_reason
+from gpuhelpers import DEVICE_PARAMS, pick_device
 from reference.errors import norm_rel_err
 
 EMU = register_backend(CupyBackend(HostModules(), name="cuda-emulated"))
 EMULATED_RTOL = 1e-8
 
 
-@pytest.fixture(params=["emulated", pytest.param("cupy", marks=pytest.mark.gpu)])
+@pytest.fixture(params=DEVICE_PARAMS)
 def device(request):
     """``(backend, emulated)``."""
-    if request.param == "emulated":
-        register_backend(EMU)  # its array types map to it (another module may register a twin)
-        return EMU, True
-    reason = cupy_skip_reason()
-    if reason:
-        pytest.skip(reason)
-    return get_backend("cuda"), False
+    return pick_device(request.param, EMU)
 
 
 def problem(n=300, seed=2):

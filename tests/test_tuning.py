@@ -71,14 +71,15 @@ def test_defaults_are_the_values_the_module_constants_had():
         "fold_route": None, "fold_threads": None, "fold_band": 96, "max_fold_bytes": 8 * 2**30,
         "auto_decode_budget": 1e11, "auto_rank": 4000, "auto_pcg_passes": 45,
         "auto_pass_flops": 360, "sparse_max_density": 0.08, "sparse_panel_bytes": 4 << 20,
-        "device_sparse_max_density": None, "whole_problem_entries": 4000,
-        "eigen_crossover": ((250, 5.2), (500, 7.1), (1000, 7.2), (2000, 19.6), (3000, 18.2)),
+        "device_sparse_max_density": None, "device_factor_min_m": None,
+        "whole_problem_entries": 4000, "eigen_crossover": ((250, 5.2), (500, 7.1), (1000, 7.2), (2000, 19.6), (3000, 18.2)),
     }
     assert ds.EngineOptions().tuning == ds.Tuning()
     assert check_options(None).tuning == ds.Tuning()
     options = ds.EngineOptions()
     assert check_options(options).tuning is options.tuning  # valid: kept as given
     assert importlib.import_module("distsketch.backends.cuda").DEVICE_SPARSE_MAX_DENSITY == 0.02
+    assert importlib.import_module("distsketch.backends.cuda").DEVICE_FACTOR_MIN_M == 4096
 
 
 @pytest.mark.slow
@@ -107,7 +108,8 @@ def test_the_module_globals_are_gone(name):
     ("fold_band", True), ("max_fold_bytes", -1), ("auto_decode_budget", -1.0),
     ("auto_rank", 0), ("auto_pcg_passes", -1), ("auto_pass_flops", float("nan")),
     ("sparse_max_density", 1.5), ("sparse_max_density", "0.1"), ("sparse_panel_bytes", -1),
-    ("device_sparse_max_density", -0.1), ("whole_problem_entries", -1),
+    ("device_sparse_max_density", -0.1), ("device_factor_min_m", 0),
+    ("device_factor_min_m", 2.5), ("whole_problem_entries", -1),
     ("whole_problem_entries", 1.5), ("eigen_crossover", ()),
     ("eigen_crossover", ((500, 1.0), (250, 2.0))), ("eigen_crossover", "fast"),
     ("eigen_crossover", ((250, -1.0),))])
@@ -351,7 +353,7 @@ def test_tuning_leaves_a_stores_identity_alone_but_for_the_density_rule(tmp_path
     assert store_config(ds.Tuning()) == {}
     assert store_config(ds.Tuning(fold_route="band", fold_threads=1, fold_band=8,
                                   max_fold_bytes=1, auto_decode_budget=1.0, auto_rank=1,
-                                  auto_pcg_passes=0, auto_pass_flops=0,
+                                  auto_pcg_passes=0, auto_pass_flops=0, device_factor_min_m=1,
                                   eigen_crossover=((1, 1.0),))) == {}
     assert store_config(ds.Tuning(sparse_max_density=1.0)) == {"block_tuning": {
         "sparse_max_density": 1.0, "sparse_panel_bytes": 4 << 20,

@@ -58,6 +58,11 @@ class Backend:
     #: overrides it; host scipy.sparse blocks follow ``Tuning.sparse_max_density`` whatever
     #: the backend.
     sparse_max_density: ClassVar[float | None] = None
+    #: Landmarks (m) from which PCG factors ``K_mm`` and applies its preconditioner on this
+    #: backend's device, on the driver (``distsketch.solvers.devicefactor``); None: never (the
+    #: host's LAPACK). Such a backend also offers ``cholesky_upper`` and ``solve_triangular``.
+    #: ``Tuning.device_factor_min_m``, when set, overrides it.
+    factor_min_m: ClassVar[int | None] = None
 
     def asarray(self, a, dtype=None):
         """A host array (ndarray, or scipy.sparse for backends with sparse support) or one of

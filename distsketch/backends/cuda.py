@@ -47,7 +47,7 @@ import scipy.sparse as sp
 from .base import Backend, BackendUnavailable, register_backend
 
 __all__ = ["CupyBackend", "CupyModules", "CudaUnavailable", "cuda_backend", "GPU_EXTRA",
-           "PINNED_MIN_BYTES", "DEVICE_SPARSE_MAX_DENSITY"]
+           "PINNED_MIN_BYTES", "DEVICE_SPARSE_MAX_DENSITY", "DEVICE_FACTOR_MIN_M"]
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +86,18 @@ OPERAND_CACHE_BYTES = 512 << 20
 #: the fits run on (ENGINE.md section "gpu_sparse": the smallest sparse × sparse crossover
 #: over the shapes).
 DEVICE_SPARSE_MAX_DENSITY = 0.02
+#: Landmarks (m) from which PCG factors ``K_mm`` and applies its preconditioner on the driver's
+#: GPU (:attr:`CupyBackend.factor_min_m`; ``distsketch.solvers.devicefactor``); a fit's
+#: ``Tuning(device_factor_min_m=…)`` overrides it. A PLACEHOLDER, not measured: no CUDA device
+#: was available when it was written. The reasoning behind its size: the host factors ``K_mm``
+#: and ``T Tᵀ/m + λI`` once per λ (``≈ m³`` flops in all, near the cores' GEMM rate: about
+#: 0.1 s at m = 4096 on 16 cores) and, at every CG iteration, makes four triangular solves
+#: and one ``K_mm`` product with a few right-hand sides: reads of ``5·8·m²`` bytes, memory
+#: bound (about 50 ms per iteration at m = 4096), where the device needs milliseconds for
+#: both, plus one copy of ``K_mm`` over the bus (≈ 10 ms at m = 4096). Set it from
+#: ``python benchmarks/bench_gpu.py --factor-only`` (ENGINE.md section "gpu_factor": the
+#: smallest m at which the device's factorisation and its iteration both win).
+DEVICE_FACTOR_MIN_M = 4096
 
 
 class CudaUnavailable(BackendUnavailable):
@@ -153,6 +165,22 @@ class CupyModules:
     def to_host(self, a) -> np.ndarray:
         return self.cupy.asnumpy(a)
 
+    def cholesky(self, M):
+        """``L`` lower-triangular with ``L Lᵀ = M`` (cuSOLVER's ``potrf``); raises
+        ``numpy.linalg.LinAlgError`` where ``M`` is not positive definite (CuPy reports
+        ``potrf``'s failure only under ``errstate(linalg="raise")``)."""
+        import cupyx
+
+        with cupyx.errstate(linalg="raise"):
+            return self.cupy.linalg.cholesky(M)
+
+    def solve_triangular(self, A, B, *, lower: bool, trans: bool):
+        """``A^{-1} B`` (``A^{-T} B`` with ``trans``) for a triangular device ``A``."""
+        from cupyx.scipy.linalg import solve_triangular
+
+        return solve_triangular(A, B, lower=lower, trans="T" if trans else "N",
+                                check_finite=False)
+
 
 # --------------------------------------------------------------------------- the backend
 
@@ -189,6 +217,12 @@ class CupyBackend(Backend):
         """The device density rule's default threshold, :data:`DEVICE_SPARSE_MAX_DENSITY`; a
         fit's ``Tuning.device_sparse_max_density`` (``EngineOptions.tuning``) overrides it."""
         return DEVICE_SPARSE_MAX_DENSITY
+
+    @property
+    def factor_min_m(self) -> int:
+        """The landmarks from which PCG's preconditioner is factored and applied on the device,
+        :data:`DEVICE_FACTOR_MIN_M`; a fit's ``Tuning.device_factor_min_m`` overrides it."""
+        return DEVICE_FACTOR_MIN_M
 
     def __init__(self, modules=None, *, name: str = "cuda"):
         self.modules = _default_modules() if modules is None else modules
@@ -307,6 +341,20 @@ class CupyBackend(Backend):
                 _, (_, _, freed) = self._operands.popitem(last=False)
                 total -= freed
         return M
+
+    def cholesky_upper(self, M):
+        """``U`` upper-triangular (on the device) with ``UᵀU = M``, ``M`` a symmetric device
+        array; raises ``numpy.linalg.LinAlgError`` where ``M`` is not positive definite."""
+        L = self.modules.cholesky(M)
+        d = self.xp.diagonal(L)
+        if not bool(self.xp.all(d > 0)):  # NaN or a zero pivot: not positive definite
+            raise np.linalg.LinAlgError("cholesky: the matrix is not positive definite")
+        return L.T
+
+    def solve_triangular(self, U, B, *, trans: bool = False):
+        """``U^{-1} B`` (``U^{-T} B`` with ``trans``) for an upper-triangular device ``U`` and
+        a device ``B`` (m,) or (m, k)."""
+        return self.modules.solve_triangular(U, B, lower=False, trans=trans)
 
     def cityblock(self, A, B):
         """``Σ_k |a_ik − b_jk|`` (n_a, n_b), float64, in row tiles of about 256 MiB of

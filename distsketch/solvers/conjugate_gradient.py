@@ -237,8 +237,10 @@ def _solve_lam(Kmm, T, z, lam, n, sweeper, *, alpha0, galpha0, tol, max_iter, st
     what to do. (A column at ``max_iter`` keeps its last iterate, as CG's error decreases in
     the energy norm, not necessarily its residual.)
     """
+    device = getattr(Kmm, "on_device", None)
     with driver_threads(Kmm.m if isinstance(Kmm, LandmarkGram) else len(Kmm)):
-        P = Preconditioner(Kmm, lam, n, T=T, centre=c is not None)
+        P = (Preconditioner(Kmm, lam, n, T=T, centre=c is not None) if device is None else
+             device.preconditioner(T, lam, n, centre=c is not None))
     nlam = n * lam
 
     def hv(gv, v):  # H v from K_nmᵀ K_nm v

@@ -254,7 +254,7 @@ def fit_pcg(spec, *, kernel, sketch, store, reuse_seeds: bool, tol: float, max_i
         if directory is not None:
             fs = directory.open(config)
         keep, Kmm, T = select_landmarks(kernel, land, chunk=options.gram_chunk, what=model,
-                                        tuning=options.tuning)
+                                        tuning=options.tuning, backend=options.backend)
         data, states = _prepare_pcg(fs, config, options, Kmm=Kmm, n=n, block_rows=b,
                                     dtype=dtype)
         states = _states_for(states, keep)
@@ -378,7 +378,8 @@ def fit_pcg_sisokr(spec, *, store, reuse_seeds: bool, tol: float, max_iter: int,
         if directory is not None:
             fs = directory.open(config)
         keep, Kmm, T = select_landmarks(kx, res.x_landmarks, chunk=options.gram_chunk,
-                                        what=model, tuning=options.tuning)
+                                        what=model, tuning=options.tuning,
+                                        backend=options.backend)
         data, states = _prepare_pcg(fs, config, options, Kmm=Kmm, n=n, block_rows=b,
                                     dtype=dtype)
         states = _states_for(states, keep)
@@ -445,7 +446,8 @@ def refit_pcg(est, spec, growth, fs) -> tuple[PCGResult, object, object]:
     options = spec.options
     kernel, land = growth.kernels[est._input[0]], growth.x_landmarks
     keep, Kmm, T = select_landmarks(kernel, land, chunk=options.gram_chunk,
-                                    what=type(est).__name__, tuning=options.tuning)
+                                    what=type(est).__name__, tuning=options.tuning,
+                                    backend=options.backend)
     data, Xs, Ys = _kept_segments(fs, growth, Kmm, options)
     table = getattr(est, "path_", None)  # SketchedKRR, SISOKR: its table; the regressor: coefs_
     coefs = np.asarray(table.coefs if hasattr(table, "coefs") else est.coefs_)

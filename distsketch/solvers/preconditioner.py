@@ -30,6 +30,7 @@ from scipy.linalg.lapack import dpstrf
 
 from ..linalg.blocks import distinct_rows
 from ..options import driver_threads
+from .devicefactor import device_algebra
 
 __all__ = ["JITTER", "KMM_MEMORY", "Preconditioner", "LandmarkGram", "GRAM_BLOCK", "upper_gram",
            "factor_kmm", "distinct_landmarks", "select_landmarks"]
@@ -101,12 +102,17 @@ class LandmarkGram:
     """``K_mm = k(X_J, X_J)`` of a landmark feature map ``FeatureMap(kernel, X_J, None)``, held
     (float64) while it takes at most :data:`KMM_MEMORY`, else recomputed in row chunks for
     each product (``m² `` kernel values per iteration, about m/n of a pass), so that the
-    driver holds two m × m arrays (``T`` and ``A``), not three."""
+    driver holds two m × m arrays (``T`` and ``A``), not three.
+
+    ``on_device``: a :class:`~distsketch.solvers.devicefactor.DeviceAlgebra` (None: the host)
+    that factors ``K_mm`` (:func:`factor_kmm`), builds the preconditioner and computes
+    :meth:`dot` on the driver's device."""
 
     CHUNK = 1024
 
-    def __init__(self, fmap, *, hold: bool | None = None):
+    def __init__(self, fmap, *, hold: bool | None = None, on_device=None):
         self.fmap = fmap
+        self.on_device = on_device
         self.m = m = fmap.landmarks.shape[0]
         self.hold = m * m * 8 <= KMM_MEMORY if hold is None else bool(hold)
         self._K = None
@@ -132,6 +138,8 @@ class LandmarkGram:
 
     def dot(self, v: np.ndarray) -> np.ndarray:
         """``K_mm v``."""
+        if self.on_device is not None:
+            return self.on_device.dot(self, v)
         if self._K is not None:
             return self._K @ v
         out = np.empty((self.m, v.shape[1]))
@@ -188,7 +196,17 @@ def upper_gram(T: np.ndarray) -> np.ndarray:
 def factor_kmm(Kmm) -> np.ndarray:
     """``T`` upper-triangular with ``TᵀT = K_mm + εI``, ε the smallest of
     ``JITTER · m · mean(diag) · 100^k`` for which the factorisation succeeds (``Kmm``: an
-    ndarray or a :class:`LandmarkGram`; factored in place of a fresh copy)."""
+    ndarray or a :class:`LandmarkGram`; factored in place of a fresh copy, or on the device
+    of a gram's ``on_device``)."""
+    device = getattr(Kmm, "on_device", None)
+    if device is not None:
+        eps = JITTER * Kmm.m * (float(np.mean(device.diag(Kmm))) or 1.0)
+        for _ in range(8):
+            T = device.factor(Kmm, eps)
+            if T is not None:
+                return T
+            eps *= 100.0
+        raise _not_psd(eps)
     fresh = Kmm.matrix if isinstance(Kmm, LandmarkGram) else (
         lambda: np.array(Kmm, dtype=np.float64, order="F"))
     K = fresh()
@@ -203,9 +221,13 @@ def factor_kmm(Kmm) -> np.ndarray:
             return cholesky(K, lower=False, overwrite_a=True, check_finite=False)
         except LinAlgError:
             eps *= 100.0
-    raise ValueError("kernel: the landmarks' kernel matrix K_mm is not positive semi-definite "
-                     "(its Cholesky factorisation fails even with a jitter of "
-                     f"{eps / 100:.3g}); check the kernel or use solver='direct'")
+    raise _not_psd(eps)
+
+
+def _not_psd(eps: float) -> ValueError:
+    return ValueError("kernel: the landmarks' kernel matrix K_mm is not positive semi-definite "
+                      "(its Cholesky factorisation fails even with a jitter of "
+                      f"{eps / 100:.3g}); check the kernel or use solver='direct'")
 
 
 def distinct_landmarks(landmarks) -> tuple[np.ndarray, np.ndarray] | None:
@@ -230,7 +252,8 @@ def distinct_landmarks(landmarks) -> tuple[np.ndarray, np.ndarray] | None:
     return None if len(first) == landmarks.shape[0] else (first, inverse)
 
 
-def select_landmarks(kernel, landmarks, *, chunk: int = 2048, what: str = "PCG", tuning=None):
+def select_landmarks(kernel, landmarks, *, chunk: int = 2048, what: str = "PCG", tuning=None,
+                     backend=None):
     """The landmarks PCG solves in, their :class:`LandmarkGram` and its factor ``T``
     (:func:`factor_kmm`): ``(keep, Kmm, T)``, ``keep`` the positions in ``landmarks`` (m × d)
     of those solved in (ascending), or None for all of them.
@@ -260,7 +283,9 @@ def select_landmarks(kernel, landmarks, *, chunk: int = 2048, what: str = "PCG",
     Landmarks that are distinct and numerically independent are kept in full and factored as
     before (the same ``T``, the same iterations, bitwise). ``tuning``: the fit's
     ``options.tuning``, carried by the landmarks' feature map (its kernel products' density
-    rule, in every sweep; None: the defaults).
+    rule, in every sweep; None: the defaults). ``backend``: the fit's compute backend; a
+    device backend factors on the driver's device from its threshold on
+    (:func:`~distsketch.solvers.devicefactor.device_algebra`).
     """
     from ..engine.features import FeatureMap
 
@@ -268,7 +293,8 @@ def select_landmarks(kernel, landmarks, *, chunk: int = 2048, what: str = "PCG",
     merged = distinct_landmarks(landmarks)
     keep = None if merged is None else merged[0]
     sub = landmarks if keep is None else landmarks[keep]
-    Kmm = LandmarkGram(FeatureMap(kernel, sub, None, chunk, tuning))
+    Kmm = LandmarkGram(FeatureMap(kernel, sub, None, chunk, tuning),
+                       on_device=device_algebra(backend, sub.shape[0], tuning))
     with driver_threads(Kmm.m):  # the driver's factorisation on idle cores
         T, dependent = _factor_checked(Kmm)
         if dependent:
@@ -280,7 +306,8 @@ def select_landmarks(kernel, landmarks, *, chunk: int = 2048, what: str = "PCG",
             if rank < Kmm.m:
                 kept = np.sort(np.asarray(piv[:rank], dtype=np.int64) - 1)
                 keep = kept if keep is None else keep[kept]
-                Kmm = LandmarkGram(FeatureMap(kernel, landmarks[keep], None, chunk, tuning))
+                Kmm = LandmarkGram(FeatureMap(kernel, landmarks[keep], None, chunk, tuning),
+                                   on_device=device_algebra(backend, len(keep), tuning))
             T = factor_kmm(Kmm)
     if keep is not None:
         logger.info("%s: %d landmarks, %d distinct, %d numerically independent: PCG solves in "
@@ -293,15 +320,23 @@ def _factor_checked(Kmm) -> tuple[np.ndarray | None, bool]:
     """``(T, dependent)``: :func:`factor_kmm`'s factor with its first jitter ``ε₀`` and
     whether a landmark may be numerically dependent on the earlier ones (the factorisation
     fails, or a pivot ``T_ii² ≤ 2ε₀ + u·m·max diag K_mm``); ``T`` None when so."""
-    K = Kmm.matrix()
-    m = K.shape[0]
-    diag = np.diag(K).copy()
-    eps = JITTER * m * (float(np.mean(diag)) or 1.0)
-    K[np.diag_indices(m)] += eps
-    try:
-        T = cholesky(K, lower=False, overwrite_a=True, check_finite=False)
-    except LinAlgError:
-        return None, True
+    device = Kmm.on_device
+    if device is not None:
+        diag, m = device.diag(Kmm), Kmm.m
+        eps = JITTER * m * (float(np.mean(diag)) or 1.0)
+        T = device.factor(Kmm, eps)
+        if T is None:
+            return None, True
+    else:
+        K = Kmm.matrix()
+        m = K.shape[0]
+        diag = np.diag(K).copy()
+        eps = JITTER * m * (float(np.mean(diag)) or 1.0)
+        K[np.diag_indices(m)] += eps
+        try:
+            T = cholesky(K, lower=False, overwrite_a=True, check_finite=False)
+        except LinAlgError:
+            return None, True
     # a landmark j with Schur complement S_j (unjittered) has the pivot
     # T_jj² = S_j + ε₀ (1 + θ), 0 ≤ θ ≤ 1 (ε₀ on the earlier landmarks too): 2ε₀ + u·m·max diag
     # bounds the pivots of landmarks within rounding of the earlier ones' span

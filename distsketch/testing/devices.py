@@ -232,3 +232,21 @@ class HostModules:
     def to_host(self, a) -> np.ndarray:
         self.counts["to_host"] += 1
         return np.array(a.view(np.ndarray))
+
+    def cholesky(self, M):
+        """numpy's (LAPACK ``potrf``, lower); raises ``LinAlgError`` as CuPy's does under
+        ``errstate(linalg="raise")``."""
+        self.counts["cholesky"] += 1
+        return _as_device(np.linalg.cholesky(_host_view(M)))
+
+    def solve_triangular(self, A, B, *, lower: bool, trans: bool):
+        """scipy's, on host views (as ``cupyx.scipy.linalg.solve_triangular``)."""
+        from scipy.linalg import solve_triangular
+
+        self.counts["solve_triangular"] += 1
+        for x in (A, B):
+            if type(x) is np.ndarray:
+                raise TypeError("emulated device: solve_triangular got a host ndarray; move it "
+                                "with Backend.asarray first")
+        return _as_device(solve_triangular(_host_view(A), _host_view(B), lower=lower,
+                                           trans="T" if trans else "N", check_finite=False))
