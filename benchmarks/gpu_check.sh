@@ -326,45 +326,30 @@ bench_status() {  # bench_gpu.py exits 2 with this sentence when there is no CuP
         say "$2: that is: no CuPy or no CUDA device (status no_gpu)"
     fi
 }
-if wanted bench; then
-    limit=$(min "$QUICK_SHARE" "$(left_s)")
-    step bench_quick "$limit" "$OUT/bench-quick.log" \
-        "$PY" benchmarks/bench_gpu.py --quick --no-record --json "$OUT/bench-quick.json"
-    if [[ $STATUS != not_run ]]; then
-        bench_status "$OUT/bench-quick.log" bench_quick
-        record bench_quick "$STATUS" "$RC" "$SECS" "$limit" \
-            "$(grep -m1 '^device path:' "$OUT/bench-quick.log")"
-        grep -E '^(device path|roofline|n=|decoding|sparse rows)' "$OUT/bench-quick.log" | sed 's/^/  /'
+# bench WANTED NAME LIMIT FILE NOTE_PATTERN SHOW_PATTERN ARGS...: bench_gpu.py ARGS into
+# FILE.{log,json} as step NAME, when WANTED is in GPU_CHECK_STEPS; the step's note is the log's
+# first line matching NOTE_PATTERN, the lines matching SHOW_PATTERN are echoed.
+bench() {
+    local wanted_name=$1 name=$2 limit=$3 file=$4 note=$5 show=$6
+    shift 6
+    if ! wanted "$wanted_name"; then
+        record "$name" skipped "" 0 0 "not in GPU_CHECK_STEPS"
+        return
     fi
-else
-    record bench_quick skipped "" 0 0 "not in GPU_CHECK_STEPS"
-fi
-if wanted factor; then
-    limit=$(min "$FACTOR_SHARE" "$(left_s)")
-    step bench_factor "$limit" "$OUT/bench-factor.log" \
-        "$PY" benchmarks/bench_gpu.py --factor-only --no-record --json "$OUT/bench-factor.json"
+    step "$name" "$limit" "$OUT/$file.log" \
+        "$PY" benchmarks/bench_gpu.py "$@" --no-record --json "$OUT/$file.json"
     if [[ $STATUS != not_run ]]; then
-        bench_status "$OUT/bench-factor.log" bench_factor
-        record bench_factor "$STATUS" "$RC" "$SECS" "$limit" \
-            "$(grep -m1 '^factor (' "$OUT/bench-factor.log")"
-        grep -E '^(device path|factor|bench_gpu:)' "$OUT/bench-factor.log" | sed 's/^/  /'
+        bench_status "$OUT/$file.log" "$name"
+        record "$name" "$STATUS" "$RC" "$SECS" "$limit" "$(grep -m1 -E "$note" "$OUT/$file.log")"
+        grep -E "$show" "$OUT/$file.log" | sed 's/^/  /'
     fi
-else
-    record bench_factor skipped "" 0 0 "not in GPU_CHECK_STEPS"
-fi
-if wanted sparse; then
-    limit=$(left_s)
-    step bench_sparse "$limit" "$OUT/bench-sparse.log" \
-        "$PY" benchmarks/bench_gpu.py --sparse-only --no-record --json "$OUT/bench-sparse.json"
-    if [[ $STATUS != not_run ]]; then
-        bench_status "$OUT/bench-sparse.log" bench_sparse
-        record bench_sparse "$STATUS" "$RC" "$SECS" "$limit" \
-            "$(grep -m1 '^sparse rows' "$OUT/bench-sparse.log")"
-        grep -E '^(device path|sparse rows|bench_gpu:)' "$OUT/bench-sparse.log" | sed 's/^/  /'
-    fi
-else
-    record bench_sparse skipped "" 0 0 "not in GPU_CHECK_STEPS"
-fi
+}
+bench bench bench_quick "$(min "$QUICK_SHARE" "$(left_s)")" bench-quick '^device path:' \
+    '^(device path|roofline|n=|decoding|sparse rows)' --quick
+bench factor bench_factor "$(min "$FACTOR_SHARE" "$(left_s)")" bench-factor '^factor \(' \
+    '^(device path|factor|bench_gpu:)' --factor-only
+bench sparse bench_sparse "$(left_s)" bench-sparse '^sparse rows' \
+    '^(device path|sparse rows|bench_gpu:)' --sparse-only
 
 # ---- 5. summary.json -------------------------------------------------------------------------
 ELAPSED=$(awk -v ms=$(($(now_ms) - START_MS)) 'BEGIN { printf "%.1f", ms / 1000 }')

@@ -3,12 +3,12 @@ factor, Falkon's ``A`` and each iteration's products with them on a device backe
 backend's threshold of landmarks on (``Tuning.device_factor_min_m`` overrides it).
 
 The emulated device (numpy dressed as CuPy) runs everywhere, real CuPy where a CUDA device is
-(``gpu``). The device's Cholesky factorisation is another LAPACK/cuSOLVER call than the
+(``gpu``); whole fits factored on the device are tests/test_gpu_pcg.py's (``factor``). The
+device's Cholesky factorisation is another LAPACK/cuSOLVER call than the
 host's, so the factors agree to rounding only: a Cholesky factor is backward stable
 (``‖TᵀT − K‖ ≤ c·m·u·‖K‖``) and its forward error is bounded by ``κ(K)·u`` times a small
 constant. The tolerances below are those bounds with a constant of 64, computed from the
-matrices' condition numbers. CG at ``tol = 1e-12`` carries the preconditioner's rounding into
-solutions that agree to ``EMULATED_RTOL`` (CLOSED_FORM_RTOL on a GPU, as tests/test_gpu_pcg.py).
+matrices' condition numbers.
 """
 
 from __future__ import annotations
@@ -20,12 +20,10 @@ import pytest
 
 import distsketch as ds
 import distsketch.solvers.devicefactor as devicefactor
-from conftest import CLOSED_FORM_RTOL
 from distsketch.backends.base import register_backend
 from distsketch.backends.cuda import CudaUnavailable, CupyBackend
 from distsketch.engine.features import FeatureMap
-from distsketch.engine.sweep import Sweeper
-from distsketch.kernels import Gaussian, Linear
+from distsketch.kernels import Gaussian
 from distsketch.solvers.devicefactor import DeviceAlgebra, device_algebra
 from distsketch.solvers.preconditioner import LandmarkGram, Preconditioner, factor_kmm
 from distsketch.testing.devices import HostModules
@@ -33,7 +31,6 @@ from gpuhelpers import DEVICE_PARAMS, pick_device
 from reference.errors import norm_rel_err
 
 EMU = register_backend(CupyBackend(HostModules(), name="cuda-emulated"))
-EMULATED_RTOL = 1e-8
 U64 = np.finfo(np.float64).eps
 ON_DEVICE = ds.Tuning(device_factor_min_m=1)
 
@@ -149,107 +146,3 @@ def test_a_driver_without_the_device_factors_on_the_host(monkeypatch, caplog):
     with caplog.at_level(logging.INFO, logger="distsketch.solvers.devicefactor"):
         assert device_algebra("cuda", 10**6, ON_DEVICE) is None
     assert "factored on the host" in caplog.text and "no CUDA device" in caplog.text
-
-
-# --------------------------------------------------------------------------- whole fits
-
-
-def problem(n=300, seed=2):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, 4))
-    y = np.sin(X[:, 0]) + X[:, 1] * X[:, 2] + 0.1 * rng.normal(size=n)
-    return X, y
-
-
-def options(backend, tuning=ON_DEVICE):
-    return ds.EngineOptions(block_rows=37, gram_chunk=19, block_dtype="float64",
-                            backend=backend, tuning=tuning)
-
-
-def krr(backend, store=None, **kw):
-    return ds.SketchedKRR(Gaussian(gamma=0.3), sketch=ds.SubSampling(40), lam=[1e-2, 1e-4],
-                          solver="pcg", tol=1e-12, max_iter=400, random_state=0,
-                          options=options(backend, **kw), store=store)
-
-
-def spied(monkeypatch):
-    """Counts of the device's factorisations and preconditioners."""
-    counts = {"factor": 0, "preconditioner": 0}
-    for name in counts:
-        real = getattr(DeviceAlgebra, name)
-
-        def spy(self, *a, _real=real, _name=name, **kw):
-            counts[_name] += 1
-            return _real(self, *a, **kw)
-
-        monkeypatch.setattr(DeviceAlgebra, name, spy)
-    return counts
-
-
-def test_a_pcg_fit_factored_on_the_device_is_the_host_fit(device, monkeypatch):
-    be, emulated = device
-    X, y = problem()
-    host = krr("numpy").fit(X, y)
-    counts = spied(monkeypatch)
-    got = krr(be.name).fit(X, y)
-    assert counts["factor"] >= 1 and counts["preconditioner"] == 2  # one per λ
-    rtol = EMULATED_RTOL if emulated else CLOSED_FORM_RTOL["float64"]
-    for lam in (1e-2, 1e-4):
-        assert norm_rel_err(got.set_lam(lam).predict(X), host.set_lam(lam).predict(X)) <= rtol
-    assert np.abs(got.n_iters_ - host.n_iters_).max() <= 1  # the same preconditioner
-
-
-def test_below_the_threshold_the_host_factors(device, monkeypatch):
-    be, _ = device
-    X, y = problem(n=120)
-    counts = spied(monkeypatch)
-    krr(be.name, tuning=ds.Tuning()).fit(X, y)  # m = 40 < DEVICE_FACTOR_MIN_M
-    assert counts == {"factor": 0, "preconditioner": 0}
-
-
-def test_sisokr_with_an_intercept_factored_on_the_device(device, monkeypatch):
-    """The centred preconditioner (an unpenalised intercept) on the device."""
-    be, emulated = device
-    X, y = problem(n=240, seed=3)
-    Y = np.c_[y, np.cos(X[:, 3])] + np.array([3.0, -1.0])
-
-    def sisokr(backend):
-        return ds.SISOKR(input_kernel=Gaussian(gamma=0.3), output_kernel=Linear(),
-                         input_sketch=ds.SubSampling(30), output_sketch=ds.SubSampling(20),
-                         lam=[1e-3], solver="pcg", fit_intercept=True, tol=1e-12, max_iter=400,
-                         random_state=0, options=options(backend))
-
-    host = sisokr("numpy").fit(X, Y)
-    counts = spied(monkeypatch)
-    got = sisokr(be.name).fit(X, Y)
-    assert counts["preconditioner"] == 1
-    rtol = EMULATED_RTOL if emulated else CLOSED_FORM_RTOL["float64"]
-    assert norm_rel_err(got.predict(X), host.predict(X)) <= rtol
-    # the same preconditioner to rounding: the same iterations, give or take the last one
-    assert np.abs(np.asarray(got.n_iters_) - np.asarray(host.n_iters_)).max() <= 1
-
-
-class Killed(KeyboardInterrupt):
-    pass
-
-
-def test_a_killed_fit_factored_on_the_device_resumes_bitwise(device, tmp_path, monkeypatch):
-    be, _ = device
-    X, y = problem(n=200, seed=4)
-    whole = krr(be.name, store=tmp_path / "whole.zarr").fit(X, y)
-    real, seen = Sweeper.__call__, [0]
-
-    def kill_after_six(self, *a, **kw):
-        seen[0] += 1
-        if seen[0] > 6:
-            raise Killed
-        return real(self, *a, **kw)
-
-    monkeypatch.setattr(Sweeper, "__call__", kill_after_six)
-    with pytest.raises(Killed):
-        krr(be.name, store=tmp_path / "k.zarr").fit(X, y)
-    monkeypatch.undo()
-    resumed = krr(be.name, store=tmp_path / "k.zarr").fit(X, y)
-    assert resumed.n_passes_ < whole.n_passes_  # continued, not refitted
-    np.testing.assert_array_equal(resumed.dual_coef_, whole.dual_coef_)
-    np.testing.assert_array_equal(resumed.predict(X), whole.predict(X))

@@ -1,6 +1,8 @@
 """PCG on a device backend (distsketch.engine.deviceblocks): each iteration's recomputed
-kernel blocks and both products on the device, the iterates and the preconditioner on the
-host.
+kernel blocks and both products on the device, the iterates on the host, the preconditioner
+on the host or, from the backend's threshold of landmarks on, on the driver's device
+(distsketch.solvers.devicefactor; ``factor`` below: ``Tuning.device_factor_min_m`` sends
+these small fits there, tests/test_gpu_factor.py has its parts).
 
 Two ways through the same code, as tests/test_gpu.py: the emulated device (numpy dressed as
 CuPy) runs everywhere, and real CuPy where a CUDA device is (``gpu``). The device multiplies
@@ -24,6 +26,7 @@ from distsketch.backends.base import register_backend
 from distsketch.backends.cuda import CupyBackend
 from distsketch.engine.sweep import Sweeper
 from distsketch.kernels import Gaussian, Linear
+from distsketch.solvers.devicefactor import DeviceAlgebra
 from distsketch.testing.devices import HostModules
 from gpuhelpers import DEVICE_PARAMS, pick_device
 from reference.errors import norm_rel_err
@@ -45,15 +48,34 @@ def problem(n=300, seed=2):
     return X, y
 
 
-def options(backend, dtype, **kw):
+#: Where the preconditioner is factored and applied: the host (these fits' m is below the
+#: backend's threshold) or the driver's device.
+FACTOR = {"host": ds.Tuning(), "device": ds.Tuning(device_factor_min_m=1)}
+
+
+def options(backend, dtype, factor="host"):
     return ds.EngineOptions(block_rows=37, gram_chunk=19, block_dtype=dtype, backend=backend,
-                            **kw)
+                            tuning=FACTOR[factor])
 
 
-def krr(backend, dtype, store=None, **kw):
+def krr(backend, dtype, store=None, factor="host"):
     return ds.SketchedKRR(Gaussian(gamma=0.3), sketch=ds.SubSampling(40), lam=[1e-2, 1e-4],
                           solver="pcg", tol=1e-12, max_iter=400, random_state=0,
-                          options=options(backend, dtype, **kw), store=store)
+                          options=options(backend, dtype, factor), store=store)
+
+
+def factored(monkeypatch):
+    """Counts of the device's ``K_mm`` factorisations and preconditioners."""
+    counts = {"factor": 0, "preconditioner": 0}
+    for name in counts:
+        real = getattr(DeviceAlgebra, name)
+
+        def spy(self, *a, _real=real, _name=name, **kw):
+            counts[_name] += 1
+            return _real(self, *a, **kw)
+
+        monkeypatch.setattr(DeviceAlgebra, name, spy)
+    return counts
 
 
 def counted(monkeypatch):
@@ -72,19 +94,25 @@ def counted(monkeypatch):
     return calls
 
 
+@pytest.mark.parametrize("factor", ["host", "device"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_pcg_fit_on_the_device_equals_the_host_fit(device, dtype, monkeypatch):
+def test_pcg_fit_on_the_device_equals_the_host_fit(device, dtype, factor, monkeypatch):
     be, emulated = device
     X, y = problem()
     host = krr("numpy", dtype).fit(X, y)
     calls = counted(monkeypatch)
-    got = krr(be.name, dtype).fit(X, y)
+    counts = factored(monkeypatch)
+    got = krr(be.name, dtype, factor=factor).fit(X, y)
     blocks = -(-len(X) // 37)
     assert calls[0] == blocks * got.n_passes_  # every block of every pass on the device
+    # the device factors K_mm (once, or again for the landmarks left out) and builds P per λ
+    assert (counts["factor"] >= 1 and counts["preconditioner"] == 2 if factor == "device"
+            else counts == {"factor": 0, "preconditioner": 0})
     rtol = EMULATED_RTOL if emulated else CLOSED_FORM_RTOL[dtype]
     for lam in (1e-2, 1e-4):
         assert norm_rel_err(got.set_lam(lam).predict(X), host.set_lam(lam).predict(X)) <= rtol
-    assert np.all(got.n_iters_ < 400)
+    # the same preconditioner to rounding: the same iterations, give or take the last one
+    assert np.abs(got.n_iters_ - host.n_iters_).max() <= 1
 
 
 def test_the_host_backend_never_takes_the_device_path(monkeypatch):
@@ -94,7 +122,9 @@ def test_the_host_backend_never_takes_the_device_path(monkeypatch):
     assert calls[0] == 0
 
 
-def test_sisokr_and_the_regressor_by_pcg_on_the_device(device, monkeypatch):
+@pytest.mark.parametrize("factor", ["host", "device"])
+def test_sisokr_and_the_regressor_by_pcg_on_the_device(device, factor, monkeypatch):
+    """SISOKR with an intercept (the centred preconditioner) and the regressor."""
     be, emulated = device
     X, y = problem(n=240, seed=3)
     Y = np.c_[y, np.cos(X[:, 3])] + np.array([3.0, -1.0])
@@ -103,19 +133,21 @@ def test_sisokr_and_the_regressor_by_pcg_on_the_device(device, monkeypatch):
         return ds.SISOKR(input_kernel=Gaussian(gamma=0.3), output_kernel=Linear(),
                          input_sketch=ds.SubSampling(30), output_sketch=ds.SubSampling(20),
                          lam=[1e-3], solver="pcg", fit_intercept=True, tol=1e-12, max_iter=400,
-                         random_state=0, options=options(backend, "float64"))
+                         random_state=0, options=options(backend, "float64", factor))
 
     def regressor(backend):
         return ds.SketchedRegressor(Gaussian(gamma=0.3), sketch=ds.SubSampling(30),
                                     loss="squared", lam=[1e-3], solver="pcg", tol=1e-12,
                                     max_iter=400, random_state=0,
-                                    options=options(backend, "float64"))
+                                    options=options(backend, "float64", factor))
 
     rtol = EMULATED_RTOL if emulated else CLOSED_FORM_RTOL["float64"]
     for make in (sisokr, regressor):
         calls = counted(monkeypatch)
+        counts = factored(monkeypatch)
         got = make(be.name).fit(X, Y)
         assert calls[0] > 0
+        assert (counts["preconditioner"] > 0) == (factor == "device")
         assert norm_rel_err(got.predict(X), make("numpy").fit(X, Y).predict(X)) <= rtol
         monkeypatch.undo()
 
@@ -124,12 +156,14 @@ class Killed(KeyboardInterrupt):
     pass
 
 
-def test_a_killed_device_fit_resumes_from_its_store(device, tmp_path, monkeypatch):
+@pytest.mark.parametrize("factor", ["host", "device"])
+def test_a_killed_device_fit_resumes_from_its_store(device, factor, tmp_path, monkeypatch):
     """Killed after some iterations (the store keeps each iterate), the same fit on the same
-    store resumes and ends with the uninterrupted device fit's model, bitwise."""
+    store resumes and ends with the uninterrupted device fit's model, bitwise (a device's
+    factorisation is deterministic for one device and one input)."""
     be, _ = device
     X, y = problem(n=200, seed=4)
-    whole = krr(be.name, "float64", store=tmp_path / "whole.zarr").fit(X, y)
+    whole = krr(be.name, "float64", store=tmp_path / "whole.zarr", factor=factor).fit(X, y)
     real, seen = Sweeper.__call__, [0]
 
     def kill_after_six(self, *a, **kw):
@@ -140,9 +174,9 @@ def test_a_killed_device_fit_resumes_from_its_store(device, tmp_path, monkeypatc
 
     monkeypatch.setattr(Sweeper, "__call__", kill_after_six)
     with pytest.raises(Killed):
-        krr(be.name, "float64", store=tmp_path / "k.zarr").fit(X, y)
+        krr(be.name, "float64", store=tmp_path / "k.zarr", factor=factor).fit(X, y)
     monkeypatch.undo()
-    resumed = krr(be.name, "float64", store=tmp_path / "k.zarr").fit(X, y)
+    resumed = krr(be.name, "float64", store=tmp_path / "k.zarr", factor=factor).fit(X, y)
     assert resumed.n_passes_ < whole.n_passes_  # continued, not refitted
     np.testing.assert_array_equal(resumed.dual_coef_, whole.dual_coef_)
     np.testing.assert_array_equal(resumed.predict(X), whole.predict(X))

@@ -19,7 +19,7 @@ from ..options import driver_threads, with_blas_limit
 from ..solvers.direct import krr_sums, solve_krr
 from ..solvers.routes import check_iterations
 from .base import FitSpec, RidgeEstimator, checks_feature_names
-from .growing import Growing
+from .growing import Growing, pcg_store_refusal
 from .ridge import (
     RIDGE_PARAMS,
     KRRClosedForm,
@@ -179,10 +179,7 @@ class SketchedKRR(Growing, RidgeEstimator):
 
     def _appending_refusal(self) -> str | None:
         """PCG re-solves over every row's inputs: appending needs them kept in a store."""
-        if self.store is None and getattr(self.solver, "name", self.solver) == "pcg":
-            return ("solver='pcg' re-solves over every row's inputs, which only a kept store "
-                    "keeps: fit with store=... (a path) to append rows")
-        return None
+        return pcg_store_refusal(self)
 
     def _sums(self, spec: FitSpec) -> tuple[str, ...]:
         sums = krr_sums(x_exact=spec.exact("sketch"))

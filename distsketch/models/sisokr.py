@@ -39,7 +39,7 @@ from ..solvers.reduced_rank import check_rank
 from ..solvers.routes import fitted_index
 from .base import FitSpec, RidgeEstimator, checks_feature_names
 from .centring import CentredGrowth
-from .growing import Growing
+from .growing import Growing, pcg_store_refusal
 from .ridge import (
     RIDGE_PARAMS,
     SisokrClosedForm,
@@ -272,6 +272,11 @@ class SISOKR(CentredGrowth, Growing, RidgeEstimator):
             self._offset, Yc = centred_rows(spec.Y)
             spec = dataclasses.replace(spec, Y=as_row_source(Yc, argument="Y"))
         return spec
+
+    def _appending_refusal(self) -> str | None:
+        """PCG re-solves over every row's inputs: appending needs them kept in a store (as
+        :class:`~distsketch.SketchedKRR`)."""
+        return pcg_store_refusal(self)
 
     def _sums(self, spec: FitSpec) -> tuple[str, ...]:
         return sisokr_sums(x_exact=spec.exact("input_sketch"), y_exact=spec.exact("output_sketch"),
