@@ -512,6 +512,7 @@ def test_device_cuda_without_cupy_names_the_gpu_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy raises ImportError
     msg = _fit_refused(tmp_path, r"^options.device: device='cuda' needs CuPy")
     assert 'pip install "distsketch[gpu]"' in msg and "cupy-cuda12x" in msg
+    assert '"distsketch[gpu-cuda13]"' in msg and "cupy-cuda13x" in msg
     assert "cuda" not in BACKENDS
 
 

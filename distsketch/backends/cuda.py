@@ -52,9 +52,9 @@ __all__ = ["CupyBackend", "CupyModules", "CudaUnavailable", "cuda_backend", "GPU
 logger = logging.getLogger(__name__)
 
 #: What to install for the CUDA backend.
-GPU_EXTRA = ('pip install "distsketch[gpu]" (CuPy for CUDA 12, cupy-cuda12x; for another CUDA '
-             'version install the matching cupy-cudaXXx wheel, https://docs.cupy.dev/en/stable/'
-             'install.html)')
+GPU_EXTRA = ('pip install "distsketch[gpu]" (CuPy for CUDA 12, cupy-cuda12x) or '
+             '"distsketch[gpu-cuda13]" (CUDA 13, cupy-cuda13x); for another CUDA version install '
+             'the matching cupy-cudaXXx wheel, https://docs.cupy.dev/en/stable/install.html')
 
 #: Host arrays smaller than this are copied directly (staging costs more than it saves).
 PINNED_MIN_BYTES = 1 << 20
