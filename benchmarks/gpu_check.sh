@@ -347,7 +347,7 @@ bench() {
 bench bench bench_quick "$(min "$QUICK_SHARE" "$(left_s)")" bench-quick '^device path:' \
     '^(device path|roofline|n=|decoding|sparse rows)' --quick
 bench factor bench_factor "$(min "$FACTOR_SHARE" "$(left_s)")" bench-factor '^factor \(' \
-    '^(device path|factor|bench_gpu:)' --factor-only
+    '^(device path|factor|bench_gpu:)' --factor-only --repeats 3
 bench sparse bench_sparse "$(left_s)" bench-sparse '^sparse rows' \
     '^(device path|sparse rows|bench_gpu:)' --sparse-only
 

@@ -86,7 +86,7 @@ class DeviceAlgebra:
     def __init__(self, backend):
         self.backend = backend
         self.xp = backend.xp
-        self._K = None
+        self._K, self._gram = None, None
         self._factor: tuple | None = None  # (host T, device T) of the last factorisation
 
     def upload(self, a: np.ndarray):
@@ -102,9 +102,10 @@ class DeviceAlgebra:
 
     def kmm(self, gram):
         """``K_mm`` of a :class:`~distsketch.solvers.preconditioner.LandmarkGram` on the
-        device (its host matrix's values, copied once)."""
-        if self._K is None:
-            self._K = self.upload(gram.matrix())
+        device (its host matrix's values, copied once per gram)."""
+        if self._K is None or self._gram is not gram:
+            self._K, self._gram = None, None  # free the other gram's copy first
+            self._K, self._gram = self.upload(gram.matrix()), gram
         return self._K
 
     def diag(self, gram) -> np.ndarray:
