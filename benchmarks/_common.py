@@ -46,11 +46,12 @@ RESULTS_DIR = HERE / "results"
 
 #: Sections of ENGINE.md (engine internals: the pass against the roofline, the driver's
 #: threads, sparse kernel blocks, the store's costs, code against a base revision, the CV fold
-#: algebra, the Lipschitz solver routes, the device's sparse crossover); a family name also
+#: algebra, the Lipschitz solver routes, the device's sparse crossover and PCG preconditioner);
+#: a family name also
 #: covers its ``<name>_<size>`` variants (``lipschitz_admm_1e5``). Every other section is in
 #: RESULTS.md.
 ENGINE_SECTIONS = frozenset({"pass", "compare", "store", "sparse_blocks", "driver_threads", "cv",
-                             "lipschitz_admm", "gpu_sparse"})
+                             "lipschitz_admm", "gpu_sparse", "gpu_factor"})
 
 _HEADERS = {
     RESULTS_MD: "# Benchmark results\n\nEach section is written by the script named in it; rerun "
@@ -320,10 +321,12 @@ def section_file(name: str) -> Path:
     return ENGINE_MD if name in ENGINE_SECTIONS or family in ENGINE_SECTIONS else RESULTS_MD
 
 
-def section_text(name: str, markdown: str, *, stamp: str, m: dict) -> str:
-    """Section ``name`` between its markers: heading, command, date, machine, ``markdown``."""
+def section_text(name: str, markdown: str, *, stamp: str, m: dict,
+                 command: str | None = None) -> str:
+    """Section ``name`` between its markers: heading, command (default: this process's),
+    date, machine, ``markdown``."""
     return (f"<!-- {name} -->\n### {name}\n\n"
-            f"Command: `{command_line()}`  \nDate: {stamp}  \n"
+            f"Command: `{command or command_line()}`  \nDate: {stamp}  \n"
             f"Machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM; Python {m['python']}, "
             f"numpy {m['numpy']}, dask {m['dask']}, zarr {m['zarr']}\n\n"
             + markdown.strip() + f"\n<!-- /{name} -->\n")
@@ -336,13 +339,19 @@ def replace_section(text: str, name: str, section: str) -> str:
     return pattern.sub(lambda _: section, text) if pattern.search(text) else text + "\n" + section
 
 
-def record(name: str, markdown: str, data: dict, *, args: argparse.Namespace) -> bool:
+def record(name: str, markdown: str, data: dict, *, args: argparse.Namespace,
+           measured: dict | None = None) -> bool:
     """Append ``data`` to results/<name>.jsonl and replace section ``name`` of RESULTS.md or
     ENGINE.md (:func:`section_file`); with ``--quick`` or ``--no-record`` print the section
-    instead and write nothing. Returns whether it wrote."""
-    stamp = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
-    m = machine()
-    section = section_text(name, markdown, stamp=stamp, m=m)
+    instead and write nothing. Returns whether it wrote.
+
+    ``measured``: figures measured elsewhere (another machine's JSON): its ``date``,
+    ``machine`` and ``command`` stand for this run's in the section and the record."""
+    measured = measured or {}
+    stamp = measured.get("date") or _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+    m = measured.get("machine") or machine()
+    command = measured.get("command") or command_line()
+    section = section_text(name, markdown, stamp=stamp, m=m, command=command)
     path = section_file(name)
     if not recording(args):
         print(section)
@@ -351,7 +360,7 @@ def record(name: str, markdown: str, data: dict, *, args: argparse.Namespace) ->
         return False
     RESULTS_DIR.mkdir(exist_ok=True)
     with open(RESULTS_DIR / f"{name}.jsonl", "a") as f:
-        f.write(json.dumps({"date": stamp, "command": command_line(), "machine": m, **data}) + "\n")
+        f.write(json.dumps({"date": stamp, "command": command, "machine": m, **data}) + "\n")
     text = path.read_text() if path.exists() else _HEADERS[path]
     path.write_text(replace_section(text, name, section))
     print(f"recorded: section {name} of {path.name}, results/{name}.jsonl")

@@ -42,21 +42,28 @@ and ``K_mm`` applied to one column; median of ``--repeats``). The host runs on e
     python benchmarks/bench_gpu.py [--n 1000000,10000000] [--m 1000,4000] [--quick]
     python benchmarks/bench_gpu.py --sparse-only [--densities 0.001,0.002,...]
     python benchmarks/bench_gpu.py --factor-only [--factor-ms 10000,20000]
+    python benchmarks/bench_gpu.py --parts pass --no-record --json pass.json   # one part
+    python benchmarks/bench_gpu.py --record-json pass.json decode.json pcg.json  # here
 
 Without CuPy and a CUDA device the full run stops at once (nothing is measured or written).
 ``--quick`` runs tiny sizes once and writes nothing: on a machine without a GPU it runs the
 CPU path and the CUDA backend's code on numpy (:class:`distsketch.testing.devices.HostModules`), to
 check the script end to end — those "device" times are host times and are labelled so.
 
-``--json PATH`` also writes the figures as JSON to PATH (rewritten after each sparse-rows
-measurement, with ``"complete": false`` until the run ends, so a run cut short keeps what it
-measured); ``--no-record`` leaves benchmarks/RESULTS.md, ENGINE.md and results/ alone (a
-borrowed machine's copy of the tree: benchmarks/gpu_check.sh passes both). Sections: ``gpu``
-(RESULTS.md), ``gpu_sparse`` and ``gpu_factor`` (ENGINE.md).
+``--json PATH`` also writes the figures as JSON to PATH (rewritten after each measurement,
+with ``"complete": false`` until the run ends, so a run cut short keeps what it measured), with
+the machine, date and command; ``--no-record`` leaves benchmarks/RESULTS.md, ENGINE.md and
+results/ alone (a borrowed machine's copy of the tree, whose changes never come back:
+benchmarks/gpu_check.sh passes both). Sections: ``gpu`` (RESULTS.md; parts ``pass``,
+``decode``, ``pcg``), ``gpu_sparse`` and ``gpu_factor`` (ENGINE.md). ``--parts`` measures
+some of them. On a borrowed GPU machine each part can then be one command within the
+per-command limit, and ``--record-json FILE...`` records here, in this tree, the sections
+those files make, naming the GPU machine, its date and its command (gpu_sections.py).
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import logging
 import sys
@@ -67,10 +74,20 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
+from gpu_sections import (  # noqa: E402
+    GPU_PARTS,
+    TARGET_DECODE,
+    TARGET_ROOF,
+    TARGET_SPEEDUP,
+    factor_markdown,
+    gpu_markdown,
+    record_json,
+    sparse_markdown,
+    sparse_table,
+)
 
 D, LAM = 20, 1e-6
 GAMMA = 1.0 / (2 * D)
-TARGET_ROOF, TARGET_SPEEDUP, TARGET_DECODE = 0.60, 20.0, 0.50
 SPARSE_SHAPES = [(4096, 1000), (4096, 4000), (16384, 1000), (16384, 4000)]  # (b, d)
 SPARSE_DENSITIES = "0.001,0.002,0.005,0.01,0.02,0.05,0.1"
 SPARSE_LANDMARKS = 2000
@@ -161,19 +178,6 @@ def sparse_rows(n: int, d: int, density: float, seed: int):
                      data_rvs=lambda k: rng.uniform(0.5, 2.0, k))
 
 
-def crossover(densities: list[float], sparse_s: list[float], dense_s: list[float]) -> str:
-    """The density where the sparse route's time meets the dense route's (linear
-    interpolation between grid points), as text: ``"< lo"`` / ``"> hi"`` off the grid."""
-    diff = [s - d for s, d in zip(sparse_s, dense_s)]
-    if diff[0] >= 0:
-        return f"< {densities[0]:g}"
-    for i in range(1, len(diff)):
-        if diff[i] >= 0:
-            lo, hi = densities[i - 1], densities[i]
-            return f"{lo + (hi - lo) * -diff[i - 1] / (diff[i] - diff[i - 1]):.4f}"
-    return f"> {densities[-1]:g}"
-
-
 def write_json(path: str | None, payload: dict) -> None:
     """``payload`` as JSON to ``path`` (atomically: a reader never sees half a file)."""
     if path:
@@ -212,27 +216,6 @@ def sparse_crossover(be, shapes, densities, n_landmarks: int, seconds,
             if on_row is not None:
                 on_row(rows)
     return rows
-
-
-def sparse_report(rows: list[dict], label: str) -> tuple[str, dict]:
-    """The crossover table (markdown) and the per-shape crossover densities of the sparse and
-    the SpMM routes against the dense one."""
-    lines = ["| b | d | density | nnz | sparse×sparse (s) | sparse×dense SpMM (s) | dense (s) "
-             "| sparse / dense | SpMM / dense |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    cross = {}
-    for b, d in dict.fromkeys((r["b"], r["d"]) for r in rows):
-        sub = [r for r in rows if (r["b"], r["d"]) == (b, d)]
-        for r in sub:
-            lines.append(f"| {b} | {d} | {r['density']:g} | {r['nnz']} | {r['sparse_s']:.4f} | "
-                         f"{r['spmm_s']:.4f} | {r['dense_s']:.4f} | "
-                         f"{r['sparse_s'] / r['dense_s']:.2f} | {r['spmm_s'] / r['dense_s']:.2f} |")
-        rho, dense_s = [r["density"] for r in sub], [r["dense_s"] for r in sub]
-        cross[f"{b}x{d}"] = {route: crossover(rho, [r[f"{route}_s"] for r in sub], dense_s)
-                             for route in ("sparse", "spmm")}
-    print(f"sparse rows on the device ({label}): crossover density per (b x d), sparse×sparse "
-          f"/ SpMM against dense: "
-          + ", ".join(f"{k} {v['sparse']} / {v['spmm']}" for k, v in cross.items()))
-    return "\n".join(lines), cross
 
 
 def _driver_seconds(gram, v: np.ndarray, repeats: int) -> dict:
@@ -354,153 +337,54 @@ def decode_seconds(q: int, c: int, r: int, k: int, backend: str, candidate_rows:
     return time.perf_counter() - t
 
 
-def factor_only(args, out: dict, device_be, label: str, machine: str, *, record: bool) -> None:
-    """``--factor-only``: :func:`factor_compare`, its JSON and (a GPU, no ``--quick`` or
-    ``--no-record``) ENGINE.md's section ``gpu_factor``."""
-    import distsketch.backends.cuda as dcuda
 
-    ms = [300, 600] if args.quick else [int(v) for v in args.factor_ms.split(",")]
-    rows = factor_compare(device_be, ms, 1 if args.quick else args.repeats,
-                          on_row=lambda rows: write_json(args.json, {**out, "factor": rows}))
-    wins = [r["m"] for r in rows if r["device_wins"]]
-    out.update(factor=rows, device_factor_min_m=dcuda.DEVICE_FACTOR_MIN_M,
-               device_wins_from=min(wins) if wins else None, complete=True)
-    write_json(args.json, out)
-    print(f"factor ({label}): the device wins (factor + preconditioner, and the iteration) at "
-          f"m = {wins or 'none measured'}; DEVICE_FACTOR_MIN_M is {dcuda.DEVICE_FACTOR_MIN_M}")
-    if args.quick or args.no_record or not record:
-        print("(--quick / no GPU / --no-record: nothing recorded)")
-        return
-    table = "\n".join(
-        f"| {r['m']:,} | {r['host_factor_s']:.2f} | {r['device_factor_s']:.2f} | "
-        f"{r['host_preconditioner_s']:.2f} | {r['device_preconditioner_s']:.2f} | "
-        f"{r['host_iteration_s']:.4f} | {r['device_iteration_s']:.4f} |" for r in rows)
-    _common.record("gpu_factor", f"""GPU: {machine}. Host: {_common.machine()['cores']} cores
-(`driver_threads`). PCG's driver work for m Gaussian landmarks (d = {D}): `factor_kmm` (the
-device's including the copy of `K_mm` over the bus), one λ's preconditioner, and one
-iteration's `Pᵀ`, `P` and `K_mm` products on one column (median of {args.repeats}); seconds.
-`DEVICE_FACTOR_MIN_M` was {dcuda.DEVICE_FACTOR_MIN_M} during this run; the device won both
-at m = {wins or 'none measured'}.
-
-| m | host factor | device factor | host preconditioner | device preconditioner | host iteration | device iteration |
-|---:|---:|---:|---:|---:|---:|---:|
-""" + table + "\n", {"machine_gpu": machine, "rows": rows}, args=args)
-
-
-def main() -> None:
-    ap = _common.parser(__doc__, quick="n = 20 000, m = 200, 50 × 20 000 decoding, one sparse "
-                        "shape", repeats=5,
-                        repeats_help="timed repetitions of each sparse-rows block fill (median)")
-    ap.add_argument("--n", default="1000000,10000000", help="training rows, comma-separated")
-    ap.add_argument("--m", default="1000,4000", help="sketch sizes, comma-separated")
-    ap.add_argument("--queries", type=int, default=1000)
-    ap.add_argument("--candidates", type=int, default=2_000_000)
-    ap.add_argument("--r", type=int, default=256, help="candidate feature width")
-    ap.add_argument("--gpu-block-memory", type=int, default=2**30,
-                    help="EngineOptions.block_memory of the GPU fits (bytes)")
-    ap.add_argument("--gpu-threads", type=int, default=2,
-                    help="threads of the scheduler feeding the one GPU")
-    ap.add_argument("--sparse-only", action="store_true",
-                    help="only the sparse-rows crossover (section gpu_sparse)")
-    ap.add_argument("--factor-only", action="store_true",
-                    help="only PCG's preconditioner, host against device (section gpu_factor)")
-    ap.add_argument("--factor-ms", default="10000,20000",
-                    help="landmarks of the preconditioner comparison, comma-separated")
-    ap.add_argument("--densities", default=SPARSE_DENSITIES,
-                    help="densities of the sparse-rows crossover, comma-separated")
-    ap.add_argument("--pcg-n", type=int, default=1_000_000, help="PCG's training rows")
-    ap.add_argument("--pcg-m", type=int, default=20_000, help="PCG's landmarks")
-    ap.add_argument("--pcg-tols", default="1e-3,1e-6", help="PCG tolerances, comma-separated")
-    ap.add_argument("--pcg-cpu-tols", default="1e-3",
-                    help="the tolerances also fitted on the CPU path (comma-separated; '' none)")
-    ap.add_argument("--json", metavar="PATH",
-                    help="also write the figures as JSON to PATH (partial ones while running)")
-    args = ap.parse_args()
-    logging.basicConfig(level=logging.WARNING)
-    import dask
-
-    from distsketch.backends.base import register_backend
-
-    why = gpu_status()
-    if args.quick:
-        ns, ms, q, c, r = [20_000], [200], 50, 20_000, 32
+def record_or_print(name: str, markdown: str, data: dict, args, *, gpu: bool) -> None:
+    """Record section ``name`` (a GPU run without ``--quick`` or ``--no-record``), else say
+    that nothing was recorded."""
+    if gpu and not args.quick and not args.no_record:
+        _common.record(name, markdown, data, args=args)
     else:
-        ns = [int(v) for v in args.n.split(",")]
-        ms = [int(v) for v in args.m.split(",")]
-        q, c, r = args.queries, args.candidates, args.r
-    if why is not None and not args.quick:
-        print(f"bench_gpu: {why}: nothing measured, nothing written. Run it on a machine with "
-              f"a CUDA GPU and 'pip install \"distsketch[gpu]\"', or use --quick to check the "
-              f"script on the CPU.")
-        raise SystemExit(2)
-    if why is None:
-        from distsketch.backends.base import get_backend
+        print(f"({name}: --quick / no GPU / --no-record: nothing recorded)")
 
-        gpu = {"device": "cuda", "backend": "numpy"}
-        label, machine = "GPU", gpu_description()
-        device_be, seconds = get_backend("cuda"), _device_seconds
-        roof = None if args.sparse_only or args.factor_only else gpu_roofline()
-    else:
-        from distsketch.backends.cuda import CupyBackend
-        from distsketch.testing.devices import HostModules
 
-        device_be = register_backend(CupyBackend(HostModules(), name="cuda-emulated"))
-        gpu = {"device": "cpu", "backend": "cuda-emulated"}
-        label, machine, roof = "emulated CUDA backend on numpy (NOT a GPU)", why, None
-        seconds = _host_seconds
-    print(f"device path: {label} — {machine}")
-    out = {"command": _common.command_line(), "quick": args.quick,
-           "sparse_only": args.sparse_only, "factor_only": args.factor_only,
-           "device_path": label, "machine_gpu": machine, "emulated": why is not None,
-           "roofline": roof, "complete": False}
-    write_json(args.json, out)
-    if args.factor_only:
-        factor_only(args, out, device_be, label, machine, record=why is None)
-        return
+def run_sparse(args, out: dict, device_be, seconds, label: str) -> None:
+    """The sparse-rows crossover into ``out`` (``sparse_rows``, ``sparse_crossover``)."""
     densities = [float(v) for v in args.densities.split(",")]
     shapes, n_land = SPARSE_SHAPES, SPARSE_LANDMARKS
     if args.quick:
         shapes, n_land, densities = [(512, 300)], 256, [0.01, 0.05, 0.2]
-    sparse_rows_s = sparse_crossover(device_be, shapes, densities, n_land,
-                                     lambda f: seconds(f, 1 if args.quick else args.repeats),
-                                     on_row=lambda rows: write_json(
-                                         args.json, {**out, "sparse_rows": rows}))
-    sparse_md, sparse_cross = sparse_report(sparse_rows_s, label)
-    out.update(sparse_rows=sparse_rows_s, sparse_crossover=sparse_cross)
-    if args.sparse_only:
-        import distsketch.backends.cuda as dcuda
-
-        out["device_sparse_max_density"] = dcuda.DEVICE_SPARSE_MAX_DENSITY
+    out["setup"]["sparse_landmarks"] = n_land
+    rows = sparse_crossover(device_be, shapes, densities, n_land,
+                            lambda f: seconds(f, 1 if args.quick else args.repeats),
+                            on_row=lambda rows: write_json(args.json, {**out, "sparse_rows": rows}))
+    _, cross = sparse_table(rows)
+    print(f"sparse rows on the device ({label}): crossover density per (b x d), sparse×sparse "
+          f"/ SpMM against dense: "
+          + ", ".join(f"{k} {v['sparse']} / {v['spmm']}" for k, v in cross.items()))
+    out.update(sparse_rows=rows, sparse_crossover=cross)
     write_json(args.json, out)
-    if not args.quick and why is None and not args.no_record:
-        import distsketch.backends.cuda as dcuda
 
-        _common.record("gpu_sparse", f"""GPU: {machine}. Gaussian `Kernel.fill` into a float64
-(b, {n_land}) device array from device CSR rows and {n_land} CSR landmarks of the same
-density (values in [0.5, 2)); `sparse` route: kept as cupyx CSR (device threshold 1);
-`dense` route: densified on the device (threshold 0), then the dense GEMM route; median of
-{args.repeats} after a warm-up. `sparse×dense SpMM`: the same CSR rows against the
-landmarks as a dense device array (the route the host takes with dense landmark panels; the
-device's kernels do not take it today). Crossover density per shape (b × d), sparse×sparse /
-SpMM against dense: """
-                       + ", ".join(f"{k}: {v['sparse']} / {v['spmm']}"
-                                   for k, v in sparse_cross.items())
-                       + f""". `distsketch.backends.cuda.DEVICE_SPARSE_MAX_DENSITY` was
-{dcuda.DEVICE_SPARSE_MAX_DENSITY} during this run (set it to the smallest sparse×sparse
-crossover; if SpMM wins by far, densify the landmarks' operand on the device instead).
 
-""" + sparse_md, {"machine_gpu": machine, "rows": sparse_rows_s, "crossover": sparse_cross},
-                       args=args)
-    if args.sparse_only:
-        write_json(args.json, {**out, "complete": True})
-        if args.quick or args.no_record:
-            print("(--quick / --no-record: nothing recorded)")
-        return
-    if roof:
-        print("roofline: " + ", ".join(f"{k} {v / 1e12:.1f} T/s" if k.startswith("gemm")
-                                       else f"{k} {v / 1e9:.0f} G/s" for k, v in roof.items()))
+def run_factor(args, out: dict, device_be, label: str) -> None:
+    """:func:`factor_compare` into ``out`` (``factor``, ``device_wins_from``)."""
+    ms = [300, 600] if args.quick else [int(v) for v in args.factor_ms.split(",")]
+    rows = factor_compare(device_be, ms, out["setup"]["repeats"],
+                          on_row=lambda rows: write_json(args.json, {**out, "factor": rows}))
+    wins = [r["m"] for r in rows if r["device_wins"]]
+    out.update(factor=rows, device_wins_from=min(wins) if wins else None)
+    write_json(args.json, out)
+    print(f"factor ({label}): the device wins (factor + preconditioner, and the iteration) at "
+          f"m = {wins or 'none measured'}; DEVICE_FACTOR_MIN_M is "
+          f"{out['setup']['device_factor_min_m']}")
+
+
+def run_pass(args, out: dict, gpu: dict, label: str, ns, ms) -> None:
+    """The pass and whole fit, GPU against the CPU path, into ``out["pass"]``."""
+    import dask
+
+    roof = out["roofline"]
     times = _common.watch_pass()
-    rows, results = [], []
+    results = out["pass"] = []
     for n in ns:
         X, y = data(n)
         for m in ms:
@@ -518,7 +402,7 @@ crossover; if SpMM wins by far, densify the landmarks' operand on the device ins
                 res["roofline_s"] = max(t_gemm, t_exp)
                 res["fraction_of_roofline"] = res["roofline_s"] / g_pass
             results.append(res)
-            write_json(args.json, {**out, "pass": results})
+            write_json(args.json, out)
             frac = (f"{res['fraction_of_roofline']:.0%} of roofline "
                     f"({'PASS' if res['fraction_of_roofline'] >= TARGET_ROOF else 'FAIL'})"
                     if roof else "no roofline (no GPU)")
@@ -527,71 +411,177 @@ crossover; if SpMM wins by far, densify the landmarks' operand on the device ins
                      if roof else "no speed-up figure (no GPU)")
             print(f"n={n} m={m}: {label} pass {g_pass:.2f} s, fit {g_fit:.2f} s; CPU pass "
                   f"{c_pass:.2f} s, fit {c_fit:.2f} s; {speed}; {frac}")
-            rows.append(f"| {n:,} | {m} | {g_pass:.2f} | {g_fit:.2f} | {c_pass:.2f} | {c_fit:.2f} "
-                        f"| {res['speedup_pass']:.1f}× | "
-                        f"{res.get('fraction_of_roofline', float('nan')):.0%} |")
+
+
+def run_decode(args, out: dict, gpu: dict, label: str, q: int, c: int, r: int) -> None:
+    """Decoding on the device against the CPU path, into ``out["decode"]``."""
+    import dask
+
     with dask.config.set(scheduler="threads", num_workers=args.gpu_threads):
-        g_dec = decode_seconds(q, c, r, 10, gpu["backend"] if why else "cuda", 16384)
+        g_dec = decode_seconds(q, c, r, 10, "cuda" if gpu["device"] == "cuda"
+                               else gpu["backend"], 16384)
     with dask.config.set(scheduler="threads", num_workers=None):
         c_dec = decode_seconds(q, c, r, 10, "numpy", 16384)
-    flops = 2.0 * q * c * r
     dec = {"queries": q, "candidates": c, "r": r, "k": 10, "gpu_s": g_dec, "cpu_s": c_dec}
     line = f"decoding {q} × {c:,} (r = {r}, k = 10): {label} {g_dec:.2f} s, CPU {c_dec:.2f} s"
-    if roof:
-        dec["fraction_of_gemm_f32"] = flops / g_dec / roof["gemm_f32"]
+    if out["roofline"]:
+        dec["fraction_of_gemm_f32"] = 2.0 * q * c * r / g_dec / out["roofline"]["gemm_f32"]
         ok = "PASS" if dec["fraction_of_gemm_f32"] >= TARGET_DECODE else "FAIL"
         line += f"; {dec['fraction_of_gemm_f32']:.0%} of the float32 GEMM rate ({ok})"
     print(line)
-    write_json(args.json, {**out, "pass": results, "decode": dec})
+    out["decode"] = dec
+    write_json(args.json, out)
+
+
+def run_pcg(args, out: dict, gpu: dict, label: str) -> None:
+    """PCG fits on the device (and, for ``--pcg-cpu-tols``, the CPU path), into
+    ``out["pcg"]``."""
+    import dask
+
     pcg_n, pcg_m = (20_000, 300) if args.quick else (args.pcg_n, args.pcg_m)
     X, y = data(pcg_n)
     Xt, yt = data(20_000, seed=1)
-    pcg = []
+    pcg = out["pcg"] = []
+    cpu_tols = [float(v) for v in args.pcg_cpu_tols.split(",") if v]
     for tol in [float(v) for v in args.pcg_tols.split(",") if v]:
         with dask.config.set(scheduler="threads", num_workers=args.gpu_threads):
             row = {"n": pcg_n, "m": pcg_m, "tol": tol,
                    "gpu": pcg_fit(X, y, Xt, yt, pcg_m, tol, **gpu)}
-        if tol in [float(v) for v in args.pcg_cpu_tols.split(",") if v]:
+        if tol in cpu_tols:
             with dask.config.set(scheduler="threads", num_workers=None):
                 row["cpu"] = pcg_fit(X, y, Xt, yt, pcg_m, tol, device="cpu")
             row["rmse_rel_diff"] = abs(row["gpu"]["rmse"] - row["cpu"]["rmse"]) / row["cpu"]["rmse"]
         pcg.append(row)
-        write_json(args.json, {**out, "pass": results, "decode": dec, "pcg": pcg})
+        write_json(args.json, out)
         print(f"PCG n={pcg_n} m={pcg_m} tol={tol:g}: {label} {row['gpu']['fit_s']:.1f} s, "
               f"{row['gpu']['iterations']} it., RMSE {row['gpu']['rmse']:.6f}"
               + (f"; CPU {row['cpu']['fit_s']:.1f} s, RMSE {row['cpu']['rmse']:.6f}"
                  if "cpu" in row else ""))
-    print({"pass": results, "decode": dec, "pcg": pcg})
-    write_json(args.json, {**out, "pass": results, "decode": dec, "pcg": pcg, "complete": True})
-    if args.quick or roof is None or args.no_record:
-        print("(--quick / no GPU / --no-record: nothing recorded)")
+
+
+def main() -> None:
+    ap = _common.parser(__doc__, quick="n = 20 000, m = 200, 50 × 20 000 decoding, one sparse "
+                        "shape", repeats=5,
+                        repeats_help="timed repetitions of each sparse-rows block fill and of "
+                                     "the preconditioner's iteration (median)")
+    ap.add_argument("--n", default="1000000,10000000", help="training rows, comma-separated")
+    ap.add_argument("--m", default="1000,4000", help="sketch sizes, comma-separated")
+    ap.add_argument("--queries", type=int, default=1000)
+    ap.add_argument("--candidates", type=int, default=2_000_000)
+    ap.add_argument("--r", type=int, default=256, help="candidate feature width")
+    ap.add_argument("--gpu-block-memory", type=int, default=2**30,
+                    help="EngineOptions.block_memory of the GPU fits (bytes)")
+    ap.add_argument("--gpu-threads", type=int, default=2,
+                    help="threads of the scheduler feeding the one GPU")
+    ap.add_argument("--parts", default="sparse," + ",".join(GPU_PARTS),
+                    help="what to measure, comma-separated from sparse (section gpu_sparse), "
+                         "factor (gpu_factor), pass, decode, pcg (together section gpu; a "
+                         "part's JSON is recorded with the others' by --record-json)")
+    ap.add_argument("--sparse-only", action="store_true", help="the same as --parts sparse")
+    ap.add_argument("--factor-only", action="store_true", help="the same as --parts factor")
+    ap.add_argument("--factor-ms", default="10000,20000",
+                    help="landmarks of the preconditioner comparison, comma-separated")
+    ap.add_argument("--densities", default=SPARSE_DENSITIES,
+                    help="densities of the sparse-rows crossover, comma-separated")
+    ap.add_argument("--pcg-n", type=int, default=1_000_000, help="PCG's training rows")
+    ap.add_argument("--pcg-m", type=int, default=20_000, help="PCG's landmarks")
+    ap.add_argument("--pcg-tols", default="1e-3,1e-6", help="PCG tolerances, comma-separated")
+    ap.add_argument("--pcg-cpu-tols", default="1e-3",
+                    help="the tolerances also fitted on the CPU path (comma-separated; '' none)")
+    ap.add_argument("--json", metavar="PATH",
+                    help="also write the figures as JSON to PATH (partial ones while running)")
+    ap.add_argument("--record-json", nargs="+", metavar="FILE",
+                    help="measure nothing: record the sections made by these JSON files, written "
+                         "by --json on a GPU machine (benchmarks/gpu_check.sh's output)")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    if args.record_json:
+        record_json(args.record_json, args)
         return
-    md = f"""GPU: {machine}. CPU path: {_common.machine()['cores']} cores, threaded scheduler.
-Roofline (measured now): float64 GEMM {roof['gemm_f64'] / 1e12:.1f} TFLOP/s, float32 GEMM
-{roof['gemm_f32'] / 1e12:.1f} TFLOP/s, float32 exp {roof['exp_f64_to_f32'] / 1e9:.0f} G/s.
-`SketchedKRR(Gaussian, SubSampling(m))`, d = {D}, `store=None`, float32 blocks; times in s.
+    parts = ({"sparse"} if args.sparse_only else {"factor"} if args.factor_only
+             else {p.strip() for p in args.parts.split(",") if p.strip()})
+    unknown = parts - {"sparse", "factor", *GPU_PARTS}
+    if unknown or not parts:
+        ap.error(f"--parts: unknown {sorted(unknown)}; choose from sparse, factor, "
+                 f"{', '.join(GPU_PARTS)}")
+    from distsketch.backends.base import register_backend
 
-| n | m | GPU pass | GPU fit | CPU pass | CPU fit | pass speed-up (target ≥ 20×) | GPU pass / roofline (target ≥ 60 %) |
-|---|---|---|---|---|---|---|---|
-""" + "\n".join(rows) + f"""
+    why = gpu_status()
+    if why is not None and not args.quick:
+        print(f"bench_gpu: {why}: nothing measured, nothing written. Run it on a machine with "
+              f"a CUDA GPU and 'pip install \"distsketch[gpu]\"', or use --quick to check the "
+              f"script on the CPU.")
+        raise SystemExit(2)
+    if why is None:
+        from distsketch.backends.base import get_backend
 
-Decoding {q} queries × {c:,} candidates (r = {r}, k = 10, precomputed features): GPU
-{g_dec:.2f} s = {dec['fraction_of_gemm_f32']:.0%} of the float32 GEMM rate (target ≥ 50 %),
-CPU {c_dec:.2f} s.
+        gpu = {"device": "cuda", "backend": "numpy"}
+        label, machine = "GPU", gpu_description()
+        device_be, seconds = get_backend("cuda"), _device_seconds
+        roof = gpu_roofline() if parts & set(GPU_PARTS) else None
+    else:
+        from distsketch.backends.cuda import CupyBackend
+        from distsketch.testing.devices import HostModules
 
-`SketchedKRR(solver="pcg")`, λ = {PCG_LAM:g}, Gaussian γ = {GAMMA:g}, float32 blocks, 20 000
-test rows (the kernel blocks and both products of each iteration on the GPU; the
-preconditioner and iterates on the host):
+        device_be = register_backend(CupyBackend(HostModules(), name="cuda-emulated"))
+        gpu = {"device": "cpu", "backend": "cuda-emulated"}
+        label, machine, roof = "emulated CUDA backend on numpy (NOT a GPU)", why, None
+        seconds = _host_seconds
+    print(f"device path: {label} — {machine}")
+    if roof:
+        print("roofline: " + ", ".join(f"{k} {v / 1e12:.1f} T/s" if k.startswith("gemm")
+                                       else f"{k} {v / 1e9:.0f} G/s" for k, v in roof.items()))
+    import distsketch.backends.cuda as dcuda
 
-| n | m | tol | GPU fit (s) | iterations | GPU test RMSE | CPU fit (s) | CPU test RMSE |
-|---|---|---|---|---|---|---|---|
-""" + "\n".join(
-        f"| {r['n']:,} | {r['m']:,} | {r['tol']:g} | {r['gpu']['fit_s']:.1f} | "
-        f"{r['gpu']['iterations']} | {r['gpu']['rmse']:.6f} | "
-        + (f"{r['cpu']['fit_s']:.1f} | {r['cpu']['rmse']:.6f} |" if "cpu" in r else "– | – |")
-        for r in pcg) + "\n"
-    _common.record("gpu", md, {"machine_gpu": machine, "roofline": roof, "pass": results,
-                               "decode": dec, "pcg": pcg}, args=args)
+    out = {"command": _common.command_line(),
+           "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+           "machine": _common.machine(), "quick": args.quick, "parts": sorted(parts),
+           "sparse_only": parts == {"sparse"}, "factor_only": parts == {"factor"},
+           "device_path": label, "machine_gpu": machine, "emulated": why is not None,
+           "roofline": roof, "complete": False,
+           "setup": {"d": D, "gamma": GAMMA, "pcg_lam": PCG_LAM,
+                     "repeats": 1 if args.quick else args.repeats,
+                     "device_sparse_max_density": dcuda.DEVICE_SPARSE_MAX_DENSITY,
+                     "device_factor_min_m": dcuda.DEVICE_FACTOR_MIN_M}}
+    if parts == {"sparse"}:
+        out["device_sparse_max_density"] = dcuda.DEVICE_SPARSE_MAX_DENSITY
+    if parts == {"factor"}:
+        out["device_factor_min_m"] = dcuda.DEVICE_FACTOR_MIN_M
+    write_json(args.json, out)
+    if args.quick:
+        ns, ms, q, c, r = [20_000], [200], 50, 20_000, 32
+    else:
+        ns, ms = [int(v) for v in args.n.split(",")], [int(v) for v in args.m.split(",")]
+        q, c, r = args.queries, args.candidates, args.r
+    if "sparse" in parts:
+        run_sparse(args, out, device_be, seconds, label)
+    if "factor" in parts:
+        run_factor(args, out, device_be, label)
+    if "pass" in parts:
+        run_pass(args, out, gpu, label, ns, ms)
+    if "decode" in parts:
+        run_decode(args, out, gpu, label, q, c, r)
+    if "pcg" in parts:
+        run_pcg(args, out, gpu, label)
+    out["complete"] = True
+    write_json(args.json, out)
+    on_gpu = why is None
+    if "sparse" in parts:
+        record_or_print("gpu_sparse", sparse_markdown(out),
+                        {"machine_gpu": machine, "rows": out["sparse_rows"],
+                         "crossover": out["sparse_crossover"]}, args, gpu=on_gpu)
+    if "factor" in parts:
+        record_or_print("gpu_factor", factor_markdown(out),
+                        {"machine_gpu": machine, "rows": out["factor"]}, args, gpu=on_gpu)
+    if parts & set(GPU_PARTS):
+        print({k: out.get(k) for k in GPU_PARTS})
+        if parts >= set(GPU_PARTS) and on_gpu:
+            record_or_print("gpu", gpu_markdown(out),
+                            {"machine_gpu": machine, "roofline": roof,
+                             **{k: out[k] for k in GPU_PARTS}}, args, gpu=on_gpu)
+        else:
+            print("(gpu: --quick / no GPU / only some of its parts: nothing recorded; "
+                  "--record-json records parts measured apart)")
 
 
 if __name__ == "__main__":

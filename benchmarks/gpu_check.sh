@@ -19,6 +19,14 @@
 #    (.gpu-site/ stays there, so the install is skipped):
 #        run(command='GPU_CHECK_STEPS=install,env,sparse bash benchmarks/gpu_check.sh "$OUT" --budget 240',
 #            carry=[".gpu-wheels"], timeout_s=270)
+#    The full benchmark's parts (RESULTS.md section gpu: pass, decode, pcg), each one command
+#    within the per-command limit (step bench_parts, not run by default, takes what is left):
+#        run(command='GPU_CHECK_STEPS=install,parts GPU_CHECK_PARTS=pcg bash benchmarks/gpu_check.sh "$OUT" --budget 540',
+#            carry=[".gpu-wheels"], timeout_s=570)
+# 4. Here, record what came back (the machine's copy of the tree never returns): the sections
+#    name the GPU machine, its date and its command:
+#        python benchmarks/bench_gpu.py --record-json FILES_AT/bench-factor.json FILES_AT/bench-sparse.json
+#    and, once every part of section gpu was measured, their bench-parts.json files together.
 # ----------------------------------------------------------------------------------------------
 #
 # Budget B (seconds; the run ends by B + ~1 s): install <= 90 s and env probe <= 40 s out of the
@@ -45,7 +53,9 @@
 #   GPU_SITE                  pip --target folder put first on PYTHONPATH (default .gpu-site)
 #   GPU_CHECK_FORCE_INSTALL=1 install even when dask, distributed and zarr import
 #   GPU_CHECK_PIP_ARGS        extra pip arguments (e.g. --python-version 3.12)
-#   GPU_CHECK_STEPS           comma list of install,env,tests,bench,factor,sparse (default: all)
+#   GPU_CHECK_STEPS           comma list of install,env,tests,bench,factor,sparse,parts (default:
+#                             all but parts)
+#   GPU_CHECK_PARTS           bench_gpu.py --parts of step parts (default pass,decode,pcg)
 #   GPU_CHECK_PYTEST_TARGETS  pytest paths instead of the configured testpaths
 set -u
 
@@ -350,6 +360,9 @@ bench factor bench_factor "$(min "$FACTOR_SHARE" "$(left_s)")" bench-factor '^fa
     '^(device path|factor|bench_gpu:)' --factor-only --repeats 3
 bench sparse bench_sparse "$(left_s)" bench-sparse '^sparse rows' \
     '^(device path|sparse rows|bench_gpu:)' --sparse-only
+bench parts bench_parts "$(left_s)" bench-parts '^(device path|bench_gpu:)' \
+    '^(device path|roofline|n=|decoding|PCG|factor|sparse rows|bench_gpu:)' \
+    --parts "${GPU_CHECK_PARTS:-pass,decode,pcg}"
 
 # ---- 5. summary.json -------------------------------------------------------------------------
 ELAPSED=$(awk -v ms=$(($(now_ms) - START_MS)) 'BEGIN { printf "%.1f", ms / 1000 }')
@@ -373,7 +386,8 @@ env = load("env.json") or {}
 cuda = env.get("cuda", {})
 LOGS = {"install": "install.log", "env": "env.log", "tests": "gpu-tests.log",
         "tests_w_default": "gpu-tests-w-default.log", "bench_quick": "bench-quick.log",
-        "bench_factor": "bench-factor.log", "bench_sparse": "bench-sparse.log"}
+        "bench_factor": "bench-factor.log", "bench_sparse": "bench-sparse.log",
+        "bench_parts": "bench-parts.log"}
 for name, step in steps.items():  # what went wrong, at a glance
     if step["status"] in ("failed", "timeout", "no_tests") and name in LOGS:
         try:
@@ -435,6 +449,8 @@ summary = {
                                               "roofline", "pass", "decode", "sparse_crossover")),
     "bench_factor": bench("bench-factor.json", ("complete", "emulated", "device_path", "factor",
                                                 "device_factor_min_m", "device_wins_from")),
+    "bench_parts": bench("bench-parts.json", ("complete", "emulated", "device_path", "parts",
+                                              "roofline", "pass", "decode", "pcg")),
     "bench_sparse": bench("bench-sparse.json", ("complete", "emulated", "device_path",
                                                 "sparse_crossover", "device_sparse_max_density")),
 }

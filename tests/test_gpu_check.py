@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 #: The brought wheels (../shared/wheels beside the clone; README there).
 WHEELS = Path(__file__).resolve().parents[2] / "shared" / "wheels" / "py312"
-STEPS = ("install", "env", "tests", "bench_quick", "bench_factor", "bench_sparse")
+STEPS = ("install", "env", "tests", "bench_quick", "bench_factor", "bench_sparse", "bench_parts")
 STATUSES = {"ok", "failed", "timeout", "skipped", "not_run", "no_tests", "no_gpu"}
 
 pytestmark = pytest.mark.skipif(shutil.which("timeout") is None, reason="no coreutils timeout")
@@ -74,6 +74,7 @@ def test_without_a_gpu_every_step_is_recorded_and_the_run_exits_0(tmp_path):
     assert summary["bench_quick"]["complete"] and summary["bench_quick"]["emulated"]
     assert steps["bench_factor"]["status"] == "no_gpu" and steps["bench_factor"]["rc"] == 2
     assert summary["bench_factor"] is None
+    assert steps["bench_parts"]["status"] == "skipped"  # only when asked for (GPU_CHECK_STEPS)
     assert steps["bench_sparse"]["status"] == "no_gpu" and steps["bench_sparse"]["rc"] == 2
     assert summary["bench_sparse"] is None  # nothing measured: no JSON
     for name in ("env.txt", "env.json", "gpu-tests.log", "gpu-tests.xml", "bench-quick.log",
@@ -81,6 +82,18 @@ def test_without_a_gpu_every_step_is_recorded_and_the_run_exits_0(tmp_path):
         assert (out / name).is_file() and name in summary["files"], name
     # the benchmark records nothing into the tree (--no-record; its JSON went to OUTDIR)
     assert (results.read_text() if results.exists() else None) == before
+
+
+@pytest.mark.slow
+def test_the_parts_step_runs_only_when_asked_and_refuses_without_a_gpu(tmp_path):
+    if cupy_skip_reason() is None:
+        pytest.skip("a GPU is present: the step would measure it")
+    proc, wall, summary = run_check(tmp_path / "out", 30, GPU_CHECK_STEPS="parts",
+                                    GPU_CHECK_PARTS="decode")
+    steps = summary["steps"]
+    assert steps["bench_parts"]["status"] == "no_gpu" and steps["bench_parts"]["rc"] == 2
+    assert "--parts decode" in proc.stdout
+    assert all(s["status"] == "skipped" for k, s in steps.items() if k != "bench_parts")
 
 
 SLEEPING_TEST = '''
@@ -120,7 +133,7 @@ def test_a_step_past_its_share_is_killed_and_recorded_as_timed_out(tmp_path):
     limit = steps["tests"]["limit_s"]
     assert 4 <= limit <= 8 and limit - 0.5 < steps["tests"]["seconds"] < limit + 3
     assert summary["pytest"]["junit"] is None  # pytest was killed before writing it
-    for name in ("install", "env", "bench_quick", "bench_factor", "bench_sparse"):
+    for name in ("install", "env", "bench_quick", "bench_factor", "bench_sparse", "bench_parts"):
         assert steps[name]["status"] == "skipped", name
     # the whole process group went: the test's own child too
     pid = int(pidfile.read_text())
