@@ -564,15 +564,6 @@ class _IfAppends:
         return self.fn.__get__(obj, cls)
 
 
-def pcg_store_refusal(est) -> str | None:
-    """Why ``est`` (solver ``"pcg"`` without a kept store) cannot take appended rows, or None:
-    PCG re-solves over every row's inputs, which only a kept store keeps."""
-    if est.store is None and getattr(est.solver, "name", est.solver) == "pcg":
-        return ("solver='pcg' re-solves over every row's inputs, which only a kept store "
-                "keeps: fit with store=... (a path) to append rows")
-    return None
-
-
 class Growing:
     """Mixin of the estimators that take appended rows: ``partial_fit``, ``forget`` and
     ``batches_`` (module docstring; docs/design/growing.md). A subclass that cannot sets

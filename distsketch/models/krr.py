@@ -19,7 +19,7 @@ from ..options import driver_threads, with_blas_limit
 from ..solvers.direct import krr_sums, solve_krr
 from ..solvers.routes import check_iterations
 from .base import FitSpec, RidgeEstimator, checks_feature_names
-from .growing import Growing, pcg_store_refusal
+from .growing import Growing
 from .ridge import (
     RIDGE_PARAMS,
     KRRClosedForm,
@@ -29,6 +29,7 @@ from .ridge import (
     driver_size,
     intercept_sums,
     kernel_expansion,
+    pcg_appending_refusal,
     with_metric,
 )
 
@@ -178,8 +179,8 @@ class SketchedKRR(Growing, RidgeEstimator):
                          argument=param)
 
     def _appending_refusal(self) -> str | None:
-        """PCG re-solves over every row's inputs: appending needs them kept in a store."""
-        return pcg_store_refusal(self)
+        """PCG without a kept store: no appending (:func:`.ridge.pcg_appending_refusal`)."""
+        return pcg_appending_refusal(self)
 
     def _sums(self, spec: FitSpec) -> tuple[str, ...]:
         sums = krr_sums(x_exact=spec.exact("sketch"))

@@ -6,7 +6,8 @@ minimise ``(1/n) Σ_i ‖h(x_i) − y_i‖² + λ ‖h‖²`` over the sketched 
 with no new pass. Their parts here: the fitted λ paths of ``path_`` (the direct route's closed
 forms :class:`KRRClosedForm` and :class:`SisokrClosedForm`, any λ > 0; :class:`SisokrTable`,
 SISOKR's view of an iterative route's table), the choice and checks of the solver route
-(:func:`auto_ridge_route`, :func:`auto_sisokr_route`, :func:`check_sisokr_pcg`), the intercept
+(:func:`auto_ridge_route`, :func:`auto_sisokr_route`, :func:`check_sisokr_pcg`,
+:func:`pcg_appending_refusal`), the intercept
 (:func:`check_intercept`, :func:`intercept_sums`, :func:`centre_targets`,
 :func:`centred_rows`), a saved input solution (:func:`with_metric`), the order of the driver's
 factorisation (:func:`driver_size`) and the kernel expansion ``k(x, landmarks) @ dual_coef``
@@ -30,7 +31,7 @@ from ..solvers.routes import CoefTable, Direct, check_iterations, fitted_index, 
 __all__ = ["RIDGE_PARAMS", "KRRClosedForm", "SisokrClosedForm", "SisokrTable",
            "check_sisokr_pcg", "auto_sisokr_route", "auto_ridge_route", "check_intercept",
            "intercept_sums", "centre_targets", "with_metric", "driver_size", "centred_rows",
-           "kernel_expansion"]
+           "kernel_expansion", "pcg_appending_refusal"]
 
 RIDGE_PARAMS = {"lam": "lam", "random_state": "random_state", "store": "store",
                  "options": "options"}
@@ -111,6 +112,15 @@ class SisokrTable(CoefTable):
 # --------------------------------------------------------------------------- solver routes
 # The solver route of a ridge model: SISOKR's checks and choice for solver="pcg" / "auto", and
 # the choice both ridge models make for solver="auto".
+
+
+def pcg_appending_refusal(est) -> str | None:
+    """Why ``est`` cannot take appended rows, decided from its parameters: PCG without a kept
+    store (it re-solves over every row's inputs, which only a kept store keeps), or None."""
+    if est.store is None and getattr(est.solver, "name", est.solver) == "pcg":
+        return ("solver='pcg' re-solves over every row's inputs, which only a kept store "
+                "keeps: fit with store=... (a path) to append rows")
+    return None
 
 
 def check_sisokr_pcg(est) -> None:

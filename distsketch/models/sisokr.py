@@ -39,7 +39,7 @@ from ..solvers.reduced_rank import check_rank
 from ..solvers.routes import fitted_index
 from .base import FitSpec, RidgeEstimator, checks_feature_names
 from .centring import CentredGrowth
-from .growing import Growing, pcg_store_refusal
+from .growing import Growing
 from .ridge import (
     RIDGE_PARAMS,
     SisokrClosedForm,
@@ -49,6 +49,7 @@ from .ridge import (
     check_intercept,
     check_sisokr_pcg,
     driver_size,
+    pcg_appending_refusal,
 )
 from .sisokr_state import operator_gram, output_metric, principal_at, set_sisokr_state, sisokr_state
 
@@ -274,9 +275,8 @@ class SISOKR(CentredGrowth, Growing, RidgeEstimator):
         return spec
 
     def _appending_refusal(self) -> str | None:
-        """PCG re-solves over every row's inputs: appending needs them kept in a store (as
-        :class:`~distsketch.SketchedKRR`)."""
-        return pcg_store_refusal(self)
+        """PCG without a kept store: no appending (:func:`.ridge.pcg_appending_refusal`)."""
+        return pcg_appending_refusal(self)
 
     def _sums(self, spec: FitSpec) -> tuple[str, ...]:
         return sisokr_sums(x_exact=spec.exact("input_sketch"), y_exact=spec.exact("output_sketch"),
