@@ -139,21 +139,21 @@ def measured(p: dict) -> dict:
     return {k: p[k] for k in ("date", "machine", "command")}
 
 
-def sections(payloads: list[tuple[str, dict]]) -> tuple[dict, list[str]]:
-    """The sections the payloads (``(file name, payload)``, oldest first) make:
+def sections(payloads: list[dict]) -> tuple[dict, list[str]]:
+    """The sections the payloads (oldest first) make:
     ``{name: (markdown, data, measured)}``, and what could not be made, as sentences."""
     out, missing = {}, []
-    for where, p in payloads:
+    for p in payloads:
         if p.get("factor"):
             out["gpu_factor"] = (factor_markdown(p), {"machine_gpu": p["machine_gpu"],
                                                       "rows": p["factor"]}, measured(p))
         if p.get("sparse_rows"):
-            table, cross = sparse_table(p["sparse_rows"])
+            _, cross = sparse_table(p["sparse_rows"])
             out["gpu_sparse"] = (sparse_markdown(p), {"machine_gpu": p["machine_gpu"],
                                                       "rows": p["sparse_rows"],
                                                       "crossover": cross}, measured(p))
     parts = {}
-    for where, p in payloads:
+    for p in payloads:
         for part in GPU_PARTS:
             if p.get(part):
                 parts[part] = p
@@ -192,7 +192,7 @@ def load_measured(path: str) -> dict:
 
 def record_json(paths: list[str], args) -> list[str]:
     """Record the sections the files make (:func:`sections`); returns the names written."""
-    made, missing = sections([(path, load_measured(path)) for path in paths])
+    made, missing = sections([load_measured(path) for path in paths])
     for line in missing:
         print(f"bench_gpu --record-json: {line}")
     if not made:
